@@ -1,0 +1,81 @@
+/*
+ * Shared helpers for every clattn kernel: storage dtypes and their conversions to and from f32.
+ *
+ * The host prepends this file to each op file it builds (that defines CLATTN_COMMON_CL, so the
+ * op file's #include below is skipped). An offline compiler given `-I cl` includes it instead,
+ * which is how every op file compiles alone: `clang -x cl -cl-std=CL1.2 -I cl cl/heads.cl`.
+ *
+ * Storage dtypes, named by tokens the host passes in -D options:
+ *   f32  float          loads and stores as is
+ *   f16  half           vload_half / vstore_half: core OpenCL 1.2, no cl_khr_fp16 needed;
+ *                       stores round to nearest even (the default rounding mode)
+ *   bf16 ushort         the top 16 bits of an f32; stores round to nearest even, NaN stays NaN
+ */
+#ifndef CLATTN_COMMON_CL
+#define CLATTN_COMMON_CL
+
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
+
+/* The index type. The host picks uint when every offset of the call fits in 32 bits (cheaper
+ * address arithmetic on GPUs), ulong otherwise. */
+#ifndef IDX
+#define IDX uint
+#endif
+
+/* Storage type of each dtype, and the raw-bits type used for bit-exact copies. */
+#define storage_f32 float
+#define storage_f16 half
+#define storage_bf16 ushort
+#define raw_f32 uint
+#define raw_f16 ushort
+#define raw_bf16 ushort
+
+inline float load_f32(__global const float *p, IDX i) { return p[i]; }
+inline float load_f16(__global const half *p, IDX i) { return vload_half(i, p); }
+inline float load_bf16(__global const ushort *p, IDX i) { return as_float((uint)p[i] << 16); }
+
+inline void store_f32(__global float *p, IDX i, float v) { p[i] = v; }
+inline void store_f16(__global half *p, IDX i, float v) { vstore_half(v, i, p); }
+
+/* Round to nearest even on the 16 dropped bits; a NaN keeps its sign and top payload bits and is
+ * made quiet, so it cannot round into an infinity. */
+inline ushort bf16_from_f32(float v) {
+    uint b = as_uint(v);
+    if (isnan(v)) return (ushort)((b >> 16) | 0x40u);
+    return (ushort)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+}
+inline void store_bf16(__global ushort *p, IDX i, float v) { p[i] = bf16_from_f32(v); }
+
+/* Vector loads and stores of width VEC (2, 4, 8 or 16), for the contiguous fast paths. vloadN
+ * needs only element alignment, so any offset works. */
+#ifdef VEC
+#define floatV CAT(float, VEC)
+#define uintV CAT(uint, VEC)
+#define ushortV CAT(ushort, VEC)
+
+inline floatV CAT(CAT(load, VEC), _f32)(__global const float *p, IDX i) {
+    return CAT(vload, VEC)(0, p + i);
+}
+inline floatV CAT(CAT(load, VEC), _f16)(__global const half *p, IDX i) {
+    return CAT(vload_half, VEC)(0, p + i);
+}
+inline floatV CAT(CAT(load, VEC), _bf16)(__global const ushort *p, IDX i) {
+    return CAT(as_float, VEC)(CAT(convert_uint, VEC)(CAT(vload, VEC)(0, p + i)) << 16);
+}
+inline void CAT(CAT(store, VEC), _f32)(__global float *p, IDX i, floatV v) {
+    CAT(vstore, VEC)(v, 0, p + i);
+}
+inline void CAT(CAT(store, VEC), _f16)(__global half *p, IDX i, floatV v) {
+    CAT(vstore_half, VEC)(v, 0, p + i);
+}
+inline void CAT(CAT(store, VEC), _bf16)(__global ushort *p, IDX i, floatV v) {
+    uintV b = CAT(as_uint, VEC)(v);
+    uintV rounded = (b + (uintV)0x7fffu + ((b >> 16) & (uintV)1u)) >> 16;
+    uintV quiet_nan = (b >> 16) | (uintV)0x40u;
+    uintV bits = select(rounded, quiet_nan, isnan(v));
+    CAT(vstore, VEC)(CAT(convert_ushort, VEC)(bits), 0, p + i);
+}
+#endif
+
+#endif /* CLATTN_COMMON_CL */

@@ -1,0 +1,109 @@
+/*
+ * Multi-head reshape: one strided 4-D copy kernel, with dtype conversion and an optional
+ * broadcast bias add. Split heads, merge heads and packed-QKV split are all views fed to it
+ * (src/heads.c builds the views).
+ *
+ * Build options (every one has a default, so this file compiles alone):
+ *   SRC_T, DST_T   storage dtype tokens f32 | f16 | bf16
+ *   COPY_RAW       1: same dtype and no bias; move raw bits (bit-exact, NaN payloads kept)
+ *   HAS_BIAS       1: add a broadcast bias (BIAS_T) in f32 before the store
+ *   CONTIG         1: the innermost stride is 1 in every tensor (the host coalesces dims first)
+ *   VEC            elements per work-item along the innermost dim (2, 4, 8, 16)
+ *   IDX            uint or ulong (see common.cl)
+ *
+ * Grid: dim 0 walks the innermost dim in runs of VEC, dim 1 the second innermost, dim 2 the two
+ * outer dims flattened. Consecutive work-items touch consecutive addresses, which is what both a
+ * GPU (coalescing) and PoCL (vectorizing across work-items) want; there are no barriers.
+ */
+#ifndef CLATTN_COMMON_CL
+#include "common.cl"
+#endif
+
+#ifndef SRC_T
+#define SRC_T f32
+#endif
+#ifndef DST_T
+#define DST_T f32
+#endif
+#ifndef BIAS_T
+#define BIAS_T f32
+#endif
+#ifndef COPY_RAW
+#define COPY_RAW 0
+#endif
+#ifndef HAS_BIAS
+#define HAS_BIAS 0
+#endif
+#ifndef CONTIG
+#define CONTIG 1
+#endif
+#ifndef VEC
+#define VEC 4
+#endif
+
+#if COPY_RAW
+#define SRC_STORAGE CAT(raw_, SRC_T)
+#define DST_STORAGE CAT(raw_, DST_T)
+#define VALUE_T SRC_STORAGE
+#define LOAD1(p, i) ((p)[i])
+#define STORE1(p, i, v) ((p)[i] = (v))
+#define LOADV(p, i) CAT(vload, VEC)(0, (p) + (i))
+#define STOREV(p, i, v) CAT(vstore, VEC)((v), 0, (p) + (i))
+#else
+#define SRC_STORAGE CAT(storage_, SRC_T)
+#define DST_STORAGE CAT(storage_, DST_T)
+#define VALUE_T float
+#define LOAD1(p, i) CAT(load_, SRC_T)(p, i)
+#define STORE1(p, i, v) CAT(store_, DST_T)(p, i, v)
+#define LOADV(p, i) CAT(CAT(load, VEC), CAT(_, SRC_T))(p, i)
+#define STOREV(p, i, v) CAT(CAT(store, VEC), CAT(_, DST_T))(p, i, v)
+#endif
+
+#if HAS_BIAS
+#define BIAS_STORAGE CAT(storage_, BIAS_T)
+#define BIAS_ARGS , __global const BIAS_STORAGE *bias, IDX bias_off, IDX bs0, IDX bs1, IDX bs2, IDX bs3
+#define BIAS1(i) CAT(load_, BIAS_T)(bias, i)
+/* A bias that is constant along the innermost dim (stride 0) is loaded once per run. */
+#define BIASV(i) (bs3 == 0 ? (floatV)BIAS1(i) : CAT(CAT(load, VEC), CAT(_, BIAS_T))(bias, i))
+#else
+#define BIAS_ARGS
+#endif
+
+__kernel void copy4d(__global const SRC_STORAGE *src, IDX src_off, IDX ss0, IDX ss1, IDX ss2,
+                     IDX ss3, __global DST_STORAGE *dst, IDX dst_off, IDX ds0, IDX ds1, IDX ds2,
+                     IDX ds3, IDX n0, IDX n1, IDX n2, IDX n3 BIAS_ARGS) {
+    const IDX c = (IDX)get_global_id(0) * VEC;
+    const IDX i2 = (IDX)get_global_id(1);
+    const IDX i01 = (IDX)get_global_id(2);
+    if (c >= n3 || i2 >= n2 || i01 >= n0 * n1) return;
+    const IDX i0 = i01 / n1;
+    const IDX i1 = i01 - i0 * n1;
+
+    IDX s = src_off + i0 * ss0 + i1 * ss1 + i2 * ss2 + c * ss3;
+    IDX d = dst_off + i0 * ds0 + i1 * ds1 + i2 * ds2 + c * ds3;
+#if HAS_BIAS
+    IDX b = bias_off + i0 * bs0 + i1 * bs1 + i2 * bs2 + c * bs3;
+#endif
+
+#if CONTIG
+    if (c + VEC <= n3) {
+#if HAS_BIAS
+        STOREV(dst, d, LOADV(src, s) + BIASV(b));
+#else
+        STOREV(dst, d, LOADV(src, s));
+#endif
+        return;
+    }
+#endif
+    /* The tail of a run, or any strided innermost dim. */
+    for (IDX k = 0; k < VEC && c + k < n3; ++k) {
+        VALUE_T v = LOAD1(src, s);
+#if HAS_BIAS
+        v += BIAS1(b);
+        b += bs3;
+#endif
+        STORE1(dst, d, v);
+        s += ss3;
+        d += ds3;
+    }
+}

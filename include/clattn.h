@@ -1,0 +1,243 @@
+/*
+ * clattn: transformer-attention primitives for any OpenCL device.
+ *
+ * Conventions (CLBlast's, with its users' complaints fixed):
+ *  - The caller owns every cl_mem, queue and event. Every enqueueing call ends with OpenCL's own
+ *    tail `queue, num_wait, wait_list, event`. `event` may be NULL; an event returned through it
+ *    is the caller's to release; on any failure `*event` is set to NULL.
+ *  - Every call validates all of its arguments before its first enqueue. Invalid input returns a
+ *    specific status, enqueues nothing and writes nothing. The detail (which argument, which
+ *    bound, the build log) is kept by clattn_last_error() and sent to the log callback.
+ *  - The library never prints, never exits, never aborts.
+ *  - Calls on different queues from different threads are safe; caches take a lock.
+ */
+#ifndef CLATTN_H
+#define CLATTN_H
+
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 120
+#endif
+#include <CL/cl.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32) && defined(CLATTN_BUILDING_SHARED)
+#define CLATTN_API __declspec(dllexport)
+#elif defined(__GNUC__)
+#define CLATTN_API __attribute__((visibility("default")))
+#else
+#define CLATTN_API
+#endif
+
+#define CLATTN_VERSION_MAJOR 0
+#define CLATTN_VERSION_MINOR 1
+#define CLATTN_VERSION_PATCH 0
+
+/* ---------------------------------------------------------------------------------------------
+ * Status codes
+ *
+ * A clattn_status is either CLATTN_SUCCESS (0), an OpenCL error code passed through with its own
+ * number (CL_OUT_OF_RESOURCES, CL_INVALID_COMMAND_QUEUE, ...), or one of the library's own codes
+ * below, which live in the range -3000..-3099 so they never collide with OpenCL's (0..-72, plus
+ * extension codes around -1000) or CLBlast's (-1024..-2048).
+ * ------------------------------------------------------------------------------------------- */
+#define CLATTN_STATUS_TABLE(X)                                                                     \
+    X(CLATTN_SUCCESS, 0, "success")                                                                \
+    X(CLATTN_ERR_INVALID_ARGUMENT, -3000, "invalid argument (a NULL pointer or a value out of range)") \
+    X(CLATTN_ERR_NULL_TENSOR, -3001, "a required tensor has no buffer")                            \
+    X(CLATTN_ERR_INVALID_SHAPE, -3002, "a tensor dimension is zero or negative")                   \
+    X(CLATTN_ERR_SHAPE_MISMATCH, -3003, "tensor shapes do not agree with each other")             \
+    X(CLATTN_ERR_INVALID_STRIDES, -3004, "a stride is negative, or an output overlaps itself")    \
+    X(CLATTN_ERR_UNSUPPORTED_DTYPE, -3005, "this dtype or dtype pair is not supported here")      \
+    X(CLATTN_ERR_BUFFER_TOO_SMALL, -3006, "a tensor view reaches past the end of its buffer")     \
+    X(CLATTN_ERR_ALIASING, -3007, "an output overlaps an input in a way this op does not allow")  \
+    X(CLATTN_ERR_CONTEXT_MISMATCH, -3008, "a buffer belongs to another context than the queue")   \
+    X(CLATTN_ERR_DEVICE_NOT_FOUND, -3009, "no OpenCL device matches the request")                 \
+    X(CLATTN_ERR_INVALID_DEVICE_SPEC, -3010, "the device spec is malformed")                       \
+    X(CLATTN_ERR_KERNEL_SOURCE, -3011, "a kernel source file could not be read")                  \
+    X(CLATTN_ERR_BUILD_FAILED, -3012, "the OpenCL program failed to build (see the build log)")   \
+    X(CLATTN_ERR_DEVICE_LIMIT, -3013, "the call exceeds a limit of the device")                   \
+    X(CLATTN_ERR_OUT_OF_HOST_MEMORY, -3014, "host memory allocation failed")
+
+typedef enum clattn_status {
+#define CLATTN_STATUS_ENUM(name, value, message) name = value,
+    CLATTN_STATUS_TABLE(CLATTN_STATUS_ENUM)
+#undef CLATTN_STATUS_ENUM
+} clattn_status;
+
+/* "CLATTN_ERR_SHAPE_MISMATCH", "CL_OUT_OF_RESOURCES", or "CLATTN_UNKNOWN_STATUS". */
+CLATTN_API const char *clattn_status_name(int status);
+/* A one-line description of the status. Never NULL. */
+CLATTN_API const char *clattn_status_string(int status);
+
+/* The detail of the last failure on the calling thread (argument, bound, build log); "" when the
+ * thread has had none. The pointer stays valid until the next clattn call on this thread. */
+CLATTN_API const char *clattn_last_error(void);
+/* Status of that last failure (CLATTN_SUCCESS when none). */
+CLATTN_API int clattn_last_status(void);
+
+/* Optional log sink: receives every failure detail (and warnings) from any thread. Pass NULL to
+ * remove it. The callback must be thread-safe and must not call back into clattn. */
+typedef void (*clattn_log_fn)(int status, const char *message, void *user);
+CLATTN_API void clattn_set_log_callback(clattn_log_fn fn, void *user);
+
+/* ---------------------------------------------------------------------------------------------
+ * Tensors
+ *
+ * A tensor is a plain descriptor of a strided 4-D view into a caller-owned cl_mem. Shape is
+ * outermost-first; strides and offset count elements, not bytes. Stride 0 broadcasts (inputs
+ * only). Lower-rank tensors put 1 in the leading dimensions: a [B,S,E] tensor has shape
+ * {1,B,S,E}. Any permuted layout is a permutation of shape and strides, no copy needed.
+ * ------------------------------------------------------------------------------------------- */
+typedef enum clattn_dtype {
+    CLATTN_F32 = 0,  /* float */
+    CLATTN_F16 = 1,  /* IEEE half, storage only (compute is f32) */
+    CLATTN_BF16 = 2, /* bfloat16, storage only, round-to-nearest-even on store */
+    CLATTN_I32 = 3,  /* lengths */
+    CLATTN_U8 = 4    /* boolean masks */
+} clattn_dtype;
+
+typedef struct clattn_tensor {
+    cl_mem buffer;
+    size_t offset; /* in elements */
+    clattn_dtype dtype;
+    int64_t shape[4];
+    int64_t strides[4]; /* in elements; 0 broadcasts */
+} clattn_tensor;
+
+/* Size in bytes of one element of `dtype`, 0 for an unknown dtype. */
+CLATTN_API size_t clattn_dtype_size(clattn_dtype dtype);
+/* "f32", "f16", "bf16", "i32", "u8", or "?" */
+CLATTN_API const char *clattn_dtype_name(clattn_dtype dtype);
+
+/* A contiguous (row-major) view of shape {d0,d1,d2,d3} at offset 0. */
+CLATTN_API clattn_tensor clattn_tensor_4d(cl_mem buffer, clattn_dtype dtype, int64_t d0,
+                                          int64_t d1, int64_t d2, int64_t d3);
+/* The same view with its dimensions reordered: result dim i is input dim perm[i]. `perm` must be
+ * a permutation of 0..3; otherwise the input is returned unchanged. */
+CLATTN_API clattn_tensor clattn_tensor_permute(clattn_tensor t, const int perm[4]);
+/* Number of elements the view addresses (product of the shape). */
+CLATTN_API int64_t clattn_tensor_numel(const clattn_tensor *t);
+
+/* ---------------------------------------------------------------------------------------------
+ * Devices and the convenience environment
+ *
+ * A device spec is "P:D" (platform and device index), or a case-insensitive substring of the
+ * platform or device name ("pocl", "nvidia", "gfx1100", "pthread"). NULL or "" means: the value
+ * of the CLATTN_DEVICE environment variable if set, else the first GPU, else the first device.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct clattn_device_desc {
+    int platform_index;
+    int device_index;
+    cl_platform_id platform;
+    cl_device_id device;
+    cl_device_type type;
+    char platform_name[128];
+    char name[128];
+    char vendor[128];
+    char version[128]; /* CL_DEVICE_VERSION */
+    char driver[64];   /* CL_DRIVER_VERSION */
+} clattn_device_desc;
+
+/* Fills up to `capacity` descriptors (out may be NULL when capacity is 0) and stores the total
+ * number of devices in *count. Statuses: CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT, OpenCL's. */
+CLATTN_API int clattn_list_devices(clattn_device_desc *out, size_t capacity, size_t *count);
+/* Resolves a device spec (see above). Statuses: CLATTN_SUCCESS, CLATTN_ERR_DEVICE_NOT_FOUND,
+ * CLATTN_ERR_INVALID_DEVICE_SPEC, CLATTN_ERR_INVALID_ARGUMENT, OpenCL's. */
+CLATTN_API int clattn_select_device(const char *spec, clattn_device_desc *out);
+
+/* The convenience environment: one device, a context, an in-order queue. Ops take its queue like
+ * any other: clattn_split_heads(..., clattn_env_queue(env), 0, NULL, NULL). */
+typedef struct clattn_env clattn_env;
+
+/* Statuses: those of clattn_select_device, plus OpenCL's from context/queue creation. */
+CLATTN_API int clattn_env_create(const char *spec, clattn_env **out);
+/* Waits for the queue, then releases queue and context. NULL is allowed. */
+CLATTN_API void clattn_env_release(clattn_env *env);
+CLATTN_API cl_context clattn_env_context(const clattn_env *env);
+CLATTN_API cl_command_queue clattn_env_queue(const clattn_env *env);
+CLATTN_API cl_device_id clattn_env_device(const clattn_env *env);
+CLATTN_API const clattn_device_desc *clattn_env_device_desc(const clattn_env *env);
+
+/* Allocates a contiguous tensor of `dtype` and shape {d0,d1,d2,d3} (read-write buffer). Release
+ * it with clattn_tensor_free. */
+CLATTN_API int clattn_env_alloc(clattn_env *env, clattn_dtype dtype, const int64_t shape[4],
+                                clattn_tensor *out);
+/* Releases the tensor's buffer and clears the descriptor. NULL is allowed. */
+CLATTN_API void clattn_tensor_free(clattn_tensor *t);
+/* Blocking copies between host memory (dense, row-major, the tensor's dtype) and a contiguous
+ * tensor. Statuses: CLATTN_ERR_INVALID_ARGUMENT (NULL pointers, strided tensor), the validator's,
+ * OpenCL's. */
+CLATTN_API int clattn_env_upload(clattn_env *env, const clattn_tensor *t, const void *host);
+CLATTN_API int clattn_env_download(clattn_env *env, const clattn_tensor *t, void *host);
+
+/* ---------------------------------------------------------------------------------------------
+ * Program cache
+ *
+ * Programs are built lazily on first use and cached per (context, device, source hash, build
+ * options). Cached programs keep their context alive; release them with clattn_cache_clear.
+ * ------------------------------------------------------------------------------------------- */
+
+/* Drops every cached program of `context` (NULL: of every context). */
+CLATTN_API void clattn_cache_clear(cl_context context);
+/* Number of programs in the cache, and how many builds and hits it has served since start (for
+ * tests and diagnostics). Any pointer may be NULL. */
+CLATTN_API void clattn_cache_stats(size_t *programs, size_t *builds, size_t *hits);
+
+/* ---------------------------------------------------------------------------------------------
+ * Multi-head reshape (cl/heads.cl, src/heads.c)
+ *
+ * Every op here is a strided copy, bit-exact when source and destination dtypes match, rounding
+ * to nearest-even when they narrow (f32 -> f16, f32 -> bf16). Because every attention op takes
+ * strided views, the fast path of a model needs none of these copies; they exist for callers
+ * that want contiguous tensors. Outputs must not overlap themselves or any input.
+ *
+ * Statuses common to all of them:
+ *   CLATTN_ERR_NULL_TENSOR       a required tensor has no buffer
+ *   CLATTN_ERR_INVALID_SHAPE     a dimension <= 0
+ *   CLATTN_ERR_SHAPE_MISMATCH    shapes disagree (the message names both)
+ *   CLATTN_ERR_INVALID_STRIDES   a negative stride, or an output whose view overlaps itself
+ *   CLATTN_ERR_UNSUPPORTED_DTYPE a dtype other than f32/f16/bf16
+ *   CLATTN_ERR_BUFFER_TOO_SMALL  a view reaches past CL_MEM_SIZE
+ *   CLATTN_ERR_ALIASING          an output overlaps an input
+ *   CLATTN_ERR_CONTEXT_MISMATCH  a buffer from another context than the queue
+ *   CLATTN_ERR_INVALID_ARGUMENT  NULL tensor pointer, num_heads <= 0, inconsistent wait list
+ *   CLATTN_ERR_BUILD_FAILED, CLATTN_ERR_KERNEL_SOURCE, OpenCL's
+ * ------------------------------------------------------------------------------------------- */
+
+/* dst[i,j,k,l] = convert(src[i,j,k,l] (+ bias[i,j,k,l])) over dst's shape.
+ * src and bias may broadcast (stride 0); bias may be NULL. Any 4-D permutation is a permuted
+ * view of src (clattn_tensor_permute). With a bias the sum is rounded once, in f32. */
+CLATTN_API int clattn_copy(const clattn_tensor *src, const clattn_tensor *bias,
+                           const clattn_tensor *dst, cl_command_queue queue, cl_uint num_wait,
+                           const cl_event *wait_list, cl_event *event);
+
+/* Split heads: x [B,S,H*D] (shape {1,B,S,H*D}) -> out [B,H,S,D], H = num_heads.
+ * out[b,h,s,d] = x[b,s,h*D+d]. */
+CLATTN_API int clattn_split_heads(const clattn_tensor *x, int num_heads, const clattn_tensor *out,
+                                  cl_command_queue queue, cl_uint num_wait,
+                                  const cl_event *wait_list, cl_event *event);
+
+/* Merge heads: x [B,H,S,D] -> out [B,S,H*D] (shape {1,B,S,H*D}); the inverse of split heads. */
+CLATTN_API int clattn_merge_heads(const clattn_tensor *x, const clattn_tensor *out,
+                                  cl_command_queue queue, cl_uint num_wait,
+                                  const cl_event *wait_list, cl_event *event);
+
+/* Packed QKV: x [B,S,3*H*D] (shape {1,B,S,3*H*D}, q then k then v along the last axis, each H*D
+ * wide, the layout of a fused in-projection) -> q, k, v, each [B,H,S,D].
+ * q[b,h,s,d] = x[b,s,0*H*D + h*D + d] + bias[0*H*D + h*D + d], likewise k (1) and v (2).
+ * bias may be NULL; else its shape is {1,1,1,3*H*D}. Enqueues three copies; the returned event
+ * completes when all three have. */
+CLATTN_API int clattn_split_qkv(const clattn_tensor *x, const clattn_tensor *bias, int num_heads,
+                                const clattn_tensor *q, const clattn_tensor *k,
+                                const clattn_tensor *v, cl_command_queue queue, cl_uint num_wait,
+                                const cl_event *wait_list, cl_event *event);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CLATTN_H */

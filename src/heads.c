@@ -1,0 +1,334 @@
+/*
+ * Multi-head reshape ops: clattn_copy and the views that make split heads, merge heads and the
+ * packed-QKV split out of it. Kernel: cl/heads.cl (copy4d).
+ */
+#include "internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Elements per work-item along the innermost dim. 4 floats (16 bytes) per lane is a full
+ * vector register's worth for PoCL's cross-work-item vectorizer and a 128-bit access on GPUs. */
+#define COPY_VEC 4
+/* Work-group size target: small enough for every device, a multiple of common wave sizes. */
+#define COPY_GROUP 64
+
+/* A copy after its views are simplified: the same element-wise map over at most 4 dims. */
+typedef struct copy_plan {
+    int64_t n[4];
+    int64_t src_stride[4], dst_stride[4], bias_stride[4];
+    uint64_t src_off, dst_off, bias_off;
+    const clattn_tensor *src, *dst, *bias;
+} copy_plan;
+
+/* Drops size-1 dims, orders the rest by the destination's strides (outermost first, so writes
+ * walk memory forward), and merges neighbours that are contiguous in every tensor. The result
+ * is right-aligned in 4 dims: [1, 1, B*H, S*D] for a fully contiguous copy. */
+static void plan_copy(const clattn_tensor *src, const clattn_tensor *bias,
+                      const clattn_tensor *dst, copy_plan *plan) {
+    int dims[4], count = 0;
+    for (int i = 0; i < 4; ++i)
+        if (dst->shape[i] > 1) dims[count++] = i;
+    for (int a = 1; a < count; ++a) /* stable insertion sort, largest dst stride first */
+        for (int b = a; b > 0 && dst->strides[dims[b]] > dst->strides[dims[b - 1]]; --b) {
+            int swap = dims[b];
+            dims[b] = dims[b - 1];
+            dims[b - 1] = swap;
+        }
+    int64_t n[4], ss[4], ds[4], bs[4];
+    int m = 0;
+    for (int i = 0; i < count; ++i) {
+        int d = dims[i];
+        int64_t b_stride = bias ? bias->strides[d] : 0;
+        bool merge = m > 0 && ss[m - 1] == src->strides[d] * dst->shape[d] &&
+                     ds[m - 1] == dst->strides[d] * dst->shape[d] &&
+                     bs[m - 1] == b_stride * dst->shape[d];
+        if (merge) {
+            n[m - 1] *= dst->shape[d];
+            ss[m - 1] = src->strides[d];
+            ds[m - 1] = dst->strides[d];
+            bs[m - 1] = b_stride;
+        } else {
+            n[m] = dst->shape[d];
+            ss[m] = src->strides[d];
+            ds[m] = dst->strides[d];
+            bs[m] = b_stride;
+            ++m;
+        }
+    }
+    memset(plan, 0, sizeof *plan);
+    for (int i = 0; i < 4; ++i) plan->n[i] = 1;
+    for (int i = 0; i < m; ++i) {
+        int slot = 4 - m + i;
+        plan->n[slot] = n[i];
+        plan->src_stride[slot] = ss[i];
+        plan->dst_stride[slot] = ds[i];
+        plan->bias_stride[slot] = bs[i];
+    }
+    plan->src_off = src->offset;
+    plan->dst_off = dst->offset;
+    plan->bias_off = bias ? bias->offset : 0;
+    plan->src = src;
+    plan->dst = dst;
+    plan->bias = bias;
+}
+
+static const char *dtype_token(clattn_dtype dtype) {
+    return clattn_dtype_name(dtype); /* f32, f16, bf16: the tokens cl/common.cl defines */
+}
+
+static bool plan_needs_wide_index(const copy_plan *plan) {
+    const uint64_t limit = (uint64_t)1 << 32;
+    if (clattn__tensor_last_element(plan->src) >= limit) return true;
+    if (clattn__tensor_last_element(plan->dst) >= limit) return true;
+    return plan->bias && clattn__tensor_last_element(plan->bias) >= limit;
+}
+
+static void plan_options(const copy_plan *plan, bool wide, char *out, size_t capacity) {
+    bool raw = !plan->bias && plan->src->dtype == plan->dst->dtype;
+    bool contig = plan->src_stride[3] == 1 && plan->dst_stride[3] == 1 &&
+                  (!plan->bias || plan->bias_stride[3] <= 1);
+    snprintf(out, capacity,
+             "-cl-std=CL1.2 -DSRC_T=%s -DDST_T=%s -DCOPY_RAW=%d -DHAS_BIAS=%d -DBIAS_T=%s "
+             "-DCONTIG=%d -DVEC=%d -DIDX=%s",
+             dtype_token(plan->src->dtype), dtype_token(plan->dst->dtype), raw ? 1 : 0,
+             plan->bias ? 1 : 0, dtype_token(plan->bias ? plan->bias->dtype : CLATTN_F32),
+             contig ? 1 : 0, COPY_VEC, wide ? "ulong" : "uint");
+}
+
+static int set_copy_args(cl_kernel kernel, const copy_plan *plan, bool wide) {
+    int status = CLATTN_SUCCESS;
+    cl_uint arg = 0;
+    const struct {
+        const clattn_tensor *t;
+        uint64_t off;
+        const int64_t *stride;
+    } views[3] = {{plan->src, plan->src_off, plan->src_stride},
+                  {plan->dst, plan->dst_off, plan->dst_stride},
+                  {plan->bias, plan->bias_off, plan->bias_stride}};
+    /* src, dst, the sizes, then the optional bias: the order of copy4d's parameters. */
+    for (int v = 0; v < 2 && status == CLATTN_SUCCESS; ++v) {
+        status = clattn__set_arg(kernel, arg++, sizeof(cl_mem), &views[v].t->buffer);
+        for (int i = -1; i < 4 && status == CLATTN_SUCCESS; ++i)
+            status = clattn__set_idx_arg(kernel, arg++,
+                                         i < 0 ? views[v].off : (uint64_t)views[v].stride[i], wide);
+    }
+    for (int i = 0; i < 4 && status == CLATTN_SUCCESS; ++i)
+        status = clattn__set_idx_arg(kernel, arg++, (uint64_t)plan->n[i], wide);
+    if (plan->bias && status == CLATTN_SUCCESS) {
+        status = clattn__set_arg(kernel, arg++, sizeof(cl_mem), &plan->bias->buffer);
+        for (int i = -1; i < 4 && status == CLATTN_SUCCESS; ++i)
+            status = clattn__set_idx_arg(kernel, arg++,
+                                         i < 0 ? plan->bias_off : (uint64_t)plan->bias_stride[i],
+                                         wide);
+    }
+    return status;
+}
+
+/* Enqueues one already validated copy. */
+static int enqueue_copy(const clattn_tensor *src, const clattn_tensor *bias,
+                        const clattn_tensor *dst, cl_context context, cl_device_id device,
+                        cl_command_queue queue, cl_uint num_wait, const cl_event *wait_list,
+                        cl_event *event) {
+    copy_plan plan;
+    plan_copy(src, bias, dst, &plan);
+    bool wide = plan_needs_wide_index(&plan);
+    char options[256];
+    plan_options(&plan, wide, options, sizeof options);
+
+    cl_kernel kernel = NULL;
+    int status = clattn__create_kernel(context, device, "heads.cl", options, "copy4d", &kernel);
+    if (status != CLATTN_SUCCESS) return status;
+    size_t max_group = 1;
+    status = set_copy_args(kernel, &plan, wide);
+    if (status == CLATTN_SUCCESS) status = clattn__kernel_max_group(kernel, device, &max_group);
+    if (status == CLATTN_SUCCESS) {
+        size_t group = max_group < COPY_GROUP ? max_group : COPY_GROUP;
+        size_t runs = (size_t)((plan.n[3] + COPY_VEC - 1) / COPY_VEC);
+        size_t local[3] = {clattn__pow2_at_least(runs, group), 1, 1};
+        local[1] = clattn__pow2_at_least((size_t)plan.n[2], group / local[0]);
+        size_t global[3] = {clattn__round_up(runs, local[0]),
+                            clattn__round_up((size_t)plan.n[2], local[1]),
+                            (size_t)(plan.n[0] * plan.n[1])};
+        status = clattn__enqueue(queue, kernel, 3, global, local, num_wait, wait_list, event);
+    }
+    clReleaseKernel(kernel);
+    return status;
+}
+
+/* The checks clattn_copy makes; split/merge/qkv run them on the views they build. */
+static int check_copy(const char *src_name, const clattn_tensor *src, const clattn_tensor *bias,
+                      const char *dst_name, const clattn_tensor *dst, cl_context context) {
+    int status = clattn__check_tensor(src_name, src, context, CLATTN__FLOAT_DTYPES, false);
+    if (status == CLATTN_SUCCESS && bias)
+        status = clattn__check_tensor("bias", bias, context, CLATTN__FLOAT_DTYPES, false);
+    if (status == CLATTN_SUCCESS)
+        status = clattn__check_tensor(dst_name, dst, context, CLATTN__FLOAT_DTYPES, true);
+    if (status == CLATTN_SUCCESS) status = clattn__check_same_shape(src_name, src, dst_name, dst);
+    if (status == CLATTN_SUCCESS && bias)
+        status = clattn__check_same_shape("bias", bias, dst_name, dst);
+    if (status == CLATTN_SUCCESS) status = clattn__check_no_alias(dst_name, dst, src_name, src);
+    if (status == CLATTN_SUCCESS) status = clattn__check_no_alias(dst_name, dst, "bias", bias);
+    return status;
+}
+
+int clattn_copy(const clattn_tensor *src, const clattn_tensor *bias, const clattn_tensor *dst,
+                cl_command_queue queue, cl_uint num_wait, const cl_event *wait_list,
+                cl_event *event) {
+    clattn__clear_error();
+    cl_context context = NULL;
+    cl_device_id device = NULL;
+    int status = clattn__check_call(queue, num_wait, wait_list, event, &context, &device);
+    if (status == CLATTN_SUCCESS) status = check_copy("src", src, bias, "dst", dst, context);
+    if (status != CLATTN_SUCCESS) return status;
+    return enqueue_copy(src, bias, dst, context, device, queue, num_wait, wait_list, event);
+}
+
+/* ---- views ---- */
+
+/* A packed [B,S,parts*H*D] tensor: a valid input (or output) whose shape is {1,B,S,E} with E a
+ * multiple of parts x num_heads. */
+static int check_packed(const char *name, const clattn_tensor *x, int num_heads, int64_t parts,
+                        cl_context context, bool is_output) {
+    int status = clattn__check_tensor(name, x, context, CLATTN__FLOAT_DTYPES, is_output);
+    if (status != CLATTN_SUCCESS) return status;
+    if (num_heads <= 0)
+        return clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "num_heads = %d, must be > 0", num_heads);
+    if (x->shape[0] != 1)
+        return clattn__fail(CLATTN_ERR_SHAPE_MISMATCH,
+                            "%s: a [B,S,E] tensor has shape {1,B,S,E}, but shape[0] is %lld", name,
+                            (long long)x->shape[0]);
+    if (x->shape[3] % (parts * num_heads) != 0)
+        return clattn__fail(CLATTN_ERR_SHAPE_MISMATCH,
+                            "%s: last dim %lld is not a multiple of %lld x num_heads (%d)", name,
+                            (long long)x->shape[3], (long long)parts, num_heads);
+    return CLATTN_SUCCESS;
+}
+
+/* The [B,H,S,D] view of part `part` (0 for q, 1 for k, 2 for v) of a packed [B,S,parts*H*D]
+ * tensor {1,B,S,parts*H*D}: element [b,h,s,d] is x[b, s, part*H*D + h*D + d]. */
+static clattn_tensor heads_view(const clattn_tensor *x, int num_heads, int64_t parts,
+                                int64_t part) {
+    int64_t head_dim = x->shape[3] / parts / num_heads;
+    clattn_tensor v = *x;
+    v.offset = x->offset + (size_t)(part * num_heads * head_dim * x->strides[3]);
+    v.shape[0] = x->shape[1];
+    v.shape[1] = num_heads;
+    v.shape[2] = x->shape[2];
+    v.shape[3] = head_dim;
+    v.strides[0] = x->strides[1];
+    v.strides[1] = head_dim * x->strides[3];
+    v.strides[2] = x->strides[2];
+    v.strides[3] = x->strides[3];
+    return v;
+}
+
+int clattn_split_heads(const clattn_tensor *x, int num_heads, const clattn_tensor *out,
+                       cl_command_queue queue, cl_uint num_wait, const cl_event *wait_list,
+                       cl_event *event) {
+    clattn__clear_error();
+    cl_context context = NULL;
+    cl_device_id device = NULL;
+    int status = clattn__check_call(queue, num_wait, wait_list, event, &context, &device);
+    if (status == CLATTN_SUCCESS) status = check_packed("x", x, num_heads, 1, context, false);
+    if (status != CLATTN_SUCCESS) return status;
+    clattn_tensor view = heads_view(x, num_heads, 1, 0);
+    status = check_copy("x", &view, NULL, "out", out, context);
+    if (status != CLATTN_SUCCESS) return status;
+    return enqueue_copy(&view, NULL, out, context, device, queue, num_wait, wait_list, event);
+}
+
+int clattn_merge_heads(const clattn_tensor *x, const clattn_tensor *out, cl_command_queue queue,
+                       cl_uint num_wait, const cl_event *wait_list, cl_event *event) {
+    clattn__clear_error();
+    cl_context context = NULL;
+    cl_device_id device = NULL;
+    int status = clattn__check_call(queue, num_wait, wait_list, event, &context, &device);
+    if (status == CLATTN_SUCCESS)
+        status = clattn__check_tensor("x", x, context, CLATTN__FLOAT_DTYPES, false);
+    if (status == CLATTN_SUCCESS && x->shape[1] > 0x7fffffff)
+        status = clattn__fail(CLATTN_ERR_DEVICE_LIMIT, "x: %lld heads is too many",
+                              (long long)x->shape[1]);
+    if (status != CLATTN_SUCCESS) return status;
+    int num_heads = (int)x->shape[1];
+    status = check_packed("out", out, num_heads, 1, context, true);
+    if (status != CLATTN_SUCCESS) return status;
+    clattn_tensor view = heads_view(out, num_heads, 1, 0);
+    status = check_copy("x", x, NULL, "out", &view, context);
+    if (status != CLATTN_SUCCESS) return status;
+    return enqueue_copy(x, NULL, &view, context, device, queue, num_wait, wait_list, event);
+}
+
+/* The bias of a packed QKV split: shape {1,1,1,3*H*D}, seen as [B,H,S,D] broadcast over B and S
+ * for part `part`. */
+static clattn_tensor qkv_bias_view(const clattn_tensor *bias, const clattn_tensor *x,
+                                   int num_heads, int64_t part) {
+    clattn_tensor v = heads_view(bias, num_heads, 3, part);
+    v.shape[0] = x->shape[1];
+    v.shape[2] = x->shape[2];
+    v.strides[0] = 0;
+    v.strides[2] = 0;
+    return v;
+}
+
+static int check_qkv(const clattn_tensor *x, const clattn_tensor *bias, int num_heads,
+                     const clattn_tensor *const outs[3], cl_context context) {
+    static const char *const names[3] = {"q", "k", "v"};
+    int status = check_packed("x", x, num_heads, 3, context, false);
+    if (status == CLATTN_SUCCESS && bias) {
+        status = check_packed("bias", bias, num_heads, 3, context, false);
+        if (status == CLATTN_SUCCESS && (bias->shape[1] != 1 || bias->shape[2] != 1 ||
+                                         bias->shape[3] != x->shape[3]))
+            status = clattn__fail(CLATTN_ERR_SHAPE_MISMATCH,
+                                  "bias: shape must be {1,1,1,%lld} (one value per packed column)",
+                                  (long long)x->shape[3]);
+    }
+    for (int p = 0; p < 3 && status == CLATTN_SUCCESS; ++p) {
+        clattn_tensor src = heads_view(x, num_heads, 3, p);
+        clattn_tensor bias_view = bias ? qkv_bias_view(bias, x, num_heads, p) : src;
+        status = check_copy("x", &src, bias ? &bias_view : NULL, names[p], outs[p], context);
+        for (int o = 0; o < p && status == CLATTN_SUCCESS; ++o)
+            status = clattn__check_no_alias(names[p], outs[p], names[o], outs[o]);
+    }
+    return status;
+}
+
+/* Enqueues the three copies; when the caller wants an event, a marker joins theirs. */
+static int enqueue_qkv(const clattn_tensor *x, const clattn_tensor *bias, int num_heads,
+                       const clattn_tensor *const outs[3], cl_context context, cl_device_id device,
+                       cl_command_queue queue, cl_uint num_wait, const cl_event *wait_list,
+                       cl_event *event) {
+    cl_event parts[3] = {NULL, NULL, NULL};
+    int status = CLATTN_SUCCESS;
+    for (int p = 0; p < 3 && status == CLATTN_SUCCESS; ++p) {
+        clattn_tensor src = heads_view(x, num_heads, 3, p);
+        clattn_tensor bias_view = bias ? qkv_bias_view(bias, x, num_heads, p) : src;
+        status = enqueue_copy(&src, bias ? &bias_view : NULL, outs[p], context, device, queue,
+                              num_wait, wait_list, event ? &parts[p] : NULL);
+    }
+    if (status == CLATTN_SUCCESS && event) {
+        cl_int err = clEnqueueMarkerWithWaitList(queue, 3, parts, event);
+        if (err != CL_SUCCESS) {
+            *event = NULL;
+            status = clattn__cl_fail(err, "clEnqueueMarkerWithWaitList");
+        }
+    }
+    for (int p = 0; p < 3; ++p)
+        if (parts[p]) clReleaseEvent(parts[p]);
+    return status;
+}
+
+int clattn_split_qkv(const clattn_tensor *x, const clattn_tensor *bias, int num_heads,
+                     const clattn_tensor *q, const clattn_tensor *k, const clattn_tensor *v,
+                     cl_command_queue queue, cl_uint num_wait, const cl_event *wait_list,
+                     cl_event *event) {
+    clattn__clear_error();
+    cl_context context = NULL;
+    cl_device_id device = NULL;
+    const clattn_tensor *const outs[3] = {q, k, v};
+    int status = clattn__check_call(queue, num_wait, wait_list, event, &context, &device);
+    if (status == CLATTN_SUCCESS) status = check_qkv(x, bias, num_heads, outs, context);
+    if (status != CLATTN_SUCCESS) return status;
+    return enqueue_qkv(x, bias, num_heads, outs, context, device, queue, num_wait, wait_list,
+                       event);
+}

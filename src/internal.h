@@ -1,0 +1,83 @@
+/* Internal interfaces shared by the library's runtime pieces and op files (not installed). */
+#ifndef CLATTN_INTERNAL_H
+#define CLATTN_INTERNAL_H
+
+#include "clattn.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+
+#if defined(__GNUC__)
+#define CLATTN_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
+#else
+#define CLATTN_PRINTF(fmt, args)
+#endif
+
+/* ---- status.c: failure detail for clattn_last_error() and the log callback ---- */
+
+/* Records `status` with a formatted detail for this thread, sends it to the log callback, and
+ * returns `status`, so that a check reads `return clattn__fail(CLATTN_ERR_..., "...", ...)`. */
+int clattn__fail(int status, const char *fmt, ...) CLATTN_PRINTF(2, 3);
+/* Records an OpenCL error from `what` ("clEnqueueNDRangeKernel"); returns it unchanged. */
+int clattn__cl_fail(cl_int err, const char *what);
+/* Sends a warning to the log callback (status CLATTN_SUCCESS); does not touch the last error. */
+void clattn__warn(const char *fmt, ...) CLATTN_PRINTF(1, 2);
+/* Clears this thread's last error; each public entry point calls it first. */
+void clattn__clear_error(void);
+
+/* ---- tensor.c: the tensor-descriptor validator ---- */
+
+enum {
+    CLATTN__FLOAT_DTYPES = (1u << CLATTN_F32) | (1u << CLATTN_F16) | (1u << CLATTN_BF16),
+};
+
+/* Offset of the last element the view addresses, relative to the buffer start (elements). */
+uint64_t clattn__tensor_last_element(const clattn_tensor *t);
+
+/* Validates one tensor descriptor for a call on `context`:
+ * non-NULL descriptor and buffer, dtype in `dtype_mask`, every dim > 0, every stride >= 0, the
+ * view inside CL_MEM_SIZE, the buffer in `context`. Outputs (`is_output`) must also not overlap
+ * themselves (no stride 0 on a dim > 1, no interleaved dims). `name` is used in the message. */
+int clattn__check_tensor(const char *name, const clattn_tensor *t, cl_context context,
+                         unsigned dtype_mask, bool is_output);
+/* Both tensors have the same shape. */
+int clattn__check_same_shape(const char *name_a, const clattn_tensor *a, const char *name_b,
+                             const clattn_tensor *b);
+/* An output's addressed byte range does not overlap an input's in the same buffer. */
+int clattn__check_no_alias(const char *out_name, const clattn_tensor *out, const char *in_name,
+                           const clattn_tensor *in);
+/* The queue is non-NULL and the wait list is consistent; yields the queue's context and device.
+ * Also sets *event to NULL first (if event is non-NULL), so every failure leaves it NULL. */
+int clattn__check_call(cl_command_queue queue, cl_uint num_wait, const cl_event *wait_list,
+                       cl_event *event, cl_context *context, cl_device_id *device);
+
+/* ---- program.c: the program cache and kernel launch ---- */
+
+/* A kernel ready for arguments, from the cached program of `op_file` ("heads.cl") built with
+ * `options` for `device`. The caller releases the kernel (it is never shared, so setting its
+ * arguments is thread-safe). */
+int clattn__create_kernel(cl_context context, cl_device_id device, const char *op_file,
+                          const char *options, const char *kernel_name, cl_kernel *kernel);
+
+/* clSetKernelArg with the failure recorded. */
+int clattn__set_arg(cl_kernel kernel, cl_uint index, size_t size, const void *value);
+/* An index argument: cl_uint when `wide` is false, cl_ulong otherwise (the kernel's IDX). */
+int clattn__set_idx_arg(cl_kernel kernel, cl_uint index, uint64_t value, bool wide);
+
+/* The largest work-group size this kernel supports on this device (CL_KERNEL_WORK_GROUP_SIZE),
+ * never more than the device's per-dimension limit for dimension 0. */
+int clattn__kernel_max_group(cl_kernel kernel, cl_device_id device, size_t *size);
+
+/* clEnqueueNDRangeKernel with the failure recorded. */
+int clattn__enqueue(cl_command_queue queue, cl_kernel kernel, cl_uint dims, const size_t *global,
+                    const size_t *local, cl_uint num_wait, const cl_event *wait_list,
+                    cl_event *event);
+
+/* ---- small helpers ---- */
+
+/* Smallest power of two >= n (n >= 1), capped at `cap`. */
+size_t clattn__pow2_at_least(size_t n, size_t cap);
+/* n rounded up to a multiple of m (m > 0). */
+size_t clattn__round_up(size_t n, size_t m);
+
+#endif

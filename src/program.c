@@ -1,0 +1,303 @@
+/*
+ * Kernel sources and the program cache.
+ *
+ * A program is the text of common.cl plus one op file, built for one device with one options
+ * string. Builds are lazy and cached per (context, device, source hash, options). The lock guards
+ * only the table: a build runs unlocked, so two threads that miss at once may both build; the
+ * second to finish keeps the first's program and drops its own.
+ */
+#include "internal.h"
+#include "sources.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- sources ---- */
+
+static int read_file(const char *dir, const char *name, char **text, long *length) {
+    size_t path_len = strlen(dir) + strlen(name) + 2;
+    char *path = malloc(path_len);
+    if (!path) return clattn__fail(CLATTN_ERR_OUT_OF_HOST_MEMORY, "no memory for a path");
+    snprintf(path, path_len, "%s/%s", dir, name);
+    FILE *f = fopen(path, "rb");
+    long n = -1;
+    char *data = NULL;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0) {
+        data = malloc((size_t)n + 1);
+        if (data && fread(data, 1, (size_t)n, f) != (size_t)n) {
+            free(data);
+            data = NULL;
+        }
+    }
+    if (f) fclose(f);
+    if (!data) {
+        int status = clattn__fail(CLATTN_ERR_KERNEL_SOURCE,
+                                  "cannot read kernel source %s (CLATTN_KERNEL_DIR)", path);
+        free(path);
+        return status;
+    }
+    free(path);
+    data[n] = '\0';
+    *text = data;
+    *length = n;
+    return CLATTN_SUCCESS;
+}
+
+/* One source file's text: from CLATTN_KERNEL_DIR when set (malloc'ed, *owned = true), else the
+ * embedded copy. */
+static int load_source(const char *name, const char **text, long *length, bool *owned) {
+    const char *dir = getenv("CLATTN_KERNEL_DIR");
+    if (dir && *dir) {
+        char *data = NULL;
+        int status = read_file(dir, name, &data, length);
+        *text = data;
+        *owned = true;
+        return status;
+    }
+    for (size_t i = 0; i < clattn__embedded_source_count; ++i)
+        if (strcmp(clattn__embedded_sources[i].name, name) == 0) {
+            *text = clattn__embedded_sources[i].text;
+            *length = clattn__embedded_sources[i].length;
+            *owned = false;
+            return CLATTN_SUCCESS;
+        }
+    return clattn__fail(CLATTN_ERR_KERNEL_SOURCE, "no embedded kernel source named %s", name);
+}
+
+int clattn__program_source(const char *op_file, char **text) {
+    const char *names[2] = {"common.cl", op_file};
+    const char *parts[2] = {NULL, NULL};
+    long lengths[2] = {0, 0};
+    bool owned[2] = {false, false};
+    int status = CLATTN_SUCCESS;
+    for (int i = 0; i < 2 && status == CLATTN_SUCCESS; ++i)
+        status = load_source(names[i], &parts[i], &lengths[i], &owned[i]);
+    if (status == CLATTN_SUCCESS) {
+        size_t capacity = (size_t)(lengths[0] + lengths[1]) + 256;
+        char *out = malloc(capacity);
+        if (out)
+            snprintf(out, capacity, "#line 1 \"cl/%s\"\n%s\n#line 1 \"cl/%s\"\n%s\n", names[0],
+                     parts[0], names[1], parts[1]);
+        else
+            status = clattn__fail(CLATTN_ERR_OUT_OF_HOST_MEMORY, "no memory for kernel source");
+        *text = out;
+    }
+    for (int i = 0; i < 2; ++i)
+        if (owned[i]) free((char *)parts[i]);
+    return status;
+}
+
+/* ---- the cache ---- */
+
+typedef struct cache_entry {
+    struct cache_entry *next;
+    cl_context context;
+    cl_device_id device;
+    uint64_t source_hash;
+    char *options;
+    cl_program program;
+} cache_entry;
+
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static cache_entry *cache_head;
+static size_t cache_builds, cache_hits;
+
+/* FNV-1a, 64 bit: the key needs only to tell edited sources apart. */
+static uint64_t hash_text(const char *text) {
+    uint64_t h = 1469598103934665603ull;
+    for (const unsigned char *p = (const unsigned char *)text; *p; ++p) h = (h ^ *p) * 1099511628211ull;
+    return h;
+}
+
+/* Caller holds cache_lock. Returns a retained program or NULL. */
+static cl_program cache_find(cl_context context, cl_device_id device, uint64_t hash,
+                             const char *options) {
+    for (cache_entry *e = cache_head; e; e = e->next)
+        if (e->context == context && e->device == device && e->source_hash == hash &&
+            strcmp(e->options, options) == 0) {
+            clRetainProgram(e->program);
+            return e->program;
+        }
+    return NULL;
+}
+
+static int build_log_failure(cl_program program, cl_device_id device, const char *options,
+                             const char *op_file) {
+    size_t size = 0;
+    clGetProgramBuildInfo(program, device, CL_PROGRAM_BUILD_LOG, 0, NULL, &size);
+    char *log = malloc(size + 1);
+    if (log) {
+        log[0] = '\0';
+        clGetProgramBuildInfo(program, device, CL_PROGRAM_BUILD_LOG, size, log, NULL);
+        log[size] = '\0';
+    }
+    int status = clattn__fail(CLATTN_ERR_BUILD_FAILED, "building cl/%s with options \"%s\" failed:\n%s",
+                              op_file, options, log ? log : "(no memory for the build log)");
+    free(log);
+    return status;
+}
+
+static int build_program(cl_context context, cl_device_id device, const char *text,
+                         const char *options, const char *op_file, cl_program *out) {
+    cl_int err;
+    cl_program program = clCreateProgramWithSource(context, 1, &text, NULL, &err);
+    if (err != CL_SUCCESS) return clattn__cl_fail(err, "clCreateProgramWithSource");
+    err = clBuildProgram(program, 1, &device, options, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        int status = err == CL_BUILD_PROGRAM_FAILURE
+                         ? build_log_failure(program, device, options, op_file)
+                         : clattn__cl_fail(err, "clBuildProgram");
+        clReleaseProgram(program);
+        return status;
+    }
+    *out = program;
+    return CLATTN_SUCCESS;
+}
+
+/* Adds a freshly built program (the cache takes the caller's reference) unless another thread
+ * got there first; returns the program to use, retained for the caller. */
+static cl_program cache_insert(cl_context context, cl_device_id device, uint64_t hash,
+                               const char *options, cl_program built) {
+    pthread_mutex_lock(&cache_lock);
+    cl_program existing = cache_find(context, device, hash, options);
+    cache_entry *e = existing ? NULL : calloc(1, sizeof *e);
+    char *options_copy = e ? malloc(strlen(options) + 1) : NULL;
+    if (e && options_copy) {
+        strcpy(options_copy, options);
+        *e = (cache_entry){cache_head, context, device, hash, options_copy, built};
+        cache_head = e;
+        ++cache_builds;
+        clRetainProgram(built);
+    } else {
+        free(e); /* already cached, or out of memory: use the program uncached */
+    }
+    pthread_mutex_unlock(&cache_lock);
+    if (existing) {
+        clReleaseProgram(built);
+        return existing;
+    }
+    return built;
+}
+
+/* The cache key of an op file's source. Embedded sources never change within a process, so
+ * their key is the file name and the text is assembled only on a miss; sources read from
+ * CLATTN_KERNEL_DIR are hashed on every call, so an edit is picked up without a restart. */
+static int source_key(const char *op_file, char **text, uint64_t *hash) {
+    const char *dir = getenv("CLATTN_KERNEL_DIR");
+    *text = NULL;
+    if (!(dir && *dir)) {
+        *hash = hash_text(op_file) ^ 0x656d626564646564ull; /* "embedded" */
+        return CLATTN_SUCCESS;
+    }
+    int status = clattn__program_source(op_file, text);
+    if (status == CLATTN_SUCCESS) *hash = hash_text(*text);
+    return status;
+}
+
+static int get_program(cl_context context, cl_device_id device, const char *op_file,
+                       const char *options, cl_program *out) {
+    char *text = NULL;
+    uint64_t hash = 0;
+    int status = source_key(op_file, &text, &hash);
+    if (status != CLATTN_SUCCESS) return status;
+
+    pthread_mutex_lock(&cache_lock);
+    cl_program program = cache_find(context, device, hash, options);
+    if (program) ++cache_hits;
+    pthread_mutex_unlock(&cache_lock);
+
+    if (!program && !text) status = clattn__program_source(op_file, &text);
+    if (!program && status == CLATTN_SUCCESS) {
+        status = build_program(context, device, text, options, op_file, &program);
+        if (status == CLATTN_SUCCESS)
+            program = cache_insert(context, device, hash, options, program);
+    }
+    free(text);
+    *out = program;
+    return status;
+}
+
+void clattn_cache_clear(cl_context context) {
+    pthread_mutex_lock(&cache_lock);
+    cache_entry **link = &cache_head;
+    while (*link) {
+        cache_entry *e = *link;
+        if (!context || e->context == context) {
+            *link = e->next;
+            clReleaseProgram(e->program);
+            free(e->options);
+            free(e);
+        } else {
+            link = &e->next;
+        }
+    }
+    pthread_mutex_unlock(&cache_lock);
+}
+
+void clattn_cache_stats(size_t *programs, size_t *builds, size_t *hits) {
+    pthread_mutex_lock(&cache_lock);
+    size_t count = 0;
+    for (cache_entry *e = cache_head; e; e = e->next) ++count;
+    if (programs) *programs = count;
+    if (builds) *builds = cache_builds;
+    if (hits) *hits = cache_hits;
+    pthread_mutex_unlock(&cache_lock);
+}
+
+/* ---- kernels ---- */
+
+int clattn__create_kernel(cl_context context, cl_device_id device, const char *op_file,
+                          const char *options, const char *kernel_name, cl_kernel *kernel) {
+    cl_program program = NULL;
+    int status = get_program(context, device, op_file, options, &program);
+    if (status != CLATTN_SUCCESS) return status;
+    cl_int err;
+    *kernel = clCreateKernel(program, kernel_name, &err);
+    clReleaseProgram(program); /* the kernel holds its own reference */
+    if (err != CL_SUCCESS)
+        return clattn__fail(err, "clCreateKernel(%s) in cl/%s failed: %s", kernel_name, op_file,
+                            clattn_status_name(err));
+    return CLATTN_SUCCESS;
+}
+
+int clattn__set_arg(cl_kernel kernel, cl_uint index, size_t size, const void *value) {
+    cl_int err = clSetKernelArg(kernel, index, size, value);
+    if (err != CL_SUCCESS)
+        return clattn__fail(err, "clSetKernelArg(%u) failed: %s", index, clattn_status_name(err));
+    return CLATTN_SUCCESS;
+}
+
+int clattn__set_idx_arg(cl_kernel kernel, cl_uint index, uint64_t value, bool wide) {
+    if (wide) {
+        cl_ulong v = value;
+        return clattn__set_arg(kernel, index, sizeof v, &v);
+    }
+    cl_uint v = (cl_uint)value;
+    return clattn__set_arg(kernel, index, sizeof v, &v);
+}
+
+int clattn__kernel_max_group(cl_kernel kernel, cl_device_id device, size_t *size) {
+    size_t wg = 0, dims[3] = {0, 0, 0};
+    cl_int err = clGetKernelWorkGroupInfo(kernel, device, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg,
+                                          NULL);
+    if (err == CL_SUCCESS)
+        err = clGetDeviceInfo(device, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof dims, dims, NULL);
+    if (err != CL_SUCCESS) return clattn__cl_fail(err, "querying the kernel's work-group size");
+    *size = wg < dims[0] ? wg : dims[0];
+    if (*size == 0) *size = 1;
+    return CLATTN_SUCCESS;
+}
+
+int clattn__enqueue(cl_command_queue queue, cl_kernel kernel, cl_uint dims, const size_t *global,
+                    const size_t *local, cl_uint num_wait, const cl_event *wait_list,
+                    cl_event *event) {
+    cl_int err = clEnqueueNDRangeKernel(queue, kernel, dims, NULL, global, local, num_wait,
+                                        wait_list, event);
+    if (err != CL_SUCCESS) {
+        if (event) *event = NULL;
+        return clattn__cl_fail(err, "clEnqueueNDRangeKernel");
+    }
+    return CLATTN_SUCCESS;
+}

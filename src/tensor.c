@@ -1,0 +1,201 @@
+/* Tensor descriptors: constructors and the validator every op runs before its first enqueue. */
+#include "internal.h"
+
+#include <stdlib.h>
+
+size_t clattn_dtype_size(clattn_dtype dtype) {
+    switch (dtype) {
+    case CLATTN_F32: return 4;
+    case CLATTN_F16: return 2;
+    case CLATTN_BF16: return 2;
+    case CLATTN_I32: return 4;
+    case CLATTN_U8: return 1;
+    }
+    return 0;
+}
+
+const char *clattn_dtype_name(clattn_dtype dtype) {
+    switch (dtype) {
+    case CLATTN_F32: return "f32";
+    case CLATTN_F16: return "f16";
+    case CLATTN_BF16: return "bf16";
+    case CLATTN_I32: return "i32";
+    case CLATTN_U8: return "u8";
+    }
+    return "?";
+}
+
+clattn_tensor clattn_tensor_4d(cl_mem buffer, clattn_dtype dtype, int64_t d0, int64_t d1,
+                               int64_t d2, int64_t d3) {
+    clattn_tensor t = {buffer, 0, dtype, {d0, d1, d2, d3}, {d1 * d2 * d3, d2 * d3, d3, 1}};
+    return t;
+}
+
+clattn_tensor clattn_tensor_permute(clattn_tensor t, const int perm[4]) {
+    if (!perm) return t;
+    int seen = 0;
+    for (int i = 0; i < 4; ++i) {
+        if (perm[i] < 0 || perm[i] > 3 || (seen & (1 << perm[i]))) return t;
+        seen |= 1 << perm[i];
+    }
+    clattn_tensor out = t;
+    for (int i = 0; i < 4; ++i) {
+        out.shape[i] = t.shape[perm[i]];
+        out.strides[i] = t.strides[perm[i]];
+    }
+    return out;
+}
+
+int64_t clattn_tensor_numel(const clattn_tensor *t) {
+    if (!t) return 0;
+    return t->shape[0] * t->shape[1] * t->shape[2] * t->shape[3];
+}
+
+uint64_t clattn__tensor_last_element(const clattn_tensor *t) {
+    uint64_t last = t->offset;
+    for (int i = 0; i < 4; ++i) last += (uint64_t)(t->shape[i] - 1) * (uint64_t)t->strides[i];
+    return last;
+}
+
+/* Dims larger than 1, sorted by stride: an output view is one-to-one exactly when each such dim
+ * steps over everything the smaller-stride dims span (the dims nest, none interleave). */
+static bool view_overlaps_itself(const clattn_tensor *t) {
+    int dims[4], count = 0;
+    for (int i = 0; i < 4; ++i)
+        if (t->shape[i] > 1) dims[count++] = i;
+    for (int a = 1; a < count; ++a)
+        for (int b = a; b > 0 && t->strides[dims[b]] < t->strides[dims[b - 1]]; --b) {
+            int swap = dims[b];
+            dims[b] = dims[b - 1];
+            dims[b - 1] = swap;
+        }
+    uint64_t span = 1; /* elements covered by the dims with smaller strides */
+    for (int i = 0; i < count; ++i) {
+        int d = dims[i];
+        if ((uint64_t)t->strides[d] < span) return true;
+        span = (uint64_t)t->strides[d] * (uint64_t)(t->shape[d] - 1) + span;
+    }
+    return false;
+}
+
+/* Largest dim and stride accepted: keeps every offset computation inside 63 bits. */
+#define CLATTN_MAX_EXTENT ((int64_t)1 << 40)
+
+static int check_dims(const char *name, const clattn_tensor *t) {
+    for (int i = 0; i < 4; ++i) {
+        if (t->shape[i] <= 0)
+            return clattn__fail(CLATTN_ERR_INVALID_SHAPE, "%s: shape[%d] = %lld, must be > 0", name,
+                                i, (long long)t->shape[i]);
+        if (t->shape[i] > CLATTN_MAX_EXTENT)
+            return clattn__fail(CLATTN_ERR_DEVICE_LIMIT, "%s: shape[%d] = %lld is too large", name,
+                                i, (long long)t->shape[i]);
+    }
+    for (int i = 0; i < 4; ++i) {
+        if (t->strides[i] < 0)
+            return clattn__fail(CLATTN_ERR_INVALID_STRIDES,
+                                "%s: strides[%d] = %lld, negative strides are not supported", name,
+                                i, (long long)t->strides[i]);
+        if (t->strides[i] > CLATTN_MAX_EXTENT)
+            return clattn__fail(CLATTN_ERR_DEVICE_LIMIT, "%s: strides[%d] = %lld is too large",
+                                name, i, (long long)t->strides[i]);
+    }
+    return CLATTN_SUCCESS;
+}
+
+static int check_buffer(const char *name, const clattn_tensor *t, cl_context context) {
+    size_t bytes = 0;
+    cl_context owner = NULL;
+    cl_int err = clGetMemObjectInfo(t->buffer, CL_MEM_SIZE, sizeof bytes, &bytes, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetMemObjectInfo(t->buffer, CL_MEM_CONTEXT, sizeof owner, &owner, NULL);
+    if (err != CL_SUCCESS)
+        return clattn__fail(err, "%s: the buffer is not a valid cl_mem (%s)", name,
+                            clattn_status_name(err));
+    if (context && owner != context)
+        return clattn__fail(CLATTN_ERR_CONTEXT_MISMATCH,
+                            "%s: the buffer belongs to another context than the queue", name);
+    uint64_t elements = bytes / clattn_dtype_size(t->dtype);
+    uint64_t last = clattn__tensor_last_element(t);
+    if (last >= elements)
+        return clattn__fail(CLATTN_ERR_BUFFER_TOO_SMALL,
+                            "%s: the view reaches element %llu (offset %llu) but the buffer holds "
+                            "%llu %s elements (%zu bytes)",
+                            name, (unsigned long long)last, (unsigned long long)t->offset,
+                            (unsigned long long)elements, clattn_dtype_name(t->dtype), bytes);
+    return CLATTN_SUCCESS;
+}
+
+int clattn__check_tensor(const char *name, const clattn_tensor *t, cl_context context,
+                         unsigned dtype_mask, bool is_output) {
+    if (!t) return clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "%s: the tensor pointer is NULL", name);
+    if (!t->buffer) return clattn__fail(CLATTN_ERR_NULL_TENSOR, "%s: the buffer is NULL", name);
+    if ((unsigned)t->dtype > CLATTN_U8 || !(dtype_mask & (1u << t->dtype)))
+        return clattn__fail(CLATTN_ERR_UNSUPPORTED_DTYPE, "%s: dtype %s (%d) is not accepted here",
+                            name, clattn_dtype_name(t->dtype), (int)t->dtype);
+    int status = check_dims(name, t);
+    if (status != CLATTN_SUCCESS) return status;
+    if (is_output && view_overlaps_itself(t))
+        return clattn__fail(CLATTN_ERR_INVALID_STRIDES,
+                            "%s: an output view must not overlap itself (strides %lld,%lld,%lld,%lld "
+                            "for shape %lld,%lld,%lld,%lld)",
+                            name, (long long)t->strides[0], (long long)t->strides[1],
+                            (long long)t->strides[2], (long long)t->strides[3],
+                            (long long)t->shape[0], (long long)t->shape[1], (long long)t->shape[2],
+                            (long long)t->shape[3]);
+    return check_buffer(name, t, context);
+}
+
+int clattn__check_same_shape(const char *name_a, const clattn_tensor *a, const char *name_b,
+                             const clattn_tensor *b) {
+    for (int i = 0; i < 4; ++i)
+        if (a->shape[i] != b->shape[i])
+            return clattn__fail(
+                CLATTN_ERR_SHAPE_MISMATCH, "%s has shape [%lld,%lld,%lld,%lld] but %s has [%lld,%lld,%lld,%lld]",
+                name_a, (long long)a->shape[0], (long long)a->shape[1], (long long)a->shape[2],
+                (long long)a->shape[3], name_b, (long long)b->shape[0], (long long)b->shape[1],
+                (long long)b->shape[2], (long long)b->shape[3]);
+    return CLATTN_SUCCESS;
+}
+
+int clattn__check_no_alias(const char *out_name, const clattn_tensor *out, const char *in_name,
+                           const clattn_tensor *in) {
+    if (!in || !out || in->buffer != out->buffer) return CLATTN_SUCCESS;
+    uint64_t out_lo = out->offset * clattn_dtype_size(out->dtype);
+    uint64_t out_hi = (clattn__tensor_last_element(out) + 1) * clattn_dtype_size(out->dtype);
+    uint64_t in_lo = in->offset * clattn_dtype_size(in->dtype);
+    uint64_t in_hi = (clattn__tensor_last_element(in) + 1) * clattn_dtype_size(in->dtype);
+    if (out_lo < in_hi && in_lo < out_hi)
+        return clattn__fail(CLATTN_ERR_ALIASING,
+                            "%s (bytes %llu..%llu) overlaps %s (bytes %llu..%llu) in the same buffer",
+                            out_name, (unsigned long long)out_lo, (unsigned long long)out_hi,
+                            in_name, (unsigned long long)in_lo, (unsigned long long)in_hi);
+    return CLATTN_SUCCESS;
+}
+
+int clattn__check_call(cl_command_queue queue, cl_uint num_wait, const cl_event *wait_list,
+                       cl_event *event, cl_context *context, cl_device_id *device) {
+    if (event) *event = NULL;
+    if ((num_wait > 0) != (wait_list != NULL))
+        return clattn__fail(CL_INVALID_EVENT_WAIT_LIST,
+                            "num_wait = %u does not match wait_list %s", num_wait,
+                            wait_list ? "(non-NULL)" : "(NULL)");
+    for (cl_uint i = 0; i < num_wait; ++i)
+        if (!wait_list[i])
+            return clattn__fail(CL_INVALID_EVENT_WAIT_LIST, "wait_list[%u] is NULL", i);
+    if (!queue) return clattn__fail(CL_INVALID_COMMAND_QUEUE, "queue is NULL");
+    cl_int err = clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof *context, context, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof *device, device, NULL);
+    if (err != CL_SUCCESS) return clattn__cl_fail(err, "clGetCommandQueueInfo(queue)");
+    return CLATTN_SUCCESS;
+}
+
+size_t clattn__pow2_at_least(size_t n, size_t cap) {
+    size_t p = 1;
+    while (p < n && p < cap) p <<= 1;
+    return p < cap ? p : cap;
+}
+
+size_t clattn__round_up(size_t n, size_t m) {
+    return (n + m - 1) / m * m;
+}

@@ -1,0 +1,111 @@
+/* The test runner: runs every suite (or those whose "suite.test" name contains argv[1]) on the
+ * device CLATTN_DEVICE selects, and ends with the line `N passed, N failed, N skipped`. */
+#include "harness.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+extern const test_suite status_suite, tensor_suite, device_suite, cache_suite, heads_suite;
+static const test_suite *const suites[] = {&status_suite, &tensor_suite, &device_suite,
+                                           &cache_suite, &heads_suite};
+
+void test_fail_at(test_ctx *t, const char *file, int line, const char *fmt, ...) {
+    int n = snprintf(t->message, sizeof t->message, "%s:%d: ", file, line);
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(t->message + n, sizeof t->message - (size_t)n, fmt, args);
+    va_end(args);
+    t->failed = true;
+}
+
+void test_skip(test_ctx *t, const char *why) {
+    snprintf(t->message, sizeof t->message, "%s", why);
+    t->skipped = true;
+}
+
+uint64_t test_rand_u64(uint64_t *state) {
+    uint64_t x = *state;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *state = x;
+    return x * 0x2545F4914F6CDD1Dull;
+}
+
+float test_rand_uniform(uint64_t *state, float lo, float hi) {
+    double u = (double)(test_rand_u64(state) >> 11) / 9007199254740992.0;
+    return (float)(lo + (hi - lo) * u);
+}
+
+cl_mem test_buffer(test_ctx *t, size_t bytes) {
+    cl_int err;
+    cl_mem m = clCreateBuffer(clattn_env_context(t->env), CL_MEM_READ_WRITE, bytes, NULL, &err);
+    if (err != CL_SUCCESS) test_fail_at(t, __FILE__, __LINE__, "clCreateBuffer(%zu): %d", bytes, err);
+    return err == CL_SUCCESS ? m : NULL;
+}
+
+bool test_write(test_ctx *t, cl_mem buffer, const void *host, size_t bytes) {
+    cl_int err = clEnqueueWriteBuffer(clattn_env_queue(t->env), buffer, CL_TRUE, 0, bytes, host, 0,
+                                      NULL, NULL);
+    if (err != CL_SUCCESS) test_fail_at(t, __FILE__, __LINE__, "clEnqueueWriteBuffer: %d", err);
+    return err == CL_SUCCESS;
+}
+
+bool test_read(test_ctx *t, cl_mem buffer, void *host, size_t bytes) {
+    cl_int err = clEnqueueReadBuffer(clattn_env_queue(t->env), buffer, CL_TRUE, 0, bytes, host, 0,
+                                     NULL, NULL);
+    if (err != CL_SUCCESS) test_fail_at(t, __FILE__, __LINE__, "clEnqueueReadBuffer: %d", err);
+    return err == CL_SUCCESS;
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+int main(int argc, char **argv) {
+    const char *filter = argc > 1 ? argv[1] : NULL;
+    int passed = 0, failed = 0, skipped = 0;
+    clattn_env *env = NULL;
+    int status = clattn_env_create(NULL, &env);
+    if (status != CLATTN_SUCCESS) {
+        /* No device is a failure, not a pass: CI must run on a real OpenCL implementation. */
+        printf("FAIL setup: no device (%s): %s\n", clattn_status_name(status), clattn_last_error());
+        printf("0 passed, 1 failed, 0 skipped\n");
+        return 1;
+    }
+    const clattn_device_desc *desc = clattn_env_device_desc(env);
+    printf("device: %s / %s (%s, driver %s)\n", desc->platform_name, desc->name, desc->version,
+           desc->driver);
+    fflush(stdout);
+    for (size_t s = 0; s < sizeof suites / sizeof suites[0]; ++s) {
+        for (size_t i = 0; i < suites[s]->count; ++i) {
+            char full[256];
+            snprintf(full, sizeof full, "%s.%s", suites[s]->name, suites[s]->cases[i].name);
+            if (filter && !strstr(full, filter)) continue;
+            test_ctx t = {env, false, false, ""};
+            double start = now_ms();
+            suites[s]->cases[i].fn(&t);
+            double ms = now_ms() - start;
+            if (t.failed) {
+                ++failed;
+                printf("FAIL %s (%.0f ms): %s\n", full, ms, t.message);
+            } else if (t.skipped) {
+                ++skipped;
+                printf("skip %s: %s\n", full, t.message);
+            } else {
+                ++passed;
+                printf("ok   %s (%.0f ms)\n", full, ms);
+            }
+            fflush(stdout);
+        }
+    }
+    clattn_env_release(env);
+    clattn_cache_clear(NULL);
+    printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    return failed ? 1 : 0;
+}

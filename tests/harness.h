@@ -1,0 +1,70 @@
+/* The test runner's small harness: registration, checks, and a shared device environment. */
+#ifndef CLATTN_TEST_HARNESS_H
+#define CLATTN_TEST_HARNESS_H
+
+#include "clattn.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct test_ctx {
+    clattn_env *env; /* the device under test (CLATTN_DEVICE) */
+    bool failed, skipped;
+    char message[2048];
+} test_ctx;
+
+typedef void (*test_fn)(test_ctx *t);
+typedef struct test_case {
+    const char *name;
+    test_fn fn;
+} test_case;
+
+/* Each test file defines one suite: `const test_suite heads_suite = {"heads", cases, n};` */
+typedef struct test_suite {
+    const char *name;
+    const test_case *cases;
+    size_t count;
+} test_suite;
+
+#define SUITE(var, label, cases)                                                                   \
+    const test_suite var = {label, cases, sizeof cases / sizeof cases[0]}
+
+void test_fail_at(test_ctx *t, const char *file, int line, const char *fmt, ...);
+void test_skip(test_ctx *t, const char *why);
+
+/* Fails the test with a message and returns from the test function. */
+#define CHECK(t, cond, ...)                                                                        \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            test_fail_at((t), __FILE__, __LINE__, __VA_ARGS__);                                    \
+            return;                                                                                \
+        }                                                                                          \
+    } while (0)
+
+/* A clattn/OpenCL call that must succeed; the message carries the status and last error. */
+#define CHECK_OK(t, expr)                                                                          \
+    do {                                                                                           \
+        int check_ok_status_ = (expr);                                                             \
+        CHECK((t), check_ok_status_ == CLATTN_SUCCESS, "%s -> %s: %s", #expr,                      \
+              clattn_status_name(check_ok_status_), clattn_last_error());                          \
+    } while (0)
+
+/* A call that must fail with `expected`. */
+#define CHECK_STATUS(t, expr, expected)                                                            \
+    do {                                                                                           \
+        int check_status_ = (expr);                                                                \
+        CHECK((t), check_status_ == (expected), "%s -> %s, expected %s (%s)", #expr,               \
+              clattn_status_name(check_status_), clattn_status_name(expected),                    \
+              clattn_last_error());                                                                \
+    } while (0)
+
+/* Deterministic random numbers for test data (xorshift64*). */
+uint64_t test_rand_u64(uint64_t *state);
+float test_rand_uniform(uint64_t *state, float lo, float hi);
+
+/* Device buffer helpers on the test env. */
+cl_mem test_buffer(test_ctx *t, size_t bytes);
+bool test_write(test_ctx *t, cl_mem buffer, const void *host, size_t bytes);
+bool test_read(test_ctx *t, cl_mem buffer, void *host, size_t bytes);
+
+#endif

@@ -1,0 +1,119 @@
+#include "ref.h"
+
+#include <math.h>
+#include <string.h>
+
+static uint32_t bits_of(float f) {
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    return x;
+}
+
+static float float_of(uint32_t x) {
+    float f;
+    memcpy(&f, &x, sizeof f);
+    return f;
+}
+
+/* Drops the low `shift` bits of `value`, rounding to nearest, ties to even. */
+static uint32_t round_shift(uint32_t value, int shift) {
+    uint32_t kept = value >> shift;
+    uint32_t rest = value & ((1u << shift) - 1);
+    uint32_t half = 1u << (shift - 1);
+    if (rest > half || (rest == half && (kept & 1u))) ++kept;
+    return kept;
+}
+
+uint16_t ref_f32_to_f16(float f) {
+    uint32_t x = bits_of(f);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    int exponent = (int)((x >> 23) & 0xffu);
+    uint32_t mantissa = x & 0x7fffffu;
+    if (exponent == 0xff) /* Inf, or NaN made quiet */
+        return sign | 0x7c00u | (mantissa ? 0x200u | (uint16_t)(mantissa >> 13) : 0u);
+    int e = exponent - 127 + 15;
+    if (e >= 31) return sign | 0x7c00u; /* >= 2^16 overflows whatever the rounding */
+    if (e <= 0) {                       /* half subnormal, or zero */
+        if (e < -10) return sign;       /* below half the smallest subnormal */
+        return sign | (uint16_t)round_shift(mantissa | 0x800000u, 14 - e);
+    }
+    /* A carry out of the mantissa correctly bumps the exponent (up to Inf at 65520). */
+    return sign | (uint16_t)round_shift(((uint32_t)e << 23) | mantissa, 13);
+}
+
+float ref_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exponent = (h >> 10) & 0x1fu;
+    uint32_t mantissa = h & 0x3ffu;
+    if (exponent == 0) {
+        float magnitude = ldexpf((float)mantissa, -24);
+        return sign ? -magnitude : magnitude;
+    }
+    if (exponent == 31) return float_of(sign | 0x7f800000u | (mantissa << 13));
+    return float_of(sign | ((exponent - 15 + 127) << 23) | (mantissa << 13));
+}
+
+uint16_t ref_f32_to_bf16(float f) {
+    uint32_t x = bits_of(f);
+    if (isnan(f)) return (uint16_t)((x >> 16) | 0x40u);
+    return (uint16_t)round_shift(x, 16);
+}
+
+float ref_bf16_to_f32(uint16_t h) {
+    return float_of((uint32_t)h << 16);
+}
+
+float ref_load(const void *base, clattn_dtype dtype, uint64_t index) {
+    switch (dtype) {
+    case CLATTN_F16: return ref_f16_to_f32(((const uint16_t *)base)[index]);
+    case CLATTN_BF16: return ref_bf16_to_f32(((const uint16_t *)base)[index]);
+    default: return ((const float *)base)[index];
+    }
+}
+
+void ref_store(void *base, clattn_dtype dtype, uint64_t index, float v) {
+    switch (dtype) {
+    case CLATTN_F16: ((uint16_t *)base)[index] = ref_f32_to_f16(v); break;
+    case CLATTN_BF16: ((uint16_t *)base)[index] = ref_f32_to_bf16(v); break;
+    default: ((float *)base)[index] = v; break;
+    }
+}
+
+static bool element_is_nan(const void *base, clattn_dtype dtype, uint64_t index) {
+    return isnan(ref_load(base, dtype, index));
+}
+
+bool ref_same_element(const void *a, const void *b, clattn_dtype dtype, uint64_t index,
+                      bool nan_equal) {
+    size_t size = clattn_dtype_size(dtype);
+    if (memcmp((const char *)a + index * size, (const char *)b + index * size, size) == 0)
+        return true;
+    return nan_equal && element_is_nan(a, dtype, index) && element_is_nan(b, dtype, index);
+}
+
+static uint64_t element_at(const clattn_tensor *t, const int64_t i[4]) {
+    uint64_t at = t->offset;
+    for (int d = 0; d < 4; ++d) at += (uint64_t)(i[d] * t->strides[d]);
+    return at;
+}
+
+void ref_copy(const void *src, const clattn_tensor *src_view, const void *bias,
+              const clattn_tensor *bias_view, void *dst, const clattn_tensor *dst_view) {
+    /* Same dtype and no bias: the library moves bits, so the reference does too. */
+    bool raw = !bias && src_view->dtype == dst_view->dtype;
+    size_t size = clattn_dtype_size(dst_view->dtype);
+    int64_t i[4];
+    for (i[0] = 0; i[0] < dst_view->shape[0]; ++i[0])
+        for (i[1] = 0; i[1] < dst_view->shape[1]; ++i[1])
+            for (i[2] = 0; i[2] < dst_view->shape[2]; ++i[2])
+                for (i[3] = 0; i[3] < dst_view->shape[3]; ++i[3]) {
+                    uint64_t s = element_at(src_view, i), d = element_at(dst_view, i);
+                    if (raw) {
+                        memcpy((char *)dst + d * size, (const char *)src + s * size, size);
+                        continue;
+                    }
+                    float v = ref_load(src, src_view->dtype, s);
+                    if (bias) v += ref_load(bias, bias_view->dtype, element_at(bias_view, i));
+                    ref_store(dst, dst_view->dtype, d, v);
+                }
+}

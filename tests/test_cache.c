@@ -1,0 +1,218 @@
+/* The program cache and kernel sources (src/program.c): hits, keys, clearing, build failures
+ * with their logs, CLATTN_KERNEL_DIR, and concurrent use from several threads. */
+#include "harness.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* One small f32 -> dst_dtype copy on `queue`; returns its status. */
+static int small_copy(test_ctx *t, cl_command_queue queue, clattn_dtype dst_dtype) {
+    cl_int err;
+    cl_mem a = clCreateBuffer(clattn_env_context(t->env), CL_MEM_READ_WRITE, 256, NULL, &err);
+    cl_mem b = clCreateBuffer(clattn_env_context(t->env), CL_MEM_READ_WRITE, 256, NULL, &err);
+    clattn_tensor src = clattn_tensor_4d(a, CLATTN_F32, 1, 1, 4, 16);
+    clattn_tensor dst = clattn_tensor_4d(b, dst_dtype, 1, 1, 4, 16);
+    int status = clattn_copy(&src, NULL, &dst, queue, 0, NULL, NULL);
+    clFinish(queue);
+    clReleaseMemObject(a);
+    clReleaseMemObject(b);
+    return status;
+}
+
+static void a_second_call_hits_and_options_are_keys(test_ctx *t) {
+    clattn_cache_clear(NULL);
+    size_t programs, builds0, builds1, builds2, hits0, hits1;
+    cl_command_queue q = clattn_env_queue(t->env);
+    CHECK_OK(t, small_copy(t, q, CLATTN_F16));
+    clattn_cache_stats(&programs, &builds0, &hits0);
+    CHECK(t, programs == 1, "%zu programs after one op", programs);
+    CHECK_OK(t, small_copy(t, q, CLATTN_F16));
+    clattn_cache_stats(&programs, &builds1, &hits1);
+    CHECK(t, programs == 1 && builds1 == builds0 && hits1 == hits0 + 1,
+          "a repeat built again: programs %zu builds %zu->%zu hits %zu->%zu", programs, builds0,
+          builds1, hits0, hits1);
+    CHECK_OK(t, small_copy(t, q, CLATTN_BF16)); /* other options: another program */
+    clattn_cache_stats(&programs, &builds2, NULL);
+    CHECK(t, programs == 2 && builds2 == builds1 + 1, "programs %zu builds %zu", programs, builds2);
+}
+
+static void clearing_one_context_keeps_the_others(test_ctx *t) {
+    clattn_cache_clear(NULL);
+    cl_device_id device = clattn_env_device(t->env);
+    cl_int err;
+    cl_context other = clCreateContext(NULL, 1, &device, NULL, NULL, &err);
+    CHECK(t, err == CL_SUCCESS, "clCreateContext: %d", err);
+    cl_command_queue other_queue = clCreateCommandQueue(other, device, 0, &err);
+    cl_mem a = clCreateBuffer(other, CL_MEM_READ_WRITE, 256, NULL, &err);
+    clattn_tensor v = clattn_tensor_4d(a, CLATTN_F32, 1, 1, 1, 32);
+    clattn_tensor w = v;
+    w.offset = 32;
+    int status = clattn_copy(&v, NULL, &w, other_queue, 0, NULL, NULL);
+    clFinish(other_queue);
+    int mine = small_copy(t, clattn_env_queue(t->env), CLATTN_F32);
+    size_t before, after;
+    clattn_cache_stats(&before, NULL, NULL);
+    clattn_cache_clear(other);
+    clattn_cache_stats(&after, NULL, NULL);
+    clReleaseMemObject(a);
+    clReleaseCommandQueue(other_queue);
+    clReleaseContext(other);
+    CHECK(t, status == CLATTN_SUCCESS && mine == CLATTN_SUCCESS, "copies: %s %s",
+          clattn_status_name(status), clattn_status_name(mine));
+    CHECK(t, before == 2 && after == 1, "programs before %zu after %zu", before, after);
+}
+
+/* A scratch kernel directory holding the given files. */
+static bool make_kernel_dir(char *dir, size_t capacity, const char *common, const char *heads) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, capacity, "%s/clattn-kernels-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) return false;
+    const char *names[2] = {"common.cl", "heads.cl"};
+    const char *texts[2] = {common, heads};
+    for (int i = 0; i < 2; ++i) {
+        if (!texts[i]) continue;
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        FILE *f = fopen(path, "w");
+        if (!f) return false;
+        fputs(texts[i], f);
+        fclose(f);
+    }
+    return true;
+}
+
+static void remove_kernel_dir(const char *dir) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/common.cl", dir);
+    remove(path);
+    snprintf(path, sizeof path, "%s/heads.cl", dir);
+    remove(path);
+    rmdir(dir);
+}
+
+typedef struct log_capture {
+    int calls, status;
+} log_capture;
+
+static void count_log(int status, const char *message, void *user) {
+    (void)message;
+    log_capture *c = user;
+    ++c->calls;
+    c->status = status;
+}
+
+static void a_build_failure_returns_its_log_with_file_and_line(test_ctx *t) {
+    char dir[256];
+    CHECK(t, make_kernel_dir(dir, sizeof dir, "#define CLATTN_COMMON_CL 1\n",
+                             "/* line 1 */\n\n__kernel void copy4d(void) { this is not C; }\n"),
+          "cannot make a kernel directory");
+    setenv("CLATTN_KERNEL_DIR", dir, 1);
+    log_capture c = {0, 0};
+    clattn_set_log_callback(count_log, &c);
+    int status = small_copy(t, clattn_env_queue(t->env), CLATTN_F32);
+    clattn_set_log_callback(NULL, NULL);
+    char message[4096];
+    snprintf(message, sizeof message, "%s", clattn_last_error());
+    /* a missing file is its own status */
+    remove_kernel_dir(dir);
+    int missing = small_copy(t, clattn_env_queue(t->env), CLATTN_F32);
+    unsetenv("CLATTN_KERNEL_DIR");
+    CHECK(t, status == CLATTN_ERR_BUILD_FAILED, "broken source -> %s", clattn_status_name(status));
+    CHECK(t, strstr(message, "heads.cl:3") != NULL, "the log does not point at heads.cl:3:\n%s",
+          message);
+    CHECK(t, c.calls >= 1 && c.status == CLATTN_ERR_BUILD_FAILED, "log callback: %d calls",
+          c.calls);
+    CHECK(t, missing == CLATTN_ERR_KERNEL_SOURCE, "missing source -> %s",
+          clattn_status_name(missing));
+}
+
+static void kernel_dir_serves_the_real_sources(test_ctx *t) {
+    setenv("CLATTN_KERNEL_DIR", CLATTN_SOURCE_DIR "/cl", 1);
+    size_t builds0, builds1;
+    clattn_cache_stats(NULL, &builds0, NULL);
+    int status = small_copy(t, clattn_env_queue(t->env), CLATTN_F16);
+    clattn_cache_stats(NULL, &builds1, NULL);
+    unsetenv("CLATTN_KERNEL_DIR");
+    CHECK(t, status == CLATTN_SUCCESS, "-> %s: %s", clattn_status_name(status), clattn_last_error());
+    /* the disk text hashes differently from the embedded key, so it is its own program */
+    CHECK(t, builds1 == builds0 + 1, "builds %zu -> %zu", builds0, builds1);
+}
+
+/* ---- threads ---- */
+
+typedef struct worker {
+    test_ctx *t;
+    int index, failures;
+    char message[256];
+} worker;
+
+static void *run_worker(void *arg) {
+    worker *w = arg;
+    cl_int err;
+    cl_context context = clattn_env_context(w->t->env);
+    cl_command_queue queue = clCreateCommandQueue(context, clattn_env_device(w->t->env), 0, &err);
+    if (err != CL_SUCCESS) {
+        w->failures = 1;
+        snprintf(w->message, sizeof w->message, "clCreateCommandQueue: %d", err);
+        return NULL;
+    }
+    float in[3 * 40], out[3 * 40];
+    for (int round = 0; round < 12 && !w->failures; ++round) {
+        int n = 2 + (round * 7 + w->index * 3) % 38; /* n = 1 would be a plain copy */
+        for (int i = 0; i < 3 * n; ++i) in[i] = (float)(w->index * 1000 + round * 100 + i);
+        cl_mem a = clCreateBuffer(context, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
+                                  sizeof(float) * 3 * (size_t)n, in, &err);
+        cl_mem b = clCreateBuffer(context, CL_MEM_READ_WRITE, sizeof(float) * 3 * (size_t)n, NULL, &err);
+        /* the transpose of a [3, n] matrix, a new shape each round; every thread needs the same
+         * program at the same time, so they race to build it and must end up sharing one */
+        clattn_tensor src = clattn_tensor_4d(a, CLATTN_F32, 1, 1, 3, n);
+        static const int swap[4] = {0, 1, 3, 2};
+        src = clattn_tensor_permute(src, swap);
+        clattn_tensor dst = clattn_tensor_4d(b, CLATTN_F32, 1, 1, n, 3);
+        int status = clattn_copy(&src, NULL, &dst, queue, 0, NULL, NULL);
+        if (status == CLATTN_SUCCESS)
+            err = clEnqueueReadBuffer(queue, b, CL_TRUE, 0, sizeof(float) * 3 * (size_t)n, out, 0,
+                                      NULL, NULL);
+        for (int i = 0; status == CLATTN_SUCCESS && i < n; ++i)
+            for (int r = 0; r < 3; ++r)
+                if (out[i * 3 + r] != in[r * n + i]) status = -1;
+        if (status != CLATTN_SUCCESS || err != CL_SUCCESS) {
+            w->failures = 1;
+            snprintf(w->message, sizeof w->message, "thread %d round %d: %s %s", w->index, round,
+                     clattn_status_name(status), clattn_last_error());
+        }
+        clReleaseMemObject(a);
+        clReleaseMemObject(b);
+    }
+    clReleaseCommandQueue(queue);
+    return NULL;
+}
+
+static void threads_on_their_own_queues_share_the_cache(test_ctx *t) {
+    clattn_cache_clear(NULL);
+    enum { THREADS = 4 };
+    pthread_t threads[THREADS];
+    worker workers[THREADS];
+    for (int i = 0; i < THREADS; ++i) {
+        workers[i] = (worker){t, i, 0, ""};
+        CHECK(t, pthread_create(&threads[i], NULL, run_worker, &workers[i]) == 0, "pthread_create");
+    }
+    for (int i = 0; i < THREADS; ++i) pthread_join(threads[i], NULL);
+    for (int i = 0; i < THREADS; ++i) CHECK(t, workers[i].failures == 0, "%s", workers[i].message);
+    size_t programs;
+    clattn_cache_stats(&programs, NULL, NULL);
+    CHECK(t, programs == 1, "%zu programs for one copy kernel", programs);
+}
+
+static const test_case cases[] = {
+    {"a_second_call_hits_and_options_are_keys", a_second_call_hits_and_options_are_keys},
+    {"clearing_one_context_keeps_the_others", clearing_one_context_keeps_the_others},
+    {"a_build_failure_returns_its_log_with_file_and_line",
+     a_build_failure_returns_its_log_with_file_and_line},
+    {"kernel_dir_serves_the_real_sources", kernel_dir_serves_the_real_sources},
+    {"threads_on_their_own_queues_share_the_cache", threads_on_their_own_queues_share_the_cache},
+};
+SUITE(cache_suite, "cache", cases);

@@ -1,0 +1,106 @@
+/* Device listing, selection (CLATTN_DEVICE specs) and the clattn_env convenience. */
+#include "harness.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void the_test_device_is_listed(test_ctx *t) {
+    size_t count = 0;
+    CHECK_OK(t, clattn_list_devices(NULL, 0, &count));
+    CHECK(t, count >= 1, "no devices listed");
+    clattn_device_desc list[16];
+    size_t n = 0;
+    CHECK_OK(t, clattn_list_devices(list, 16, &n));
+    CHECK(t, n == count, "count changed: %zu vs %zu", n, count);
+    bool found = false;
+    for (size_t i = 0; i < n && i < 16; ++i)
+        found |= list[i].device == clattn_env_device(t->env) && list[i].name[0] != '\0';
+    CHECK(t, found, "the env's device is not in the list");
+    CHECK_STATUS(t, clattn_list_devices(NULL, 0, NULL), CLATTN_ERR_INVALID_ARGUMENT);
+}
+
+static bool contains_nocase(const char *haystack, const char *needle) {
+    for (; *haystack; ++haystack) {
+        size_t i = 0;
+        while (needle[i] && tolower((unsigned char)haystack[i]) == tolower((unsigned char)needle[i]))
+            ++i;
+        if (!needle[i]) return true;
+    }
+    return false;
+}
+
+static void specs_select_by_index_and_by_name(test_ctx *t) {
+    const clattn_device_desc *mine = clattn_env_device_desc(t->env);
+    clattn_device_desc got;
+    char spec[64];
+    snprintf(spec, sizeof spec, "%d:%d", mine->platform_index, mine->device_index);
+    CHECK_OK(t, clattn_select_device(spec, &got));
+    CHECK(t, got.device == mine->device, "%s picked %s", spec, got.name);
+    /* a case-changed substring of the device name */
+    size_t len = strlen(mine->name) < 6 ? strlen(mine->name) : 6;
+    for (size_t i = 0; i < len; ++i) spec[i] = (char)toupper((unsigned char)mine->name[i]);
+    spec[len] = '\0';
+    CHECK_OK(t, clattn_select_device(spec, &got));
+    CHECK(t, contains_nocase(got.name, spec) || contains_nocase(got.platform_name, spec),
+          "%s picked %s", spec, got.name);
+    CHECK_STATUS(t, clattn_select_device("no-such-device-anywhere", &got),
+                 CLATTN_ERR_DEVICE_NOT_FOUND);
+    CHECK_STATUS(t, clattn_select_device("99:0", &got), CLATTN_ERR_DEVICE_NOT_FOUND);
+    CHECK_STATUS(t, clattn_select_device("0:x", &got), CLATTN_ERR_INVALID_DEVICE_SPEC);
+    CHECK_STATUS(t, clattn_select_device("1:", &got), CLATTN_ERR_INVALID_DEVICE_SPEC);
+    CHECK_STATUS(t, clattn_select_device("0:0:0", &got), CLATTN_ERR_INVALID_DEVICE_SPEC);
+    CHECK_STATUS(t, clattn_select_device("pocl", NULL), CLATTN_ERR_INVALID_ARGUMENT);
+}
+
+static void the_environment_variable_is_the_default_spec(test_ctx *t) {
+    const char *saved = getenv("CLATTN_DEVICE");
+    char *copy = saved ? strdup(saved) : NULL;
+    setenv("CLATTN_DEVICE", "no-such-device-anywhere", 1);
+    clattn_device_desc got;
+    int status = clattn_select_device(NULL, &got);
+    clattn_env *env = NULL;
+    int env_status = clattn_env_create("", &env);
+    if (copy)
+        setenv("CLATTN_DEVICE", copy, 1);
+    else
+        unsetenv("CLATTN_DEVICE");
+    free(copy);
+    CHECK(t, status == CLATTN_ERR_DEVICE_NOT_FOUND, "select -> %s", clattn_status_name(status));
+    CHECK(t, env_status == CLATTN_ERR_DEVICE_NOT_FOUND && env == NULL, "env -> %s",
+          clattn_status_name(env_status));
+    CHECK(t, strstr(clattn_last_error(), "no-such-device-anywhere") != NULL, "message: %s",
+          clattn_last_error());
+}
+
+static void env_tensors_round_trip(test_ctx *t) {
+    const int64_t shape[4] = {2, 3, 5, 7};
+    clattn_tensor x;
+    CHECK_OK(t, clattn_env_alloc(t->env, CLATTN_F16, shape, &x));
+    uint16_t in[210], out[210];
+    for (int i = 0; i < 210; ++i) in[i] = (uint16_t)(i * 977u);
+    int up = clattn_env_upload(t->env, &x, in);
+    int down = clattn_env_download(t->env, &x, out);
+    clattn_tensor strided = x;
+    strided.strides[2] = 8;
+    strided.shape[2] = 4;
+    int bad = clattn_env_upload(t->env, &strided, in);
+    clattn_tensor_free(&x);
+    CHECK(t, x.buffer == NULL, "free clears the descriptor");
+    CHECK(t, up == CLATTN_SUCCESS && down == CLATTN_SUCCESS, "upload %d download %d", up, down);
+    CHECK(t, memcmp(in, out, sizeof in) == 0, "round trip changed the data");
+    CHECK(t, bad == CLATTN_ERR_INVALID_ARGUMENT, "strided upload -> %s", clattn_status_name(bad));
+    const int64_t zero[4] = {1, 0, 1, 1};
+    CHECK_STATUS(t, clattn_env_alloc(t->env, CLATTN_F32, zero, &x), CLATTN_ERR_INVALID_SHAPE);
+    CHECK_STATUS(t, clattn_env_alloc(t->env, (clattn_dtype)7, shape, &x),
+                 CLATTN_ERR_UNSUPPORTED_DTYPE);
+}
+
+static const test_case cases[] = {
+    {"the_test_device_is_listed", the_test_device_is_listed},
+    {"specs_select_by_index_and_by_name", specs_select_by_index_and_by_name},
+    {"the_environment_variable_is_the_default_spec", the_environment_variable_is_the_default_spec},
+    {"env_tensors_round_trip", env_tensors_round_trip},
+};
+SUITE(device_suite, "device", cases);
