@@ -48,8 +48,8 @@ inline ushort bf16_from_f32(float v) {
 inline void store_bf16(__global ushort *p, IDX i, float v) { p[i] = bf16_from_f32(v); }
 
 /* Vector loads and stores of width VEC (2, 4, 8 or 16), for the contiguous fast paths. vloadN
- * needs only element alignment, so any offset works. */
-#ifdef VEC
+ * needs only element alignment, so any offset works. VEC 1 uses the scalar helpers. */
+#if defined(VEC) && VEC > 1
 #define floatV CAT(float, VEC)
 #define uintV CAT(uint, VEC)
 #define ushortV CAT(ushort, VEC)

@@ -11,9 +11,13 @@
  *   VEC            elements per work-item along the innermost dim (2, 4, 8, 16)
  *   IDX            uint or ulong (see common.cl)
  *
- * Grid: dim 0 walks the innermost dim in runs of VEC, dim 1 the second innermost, dim 2 the two
- * outer dims flattened. Consecutive work-items touch consecutive addresses, which is what both a
- * GPU (coalescing) and PoCL (vectorizing across work-items) want; there are no barriers.
+ * Grid: dim 0 walks the innermost dim in runs of `run` elements (a kernel argument, a multiple of
+ * VEC), dim 1 the second innermost dim, dim 2 the two outer dims flattened. No barriers.
+ * The host picks `run` for the device:
+ *   run == VEC   consecutive work-items touch consecutive VEC-wide chunks: a GPU coalesces them.
+ *   run >= row   one work-item copies a whole row with VEC-wide loads: on a CPU (PoCL) the row
+ *                loop is the inner loop, so it stays a stream of full-width vector moves, and
+ *                far fewer work-items means far less work-group scheduling.
  */
 #ifndef CLATTN_COMMON_CL
 #include "common.cl"
@@ -39,6 +43,11 @@
 #endif
 #ifndef VEC
 #define VEC 4
+#endif
+
+#if VEC == 1 /* one element per work-item: the vector paths are the scalar ones */
+#undef CONTIG
+#define CONTIG 0
 #endif
 
 #if COPY_RAW
@@ -71,39 +80,38 @@
 
 __kernel void copy4d(__global const SRC_STORAGE *src, IDX src_off, IDX ss0, IDX ss1, IDX ss2,
                      IDX ss3, __global DST_STORAGE *dst, IDX dst_off, IDX ds0, IDX ds1, IDX ds2,
-                     IDX ds3, IDX n0, IDX n1, IDX n2, IDX n3 BIAS_ARGS) {
-    const IDX c = (IDX)get_global_id(0) * VEC;
+                     IDX ds3, IDX n0, IDX n1, IDX n2, IDX n3, IDX run BIAS_ARGS) {
+    const IDX first = (IDX)get_global_id(0) * run;
     const IDX i2 = (IDX)get_global_id(1);
     const IDX i01 = (IDX)get_global_id(2);
-    if (c >= n3 || i2 >= n2 || i01 >= n0 * n1) return;
+    if (first >= n3 || i2 >= n2 || i01 >= n0 * n1) return;
     const IDX i0 = i01 / n1;
     const IDX i1 = i01 - i0 * n1;
+    const IDX end = min(first + run, n3);
 
-    IDX s = src_off + i0 * ss0 + i1 * ss1 + i2 * ss2 + c * ss3;
-    IDX d = dst_off + i0 * ds0 + i1 * ds1 + i2 * ds2 + c * ds3;
+    IDX s = src_off + i0 * ss0 + i1 * ss1 + i2 * ss2 + first * ss3;
+    IDX d = dst_off + i0 * ds0 + i1 * ds1 + i2 * ds2 + first * ds3;
 #if HAS_BIAS
-    IDX b = bias_off + i0 * bs0 + i1 * bs1 + i2 * bs2 + c * bs3;
+    IDX b = bias_off + i0 * bs0 + i1 * bs1 + i2 * bs2 + first * bs3;
 #endif
-
+    IDX c = first;
 #if CONTIG
-    if (c + VEC <= n3) {
+    for (; c + VEC <= end; c += VEC, s += VEC, d += VEC) {
 #if HAS_BIAS
         STOREV(dst, d, LOADV(src, s) + BIASV(b));
+        b += VEC * bs3;
 #else
         STOREV(dst, d, LOADV(src, s));
 #endif
-        return;
     }
 #endif
     /* The tail of a run, or any strided innermost dim. */
-    for (IDX k = 0; k < VEC && c + k < n3; ++k) {
+    for (; c < end; ++c, s += ss3, d += ds3) {
         VALUE_T v = LOAD1(src, s);
 #if HAS_BIAS
         v += BIAS1(b);
         b += bs3;
 #endif
         STORE1(dst, d, v);
-        s += ss3;
-        d += ds3;
     }
 }

@@ -7,11 +7,26 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Elements per work-item along the innermost dim. 4 floats (16 bytes) per lane is a full
- * vector register's worth for PoCL's cross-work-item vectorizer and a 128-bit access on GPUs. */
-#define COPY_VEC 4
-/* Work-group size target: small enough for every device, a multiple of common wave sizes. */
-#define COPY_GROUP 64
+/* Launch shape of the copy kernel for a device class (see cl/heads.cl); these rows move to the
+ * tuning table when it lands. The choice is by device type, never by vendor name:
+ *  - GPUs: one 4-element chunk per work-item, groups of 256 (coalesced; a multiple of every wave
+ *    size). Not yet measured on a GPU.
+ *  - CPUs (PoCL): one row per work-item, up to 4096 elements, moved with 16-element vectors
+ *    (64 bytes: a cache line, an AVX-512 register), groups of up to 64 rows. On this project's
+ *    2-core CI machine this reached the copy kernel's bandwidth where chunk-per-work-item
+ *    launches stayed at 25-45% of it (clattn-bench --op split_heads). */
+typedef struct copy_params {
+    int vec;          /* elements per vector access (the kernel's VEC) */
+    size_t max_run;   /* elements one work-item copies along the innermost dim */
+    size_t group;     /* work-group size target */
+} copy_params;
+
+static copy_params copy_params_for(cl_device_id device) {
+    cl_device_type type = 0;
+    clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+    if (type & CL_DEVICE_TYPE_CPU) return (copy_params){16, 4096, 64};
+    return (copy_params){4, 4, 256};
+}
 
 /* A copy after its views are simplified: the same element-wise map over at most 4 dims. */
 typedef struct copy_plan {
@@ -21,16 +36,36 @@ typedef struct copy_plan {
     const clattn_tensor *src, *dst, *bias;
 } copy_plan;
 
-/* Drops size-1 dims, orders the rest by the destination's strides (outermost first, so writes
- * walk memory forward), and merges neighbours that are contiguous in every tensor. The result
- * is right-aligned in 4 dims: [1, 1, B*H, S*D] for a fully contiguous copy. */
+/* True when dim a should be iterated outside dim b. The dim with the smallest destination
+ * stride goes innermost (vector stores). The other dims go by their smaller stride, largest
+ * outside; on a tie, the dim with the larger other stride goes inside. For split and merge
+ * heads that walks the packed [B,S,H*D] tensor in memory order and the [B,H,S,D] one as H
+ * sequential streams. Walking S rows at the H*D stride instead (a power of two) ran at half the
+ * copy bandwidth on PoCL, whichever of the two tensors was read that way. */
+static bool iterate_outside(const clattn_tensor *src, const clattn_tensor *dst, int a, int b,
+                            int innermost) {
+    if (a == innermost || b == innermost) return b == innermost;
+    int64_t min_a = src->strides[a] < dst->strides[a] ? src->strides[a] : dst->strides[a];
+    int64_t min_b = src->strides[b] < dst->strides[b] ? src->strides[b] : dst->strides[b];
+    if (min_a != min_b) return min_a > min_b;
+    int64_t max_a = src->strides[a] + dst->strides[a] - min_a;
+    int64_t max_b = src->strides[b] + dst->strides[b] - min_b;
+    return max_a < max_b;
+}
+
+/* Drops size-1 dims, orders the rest (iterate_outside), and merges neighbours that are
+ * contiguous in every tensor. The result is right-aligned in 4 dims: [1, 1, 1, N] for a fully
+ * contiguous copy. */
 static void plan_copy(const clattn_tensor *src, const clattn_tensor *bias,
                       const clattn_tensor *dst, copy_plan *plan) {
-    int dims[4], count = 0;
+    int dims[4], count = 0, innermost = -1;
     for (int i = 0; i < 4; ++i)
-        if (dst->shape[i] > 1) dims[count++] = i;
-    for (int a = 1; a < count; ++a) /* stable insertion sort, largest dst stride first */
-        for (int b = a; b > 0 && dst->strides[dims[b]] > dst->strides[dims[b - 1]]; --b) {
+        if (dst->shape[i] > 1) {
+            dims[count++] = i;
+            if (innermost < 0 || dst->strides[i] <= dst->strides[innermost]) innermost = i;
+        }
+    for (int a = 1; a < count; ++a) /* insertion sort, outermost first */
+        for (int b = a; b > 0 && iterate_outside(src, dst, dims[b], dims[b - 1], innermost); --b) {
             int swap = dims[b];
             dims[b] = dims[b - 1];
             dims[b - 1] = swap;
@@ -84,7 +119,7 @@ static bool plan_needs_wide_index(const copy_plan *plan) {
     return plan->bias && clattn__tensor_last_element(plan->bias) >= limit;
 }
 
-static void plan_options(const copy_plan *plan, bool wide, char *out, size_t capacity) {
+static void plan_options(const copy_plan *plan, int vec, bool wide, char *out, size_t capacity) {
     bool raw = !plan->bias && plan->src->dtype == plan->dst->dtype;
     bool contig = plan->src_stride[3] == 1 && plan->dst_stride[3] == 1 &&
                   (!plan->bias || plan->bias_stride[3] <= 1);
@@ -93,10 +128,10 @@ static void plan_options(const copy_plan *plan, bool wide, char *out, size_t cap
              "-DCONTIG=%d -DVEC=%d -DIDX=%s",
              dtype_token(plan->src->dtype), dtype_token(plan->dst->dtype), raw ? 1 : 0,
              plan->bias ? 1 : 0, dtype_token(plan->bias ? plan->bias->dtype : CLATTN_F32),
-             contig ? 1 : 0, COPY_VEC, wide ? "ulong" : "uint");
+             contig ? 1 : 0, vec, wide ? "ulong" : "uint");
 }
 
-static int set_copy_args(cl_kernel kernel, const copy_plan *plan, bool wide) {
+static int set_copy_args(cl_kernel kernel, const copy_plan *plan, uint64_t run, bool wide) {
     int status = CLATTN_SUCCESS;
     cl_uint arg = 0;
     const struct {
@@ -106,7 +141,7 @@ static int set_copy_args(cl_kernel kernel, const copy_plan *plan, bool wide) {
     } views[3] = {{plan->src, plan->src_off, plan->src_stride},
                   {plan->dst, plan->dst_off, plan->dst_stride},
                   {plan->bias, plan->bias_off, plan->bias_stride}};
-    /* src, dst, the sizes, then the optional bias: the order of copy4d's parameters. */
+    /* src, dst, the sizes, the run, then the optional bias: the order of copy4d's parameters. */
     for (int v = 0; v < 2 && status == CLATTN_SUCCESS; ++v) {
         status = clattn__set_arg(kernel, arg++, sizeof(cl_mem), &views[v].t->buffer);
         for (int i = -1; i < 4 && status == CLATTN_SUCCESS; ++i)
@@ -115,6 +150,7 @@ static int set_copy_args(cl_kernel kernel, const copy_plan *plan, bool wide) {
     }
     for (int i = 0; i < 4 && status == CLATTN_SUCCESS; ++i)
         status = clattn__set_idx_arg(kernel, arg++, (uint64_t)plan->n[i], wide);
+    if (status == CLATTN_SUCCESS) status = clattn__set_idx_arg(kernel, arg++, run, wide);
     if (plan->bias && status == CLATTN_SUCCESS) {
         status = clattn__set_arg(kernel, arg++, sizeof(cl_mem), &plan->bias->buffer);
         for (int i = -1; i < 4 && status == CLATTN_SUCCESS; ++i)
@@ -132,19 +168,23 @@ static int enqueue_copy(const clattn_tensor *src, const clattn_tensor *bias,
                         cl_event *event) {
     copy_plan plan;
     plan_copy(src, bias, dst, &plan);
+    copy_params params = copy_params_for(device);
     bool wide = plan_needs_wide_index(&plan);
     char options[256];
-    plan_options(&plan, wide, options, sizeof options);
+    plan_options(&plan, params.vec, wide, options, sizeof options);
+    /* a run is a whole number of vectors, so only the last run of a row has a scalar tail */
+    size_t run = clattn__round_up((size_t)plan.n[3], (size_t)params.vec);
+    if (run > params.max_run) run = clattn__round_up(params.max_run, (size_t)params.vec);
+    size_t runs = ((size_t)plan.n[3] + run - 1) / run;
 
     cl_kernel kernel = NULL;
     int status = clattn__create_kernel(context, device, "heads.cl", options, "copy4d", &kernel);
     if (status != CLATTN_SUCCESS) return status;
     size_t max_group = 1;
-    status = set_copy_args(kernel, &plan, wide);
+    status = set_copy_args(kernel, &plan, run, wide);
     if (status == CLATTN_SUCCESS) status = clattn__kernel_max_group(kernel, device, &max_group);
     if (status == CLATTN_SUCCESS) {
-        size_t group = max_group < COPY_GROUP ? max_group : COPY_GROUP;
-        size_t runs = (size_t)((plan.n[3] + COPY_VEC - 1) / COPY_VEC);
+        size_t group = max_group < params.group ? max_group : params.group;
         size_t local[3] = {clattn__pow2_at_least(runs, group), 1, 1};
         local[1] = clattn__pow2_at_least((size_t)plan.n[2], group / local[0]);
         size_t global[3] = {clattn__round_up(runs, local[0]),

@@ -56,7 +56,7 @@ static int load_source(const char *name, const char **text, long *length, bool *
         *owned = true;
         return status;
     }
-    for (size_t i = 0; i < clattn__embedded_source_count; ++i)
+    for (size_t i = 0; i < clattn__embedded_sources_count; ++i)
         if (strcmp(clattn__embedded_sources[i].name, name) == 0) {
             *text = clattn__embedded_sources[i].text;
             *length = clattn__embedded_sources[i].length;

@@ -11,7 +11,7 @@ typedef struct clattn__source_file {
 } clattn__source_file;
 
 extern const clattn__source_file clattn__embedded_sources[];
-extern const size_t clattn__embedded_source_count;
+extern const size_t clattn__embedded_sources_count;
 
 /* The full program text of one op file: common.cl then the op file, each behind a #line marker
  * naming the real file, so build logs point at cl/<file>:<line>. Reads from CLATTN_KERNEL_DIR

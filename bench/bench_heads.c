@@ -1,0 +1,117 @@
+/* Rows for the multi-head reshape ops: GB/s (one read and one write of every element), percent
+ * of the copy bandwidth measured in the same run, and the ratio against PyTorch's
+ * x.view(B,S,H,D).transpose(1,2).contiguous() and its inverse. */
+#include "bench.h"
+
+#include <string.h>
+
+typedef struct heads_case {
+    const char *op; /* split_heads | merge_heads | split_qkv */
+    clattn_dtype dtype;
+    int64_t b, s, e, h; /* e = H*D (per part for split_qkv) */
+} heads_case;
+
+typedef struct heads_ctx {
+    const heads_case *c;
+    clattn_tensor packed, heads[3];
+} heads_ctx;
+
+static int run_heads(void *p, cl_command_queue queue) {
+    heads_ctx *x = p;
+    if (strcmp(x->c->op, "split_heads") == 0)
+        return clattn_split_heads(&x->packed, (int)x->c->h, &x->heads[0], queue, 0, NULL, NULL);
+    if (strcmp(x->c->op, "merge_heads") == 0)
+        return clattn_merge_heads(&x->heads[0], &x->packed, queue, 0, NULL, NULL);
+    return clattn_split_qkv(&x->packed, NULL, (int)x->c->h, &x->heads[0], &x->heads[1],
+                            &x->heads[2], queue, 0, NULL, NULL);
+}
+
+static int parts_of(const heads_case *c) {
+    return strcmp(c->op, "split_qkv") == 0 ? 3 : 1;
+}
+
+static void case_key(const heads_case *c, char *key, size_t capacity) {
+    snprintf(key, capacity, "%s %s %lld,%lld,%lld,%lld", c->op, clattn_dtype_name(c->dtype),
+             (long long)c->b, (long long)c->s, (long long)c->e, (long long)c->h);
+}
+
+static int alloc_case(clattn_env *env, const heads_case *c, heads_ctx *x) {
+    memset(x, 0, sizeof *x);
+    x->c = c;
+    int parts = parts_of(c);
+    const int64_t packed[4] = {1, c->b, c->s, parts * c->e};
+    const int64_t heads[4] = {c->b, c->h, c->s, c->e / c->h};
+    int status = clattn_env_alloc(env, c->dtype, packed, &x->packed);
+    for (int p = 0; p < parts && status == CLATTN_SUCCESS; ++p)
+        status = clattn_env_alloc(env, c->dtype, heads, &x->heads[p]);
+    /* fill the inputs, so no driver sees untouched pages */
+    cl_uchar zero = 0;
+    for (int p = -1; p < parts && status == CLATTN_SUCCESS; ++p) {
+        clattn_tensor *t = p < 0 ? &x->packed : &x->heads[p];
+        size_t bytes = (size_t)clattn_tensor_numel(t) * clattn_dtype_size(t->dtype);
+        status = clEnqueueFillBuffer(clattn_env_queue(env), t->buffer, &zero, 1, 0, bytes, 0, NULL,
+                                     NULL);
+    }
+    return status;
+}
+
+static void free_case(heads_ctx *x) {
+    clattn_tensor_free(&x->packed);
+    for (int p = 0; p < 3; ++p) clattn_tensor_free(&x->heads[p]);
+}
+
+int bench_heads(const bench_options *opt, clattn_env *env, const bench_ceilings *ceilings,
+                bench_report *report) {
+    int64_t b = opt->quick ? 2 : 8, s = opt->quick ? 512 : 2048;
+    const heads_case cases[] = {
+        {"split_heads", CLATTN_F32, b, s, 1024, 16}, {"merge_heads", CLATTN_F32, b, s, 1024, 16},
+        {"split_heads", CLATTN_F16, b, s, 1024, 16}, {"merge_heads", CLATTN_F16, b, s, 1024, 16},
+        {"split_heads", CLATTN_F32, b, s, 1024, 8},  {"split_qkv", CLATTN_F32, b, s, 1024, 16},
+    };
+    enum { N = sizeof cases / sizeof cases[0] };
+    char keys[N][96];
+    const char *key_ptrs[N];
+    int selected = 0;
+    for (int i = 0; i < N; ++i) {
+        case_key(&cases[i], keys[i], sizeof keys[i]);
+        if (!opt->op || strcmp(opt->op, cases[i].op) == 0) key_ptrs[selected++] = keys[i];
+    }
+    if (selected == 0) return CLATTN_SUCCESS;
+    bench_peer_results peers;
+    bench_run_peers(opt, key_ptrs, selected, &peers);
+    if (peers.error[0]) fprintf(stderr, "torch peer: %s\n", peers.error);
+
+    const clattn_device_desc *desc = clattn_env_device_desc(env);
+    int status = CLATTN_SUCCESS;
+    for (int i = 0; i < N && status == CLATTN_SUCCESS; ++i) {
+        const heads_case *c = &cases[i];
+        if (opt->op && strcmp(opt->op, c->op) != 0) continue;
+        heads_ctx x;
+        bench_timing timing;
+        status = alloc_case(env, c, &x);
+        if (status == CLATTN_SUCCESS)
+            status = bench_time(opt, run_heads, &x, clattn_env_queue(env), &timing);
+        if (status == CLATTN_SUCCESS) {
+            bench_record *r = bench_report_add(report);
+            if (!r) status = CLATTN_ERR_OUT_OF_HOST_MEMORY;
+            if (r) {
+                snprintf(r->op, sizeof r->op, "%s", c->op);
+                snprintf(r->variant, sizeof r->variant, "copy4d");
+                snprintf(r->device, sizeof r->device, "%s", desc->name);
+                snprintf(r->dtype, sizeof r->dtype, "%s", clattn_dtype_name(c->dtype));
+                snprintf(r->shape, sizeof r->shape, "B=%lld S=%lld H=%lld D=%lld", (long long)c->b,
+                         (long long)c->s, (long long)c->h, (long long)(c->e / c->h));
+                snprintf(r->metric, sizeof r->metric, "GB/s");
+                double bytes = 2.0 * parts_of(c) * (double)(c->b * c->s * c->e) *
+                               (double)clattn_dtype_size(c->dtype);
+                r->timing = timing;
+                r->value = bytes / (timing.median_ms * 1e6);
+                r->roofline_pct = 100.0 * r->value / ceilings->copy_gbs;
+                r->torch_ms = bench_peer_median(&peers, keys[i]);
+                bench_print_record(stdout, r);
+            }
+        }
+        free_case(&x);
+    }
+    return status;
+}

@@ -1,0 +1,127 @@
+/*
+ * clattn-bench: a measurement, never a test. For each device it measures the device's own
+ * ceilings (copy GB/s, FMA GFLOP/s), then each op with a warm-up, the first (building) call
+ * reported apart, and min and median of the repeats, beside PyTorch on the CPU timed on the same
+ * shapes in the same run.
+ *
+ *   clattn-bench [--device SPEC|all] [--op NAME] [--quick] [--json FILE] [--repeats N]
+ *                [--peer-script PATH | --no-peers]
+ */
+#include "bench.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef CLATTN_SOURCE_DIR
+#define CLATTN_SOURCE_DIR "."
+#endif
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: clattn-bench [--device SPEC|all] [--op NAME] [--quick] [--json FILE]\n"
+            "                    [--repeats N] [--peer-script PATH | --no-peers]\n"
+            "  SPEC: P:D or a name substring (as CLATTN_DEVICE); all: every device\n"
+            "  NAME: split_heads | merge_heads | split_qkv\n");
+}
+
+typedef struct bench_args {
+    bench_options opt;
+    const char *device, *json;
+} bench_args;
+
+static int parse_args(int argc, char **argv, bench_args *a) {
+    static char default_script[1024];
+    snprintf(default_script, sizeof default_script, "%s/bench/peers/torch_ops.py", CLATTN_SOURCE_DIR);
+    const char *python = getenv("CLATTN_PYTHON");
+    a->opt = (bench_options){false, 0, 3, NULL, default_script, python ? python : "/usr/bin/python3"};
+    a->device = NULL;
+    a->json = NULL;
+    for (int i = 1; i < argc; ++i) {
+        const char *arg = argv[i];
+        const char *next = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(arg, "--quick") == 0) a->opt.quick = true;
+        else if (strcmp(arg, "--no-peers") == 0) a->opt.peer_script = NULL;
+        else if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) return 1;
+        else if (next && strcmp(arg, "--device") == 0) a->device = argv[++i];
+        else if (next && strcmp(arg, "--op") == 0) a->opt.op = argv[++i];
+        else if (next && strcmp(arg, "--json") == 0) a->json = argv[++i];
+        else if (next && strcmp(arg, "--peer-script") == 0) a->opt.peer_script = argv[++i];
+        else if (next && strcmp(arg, "--repeats") == 0) a->opt.repeats = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "clattn-bench: unknown or incomplete option %s\n", arg);
+            return 2;
+        }
+    }
+    if (a->opt.repeats <= 0) a->opt.repeats = a->opt.quick ? 5 : 15;
+    return 0;
+}
+
+static int bench_device(const bench_args *a, const char *spec, bench_report *report,
+                        bench_ceilings *ceilings, char *name, size_t name_capacity) {
+    clattn_env *env = NULL;
+    int status = clattn_env_create(spec, &env);
+    if (status != CLATTN_SUCCESS) {
+        fprintf(stderr, "clattn-bench: device %s: %s: %s\n", spec ? spec : "(default)",
+                clattn_status_name(status), clattn_last_error());
+        return status;
+    }
+    const clattn_device_desc *d = clattn_env_device_desc(env);
+    snprintf(name, name_capacity, "%s", d->name);
+    printf("\n== %s / %s (%s, driver %s)\n", d->platform_name, d->name, d->version, d->driver);
+    status = bench_measure_ceilings(&a->opt, env, ceilings);
+    if (status == CLATTN_SUCCESS) {
+        printf("ceilings: copy %.1f GB/s (float4 stream, %s each way), FMA %.1f GFLOP/s\n",
+               ceilings->copy_gbs, a->opt.quick ? "16 MiB" : "64 MiB", ceilings->fma_gflops);
+        printf("value: GB/s counts one read and one write of every element; %%roof: of the copy "
+               "bandwidth above; torch/us: PyTorch median / ours (> 1: we are faster)\n\n");
+        bench_print_header(stdout);
+        status = bench_heads(&a->opt, env, ceilings, report);
+    }
+    if (status != CLATTN_SUCCESS)
+        fprintf(stderr, "clattn-bench: %s: %s: %s\n", d->name, clattn_status_name(status),
+                clattn_last_error());
+    clattn_env_release(env);
+    return status;
+}
+
+int main(int argc, char **argv) {
+    bench_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc) {
+        usage(rc == 1 ? stdout : stderr);
+        return rc == 1 ? 0 : 2;
+    }
+    enum { MAX_DEVICES = 16 };
+    char specs[MAX_DEVICES][32], names[MAX_DEVICES][160];
+    const char *name_ptrs[MAX_DEVICES];
+    bench_ceilings ceilings[MAX_DEVICES];
+    int num_devices = 0;
+    if (a.device && strcmp(a.device, "all") == 0) {
+        clattn_device_desc list[MAX_DEVICES];
+        size_t count = 0;
+        if (clattn_list_devices(list, MAX_DEVICES, &count) != CLATTN_SUCCESS || count == 0) {
+            fprintf(stderr, "clattn-bench: no OpenCL device: %s\n", clattn_last_error());
+            return 1;
+        }
+        for (size_t i = 0; i < count && i < MAX_DEVICES; ++i)
+            snprintf(specs[num_devices++], sizeof specs[0], "%d:%d", list[i].platform_index,
+                     list[i].device_index);
+    } else {
+        snprintf(specs[num_devices++], sizeof specs[0], "%s", a.device ? a.device : "");
+    }
+    bench_report report = {NULL, 0, 0};
+    int failures = 0;
+    for (int i = 0; i < num_devices; ++i) {
+        name_ptrs[i] = names[i];
+        names[i][0] = '\0';
+        if (bench_device(&a, specs[i][0] ? specs[i] : NULL, &report, &ceilings[i], names[i],
+                         sizeof names[i]) != CLATTN_SUCCESS)
+            ++failures;
+    }
+    if (a.json && bench_write_json(a.json, &report, name_ptrs, ceilings, num_devices) != 0) {
+        fprintf(stderr, "clattn-bench: cannot write %s\n", a.json);
+        ++failures;
+    }
+    free(report.records);
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,68 @@
+#!/usr/bin/python3
+"""The PyTorch peer of clattn-bench: each op the way PyTorch users write it, on the CPU.
+
+    torch_ops.py [--repeats N] [--warmup N] --case "OP DTYPE DIMS" [--case ...]
+
+prints one line per case: "OP DTYPE DIMS <median_ms> <min_ms>", or "OP DTYPE DIMS error: ..."
+when a case cannot run. DIMS is a comma-separated list whose meaning depends on OP:
+  split_heads  B,S,E,H   x.view(B,S,H,D).transpose(1,2).contiguous()
+  merge_heads  B,S,E,H   y.transpose(1,2).contiguous().view(B,S,E)   (the inverse)
+  split_qkv    B,S,E,H   x.view(B,S,3,H,D).permute(2,0,3,1,4).contiguous(), then unbind(0)
+"""
+import argparse
+import statistics
+import sys
+import time
+
+import torch
+
+DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+
+
+def split_heads(dtype, b, s, e, h):
+    x = torch.randn(b, s, e).to(dtype)
+    return lambda: x.view(b, s, h, e // h).transpose(1, 2).contiguous()
+
+
+def merge_heads(dtype, b, s, e, h):
+    y = torch.randn(b, h, s, e // h).to(dtype)
+    return lambda: y.transpose(1, 2).contiguous().view(b, s, e)
+
+
+def split_qkv(dtype, b, s, e, h):
+    x = torch.randn(b, s, 3 * e).to(dtype)
+    return lambda: x.view(b, s, 3, h, e // h).permute(2, 0, 3, 1, 4).contiguous().unbind(0)
+
+
+OPS = {"split_heads": split_heads, "merge_heads": merge_heads, "split_qkv": split_qkv}
+
+
+def time_case(fn, warmup, repeats):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times), min(times)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--case", action="append", default=[])
+    args = parser.parse_args()
+    for case in args.case:
+        try:
+            op, dtype, dims = case.split()
+            fn = OPS[op](DTYPES[dtype], *[int(d) for d in dims.split(",")])
+            median, best = time_case(fn, args.warmup, args.repeats)
+            print(f"{case} {median:.6f} {best:.6f}", flush=True)
+        except Exception as exc:  # report and go on: one bad case must not hide the others
+            print(f"{case} error: {exc}", file=sys.stdout, flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+/* The benchmark's table (stdout) and JSON file. */
+#include "bench.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+bench_record *bench_report_add(bench_report *report) {
+    if (report->count == report->capacity) {
+        int capacity = report->capacity ? report->capacity * 2 : 32;
+        bench_record *grown = realloc(report->records, (size_t)capacity * sizeof *grown);
+        if (!grown) return NULL;
+        report->records = grown;
+        report->capacity = capacity;
+    }
+    bench_record *r = &report->records[report->count++];
+    memset(r, 0, sizeof *r);
+    r->torch_ms = -1.0;
+    return r;
+}
+
+void bench_print_header(FILE *out) {
+    fprintf(out, "%-13s %-10s %-5s %-26s %9s %9s %9s %11s %6s %9s %8s\n", "op", "variant",
+            "dtype", "shape", "median_ms", "min_ms", "first_ms", "value", "%roof", "torch_ms",
+            "torch/us");
+}
+
+void bench_print_record(FILE *out, const bench_record *r) {
+    char value[32], torch[16] = "n/a", ratio[16] = "n/a";
+    snprintf(value, sizeof value, "%.1f %s", r->value, r->metric);
+    if (r->torch_ms >= 0) {
+        snprintf(torch, sizeof torch, "%.3f", r->torch_ms);
+        snprintf(ratio, sizeof ratio, "%.2fx", r->torch_ms / r->timing.median_ms);
+    }
+    fprintf(out, "%-13s %-10s %-5s %-26s %9.3f %9.3f %9.1f %11s %5.0f%% %9s %8s\n", r->op,
+            r->variant, r->dtype, r->shape, r->timing.median_ms, r->timing.min_ms,
+            r->timing.first_ms, value, r->roofline_pct, torch, ratio);
+    fflush(out);
+}
+
+static void json_string(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; ++s) {
+        if (*s == '"' || *s == '\\') fputc('\\', f);
+        if ((unsigned char)*s >= 0x20) fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+int bench_write_json(const char *path, const bench_report *report, const char *const *devices,
+                     const bench_ceilings *ceilings, int num_devices) {
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fprintf(f, "{\n  \"devices\": [");
+    for (int i = 0; i < num_devices; ++i) {
+        fprintf(f, "%s\n    {\"device\": ", i ? "," : "");
+        json_string(f, devices[i]);
+        fprintf(f, ", \"copy_gbs\": %.3f, \"fma_gflops\": %.3f}", ceilings[i].copy_gbs,
+                ceilings[i].fma_gflops);
+    }
+    fprintf(f, "\n  ],\n  \"records\": [");
+    for (int i = 0; i < report->count; ++i) {
+        const bench_record *r = &report->records[i];
+        fprintf(f, "%s\n    {\"op\": ", i ? "," : "");
+        json_string(f, r->op);
+        fprintf(f, ", \"variant\": ");
+        json_string(f, r->variant);
+        fprintf(f, ", \"device\": ");
+        json_string(f, r->device);
+        fprintf(f, ", \"shape\": ");
+        json_string(f, r->shape);
+        fprintf(f, ", \"dtype\": ");
+        json_string(f, r->dtype);
+        fprintf(f, ", \"median_ms\": %.6f, \"min_ms\": %.6f, \"first_call_ms\": %.3f",
+                r->timing.median_ms, r->timing.min_ms, r->timing.first_ms);
+        fprintf(f, ", \"metric\": ");
+        json_string(f, r->metric);
+        fprintf(f, ", \"value\": %.4f, \"roofline_pct\": %.2f, \"peer_ratio\": {", r->value,
+                r->roofline_pct);
+        if (r->torch_ms >= 0)
+            fprintf(f, "\"torch\": %.4f", r->torch_ms / r->timing.median_ms);
+        fprintf(f, "}, \"peer_ms\": {");
+        if (r->torch_ms >= 0) fprintf(f, "\"torch\": %.6f", r->torch_ms);
+        fprintf(f, "}}");
+    }
+    fprintf(f, "\n  ]\n}\n");
+    return fclose(f) == 0 ? 0 : -1;
+}
