@@ -26,6 +26,10 @@ void test_skip(test_ctx *t, const char *why) {
     t->skipped = true;
 }
 
+bool test_platform_is(test_ctx *t, const char *name) {
+    return strstr(clattn_env_device_desc(t->env)->platform_name, name) != NULL;
+}
+
 uint64_t test_rand_u64(uint64_t *state) {
     uint64_t x = *state;
     x ^= x >> 12;

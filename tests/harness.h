@@ -58,6 +58,10 @@ void test_skip(test_ctx *t, const char *why);
               clattn_last_error());                                                                \
     } while (0)
 
+/* True when the platform name of the device under test contains `name` (for documented
+ * driver limitations only, never to pick what a test checks). */
+bool test_platform_is(test_ctx *t, const char *name);
+
 /* Deterministic random numbers for test data (xorshift64*). */
 uint64_t test_rand_u64(uint64_t *state);
 float test_rand_uniform(uint64_t *state, float lo, float hi);

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages clattn needs to build, test and benchmark. As root it installs
+# what is missing (apt-get); otherwise it lists what is missing and fails.
+set -euo pipefail
+
+packages=(
+  gcc pkg-config meson ninja-build          # the build
+  ocl-icd-opencl-dev opencl-c-headers       # OpenCL ICD loader and headers
+  libclblast-dev                            # GEMMs
+  pocl-opencl-icd                           # the CPU OpenCL device CI runs on
+  oclgrind                                  # the strict simulator lane
+  clinfo clpeak                             # device inspection
+  python3-numpy python3-torch               # Python binding tests, PyTorch peer and parity
+  python3-matplotlib                        # benchmark plots
+  libopenblas0-pthread                      # so PyTorch's GEMMs are not on the reference BLAS
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "ci/setup.sh: missing Debian packages (run as root to install them):" >&2
+  echo "  apt-get install ${missing[*]}" >&2
+  exit 1
+fi
+echo "ci/setup.sh: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+apt-get install -y -q --no-install-recommends "${missing[@]}"

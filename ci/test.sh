@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what is missing, builds, and runs the C test runner on every
+# lane below. Ends with one line "N passed, N failed, N skipped" summed over the lanes.
+#
+#   pocl-pthread   PoCL's multi-threaded CPU device (the main lane)
+#   pocl-basic     PoCL's single-threaded CPU device
+#   pocl-cbs       pthread with the other work-group method (POCL_WORK_GROUP_METHOD=cbs)
+#   oclgrind       the Oclgrind simulator (out-of-bounds, races, API misuse); it exits 0 even
+#                  when it reports errors, so its log is read for them
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+build=${CLATTN_BUILD_DIR:-build}
+passed=0 failed=0 skipped=0
+
+finish() {
+  echo "$passed passed, $failed failed, $skipped skipped"
+  [ "$failed" -eq 0 ]
+  exit $?
+}
+
+if ! bash ci/setup.sh || ! bash ci/build.sh; then
+  echo "ci/test.sh: setup or build failed"
+  failed=1
+  finish
+fi
+
+# PoCL compiles each program for seconds the first time: keep its cache in the build tree.
+export POCL_CACHE_DIR="$root/$build/pocl-cache"
+mkdir -p "$POCL_CACHE_DIR" "$root/$build/test-logs"
+
+# Adds the runner's closing line to the totals; a lane with no closing line is a failure.
+count() {
+  local lane=$1 log=$2 line
+  line=$(grep -E '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$' "$log" | tail -n 1)
+  if [ -z "$line" ]; then
+    echo "[$lane] no result line (crash or hang); see $log"
+    failed=$((failed + 1))
+    return
+  fi
+  read -r p _ f _ s _ <<<"$line"
+  passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+  echo "[$lane] $line"
+}
+
+run_lane() {
+  local lane=$1; shift
+  local log="$root/$build/test-logs/$lane.log"
+  echo "== lane $lane"
+  env "$@" timeout 1200 "$root/$build/tests/clattn-tests" >"$log" 2>&1
+  grep -E '^(FAIL|skip|device)' "$log" | sed "s/^/[$lane] /"
+  count "$lane" "$log"
+}
+
+run_lane pocl-pthread POCL_DEVICES=pthread CLATTN_DEVICE=pthread
+run_lane pocl-basic POCL_DEVICES=basic CLATTN_DEVICE=basic
+run_lane pocl-cbs POCL_DEVICES=pthread POCL_WORK_GROUP_METHOD=cbs CLATTN_DEVICE=pthread
+
+echo "== lane oclgrind"
+log="$root/$build/test-logs/oclgrind.log"
+CLATTN_DEVICE=oclgrind timeout 1200 oclgrind --data-races --check-api --uninitialized \
+  "$root/$build/tests/clattn-tests" >"$log" 2>&1
+grep -E '^(FAIL|skip|device)' "$log" | sed 's/^/[oclgrind] /'
+count oclgrind "$log"
+# Oclgrind reports problems in its log and still exits 0.
+reports=$(grep -cE 'Invalid (read|write)|data race|Uninitialized value|runtime error detected|Work-group divergence|out-of-bounds' "$log")
+if [ "$reports" -gt 0 ]; then
+  echo "[oclgrind] $reports error reports in $log:"
+  grep -E -A6 'Invalid (read|write)|data race|Uninitialized value|runtime error detected|Work-group divergence|out-of-bounds' "$log" | head -40
+  failed=$((failed + 1))
+fi
+
+finish
