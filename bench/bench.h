@@ -53,9 +53,9 @@ double bench_peer_median(const bench_peer_results *peers, const char *key);
 typedef struct bench_record {
     char op[32], variant[32], device[160], shape[96], dtype[8], metric[16];
     bench_timing timing;
-    double value;         /* in `metric` units */
-    double roofline_pct;  /* of the measured copy bandwidth or FMA peak */
-    double torch_ms;      /* the peer's median; < 0 when not measured */
+    double value;        /* in `metric` units */
+    double roofline_pct; /* of the measured copy bandwidth or FMA peak */
+    double torch_ms;     /* the peer's median; < 0 when not measured */
 } bench_record;
 
 typedef struct bench_report {

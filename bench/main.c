@@ -17,11 +17,10 @@
 #endif
 
 static void usage(FILE *out) {
-    fprintf(out,
-            "usage: clattn-bench [--device SPEC|all] [--op NAME] [--quick] [--json FILE]\n"
-            "                    [--repeats N] [--peer-script PATH | --no-peers]\n"
-            "  SPEC: P:D or a name substring (as CLATTN_DEVICE); all: every device\n"
-            "  NAME: split_heads | merge_heads | split_qkv\n");
+    fprintf(out, "usage: clattn-bench [--device SPEC|all] [--op NAME] [--quick] [--json FILE]\n"
+                 "                    [--repeats N] [--peer-script PATH | --no-peers]\n"
+                 "  SPEC: P:D or a name substring (as CLATTN_DEVICE); all: every device\n"
+                 "  NAME: split_heads | merge_heads | split_qkv\n");
 }
 
 typedef struct bench_args {
@@ -31,22 +30,32 @@ typedef struct bench_args {
 
 static int parse_args(int argc, char **argv, bench_args *a) {
     static char default_script[1024];
-    snprintf(default_script, sizeof default_script, "%s/bench/peers/torch_ops.py", CLATTN_SOURCE_DIR);
+    snprintf(default_script, sizeof default_script, "%s/bench/peers/torch_ops.py",
+             CLATTN_SOURCE_DIR);
     const char *python = getenv("CLATTN_PYTHON");
-    a->opt = (bench_options){false, 0, 3, NULL, default_script, python ? python : "/usr/bin/python3"};
+    a->opt =
+        (bench_options){false, 0, 3, NULL, default_script, python ? python : "/usr/bin/python3"};
     a->device = NULL;
     a->json = NULL;
     for (int i = 1; i < argc; ++i) {
         const char *arg = argv[i];
         const char *next = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(arg, "--quick") == 0) a->opt.quick = true;
-        else if (strcmp(arg, "--no-peers") == 0) a->opt.peer_script = NULL;
-        else if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) return 1;
-        else if (next && strcmp(arg, "--device") == 0) a->device = argv[++i];
-        else if (next && strcmp(arg, "--op") == 0) a->opt.op = argv[++i];
-        else if (next && strcmp(arg, "--json") == 0) a->json = argv[++i];
-        else if (next && strcmp(arg, "--peer-script") == 0) a->opt.peer_script = argv[++i];
-        else if (next && strcmp(arg, "--repeats") == 0) a->opt.repeats = atoi(argv[++i]);
+        if (strcmp(arg, "--quick") == 0)
+            a->opt.quick = true;
+        else if (strcmp(arg, "--no-peers") == 0)
+            a->opt.peer_script = NULL;
+        else if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0)
+            return 1;
+        else if (next && strcmp(arg, "--device") == 0)
+            a->device = argv[++i];
+        else if (next && strcmp(arg, "--op") == 0)
+            a->opt.op = argv[++i];
+        else if (next && strcmp(arg, "--json") == 0)
+            a->json = argv[++i];
+        else if (next && strcmp(arg, "--peer-script") == 0)
+            a->opt.peer_script = argv[++i];
+        else if (next && strcmp(arg, "--repeats") == 0)
+            a->opt.repeats = atoi(argv[++i]);
         else {
             fprintf(stderr, "clattn-bench: unknown or incomplete option %s\n", arg);
             return 2;

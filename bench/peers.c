@@ -21,8 +21,8 @@ void bench_run_peers(const bench_options *opt, const char *const *keys, int coun
     }
     char command[8192] = "";
     char head[1024];
-    snprintf(head, sizeof head, "'%s' '%s' --repeats %d --warmup %d", opt->python,
-             opt->peer_script, opt->repeats, opt->warmup);
+    snprintf(head, sizeof head, "'%s' '%s' --repeats %d --warmup %d", opt->python, opt->peer_script,
+             opt->repeats, opt->warmup);
     bool ok = append(command, sizeof command, head);
     for (int i = 0; i < count && ok; ++i)
         ok = append(command, sizeof command, " --case '") &&

@@ -19,9 +19,8 @@ bench_record *bench_report_add(bench_report *report) {
 }
 
 void bench_print_header(FILE *out) {
-    fprintf(out, "%-13s %-10s %-5s %-26s %9s %9s %9s %11s %6s %9s %8s\n", "op", "variant",
-            "dtype", "shape", "median_ms", "min_ms", "first_ms", "value", "%roof", "torch_ms",
-            "torch/us");
+    fprintf(out, "%-13s %-10s %-5s %-26s %9s %9s %9s %11s %6s %9s %8s\n", "op", "variant", "dtype",
+            "shape", "median_ms", "min_ms", "first_ms", "value", "%roof", "torch_ms", "torch/us");
 }
 
 void bench_print_record(FILE *out, const bench_record *r) {
@@ -76,8 +75,7 @@ int bench_write_json(const char *path, const bench_report *report, const char *c
         json_string(f, r->metric);
         fprintf(f, ", \"value\": %.4f, \"roofline_pct\": %.2f, \"peer_ratio\": {", r->value,
                 r->roofline_pct);
-        if (r->torch_ms >= 0)
-            fprintf(f, "\"torch\": %.4f", r->torch_ms / r->timing.median_ms);
+        if (r->torch_ms >= 0) fprintf(f, "\"torch\": %.4f", r->torch_ms / r->timing.median_ms);
         fprintf(f, "}, \"peer_ms\": {");
         if (r->torch_ms >= 0) fprintf(f, "\"torch\": %.6f", r->torch_ms);
         fprintf(f, "}}");

@@ -93,8 +93,8 @@ static int measure_copy(const bench_options *opt, clattn_env *env, cl_program pr
         clSetKernelArg(copy.kernel, 1, sizeof dst, &dst);
         /* fill the source, so no driver takes a shortcut on untouched pages */
         float zero = 0.0f;
-        err = clEnqueueFillBuffer(clattn_env_queue(env), src, &zero, sizeof zero, 0, bytes, 0,
-                                  NULL, NULL);
+        err = clEnqueueFillBuffer(clattn_env_queue(env), src, &zero, sizeof zero, 0, bytes, 0, NULL,
+                                  NULL);
     }
     int status = err != CL_SUCCESS ? err : err2;
     if (status == CLATTN_SUCCESS)
@@ -107,8 +107,8 @@ static int measure_copy(const bench_options *opt, clattn_env *env, cl_program pr
 }
 
 /* FMA: enough work-items to fill every compute unit, enough iterations to run for milliseconds. */
-static int measure_fma(const bench_options *opt, clattn_env *env, cl_program program,
-                       cl_uint width, bench_ceilings *out) {
+static int measure_fma(const bench_options *opt, clattn_env *env, cl_program program, cl_uint width,
+                       bench_ceilings *out) {
     cl_uint units = 1;
     clGetDeviceInfo(clattn_env_device(env), CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units,
                     NULL);
@@ -129,8 +129,8 @@ static int measure_fma(const bench_options *opt, clattn_env *env, cl_program pro
     if (status == CLATTN_SUCCESS)
         status = bench_time(opt, run_ceiling, &fma, clattn_env_queue(env), &out->fma);
     if (status == CLATTN_SUCCESS)
-        out->fma_gflops = 16.0 * width * (double)iterations * (double)fma.global /
-                          (out->fma.median_ms * 1e6);
+        out->fma_gflops =
+            16.0 * width * (double)iterations * (double)fma.global / (out->fma.median_ms * 1e6);
     if (fma.kernel) clReleaseKernel(fma.kernel);
     if (sink) clReleaseMemObject(sink);
     return status;

@@ -7,6 +7,7 @@
 #   pocl-cbs       pthread with the other work-group method (POCL_WORK_GROUP_METHOD=cbs)
 #   oclgrind       the Oclgrind simulator (out-of-bounds, races, API misuse); it exits 0 even
 #                  when it reports errors, so its log is read for them
+#   device         only when CLATTN_DEVICE is set: the suite on that device (a GPU, say)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -52,6 +53,9 @@ run_lane() {
   count "$lane" "$log"
 }
 
+if [ -n "${CLATTN_DEVICE:-}" ]; then
+  run_lane device CLATTN_DEVICE="$CLATTN_DEVICE"
+fi
 run_lane pocl-pthread POCL_DEVICES=pthread CLATTN_DEVICE=pthread
 run_lane pocl-basic POCL_DEVICES=basic CLATTN_DEVICE=basic
 run_lane pocl-cbs POCL_DEVICES=pthread POCL_WORK_GROUP_METHOD=cbs CLATTN_DEVICE=pthread

@@ -47,20 +47,21 @@ extern "C" {
  * ------------------------------------------------------------------------------------------- */
 #define CLATTN_STATUS_TABLE(X)                                                                     \
     X(CLATTN_SUCCESS, 0, "success")                                                                \
-    X(CLATTN_ERR_INVALID_ARGUMENT, -3000, "invalid argument (a NULL pointer or a value out of range)") \
+    X(CLATTN_ERR_INVALID_ARGUMENT, -3000,                                                          \
+      "invalid argument (a NULL pointer or a value out of range)")                                 \
     X(CLATTN_ERR_NULL_TENSOR, -3001, "a required tensor has no buffer")                            \
     X(CLATTN_ERR_INVALID_SHAPE, -3002, "a tensor dimension is zero or negative")                   \
-    X(CLATTN_ERR_SHAPE_MISMATCH, -3003, "tensor shapes do not agree with each other")             \
-    X(CLATTN_ERR_INVALID_STRIDES, -3004, "a stride is negative, or an output overlaps itself")    \
-    X(CLATTN_ERR_UNSUPPORTED_DTYPE, -3005, "this dtype or dtype pair is not supported here")      \
-    X(CLATTN_ERR_BUFFER_TOO_SMALL, -3006, "a tensor view reaches past the end of its buffer")     \
-    X(CLATTN_ERR_ALIASING, -3007, "an output overlaps an input in a way this op does not allow")  \
-    X(CLATTN_ERR_CONTEXT_MISMATCH, -3008, "a buffer belongs to another context than the queue")   \
-    X(CLATTN_ERR_DEVICE_NOT_FOUND, -3009, "no OpenCL device matches the request")                 \
+    X(CLATTN_ERR_SHAPE_MISMATCH, -3003, "tensor shapes do not agree with each other")              \
+    X(CLATTN_ERR_INVALID_STRIDES, -3004, "a stride is negative, or an output overlaps itself")     \
+    X(CLATTN_ERR_UNSUPPORTED_DTYPE, -3005, "this dtype or dtype pair is not supported here")       \
+    X(CLATTN_ERR_BUFFER_TOO_SMALL, -3006, "a tensor view reaches past the end of its buffer")      \
+    X(CLATTN_ERR_ALIASING, -3007, "an output overlaps an input in a way this op does not allow")   \
+    X(CLATTN_ERR_CONTEXT_MISMATCH, -3008, "a buffer belongs to another context than the queue")    \
+    X(CLATTN_ERR_DEVICE_NOT_FOUND, -3009, "no OpenCL device matches the request")                  \
     X(CLATTN_ERR_INVALID_DEVICE_SPEC, -3010, "the device spec is malformed")                       \
-    X(CLATTN_ERR_KERNEL_SOURCE, -3011, "a kernel source file could not be read")                  \
-    X(CLATTN_ERR_BUILD_FAILED, -3012, "the OpenCL program failed to build (see the build log)")   \
-    X(CLATTN_ERR_DEVICE_LIMIT, -3013, "the call exceeds a limit of the device")                   \
+    X(CLATTN_ERR_KERNEL_SOURCE, -3011, "a kernel source file could not be read")                   \
+    X(CLATTN_ERR_BUILD_FAILED, -3012, "the OpenCL program failed to build (see the build log)")    \
+    X(CLATTN_ERR_DEVICE_LIMIT, -3013, "the call exceeds a limit of the device")                    \
     X(CLATTN_ERR_OUT_OF_HOST_MEMORY, -3014, "host memory allocation failed")
 
 typedef enum clattn_status {
@@ -115,8 +116,8 @@ CLATTN_API size_t clattn_dtype_size(clattn_dtype dtype);
 CLATTN_API const char *clattn_dtype_name(clattn_dtype dtype);
 
 /* A contiguous (row-major) view of shape {d0,d1,d2,d3} at offset 0. */
-CLATTN_API clattn_tensor clattn_tensor_4d(cl_mem buffer, clattn_dtype dtype, int64_t d0,
-                                          int64_t d1, int64_t d2, int64_t d3);
+CLATTN_API clattn_tensor clattn_tensor_4d(cl_mem buffer, clattn_dtype dtype, int64_t d0, int64_t d1,
+                                          int64_t d2, int64_t d3);
 /* The same view with its dimensions reordered: result dim i is input dim perm[i]. `perm` must be
  * a permutation of 0..3; otherwise the input is returned unchanged. */
 CLATTN_API clattn_tensor clattn_tensor_permute(clattn_tensor t, const int perm[4]);

@@ -10,7 +10,7 @@
 #define CL_PLATFORM_NOT_FOUND_KHR -1001
 #endif
 
-#define CLATTN_MAX_PLATFORMS 16
+#define CLATTN_MAX_PLATFORMS            16
 #define CLATTN_MAX_DEVICES_PER_PLATFORM 64
 
 static void device_string(cl_device_id device, cl_device_info what, char *out, size_t capacity) {
@@ -27,8 +27,8 @@ static void describe(int p, int d, cl_platform_id platform, cl_device_id device,
     out->platform = platform;
     out->device = device;
     clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof out->type, &out->type, NULL);
-    if (clGetPlatformInfo(platform, CL_PLATFORM_NAME, sizeof out->platform_name,
-                          out->platform_name, NULL) != CL_SUCCESS)
+    if (clGetPlatformInfo(platform, CL_PLATFORM_NAME, sizeof out->platform_name, out->platform_name,
+                          NULL) != CL_SUCCESS)
         out->platform_name[0] = '\0';
     out->platform_name[sizeof out->platform_name - 1] = '\0';
     device_string(device, CL_DEVICE_NAME, out->name, sizeof out->name);
@@ -121,10 +121,10 @@ static int select_visit(const clattn_device_desc *desc, void *user) {
         }
         return 0;
     }
-    bool hit = s->by_index ? desc->platform_index == s->want_platform &&
-                                 desc->device_index == s->want_device
-                           : contains_nocase(desc->platform_name, s->spec) ||
-                                 contains_nocase(desc->name, s->spec);
+    bool hit =
+        s->by_index
+            ? desc->platform_index == s->want_platform && desc->device_index == s->want_device
+            : contains_nocase(desc->platform_name, s->spec) || contains_nocase(desc->name, s->spec);
     if (hit) {
         s->match = *desc;
         s->found = true;
@@ -207,8 +207,8 @@ int clattn_env_create(const char *spec, clattn_env **out) {
         return clattn__cl_fail(err, "clCreateContext");
     }
     /* Profiling is on so that a caller (the benchmark) can time kernels by their events. */
-    env->queue = clCreateCommandQueue(env->context, env->desc.device, CL_QUEUE_PROFILING_ENABLE,
-                                      &err);
+    env->queue =
+        clCreateCommandQueue(env->context, env->desc.device, CL_QUEUE_PROFILING_ENABLE, &err);
     if (err != CL_SUCCESS) {
         clReleaseContext(env->context);
         free(env);
@@ -277,8 +277,8 @@ void clattn_tensor_free(clattn_tensor *t) {
 }
 
 static bool is_contiguous(const clattn_tensor *t) {
-    clattn_tensor dense = clattn_tensor_4d(t->buffer, t->dtype, t->shape[0], t->shape[1],
-                                           t->shape[2], t->shape[3]);
+    clattn_tensor dense =
+        clattn_tensor_4d(t->buffer, t->dtype, t->shape[0], t->shape[1], t->shape[2], t->shape[3]);
     for (int i = 0; i < 4; ++i)
         if (t->shape[i] > 1 && t->strides[i] != dense.strides[i]) return false;
     return true;
@@ -301,7 +301,8 @@ static int transfer(clattn_env *env, const clattn_tensor *t, void *host, bool up
                                                bytes, host, 0, NULL, NULL)
                         : clEnqueueReadBuffer(env->queue, t->buffer, CL_TRUE, t->offset * elem,
                                               bytes, host, 0, NULL, NULL);
-    if (err != CL_SUCCESS) return clattn__cl_fail(err, upload ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer");
+    if (err != CL_SUCCESS)
+        return clattn__cl_fail(err, upload ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer");
     return CLATTN_SUCCESS;
 }
 

@@ -16,9 +16,9 @@
  *    2-core CI machine this reached the copy kernel's bandwidth where chunk-per-work-item
  *    launches stayed at 25-45% of it (clattn-bench --op split_heads). */
 typedef struct copy_params {
-    int vec;          /* elements per vector access (the kernel's VEC) */
-    size_t max_run;   /* elements one work-item copies along the innermost dim */
-    size_t group;     /* work-group size target */
+    int vec;        /* elements per vector access (the kernel's VEC) */
+    size_t max_run; /* elements one work-item copies along the innermost dim */
+    size_t group;   /* work-group size target */
 } copy_params;
 
 static copy_params copy_params_for(cl_device_id device) {
@@ -56,8 +56,8 @@ static bool iterate_outside(const clattn_tensor *src, const clattn_tensor *dst, 
 /* Drops size-1 dims, orders the rest (iterate_outside), and merges neighbours that are
  * contiguous in every tensor. The result is right-aligned in 4 dims: [1, 1, 1, N] for a fully
  * contiguous copy. */
-static void plan_copy(const clattn_tensor *src, const clattn_tensor *bias,
-                      const clattn_tensor *dst, copy_plan *plan) {
+static void plan_copy(const clattn_tensor *src, const clattn_tensor *bias, const clattn_tensor *dst,
+                      copy_plan *plan) {
     int dims[4], count = 0, innermost = -1;
     for (int i = 0; i < 4; ++i)
         if (dst->shape[i] > 1) {
@@ -112,8 +112,10 @@ static const char *dtype_token(clattn_dtype dtype) {
     return clattn_dtype_name(dtype); /* f32, f16, bf16: the tokens cl/common.cl defines */
 }
 
+uint64_t clattn__narrow_index_limit = (uint64_t)1 << 32;
+
 static bool plan_needs_wide_index(const copy_plan *plan) {
-    const uint64_t limit = (uint64_t)1 << 32;
+    const uint64_t limit = clattn__narrow_index_limit;
     if (clattn__tensor_last_element(plan->src) >= limit) return true;
     if (clattn__tensor_last_element(plan->dst) >= limit) return true;
     return plan->bias && clattn__tensor_last_element(plan->bias) >= limit;
@@ -154,21 +156,18 @@ static int set_copy_args(cl_kernel kernel, const copy_plan *plan, uint64_t run, 
     if (plan->bias && status == CLATTN_SUCCESS) {
         status = clattn__set_arg(kernel, arg++, sizeof(cl_mem), &plan->bias->buffer);
         for (int i = -1; i < 4 && status == CLATTN_SUCCESS; ++i)
-            status = clattn__set_idx_arg(kernel, arg++,
-                                         i < 0 ? plan->bias_off : (uint64_t)plan->bias_stride[i],
-                                         wide);
+            status = clattn__set_idx_arg(
+                kernel, arg++, i < 0 ? plan->bias_off : (uint64_t)plan->bias_stride[i], wide);
     }
     return status;
 }
 
 /* Enqueues one already validated copy. */
 static int enqueue_copy(const clattn_tensor *src, const clattn_tensor *bias,
-                        const clattn_tensor *dst, cl_context context, cl_device_id device,
-                        cl_command_queue queue, cl_uint num_wait, const cl_event *wait_list,
-                        cl_event *event) {
+                        const clattn_tensor *dst, const clattn__call *call) {
     copy_plan plan;
     plan_copy(src, bias, dst, &plan);
-    copy_params params = copy_params_for(device);
+    copy_params params = copy_params_for(call->device);
     bool wide = plan_needs_wide_index(&plan);
     char options[256];
     plan_options(&plan, params.vec, wide, options, sizeof options);
@@ -178,11 +177,13 @@ static int enqueue_copy(const clattn_tensor *src, const clattn_tensor *bias,
     size_t runs = ((size_t)plan.n[3] + run - 1) / run;
 
     cl_kernel kernel = NULL;
-    int status = clattn__create_kernel(context, device, "heads.cl", options, "copy4d", &kernel);
+    int status =
+        clattn__create_kernel(call->context, call->device, "heads.cl", options, "copy4d", &kernel);
     if (status != CLATTN_SUCCESS) return status;
     size_t max_group = 1;
     status = set_copy_args(kernel, &plan, run, wide);
-    if (status == CLATTN_SUCCESS) status = clattn__kernel_max_group(kernel, device, &max_group);
+    if (status == CLATTN_SUCCESS)
+        status = clattn__kernel_max_group(kernel, call->device, &max_group);
     if (status == CLATTN_SUCCESS) {
         size_t group = max_group < params.group ? max_group : params.group;
         size_t local[3] = {clattn__pow2_at_least(runs, group), 1, 1};
@@ -190,7 +191,7 @@ static int enqueue_copy(const clattn_tensor *src, const clattn_tensor *bias,
         size_t global[3] = {clattn__round_up(runs, local[0]),
                             clattn__round_up((size_t)plan.n[2], local[1]),
                             (size_t)(plan.n[0] * plan.n[1])};
-        status = clattn__enqueue(queue, kernel, 3, global, local, num_wait, wait_list, event);
+        status = clattn__enqueue(call, kernel, 3, global, local);
     }
     clReleaseKernel(kernel);
     return status;
@@ -215,13 +216,11 @@ static int check_copy(const char *src_name, const clattn_tensor *src, const clat
 int clattn_copy(const clattn_tensor *src, const clattn_tensor *bias, const clattn_tensor *dst,
                 cl_command_queue queue, cl_uint num_wait, const cl_event *wait_list,
                 cl_event *event) {
-    clattn__clear_error();
-    cl_context context = NULL;
-    cl_device_id device = NULL;
-    int status = clattn__check_call(queue, num_wait, wait_list, event, &context, &device);
-    if (status == CLATTN_SUCCESS) status = check_copy("src", src, bias, "dst", dst, context);
+    clattn__call call;
+    int status = clattn__begin_call(&call, queue, num_wait, wait_list, event);
+    if (status == CLATTN_SUCCESS) status = check_copy("src", src, bias, "dst", dst, call.context);
     if (status != CLATTN_SUCCESS) return status;
-    return enqueue_copy(src, bias, dst, context, device, queue, num_wait, wait_list, event);
+    return enqueue_copy(src, bias, dst, &call);
 }
 
 /* ---- views ---- */
@@ -266,43 +265,39 @@ static clattn_tensor heads_view(const clattn_tensor *x, int num_heads, int64_t p
 int clattn_split_heads(const clattn_tensor *x, int num_heads, const clattn_tensor *out,
                        cl_command_queue queue, cl_uint num_wait, const cl_event *wait_list,
                        cl_event *event) {
-    clattn__clear_error();
-    cl_context context = NULL;
-    cl_device_id device = NULL;
-    int status = clattn__check_call(queue, num_wait, wait_list, event, &context, &device);
-    if (status == CLATTN_SUCCESS) status = check_packed("x", x, num_heads, 1, context, false);
+    clattn__call call;
+    int status = clattn__begin_call(&call, queue, num_wait, wait_list, event);
+    if (status == CLATTN_SUCCESS) status = check_packed("x", x, num_heads, 1, call.context, false);
     if (status != CLATTN_SUCCESS) return status;
     clattn_tensor view = heads_view(x, num_heads, 1, 0);
-    status = check_copy("x", &view, NULL, "out", out, context);
+    status = check_copy("x", &view, NULL, "out", out, call.context);
     if (status != CLATTN_SUCCESS) return status;
-    return enqueue_copy(&view, NULL, out, context, device, queue, num_wait, wait_list, event);
+    return enqueue_copy(&view, NULL, out, &call);
 }
 
 int clattn_merge_heads(const clattn_tensor *x, const clattn_tensor *out, cl_command_queue queue,
                        cl_uint num_wait, const cl_event *wait_list, cl_event *event) {
-    clattn__clear_error();
-    cl_context context = NULL;
-    cl_device_id device = NULL;
-    int status = clattn__check_call(queue, num_wait, wait_list, event, &context, &device);
+    clattn__call call;
+    int status = clattn__begin_call(&call, queue, num_wait, wait_list, event);
     if (status == CLATTN_SUCCESS)
-        status = clattn__check_tensor("x", x, context, CLATTN__FLOAT_DTYPES, false);
+        status = clattn__check_tensor("x", x, call.context, CLATTN__FLOAT_DTYPES, false);
     if (status == CLATTN_SUCCESS && x->shape[1] > 0x7fffffff)
         status = clattn__fail(CLATTN_ERR_DEVICE_LIMIT, "x: %lld heads is too many",
                               (long long)x->shape[1]);
     if (status != CLATTN_SUCCESS) return status;
     int num_heads = (int)x->shape[1];
-    status = check_packed("out", out, num_heads, 1, context, true);
+    status = check_packed("out", out, num_heads, 1, call.context, true);
     if (status != CLATTN_SUCCESS) return status;
     clattn_tensor view = heads_view(out, num_heads, 1, 0);
-    status = check_copy("x", x, NULL, "out", &view, context);
+    status = check_copy("x", x, NULL, "out", &view, call.context);
     if (status != CLATTN_SUCCESS) return status;
-    return enqueue_copy(x, NULL, &view, context, device, queue, num_wait, wait_list, event);
+    return enqueue_copy(x, NULL, &view, &call);
 }
 
 /* The bias of a packed QKV split: shape {1,1,1,3*H*D}, seen as [B,H,S,D] broadcast over B and S
  * for part `part`. */
-static clattn_tensor qkv_bias_view(const clattn_tensor *bias, const clattn_tensor *x,
-                                   int num_heads, int64_t part) {
+static clattn_tensor qkv_bias_view(const clattn_tensor *bias, const clattn_tensor *x, int num_heads,
+                                   int64_t part) {
     clattn_tensor v = heads_view(bias, num_heads, 3, part);
     v.shape[0] = x->shape[1];
     v.shape[2] = x->shape[2];
@@ -317,8 +312,8 @@ static int check_qkv(const clattn_tensor *x, const clattn_tensor *bias, int num_
     int status = check_packed("x", x, num_heads, 3, context, false);
     if (status == CLATTN_SUCCESS && bias) {
         status = check_packed("bias", bias, num_heads, 3, context, false);
-        if (status == CLATTN_SUCCESS && (bias->shape[1] != 1 || bias->shape[2] != 1 ||
-                                         bias->shape[3] != x->shape[3]))
+        if (status == CLATTN_SUCCESS &&
+            (bias->shape[1] != 1 || bias->shape[2] != 1 || bias->shape[3] != x->shape[3]))
             status = clattn__fail(CLATTN_ERR_SHAPE_MISMATCH,
                                   "bias: shape must be {1,1,1,%lld} (one value per packed column)",
                                   (long long)x->shape[3]);
@@ -335,21 +330,20 @@ static int check_qkv(const clattn_tensor *x, const clattn_tensor *bias, int num_
 
 /* Enqueues the three copies; when the caller wants an event, a marker joins theirs. */
 static int enqueue_qkv(const clattn_tensor *x, const clattn_tensor *bias, int num_heads,
-                       const clattn_tensor *const outs[3], cl_context context, cl_device_id device,
-                       cl_command_queue queue, cl_uint num_wait, const cl_event *wait_list,
-                       cl_event *event) {
+                       const clattn_tensor *const outs[3], const clattn__call *call) {
     cl_event parts[3] = {NULL, NULL, NULL};
     int status = CLATTN_SUCCESS;
     for (int p = 0; p < 3 && status == CLATTN_SUCCESS; ++p) {
         clattn_tensor src = heads_view(x, num_heads, 3, p);
         clattn_tensor bias_view = bias ? qkv_bias_view(bias, x, num_heads, p) : src;
-        status = enqueue_copy(&src, bias ? &bias_view : NULL, outs[p], context, device, queue,
-                              num_wait, wait_list, event ? &parts[p] : NULL);
+        clattn__call part = *call;
+        part.event = call->event ? &parts[p] : NULL;
+        status = enqueue_copy(&src, bias ? &bias_view : NULL, outs[p], &part);
     }
-    if (status == CLATTN_SUCCESS && event) {
-        cl_int err = clEnqueueMarkerWithWaitList(queue, 3, parts, event);
+    if (status == CLATTN_SUCCESS && call->event) {
+        cl_int err = clEnqueueMarkerWithWaitList(call->queue, 3, parts, call->event);
         if (err != CL_SUCCESS) {
-            *event = NULL;
+            *call->event = NULL;
             status = clattn__cl_fail(err, "clEnqueueMarkerWithWaitList");
         }
     }
@@ -362,13 +356,10 @@ int clattn_split_qkv(const clattn_tensor *x, const clattn_tensor *bias, int num_
                      const clattn_tensor *q, const clattn_tensor *k, const clattn_tensor *v,
                      cl_command_queue queue, cl_uint num_wait, const cl_event *wait_list,
                      cl_event *event) {
-    clattn__clear_error();
-    cl_context context = NULL;
-    cl_device_id device = NULL;
     const clattn_tensor *const outs[3] = {q, k, v};
-    int status = clattn__check_call(queue, num_wait, wait_list, event, &context, &device);
-    if (status == CLATTN_SUCCESS) status = check_qkv(x, bias, num_heads, outs, context);
+    clattn__call call;
+    int status = clattn__begin_call(&call, queue, num_wait, wait_list, event);
+    if (status == CLATTN_SUCCESS) status = check_qkv(x, bias, num_heads, outs, call.context);
     if (status != CLATTN_SUCCESS) return status;
-    return enqueue_qkv(x, bias, num_heads, outs, context, device, queue, num_wait, wait_list,
-                       event);
+    return enqueue_qkv(x, bias, num_heads, outs, &call);
 }

@@ -46,10 +46,21 @@ int clattn__check_same_shape(const char *name_a, const clattn_tensor *a, const c
 /* An output's addressed byte range does not overlap an input's in the same buffer. */
 int clattn__check_no_alias(const char *out_name, const clattn_tensor *out, const char *in_name,
                            const clattn_tensor *in);
-/* The queue is non-NULL and the wait list is consistent; yields the queue's context and device.
- * Also sets *event to NULL first (if event is non-NULL), so every failure leaves it NULL. */
-int clattn__check_call(cl_command_queue queue, cl_uint num_wait, const cl_event *wait_list,
-                       cl_event *event, cl_context *context, cl_device_id *device);
+/* The OpenCL tail of one enqueueing call, with the queue's context and device. */
+typedef struct clattn__call {
+    cl_command_queue queue;
+    cl_context context;
+    cl_device_id device;
+    cl_uint num_wait;
+    const cl_event *wait_list;
+    cl_event *event; /* may be NULL */
+} clattn__call;
+
+/* The first step of every enqueueing entry point: clears this thread's last error, sets *event
+ * to NULL (so every failure leaves it NULL), checks that the queue is valid and the wait list
+ * consistent, and fills `call`. */
+int clattn__begin_call(clattn__call *call, cl_command_queue queue, cl_uint num_wait,
+                       const cl_event *wait_list, cl_event *event);
 
 /* ---- program.c: the program cache and kernel launch ---- */
 
@@ -68,10 +79,14 @@ int clattn__set_idx_arg(cl_kernel kernel, cl_uint index, uint64_t value, bool wi
  * never more than the device's per-dimension limit for dimension 0. */
 int clattn__kernel_max_group(cl_kernel kernel, cl_device_id device, size_t *size);
 
-/* clEnqueueNDRangeKernel with the failure recorded. */
-int clattn__enqueue(cl_command_queue queue, cl_kernel kernel, cl_uint dims, const size_t *global,
-                    const size_t *local, cl_uint num_wait, const cl_event *wait_list,
-                    cl_event *event);
+/* clEnqueueNDRangeKernel on the call's queue, after its wait list, into its event; the failure
+ * recorded. */
+int clattn__enqueue(const clattn__call *call, cl_kernel kernel, cl_uint dims, const size_t *global,
+                    const size_t *local);
+
+/* Kernels index with 32-bit integers when every element offset of a call is below this limit,
+ * and with 64-bit ones otherwise. Tests lower it to exercise the 64-bit path on small tensors. */
+extern uint64_t clattn__narrow_index_limit;
 
 /* ---- small helpers ---- */
 

@@ -107,7 +107,8 @@ static size_t cache_builds, cache_hits;
 /* FNV-1a, 64 bit: the key needs only to tell edited sources apart. */
 static uint64_t hash_text(const char *text) {
     uint64_t h = 1469598103934665603ull;
-    for (const unsigned char *p = (const unsigned char *)text; *p; ++p) h = (h ^ *p) * 1099511628211ull;
+    for (const unsigned char *p = (const unsigned char *)text; *p; ++p)
+        h = (h ^ *p) * 1099511628211ull;
     return h;
 }
 
@@ -133,8 +134,9 @@ static int build_log_failure(cl_program program, cl_device_id device, const char
         clGetProgramBuildInfo(program, device, CL_PROGRAM_BUILD_LOG, size, log, NULL);
         log[size] = '\0';
     }
-    int status = clattn__fail(CLATTN_ERR_BUILD_FAILED, "building cl/%s with options \"%s\" failed:\n%s",
-                              op_file, options, log ? log : "(no memory for the build log)");
+    int status =
+        clattn__fail(CLATTN_ERR_BUILD_FAILED, "building cl/%s with options \"%s\" failed:\n%s",
+                     op_file, options, log ? log : "(no memory for the build log)");
     free(log);
     return status;
 }
@@ -280,8 +282,8 @@ int clattn__set_idx_arg(cl_kernel kernel, cl_uint index, uint64_t value, bool wi
 
 int clattn__kernel_max_group(cl_kernel kernel, cl_device_id device, size_t *size) {
     size_t wg = 0, dims[3] = {0, 0, 0};
-    cl_int err = clGetKernelWorkGroupInfo(kernel, device, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg,
-                                          NULL);
+    cl_int err =
+        clGetKernelWorkGroupInfo(kernel, device, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg, NULL);
     if (err == CL_SUCCESS)
         err = clGetDeviceInfo(device, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof dims, dims, NULL);
     if (err != CL_SUCCESS) return clattn__cl_fail(err, "querying the kernel's work-group size");
@@ -290,13 +292,12 @@ int clattn__kernel_max_group(cl_kernel kernel, cl_device_id device, size_t *size
     return CLATTN_SUCCESS;
 }
 
-int clattn__enqueue(cl_command_queue queue, cl_kernel kernel, cl_uint dims, const size_t *global,
-                    const size_t *local, cl_uint num_wait, const cl_event *wait_list,
-                    cl_event *event) {
-    cl_int err = clEnqueueNDRangeKernel(queue, kernel, dims, NULL, global, local, num_wait,
-                                        wait_list, event);
+int clattn__enqueue(const clattn__call *call, cl_kernel kernel, cl_uint dims, const size_t *global,
+                    const size_t *local) {
+    cl_int err = clEnqueueNDRangeKernel(call->queue, kernel, dims, NULL, global, local,
+                                        call->num_wait, call->wait_list, call->event);
     if (err != CL_SUCCESS) {
-        if (event) *event = NULL;
+        if (call->event) *call->event = NULL;
         return clattn__cl_fail(err, "clEnqueueNDRangeKernel");
     }
     return CLATTN_SUCCESS;

@@ -5,22 +5,32 @@
 
 size_t clattn_dtype_size(clattn_dtype dtype) {
     switch (dtype) {
-    case CLATTN_F32: return 4;
-    case CLATTN_F16: return 2;
-    case CLATTN_BF16: return 2;
-    case CLATTN_I32: return 4;
-    case CLATTN_U8: return 1;
+    case CLATTN_F32:
+        return 4;
+    case CLATTN_F16:
+        return 2;
+    case CLATTN_BF16:
+        return 2;
+    case CLATTN_I32:
+        return 4;
+    case CLATTN_U8:
+        return 1;
     }
     return 0;
 }
 
 const char *clattn_dtype_name(clattn_dtype dtype) {
     switch (dtype) {
-    case CLATTN_F32: return "f32";
-    case CLATTN_F16: return "f16";
-    case CLATTN_BF16: return "bf16";
-    case CLATTN_I32: return "i32";
-    case CLATTN_U8: return "u8";
+    case CLATTN_F32:
+        return "f32";
+    case CLATTN_F16:
+        return "f16";
+    case CLATTN_BF16:
+        return "bf16";
+    case CLATTN_I32:
+        return "i32";
+    case CLATTN_U8:
+        return "u8";
     }
     return "?";
 }
@@ -127,7 +137,8 @@ static int check_buffer(const char *name, const clattn_tensor *t, cl_context con
 
 int clattn__check_tensor(const char *name, const clattn_tensor *t, cl_context context,
                          unsigned dtype_mask, bool is_output) {
-    if (!t) return clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "%s: the tensor pointer is NULL", name);
+    if (!t)
+        return clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "%s: the tensor pointer is NULL", name);
     if (!t->buffer) return clattn__fail(CLATTN_ERR_NULL_TENSOR, "%s: the buffer is NULL", name);
     if ((unsigned)t->dtype > CLATTN_U8 || !(dtype_mask & (1u << t->dtype)))
         return clattn__fail(CLATTN_ERR_UNSUPPORTED_DTYPE, "%s: dtype %s (%d) is not accepted here",
@@ -135,13 +146,13 @@ int clattn__check_tensor(const char *name, const clattn_tensor *t, cl_context co
     int status = check_dims(name, t);
     if (status != CLATTN_SUCCESS) return status;
     if (is_output && view_overlaps_itself(t))
-        return clattn__fail(CLATTN_ERR_INVALID_STRIDES,
-                            "%s: an output view must not overlap itself (strides %lld,%lld,%lld,%lld "
-                            "for shape %lld,%lld,%lld,%lld)",
-                            name, (long long)t->strides[0], (long long)t->strides[1],
-                            (long long)t->strides[2], (long long)t->strides[3],
-                            (long long)t->shape[0], (long long)t->shape[1], (long long)t->shape[2],
-                            (long long)t->shape[3]);
+        return clattn__fail(
+            CLATTN_ERR_INVALID_STRIDES,
+            "%s: an output view must not overlap itself (strides %lld,%lld,%lld,%lld "
+            "for shape %lld,%lld,%lld,%lld)",
+            name, (long long)t->strides[0], (long long)t->strides[1], (long long)t->strides[2],
+            (long long)t->strides[3], (long long)t->shape[0], (long long)t->shape[1],
+            (long long)t->shape[2], (long long)t->shape[3]);
     return check_buffer(name, t, context);
 }
 
@@ -150,8 +161,9 @@ int clattn__check_same_shape(const char *name_a, const clattn_tensor *a, const c
     for (int i = 0; i < 4; ++i)
         if (a->shape[i] != b->shape[i])
             return clattn__fail(
-                CLATTN_ERR_SHAPE_MISMATCH, "%s has shape [%lld,%lld,%lld,%lld] but %s has [%lld,%lld,%lld,%lld]",
-                name_a, (long long)a->shape[0], (long long)a->shape[1], (long long)a->shape[2],
+                CLATTN_ERR_SHAPE_MISMATCH,
+                "%s has shape [%lld,%lld,%lld,%lld] but %s has [%lld,%lld,%lld,%lld]", name_a,
+                (long long)a->shape[0], (long long)a->shape[1], (long long)a->shape[2],
                 (long long)a->shape[3], name_b, (long long)b->shape[0], (long long)b->shape[1],
                 (long long)b->shape[2], (long long)b->shape[3]);
     return CLATTN_SUCCESS;
@@ -165,27 +177,31 @@ int clattn__check_no_alias(const char *out_name, const clattn_tensor *out, const
     uint64_t in_lo = in->offset * clattn_dtype_size(in->dtype);
     uint64_t in_hi = (clattn__tensor_last_element(in) + 1) * clattn_dtype_size(in->dtype);
     if (out_lo < in_hi && in_lo < out_hi)
-        return clattn__fail(CLATTN_ERR_ALIASING,
-                            "%s (bytes %llu..%llu) overlaps %s (bytes %llu..%llu) in the same buffer",
-                            out_name, (unsigned long long)out_lo, (unsigned long long)out_hi,
-                            in_name, (unsigned long long)in_lo, (unsigned long long)in_hi);
+        return clattn__fail(
+            CLATTN_ERR_ALIASING,
+            "%s (bytes %llu..%llu) overlaps %s (bytes %llu..%llu) in the same buffer", out_name,
+            (unsigned long long)out_lo, (unsigned long long)out_hi, in_name,
+            (unsigned long long)in_lo, (unsigned long long)in_hi);
     return CLATTN_SUCCESS;
 }
 
-int clattn__check_call(cl_command_queue queue, cl_uint num_wait, const cl_event *wait_list,
-                       cl_event *event, cl_context *context, cl_device_id *device) {
+int clattn__begin_call(clattn__call *call, cl_command_queue queue, cl_uint num_wait,
+                       const cl_event *wait_list, cl_event *event) {
+    clattn__clear_error();
+    *call = (clattn__call){queue, NULL, NULL, num_wait, wait_list, event};
     if (event) *event = NULL;
     if ((num_wait > 0) != (wait_list != NULL))
-        return clattn__fail(CL_INVALID_EVENT_WAIT_LIST,
-                            "num_wait = %u does not match wait_list %s", num_wait,
-                            wait_list ? "(non-NULL)" : "(NULL)");
+        return clattn__fail(CL_INVALID_EVENT_WAIT_LIST, "num_wait = %u does not match wait_list %s",
+                            num_wait, wait_list ? "(non-NULL)" : "(NULL)");
     for (cl_uint i = 0; i < num_wait; ++i)
         if (!wait_list[i])
             return clattn__fail(CL_INVALID_EVENT_WAIT_LIST, "wait_list[%u] is NULL", i);
     if (!queue) return clattn__fail(CL_INVALID_COMMAND_QUEUE, "queue is NULL");
-    cl_int err = clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof *context, context, NULL);
+    cl_int err =
+        clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof call->context, &call->context, NULL);
     if (err == CL_SUCCESS)
-        err = clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof *device, device, NULL);
+        err =
+            clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof call->device, &call->device, NULL);
     if (err != CL_SUCCESS) return clattn__cl_fail(err, "clGetCommandQueueInfo(queue)");
     return CLATTN_SUCCESS;
 }

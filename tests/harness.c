@@ -47,7 +47,8 @@ float test_rand_uniform(uint64_t *state, float lo, float hi) {
 cl_mem test_buffer(test_ctx *t, size_t bytes) {
     cl_int err;
     cl_mem m = clCreateBuffer(clattn_env_context(t->env), CL_MEM_READ_WRITE, bytes, NULL, &err);
-    if (err != CL_SUCCESS) test_fail_at(t, __FILE__, __LINE__, "clCreateBuffer(%zu): %d", bytes, err);
+    if (err != CL_SUCCESS)
+        test_fail_at(t, __FILE__, __LINE__, "clCreateBuffer(%zu): %d", bytes, err);
     return err == CL_SUCCESS ? m : NULL;
 }
 

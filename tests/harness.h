@@ -54,7 +54,7 @@ void test_skip(test_ctx *t, const char *why);
     do {                                                                                           \
         int check_status_ = (expr);                                                                \
         CHECK((t), check_status_ == (expected), "%s -> %s, expected %s (%s)", #expr,               \
-              clattn_status_name(check_status_), clattn_status_name(expected),                    \
+              clattn_status_name(check_status_), clattn_status_name(expected),                     \
               clattn_last_error());                                                                \
     } while (0)
 

@@ -65,17 +65,26 @@ float ref_bf16_to_f32(uint16_t h) {
 
 float ref_load(const void *base, clattn_dtype dtype, uint64_t index) {
     switch (dtype) {
-    case CLATTN_F16: return ref_f16_to_f32(((const uint16_t *)base)[index]);
-    case CLATTN_BF16: return ref_bf16_to_f32(((const uint16_t *)base)[index]);
-    default: return ((const float *)base)[index];
+    case CLATTN_F16:
+        return ref_f16_to_f32(((const uint16_t *)base)[index]);
+    case CLATTN_BF16:
+        return ref_bf16_to_f32(((const uint16_t *)base)[index]);
+    default:
+        return ((const float *)base)[index];
     }
 }
 
 void ref_store(void *base, clattn_dtype dtype, uint64_t index, float v) {
     switch (dtype) {
-    case CLATTN_F16: ((uint16_t *)base)[index] = ref_f32_to_f16(v); break;
-    case CLATTN_BF16: ((uint16_t *)base)[index] = ref_f32_to_bf16(v); break;
-    default: ((float *)base)[index] = v; break;
+    case CLATTN_F16:
+        ((uint16_t *)base)[index] = ref_f32_to_f16(v);
+        break;
+    case CLATTN_BF16:
+        ((uint16_t *)base)[index] = ref_f32_to_bf16(v);
+        break;
+    default:
+        ((float *)base)[index] = v;
+        break;
     }
 }
 

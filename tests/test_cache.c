@@ -14,7 +14,8 @@ static int small_copy(test_ctx *t, cl_command_queue queue, clattn_dtype dst_dtyp
     float zeros[64] = {0};
     cl_mem a = clCreateBuffer(clattn_env_context(t->env), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
                               sizeof zeros, zeros, &err);
-    cl_mem b = clCreateBuffer(clattn_env_context(t->env), CL_MEM_READ_WRITE, sizeof zeros, NULL, &err);
+    cl_mem b =
+        clCreateBuffer(clattn_env_context(t->env), CL_MEM_READ_WRITE, sizeof zeros, NULL, &err);
     clattn_tensor src = clattn_tensor_4d(a, CLATTN_F32, 1, 1, 4, 16);
     clattn_tensor dst = clattn_tensor_4d(b, dst_dtype, 1, 1, 4, 16);
     int status = clattn_copy(&src, NULL, &dst, queue, 0, NULL, NULL);
@@ -49,8 +50,8 @@ static void clearing_one_context_keeps_the_others(test_ctx *t) {
     CHECK(t, err == CL_SUCCESS, "clCreateContext: %d", err);
     cl_command_queue other_queue = clCreateCommandQueue(other, device, 0, &err);
     float zeros[64] = {0};
-    cl_mem a = clCreateBuffer(other, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof zeros, zeros,
-                              &err);
+    cl_mem a =
+        clCreateBuffer(other, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof zeros, zeros, &err);
     clattn_tensor v = clattn_tensor_4d(a, CLATTN_F32, 1, 1, 1, 32);
     clattn_tensor w = v;
     w.offset = 32;
@@ -112,8 +113,9 @@ static void a_build_failure_returns_its_log_with_file_and_line(test_ctx *t) {
     if (test_platform_is(t, "Oclgrind"))
         return test_skip(t, "Oclgrind's compiler ignores #line in its build log");
     char dir[256];
-    CHECK(t, make_kernel_dir(dir, sizeof dir, "#define CLATTN_COMMON_CL 1\n",
-                             "/* line 1 */\n\n__kernel void copy4d(void) { this is not C; }\n"),
+    CHECK(t,
+          make_kernel_dir(dir, sizeof dir, "#define CLATTN_COMMON_CL 1\n",
+                          "/* line 1 */\n\n__kernel void copy4d(void) { this is not C; }\n"),
           "cannot make a kernel directory");
     setenv("CLATTN_KERNEL_DIR", dir, 1);
     log_capture c = {0, 0};
@@ -142,7 +144,8 @@ static void kernel_dir_serves_the_real_sources(test_ctx *t) {
     int status = small_copy(t, clattn_env_queue(t->env), CLATTN_F16);
     clattn_cache_stats(NULL, &builds1, NULL);
     unsetenv("CLATTN_KERNEL_DIR");
-    CHECK(t, status == CLATTN_SUCCESS, "-> %s: %s", clattn_status_name(status), clattn_last_error());
+    CHECK(t, status == CLATTN_SUCCESS, "-> %s: %s", clattn_status_name(status),
+          clattn_last_error());
     /* the disk text hashes differently from the embedded key, so it is its own program */
     CHECK(t, builds1 == builds0 + 1, "builds %zu -> %zu", builds0, builds1);
 }
@@ -171,7 +174,8 @@ static void *run_worker(void *arg) {
         for (int i = 0; i < 3 * n; ++i) in[i] = (float)(w->index * 1000 + round * 100 + i);
         cl_mem a = clCreateBuffer(context, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
                                   sizeof(float) * 3 * (size_t)n, in, &err);
-        cl_mem b = clCreateBuffer(context, CL_MEM_READ_WRITE, sizeof(float) * 3 * (size_t)n, NULL, &err);
+        cl_mem b =
+            clCreateBuffer(context, CL_MEM_READ_WRITE, sizeof(float) * 3 * (size_t)n, NULL, &err);
         /* the transpose of a [3, n] matrix, a new shape each round; every thread needs the same
          * program at the same time, so they race to build it and must end up sharing one */
         clattn_tensor src = clattn_tensor_4d(a, CLATTN_F32, 1, 1, 3, n);

@@ -24,7 +24,8 @@ static void the_test_device_is_listed(test_ctx *t) {
 static bool contains_nocase(const char *haystack, const char *needle) {
     for (; *haystack; ++haystack) {
         size_t i = 0;
-        while (needle[i] && tolower((unsigned char)haystack[i]) == tolower((unsigned char)needle[i]))
+        while (needle[i] &&
+               tolower((unsigned char)haystack[i]) == tolower((unsigned char)needle[i]))
             ++i;
         if (!needle[i]) return true;
     }

@@ -1,5 +1,6 @@
 /* Tests of the multi-head reshape ops (src/heads.c, cl/heads.cl) against the host reference. */
 #include "harness.h"
+#include "internal.h"
 #include "ref.h"
 
 #include <math.h>
@@ -20,12 +21,23 @@ static size_t view_bytes(const clattn_tensor *v) {
 /* Random values with the edge cases sprinkled in: signed zeros, infinities, a NaN with a
  * payload, the f16 overflow and rounding boundaries, f16 subnormals, ties. */
 static void fill_random(void *host, clattn_dtype dtype, size_t count, uint64_t seed) {
-    static const uint32_t special_f32[] = {
-        0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc12345u, 0xffa00001u,
-        0x477fe000u /* 65504 */, 0x477ff000u /* 65520 -> f16 inf */, 0x477fefffu,
-        0x33800000u /* 2^-24 */, 0x33000000u /* 2^-25, ties to 0 */, 0x33c00000u,
-        0x3f801000u /* f16 tie */, 0x3f808000u /* bf16 tie, even */, 0x3f818000u /* bf16 tie, odd */,
-        0x7f7fffffu /* FLT_MAX -> bf16 inf */, 0x00000001u /* f32 subnormal */};
+    static const uint32_t special_f32[] = {0x00000000u,
+                                           0x80000000u,
+                                           0x7f800000u,
+                                           0xff800000u,
+                                           0x7fc12345u,
+                                           0xffa00001u,
+                                           0x477fe000u /* 65504 */,
+                                           0x477ff000u /* 65520 -> f16 inf */,
+                                           0x477fefffu,
+                                           0x33800000u /* 2^-24 */,
+                                           0x33000000u /* 2^-25, ties to 0 */,
+                                           0x33c00000u,
+                                           0x3f801000u /* f16 tie */,
+                                           0x3f808000u /* bf16 tie, even */,
+                                           0x3f818000u /* bf16 tie, odd */,
+                                           0x7f7fffffu /* FLT_MAX -> bf16 inf */,
+                                           0x00000001u /* f32 subnormal */};
     uint64_t state = seed * 2654435761u + 1;
     size_t size = clattn_dtype_size(dtype);
     for (size_t i = 0; i < count; ++i) {
@@ -35,8 +47,8 @@ static void fill_random(void *host, clattn_dtype dtype, size_t count, uint64_t s
         } else if (r % 7 == 0) {
             ((uint32_t *)host)[i] = special_f32[(r >> 8) % (sizeof special_f32 / 4)];
         } else {
-            ((float *)host)[i] = test_rand_uniform(&state, -70000.0f, 70000.0f) /
-                                 (float)(1u << (r >> 32) % 24);
+            ((float *)host)[i] =
+                test_rand_uniform(&state, -70000.0f, 70000.0f) / (float)(1u << (r >> 32) % 24);
         }
     }
 }
@@ -79,9 +91,10 @@ static bool compare_buffer(test_ctx *t, const device_view *got, const void *expe
     size_t count = got->bytes / clattn_dtype_size(got->view.dtype);
     for (size_t i = 0; i < count; ++i)
         if (!ref_same_element(back, expected, got->view.dtype, i, nan_equal)) {
-            test_fail_at(t, __FILE__, __LINE__, "%s: element %zu of the %s buffer: got %.9g, expected %.9g",
-                         what, i, clattn_dtype_name(got->view.dtype),
-                         ref_load(back, got->view.dtype, i), ref_load(expected, got->view.dtype, i));
+            test_fail_at(t, __FILE__, __LINE__,
+                         "%s: element %zu of the %s buffer: got %.9g, expected %.9g", what, i,
+                         clattn_dtype_name(got->view.dtype), ref_load(back, got->view.dtype, i),
+                         ref_load(expected, got->view.dtype, i));
             free(back);
             return false;
         }
@@ -188,8 +201,20 @@ static void copy_adds_a_broadcast_bias(test_ctx *t) {
     clattn_tensor column = dense(CLATTN_F32, 2, 5, 1, 1, 0);
     column.shape[3] = 64;
     column.strides[3] = 0;
-    check_copy_case(t, dense(CLATTN_BF16, 2, 5, 1, 64, 3), &column, dense(CLATTN_F32, 2, 5, 1, 64, 0),
-                    61, "bias per row");
+    check_copy_case(t, dense(CLATTN_BF16, 2, 5, 1, 64, 3), &column,
+                    dense(CLATTN_F32, 2, 5, 1, 64, 0), 61, "bias per row");
+}
+
+/* Tensors past 2^32 elements index with 64-bit integers; the same path on small tensors. */
+static void copy_with_64_bit_indices(test_ctx *t) {
+    uint64_t saved = clattn__narrow_index_limit;
+    clattn__narrow_index_limit = 0;
+    static const int swap_middle[4] = {0, 2, 1, 3};
+    check_copy_case(t, dense(CLATTN_BF16, 2, 5, 7, 33, 3), NULL, dense(CLATTN_F32, 2, 5, 7, 33, 1),
+                    55, "64-bit contiguous");
+    check_copy_case(t, clattn_tensor_permute(dense(CLATTN_F32, 2, 7, 5, 9, 0), swap_middle), NULL,
+                    dense(CLATTN_F32, 2, 5, 7, 9, 0), 56, "64-bit permuted");
+    clattn__narrow_index_limit = saved;
 }
 
 /* ---- split, merge, qkv ---- */
@@ -233,20 +258,22 @@ static bool check_heads_layout(test_ctx *t, const device_view *x, const device_v
                 for (int64_t d = 0; d < sh.d && ok; ++d) {
                     int64_t col = part * sh.h * sh.d + h * sh.d + d;
                     uint64_t src = packed_index(&x->view, b, s, col);
-                    uint64_t dst = out->view.offset + (uint64_t)(b * out->view.strides[0] +
-                                                                 h * out->view.strides[1] +
-                                                                 s * out->view.strides[2] + d);
+                    uint64_t dst = out->view.offset +
+                                   (uint64_t)(b * out->view.strides[0] + h * out->view.strides[1] +
+                                              s * out->view.strides[2] + d);
                     float want = ref_load(x->host, x->view.dtype, src);
-                    if (bias) want += ref_load(bias->host, bias->view.dtype, bias->view.offset + col);
+                    if (bias)
+                        want += ref_load(bias->host, bias->view.dtype, bias->view.offset + col);
                     uint8_t expected[4];
                     ref_store(expected, out->view.dtype, 0, want);
-                    bool same = bias || x->view.dtype != out->view.dtype
-                                    ? ref_same_element(expected, (char *)back +
-                                                                     dst * clattn_dtype_size(out->view.dtype),
-                                                       out->view.dtype, 0, true)
-                                    : memcmp((char *)x->host + src * clattn_dtype_size(x->view.dtype),
-                                             (char *)back + dst * clattn_dtype_size(out->view.dtype),
-                                             clattn_dtype_size(out->view.dtype)) == 0;
+                    bool same =
+                        bias || x->view.dtype != out->view.dtype
+                            ? ref_same_element(
+                                  expected, (char *)back + dst * clattn_dtype_size(out->view.dtype),
+                                  out->view.dtype, 0, true)
+                            : memcmp((char *)x->host + src * clattn_dtype_size(x->view.dtype),
+                                     (char *)back + dst * clattn_dtype_size(out->view.dtype),
+                                     clattn_dtype_size(out->view.dtype)) == 0;
                     if (!same) {
                         test_fail_at(t, __FILE__, __LINE__,
                                      "%s: out[%lld,%lld,%lld,%lld] = %.9g, expected %.9g", what,
@@ -303,9 +330,9 @@ static void split_qkv_case(test_ctx *t, heads_shape sh, clattn_dtype x_dtype, bo
         ok = make_view(t, dense(out_dtype, sh.b, sh.h, sh.s, sh.d, (size_t)p), 0, true, &out[p]);
     if (ok) {
         cl_event done = NULL;
-        int status = clattn_split_qkv(&x.view, with_bias ? &bias.view : NULL, (int)sh.h,
-                                      &out[0].view, &out[1].view, &out[2].view,
-                                      clattn_env_queue(t->env), 0, NULL, &done);
+        int status =
+            clattn_split_qkv(&x.view, with_bias ? &bias.view : NULL, (int)sh.h, &out[0].view,
+                             &out[1].view, &out[2].view, clattn_env_queue(t->env), 0, NULL, &done);
         if (status != CLATTN_SUCCESS || !done) {
             test_fail_at(t, __FILE__, __LINE__, "split_qkv -> %s (event %p): %s",
                          clattn_status_name(status), (void *)done, clattn_last_error());
@@ -485,8 +512,8 @@ static void bad_input_is_rejected_before_enqueue(test_ctx *t) {
                     CLATTN_ERR_SHAPE_MISMATCH);
     EXPECT_REJECTED(t, &f, clattn_merge_heads(&heads, NULL, q, 0, NULL, &f.event),
                     CLATTN_ERR_INVALID_ARGUMENT);
-    EXPECT_REJECTED(t, &f, clattn_split_qkv(&x, NULL, 4, &heads, &heads, &heads, q, 0, NULL,
-                                            &f.event),
+    EXPECT_REJECTED(t, &f,
+                    clattn_split_qkv(&x, NULL, 4, &heads, &heads, &heads, q, 0, NULL, &f.event),
                     CLATTN_ERR_SHAPE_MISMATCH); /* 32 is not a multiple of 3 x 4 */
 
     /* nothing above may have written anything */
@@ -520,6 +547,7 @@ static const test_case cases[] = {
     {"copy_converts_every_dtype_pair", copy_converts_every_dtype_pair},
     {"copy_permuted_and_broadcast_views", copy_permuted_and_broadcast_views},
     {"copy_adds_a_broadcast_bias", copy_adds_a_broadcast_bias},
+    {"copy_with_64_bit_indices", copy_with_64_bit_indices},
     {"split_then_merge_is_identity", split_then_merge_is_identity},
     {"split_qkv_with_and_without_bias", split_qkv_with_and_without_bias},
     {"copy_waits_for_its_wait_list", copy_waits_for_its_wait_list},

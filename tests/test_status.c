@@ -32,7 +32,8 @@ static void library_codes_stay_out_of_opencl_and_clblast_ranges(test_ctx *t) {
 static void opencl_codes_pass_through_with_their_names(test_ctx *t) {
     CHECK(t, strcmp(clattn_status_name(CL_OUT_OF_RESOURCES), "CL_OUT_OF_RESOURCES") == 0, "%s",
           clattn_status_name(CL_OUT_OF_RESOURCES));
-    CHECK(t, strcmp(clattn_status_name(CL_INVALID_EVENT_WAIT_LIST), "CL_INVALID_EVENT_WAIT_LIST") == 0,
+    CHECK(t,
+          strcmp(clattn_status_name(CL_INVALID_EVENT_WAIT_LIST), "CL_INVALID_EVENT_WAIT_LIST") == 0,
           "wait list");
     CHECK(t, strcmp(clattn_status_name(-2999), "CLATTN_UNKNOWN_STATUS") == 0, "unknown");
     CHECK(t, strcmp(clattn_status_name(CLATTN_SUCCESS), "CLATTN_SUCCESS") == 0, "success");

@@ -82,8 +82,8 @@ static void rejects_a_buffer_of_another_context(test_ctx *t) {
     CHECK(t, err == CL_SUCCESS, "clCreateContext: %d", err);
     cl_mem foreign = clCreateBuffer(other, CL_MEM_READ_WRITE, 64, NULL, &err);
     clattn_tensor v = clattn_tensor_4d(foreign, CLATTN_F32, 1, 1, 1, 16);
-    int status = clattn__check_tensor("v", &v, clattn_env_context(t->env), CLATTN__FLOAT_DTYPES,
-                                      false);
+    int status =
+        clattn__check_tensor("v", &v, clattn_env_context(t->env), CLATTN__FLOAT_DTYPES, false);
     clReleaseMemObject(foreign);
     clReleaseContext(other);
     CHECK(t, status == CLATTN_ERR_CONTEXT_MISMATCH, "got %s", clattn_status_name(status));
@@ -114,7 +114,8 @@ static void permute_and_numel(test_ctx *t) {
     clattn_tensor same = clattn_tensor_permute(v, bad);
     CHECK(t, memcmp(&same, &v, sizeof v) == 0, "an invalid permutation changes nothing");
     CHECK(t, clattn_tensor_numel(&v) == 120, "numel");
-    CHECK(t, clattn_dtype_size(CLATTN_BF16) == 2 && clattn_dtype_size((clattn_dtype)9) == 0, "size");
+    CHECK(t, clattn_dtype_size(CLATTN_BF16) == 2 && clattn_dtype_size((clattn_dtype)9) == 0,
+          "size");
 }
 
 static const test_case cases[] = {
