@@ -26,14 +26,32 @@ typedef int (*bench_fn)(void *ctx, cl_command_queue queue);
 /* Times fn: one cold call, warm-up calls, then `repeats` calls each waited for with clFinish. */
 int bench_time(const bench_options *opt, bench_fn fn, void *ctx, cl_command_queue queue,
                bench_timing *out);
+/* The same, alternating each call of fn with a call of ref, so both see the same machine: on a
+ * shared machine the bandwidth moves by half from one second to the next. */
+int bench_time_beside(const bench_options *opt, bench_fn fn, void *ctx, bench_fn ref, void *ref_ctx,
+                      cl_command_queue queue, bench_timing *out, bench_timing *ref_out);
 double bench_now_ms(void);
 
+/* The device's own ceilings (bench/roofline.cl): a copy kernel and an FMA kernel, measured once
+ * at the start and kept ready, so each op row can time the copy beside itself. */
+typedef struct bench_ceiling_run bench_ceiling_run;
+struct bench_ceiling_run {
+    cl_kernel kernel;
+    size_t global;
+    cl_mem buffers[2];
+    double work; /* bytes moved (copy) or flops (FMA) per run */
+};
 typedef struct bench_ceilings {
-    double copy_gbs, fma_gflops;
+    double copy_gbs, fma_gflops; /* measured at the start */
     bench_timing copy, fma;
+    bench_ceiling_run copy_run, fma_run;
 } bench_ceilings;
 
-int bench_measure_ceilings(const bench_options *opt, clattn_env *env, bench_ceilings *out);
+int bench_ceilings_open(const bench_options *opt, clattn_env *env, bench_ceilings *out);
+void bench_ceilings_close(bench_ceilings *c);
+/* Times fn alternating with the copy kernel; *copy_gbs is the copy bandwidth of those runs. */
+int bench_time_vs_copy(const bench_options *opt, bench_ceilings *c, bench_fn fn, void *ctx,
+                       cl_command_queue queue, bench_timing *out, double *copy_gbs);
 
 /* A peer's timing of the same case, found by the case key ("split_heads f32 8,2048,1024,16"). */
 #define BENCH_MAX_CASES 64
@@ -54,7 +72,8 @@ typedef struct bench_record {
     char op[32], variant[32], device[160], shape[96], dtype[8], metric[16];
     bench_timing timing;
     double value;        /* in `metric` units */
-    double roofline_pct; /* of the measured copy bandwidth or FMA peak */
+    double ceiling;      /* the device's ceiling in the same units, timed beside this row */
+    double roofline_pct; /* value / ceiling */
     double torch_ms;     /* the peer's median; < 0 when not measured */
 } bench_record;
 
@@ -70,7 +89,7 @@ int bench_write_json(const char *path, const bench_report *report, const char *c
                      const bench_ceilings *ceilings, int num_devices);
 
 /* The op families. Each adds its rows for one device. */
-int bench_heads(const bench_options *opt, clattn_env *env, const bench_ceilings *ceilings,
+int bench_heads(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
                 bench_report *report);
 
 #endif

@@ -60,7 +60,7 @@ static void free_case(heads_ctx *x) {
     for (int p = 0; p < 3; ++p) clattn_tensor_free(&x->heads[p]);
 }
 
-int bench_heads(const bench_options *opt, clattn_env *env, const bench_ceilings *ceilings,
+int bench_heads(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
                 bench_report *report) {
     int64_t b = opt->quick ? 2 : 8, s = opt->quick ? 512 : 2048;
     const heads_case cases[] = {
@@ -88,9 +88,11 @@ int bench_heads(const bench_options *opt, clattn_env *env, const bench_ceilings 
         if (opt->op && strcmp(opt->op, c->op) != 0) continue;
         heads_ctx x;
         bench_timing timing;
+        double copy_gbs = 0;
         status = alloc_case(env, c, &x);
         if (status == CLATTN_SUCCESS)
-            status = bench_time(opt, run_heads, &x, clattn_env_queue(env), &timing);
+            status = bench_time_vs_copy(opt, ceilings, run_heads, &x, clattn_env_queue(env),
+                                        &timing, &copy_gbs);
         if (status == CLATTN_SUCCESS) {
             bench_record *r = bench_report_add(report);
             if (!r) status = CLATTN_ERR_OUT_OF_HOST_MEMORY;
@@ -106,7 +108,8 @@ int bench_heads(const bench_options *opt, clattn_env *env, const bench_ceilings 
                                (double)clattn_dtype_size(c->dtype);
                 r->timing = timing;
                 r->value = bytes / (timing.median_ms * 1e6);
-                r->roofline_pct = 100.0 * r->value / ceilings->copy_gbs;
+                r->ceiling = copy_gbs;
+                r->roofline_pct = 100.0 * r->value / copy_gbs;
                 r->torch_ms = bench_peer_median(&peers, keys[i]);
                 bench_print_record(stdout, r);
             }

@@ -77,14 +77,16 @@ static int bench_device(const bench_args *a, const char *spec, bench_report *rep
     const clattn_device_desc *d = clattn_env_device_desc(env);
     snprintf(name, name_capacity, "%s", d->name);
     printf("\n== %s / %s (%s, driver %s)\n", d->platform_name, d->name, d->version, d->driver);
-    status = bench_measure_ceilings(&a->opt, env, ceilings);
+    status = bench_ceilings_open(&a->opt, env, ceilings);
     if (status == CLATTN_SUCCESS) {
         printf("ceilings: copy %.1f GB/s (float4 stream, %s each way), FMA %.1f GFLOP/s\n",
                ceilings->copy_gbs, a->opt.quick ? "16 MiB" : "64 MiB", ceilings->fma_gflops);
-        printf("value: GB/s counts one read and one write of every element; %%roof: of the copy "
-               "bandwidth above; torch/us: PyTorch median / ours (> 1: we are faster)\n\n");
+        printf("value: GB/s counts one read and one write of every element; ceiling: the copy "
+               "kernel timed alternately with the row;\n%%roof: value / ceiling; torch/us: "
+               "PyTorch median / ours (> 1: we are faster)\n\n");
         bench_print_header(stdout);
         status = bench_heads(&a->opt, env, ceilings, report);
+        bench_ceilings_close(ceilings);
     }
     if (status != CLATTN_SUCCESS)
         fprintf(stderr, "clattn-bench: %s: %s: %s\n", d->name, clattn_status_name(status),

@@ -19,20 +19,22 @@ bench_record *bench_report_add(bench_report *report) {
 }
 
 void bench_print_header(FILE *out) {
-    fprintf(out, "%-13s %-10s %-5s %-26s %9s %9s %9s %11s %6s %9s %8s\n", "op", "variant", "dtype",
-            "shape", "median_ms", "min_ms", "first_ms", "value", "%roof", "torch_ms", "torch/us");
+    fprintf(out, "%-13s %-8s %-5s %-24s %9s %9s %9s %11s %11s %6s %9s %8s\n", "op", "variant",
+            "dtype", "shape", "median_ms", "min_ms", "first_ms", "value", "ceiling", "%roof",
+            "torch_ms", "torch/us");
 }
 
 void bench_print_record(FILE *out, const bench_record *r) {
-    char value[32], torch[16] = "n/a", ratio[16] = "n/a";
+    char value[32], ceiling[32], torch[16] = "n/a", ratio[16] = "n/a";
     snprintf(value, sizeof value, "%.1f %s", r->value, r->metric);
+    snprintf(ceiling, sizeof ceiling, "%.1f %s", r->ceiling, r->metric);
     if (r->torch_ms >= 0) {
         snprintf(torch, sizeof torch, "%.3f", r->torch_ms);
         snprintf(ratio, sizeof ratio, "%.2fx", r->torch_ms / r->timing.median_ms);
     }
-    fprintf(out, "%-13s %-10s %-5s %-26s %9.3f %9.3f %9.1f %11s %5.0f%% %9s %8s\n", r->op,
+    fprintf(out, "%-13s %-8s %-5s %-24s %9.3f %9.3f %9.1f %11s %11s %5.0f%% %9s %8s\n", r->op,
             r->variant, r->dtype, r->shape, r->timing.median_ms, r->timing.min_ms,
-            r->timing.first_ms, value, r->roofline_pct, torch, ratio);
+            r->timing.first_ms, value, ceiling, r->roofline_pct, torch, ratio);
     fflush(out);
 }
 
@@ -73,8 +75,9 @@ int bench_write_json(const char *path, const bench_report *report, const char *c
                 r->timing.median_ms, r->timing.min_ms, r->timing.first_ms);
         fprintf(f, ", \"metric\": ");
         json_string(f, r->metric);
-        fprintf(f, ", \"value\": %.4f, \"roofline_pct\": %.2f, \"peer_ratio\": {", r->value,
-                r->roofline_pct);
+        fprintf(f, ", \"value\": %.4f, \"ceiling\": %.4f, \"roofline_pct\": %.2f", r->value,
+                r->ceiling, r->roofline_pct);
+        fprintf(f, ", \"peer_ratio\": {");
         if (r->torch_ms >= 0) fprintf(f, "\"torch\": %.4f", r->torch_ms / r->timing.median_ms);
         fprintf(f, "}, \"peer_ms\": {");
         if (r->torch_ms >= 0) fprintf(f, "\"torch\": %.6f", r->torch_ms);

@@ -20,42 +20,51 @@ static int compare_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-int bench_time(const bench_options *opt, bench_fn fn, void *ctx, cl_command_queue queue,
-               bench_timing *out) {
+static int run_once(bench_fn fn, void *ctx, cl_command_queue queue, double *ms) {
     double start = bench_now_ms();
     int status = fn(ctx, queue);
     if (status == CLATTN_SUCCESS) status = clFinish(queue);
-    out->first_ms = bench_now_ms() - start;
+    if (ms) *ms = bench_now_ms() - start;
+    return status;
+}
+
+static void summarize(double *times, int count, bench_timing *out) {
+    qsort(times, (size_t)count, sizeof *times, compare_double);
+    out->min_ms = times[0];
+    out->median_ms = times[count / 2];
+}
+
+int bench_time_beside(const bench_options *opt, bench_fn fn, void *ctx, bench_fn ref, void *ref_ctx,
+                      cl_command_queue queue, bench_timing *out, bench_timing *ref_out) {
+    int status = run_once(fn, ctx, queue, &out->first_ms);
     for (int i = 1; i < opt->warmup && status == CLATTN_SUCCESS; ++i) {
-        status = fn(ctx, queue);
-        if (status == CLATTN_SUCCESS) status = clFinish(queue);
+        status = run_once(fn, ctx, queue, NULL);
+        if (ref && status == CLATTN_SUCCESS) status = run_once(ref, ref_ctx, queue, NULL);
     }
-    double *times = calloc((size_t)opt->repeats, sizeof *times);
+    double *times = calloc(2 * (size_t)opt->repeats, sizeof *times);
     if (!times) return CLATTN_ERR_OUT_OF_HOST_MEMORY;
+    double *ref_times = times + opt->repeats;
     for (int i = 0; i < opt->repeats && status == CLATTN_SUCCESS; ++i) {
-        start = bench_now_ms();
-        status = fn(ctx, queue);
-        if (status == CLATTN_SUCCESS) status = clFinish(queue);
-        times[i] = bench_now_ms() - start;
+        status = run_once(fn, ctx, queue, &times[i]);
+        if (ref && status == CLATTN_SUCCESS) status = run_once(ref, ref_ctx, queue, &ref_times[i]);
     }
     if (status == CLATTN_SUCCESS) {
-        qsort(times, (size_t)opt->repeats, sizeof *times, compare_double);
-        out->min_ms = times[0];
-        out->median_ms = times[opt->repeats / 2];
+        summarize(times, opt->repeats, out);
+        if (ref) summarize(ref_times, opt->repeats, ref_out);
     }
     free(times);
     return status;
 }
 
+int bench_time(const bench_options *opt, bench_fn fn, void *ctx, cl_command_queue queue,
+               bench_timing *out) {
+    return bench_time_beside(opt, fn, ctx, NULL, NULL, queue, out, NULL);
+}
+
 /* ---- ceilings ---- */
 
-typedef struct ceiling_ctx {
-    cl_kernel kernel;
-    size_t global;
-} ceiling_ctx;
-
 static int run_ceiling(void *p, cl_command_queue queue) {
-    ceiling_ctx *c = p;
+    bench_ceiling_run *c = p;
     return clEnqueueNDRangeKernel(queue, c->kernel, 1, NULL, &c->global, NULL, 0, NULL, NULL);
 }
 
@@ -77,73 +86,86 @@ static cl_program build_roofline(clattn_env *env, cl_uint width, cl_int *err) {
     return program;
 }
 
+static void release_run(bench_ceiling_run *run) {
+    if (run->kernel) clReleaseKernel(run->kernel);
+    for (int i = 0; i < 2; ++i)
+        if (run->buffers[i]) clReleaseMemObject(run->buffers[i]);
+    memset(run, 0, sizeof *run);
+}
+
 /* Copy: 64 MiB each way, the size of the reshape rows (16 MiB with --quick). */
-static int measure_copy(const bench_options *opt, clattn_env *env, cl_program program,
-                        bench_ceilings *out) {
+static cl_int open_copy(const bench_options *opt, clattn_env *env, cl_program program,
+                        bench_ceiling_run *run) {
     size_t bytes = (size_t)(opt->quick ? 16 : 64) << 20;
     cl_context context = clattn_env_context(env);
-    cl_int err, err2;
-    cl_mem src = clCreateBuffer(context, CL_MEM_READ_WRITE, bytes, NULL, &err);
-    cl_mem dst = clCreateBuffer(context, CL_MEM_READ_WRITE, bytes, NULL, &err2);
-    ceiling_ctx copy = {NULL, bytes / 16};
-    if (err == CL_SUCCESS && err2 == CL_SUCCESS)
-        copy.kernel = clCreateKernel(program, "copy_vec4", &err);
-    if (err == CL_SUCCESS && err2 == CL_SUCCESS) {
-        clSetKernelArg(copy.kernel, 0, sizeof src, &src);
-        clSetKernelArg(copy.kernel, 1, sizeof dst, &dst);
-        /* fill the source, so no driver takes a shortcut on untouched pages */
-        float zero = 0.0f;
-        err = clEnqueueFillBuffer(clattn_env_queue(env), src, &zero, sizeof zero, 0, bytes, 0, NULL,
-                                  NULL);
-    }
-    int status = err != CL_SUCCESS ? err : err2;
-    if (status == CLATTN_SUCCESS)
-        status = bench_time(opt, run_ceiling, &copy, clattn_env_queue(env), &out->copy);
-    if (status == CLATTN_SUCCESS) out->copy_gbs = 2.0 * (double)bytes / (out->copy.median_ms * 1e6);
-    if (copy.kernel) clReleaseKernel(copy.kernel);
-    if (src) clReleaseMemObject(src);
-    if (dst) clReleaseMemObject(dst);
-    return status;
+    cl_int err = CL_SUCCESS;
+    run->global = bytes / 16;
+    run->work = 2.0 * (double)bytes;
+    for (int i = 0; i < 2 && err == CL_SUCCESS; ++i)
+        run->buffers[i] = clCreateBuffer(context, CL_MEM_READ_WRITE, bytes, NULL, &err);
+    if (err == CL_SUCCESS) run->kernel = clCreateKernel(program, "copy_vec4", &err);
+    for (cl_uint i = 0; i < 2 && err == CL_SUCCESS; ++i)
+        err = clSetKernelArg(run->kernel, i, sizeof(cl_mem), &run->buffers[i]);
+    /* fill the source, so no driver takes a shortcut on untouched pages */
+    float zero = 0.0f;
+    if (err == CL_SUCCESS)
+        err = clEnqueueFillBuffer(clattn_env_queue(env), run->buffers[0], &zero, sizeof zero, 0,
+                                  bytes, 0, NULL, NULL);
+    return err;
 }
 
 /* FMA: enough work-items to fill every compute unit, enough iterations to run for milliseconds. */
-static int measure_fma(const bench_options *opt, clattn_env *env, cl_program program, cl_uint width,
-                       bench_ceilings *out) {
+static cl_int open_fma(const bench_options *opt, clattn_env *env, cl_program program, cl_uint width,
+                       bench_ceiling_run *run) {
     cl_uint units = 1;
     clGetDeviceInfo(clattn_env_device(env), CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units,
                     NULL);
-    ceiling_ctx fma = {NULL, (size_t)units * 8192};
-    cl_int err;
-    cl_mem sink = clCreateBuffer(clattn_env_context(env), CL_MEM_READ_WRITE,
-                                 sizeof(float) * width * fma.global, NULL, &err);
-    if (err == CL_SUCCESS) fma.kernel = clCreateKernel(program, "fma_peak", &err);
+    run->global = (size_t)units * 8192;
     float a = 0.999f, b = 1e-4f;
     cl_int iterations = (cl_int)((opt->quick ? 8192 : 32768) / width);
-    if (err == CL_SUCCESS) {
-        clSetKernelArg(fma.kernel, 0, sizeof sink, &sink);
-        clSetKernelArg(fma.kernel, 1, sizeof a, &a);
-        clSetKernelArg(fma.kernel, 2, sizeof b, &b);
-        clSetKernelArg(fma.kernel, 3, sizeof iterations, &iterations);
-    }
-    int status = err;
-    if (status == CLATTN_SUCCESS)
-        status = bench_time(opt, run_ceiling, &fma, clattn_env_queue(env), &out->fma);
-    if (status == CLATTN_SUCCESS)
-        out->fma_gflops =
-            16.0 * width * (double)iterations * (double)fma.global / (out->fma.median_ms * 1e6);
-    if (fma.kernel) clReleaseKernel(fma.kernel);
-    if (sink) clReleaseMemObject(sink);
-    return status;
+    run->work = 16.0 * width * (double)iterations * (double)run->global;
+    cl_int err;
+    run->buffers[0] = clCreateBuffer(clattn_env_context(env), CL_MEM_READ_WRITE,
+                                     sizeof(float) * width * run->global, NULL, &err);
+    if (err == CL_SUCCESS) run->kernel = clCreateKernel(program, "fma_peak", &err);
+    if (err == CL_SUCCESS) err = clSetKernelArg(run->kernel, 0, sizeof(cl_mem), &run->buffers[0]);
+    if (err == CL_SUCCESS) err = clSetKernelArg(run->kernel, 1, sizeof a, &a);
+    if (err == CL_SUCCESS) err = clSetKernelArg(run->kernel, 2, sizeof b, &b);
+    if (err == CL_SUCCESS) err = clSetKernelArg(run->kernel, 3, sizeof iterations, &iterations);
+    return err;
 }
 
-int bench_measure_ceilings(const bench_options *opt, clattn_env *env, bench_ceilings *out) {
+int bench_ceilings_open(const bench_options *opt, clattn_env *env, bench_ceilings *out) {
     memset(out, 0, sizeof *out);
     cl_int err;
     cl_uint width = fma_width(clattn_env_device(env));
     cl_program program = build_roofline(env, width, &err);
+    if (err == CL_SUCCESS) err = open_copy(opt, env, program, &out->copy_run);
+    if (err == CL_SUCCESS) err = open_fma(opt, env, program, width, &out->fma_run);
+    if (program) clReleaseProgram(program); /* the kernels keep it alive */
+    cl_command_queue queue = clattn_env_queue(env);
     int status = err;
-    if (status == CLATTN_SUCCESS) status = measure_copy(opt, env, program, out);
-    if (status == CLATTN_SUCCESS) status = measure_fma(opt, env, program, width, out);
-    if (program) clReleaseProgram(program);
+    if (status == CLATTN_SUCCESS)
+        status = bench_time(opt, run_ceiling, &out->copy_run, queue, &out->copy);
+    if (status == CLATTN_SUCCESS)
+        status = bench_time(opt, run_ceiling, &out->fma_run, queue, &out->fma);
+    if (status == CLATTN_SUCCESS) {
+        out->copy_gbs = out->copy_run.work / (out->copy.median_ms * 1e6);
+        out->fma_gflops = out->fma_run.work / (out->fma.median_ms * 1e6);
+    }
+    if (status != CLATTN_SUCCESS) bench_ceilings_close(out);
+    return status;
+}
+
+void bench_ceilings_close(bench_ceilings *c) {
+    release_run(&c->copy_run);
+    release_run(&c->fma_run);
+}
+
+int bench_time_vs_copy(const bench_options *opt, bench_ceilings *c, bench_fn fn, void *ctx,
+                       cl_command_queue queue, bench_timing *out, double *copy_gbs) {
+    bench_timing copy;
+    int status = bench_time_beside(opt, fn, ctx, run_ceiling, &c->copy_run, queue, out, &copy);
+    if (status == CLATTN_SUCCESS) *copy_gbs = c->copy_run.work / (copy.median_ms * 1e6);
     return status;
 }
