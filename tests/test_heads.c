@@ -146,6 +146,9 @@ static void copy_same_dtype_is_bit_exact(test_ctx *t) {
         clattn_dtype dt = float_dtypes[i];
         check_copy_case(t, dense(dt, 2, 3, 7, 33, 5), NULL, dense(dt, 2, 3, 7, 33, 3), 10 + i,
                         clattn_dtype_name(dt));
+        /* even rows at even offsets: 16-bit elements move in pairs */
+        check_copy_case(t, dense(dt, 2, 3, 7, 34, 4), NULL, dense(dt, 2, 3, 7, 34, 2), 15 + i,
+                        "pairs");
         /* odd sizes: 1 and 77 miss every vector width */
         check_copy_case(t, dense(dt, 1, 1, 1, 1, 0), NULL, dense(dt, 1, 1, 1, 1, 1), 20 + i, "1");
         check_copy_case(t, dense(dt, 1, 7, 1, 77, 2), NULL, dense(dt, 1, 7, 1, 77, 0), 30 + i,
