@@ -27,6 +27,9 @@
 #define storage_f32 float
 #define storage_f16 half
 #define storage_bf16 ushort
+#define size_f32 4
+#define size_f16 2
+#define size_bf16 2
 #define raw_f32 uint
 #define raw_f16 ushort
 #define raw_bf16 ushort
@@ -66,8 +69,21 @@ inline floatV CAT(CAT(load, VEC), _bf16)(__global const ushort *p, IDX i) {
 inline void CAT(CAT(store, VEC), _f32)(__global float *p, IDX i, floatV v) {
     CAT(vstore, VEC)(v, 0, p + i);
 }
+/* f32 -> f16 round to nearest even in integer lanes, stored as raw bits. vstore_halfN would do,
+ * but PoCL 3.1 crashes on vstore_half8/16 of computed values in the softmax kernel; this form
+ * is exact on every device. NaN becomes the quiet NaN 0x7e00 (sign kept). */
 inline void CAT(CAT(store, VEC), _f16)(__global half *p, IDX i, floatV v) {
-    CAT(vstore_half, VEC)(v, 0, p + i);
+    uintV x = CAT(as_uint, VEC)(v);
+    uintV sign = (x >> 16) & (uintV)0x8000u;
+    uintV a = x & (uintV)0x7fffffffu;
+    /* normal halves: rebias the exponent, round the 13 dropped bits (a carry may reach Inf) */
+    uintV bits = (a + (uintV)0xfffu + ((a >> 13) & (uintV)1u) - (uintV)0x38000000u) >> 13;
+    /* below 2^-14: adding 0.5 makes the f32 adder round at the half subnormal step, 2^-24 */
+    uintV sub = CAT(as_uint, VEC)(CAT(as_float, VEC)(a) + (floatV)0.5f) - (uintV)0x3f000000u;
+    bits = select(bits, sub, a < (uintV)0x38800000u);
+    bits = select(bits, (uintV)0x7c00u, a >= (uintV)0x477ff000u);
+    bits = select(bits, (uintV)0x7e00u, a > (uintV)0x7f800000u);
+    CAT(vstore, VEC)(CAT(convert_ushort, VEC)(bits | sign), 0, (__global ushort *)(p + i));
 }
 inline void CAT(CAT(store, VEC), _bf16)(__global ushort *p, IDX i, floatV v) {
     uintV b = CAT(as_uint, VEC)(v);

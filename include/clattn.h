@@ -238,6 +238,84 @@ CLATTN_API int clattn_split_qkv(const clattn_tensor *x, const clattn_tensor *bia
                                 const clattn_tensor *v, cl_command_queue queue, cl_uint num_wait,
                                 const cl_event *wait_list, cl_event *event);
 
+/* ---------------------------------------------------------------------------------------------
+ * The attention mask (cl/mask.cl, src/mask.c), shared by softmax, attention and linear attention
+ *
+ * For query i and key j of batch b, head h, with off = 0 (CLATTN_ALIGN_TOP_LEFT) or
+ * key_len[b] - query_len[b] (CLATTN_ALIGN_BOTTOM_RIGHT, a KV cache) and pos = i + off:
+ *
+ *   s = scale * x[b,h,i,j]                          (attention: x = q_i . k_j)
+ *   if softcap > 0:   s = softcap * tanh(s / softcap)
+ *   s += bias[b,h,i,j]                               (optional additive tensor)
+ *   s -= alibi_slopes[h] * |pos - j|                 (optional)
+ *   visible(i,j) = j < key_len[b] && i < query_len[b]         (each optional)
+ *               && (!causal || j <= pos)
+ *               && (window_ok || global_ok) && keep[b,h,i,j] != 0
+ *     window_ok = !window || (pos - window_left <= j <= pos + window_right), a negative
+ *                 window_left / window_right is unbounded on that side
+ *     global_ok = global_stride > 0 && (j % global_stride == 0 || pos % global_stride == 0)
+ *   p = softmax over the visible j; invisible j get exactly 0.
+ *
+ * True in `keep` means attend (PyTorch's scaled_dot_product_attention polarity). A row with no
+ * visible key (or only -inf scores) gives 0, or NaN with empty_rows_nan, and log-sum-exp -inf.
+ * Invisible positions never influence the result, whatever they hold (NaN, Inf, 1e30). A NaN or
+ * +Inf visible score gives a row of NaN (its invisible entries stay 0).
+ *
+ * Tensors (NULL when unused), broadcast to the scores [B,H,Sq,Sk] PyTorch's way: a dim of size 1
+ * repeats (its stride is ignored), stride 0 repeats too:
+ *   key_lengths, query_lengths  i32, shape {1,1,1,B}; values are clamped to [0,Sk] / [0,Sq]
+ *   keep                        u8, broadcastable to [B,H,Sq,Sk]
+ *   bias                        f32/f16/bf16, broadcastable to [B,H,Sq,Sk]
+ *   alibi_slopes                f32/f16/bf16, shape {1,1,1,H}
+ * A zero-initialized clattn_mask is no mask at all.
+ * ------------------------------------------------------------------------------------------- */
+typedef enum clattn_align {
+    CLATTN_ALIGN_TOP_LEFT = 0,    /* off = 0: query i sees keys 0..i (torch is_causal) */
+    CLATTN_ALIGN_BOTTOM_RIGHT = 1 /* off = key_len - query_len: the last query sees every key */
+} clattn_align;
+
+typedef struct clattn_mask {
+    int causal;         /* non-zero: j <= pos */
+    clattn_align align; /* where pos is: see above; also used by the window and ALiBi */
+    int window;         /* non-zero: the window below applies */
+    int64_t window_left, window_right;
+    int64_t global_stride; /* 0: no global positions */
+    float softcap;         /* 0: none; > 0: s = softcap * tanh(s / softcap) */
+    int empty_rows_nan;    /* non-zero: rows with no visible key give NaN instead of 0 */
+    const clattn_tensor *key_lengths, *query_lengths;
+    const clattn_tensor *keep;
+    const clattn_tensor *bias;
+    const clattn_tensor *alibi_slopes;
+} clattn_mask;
+
+/* ---------------------------------------------------------------------------------------------
+ * Masked softmax (cl/softmax.cl, src/softmax.c)
+ * ------------------------------------------------------------------------------------------- */
+
+/* y = softmax over the last axis of mask(scale * x), the mask as described above (NULL: none).
+ *   x    [B,H,Sq,Sk]  f32/f16/bf16, any strides
+ *   y    [B,H,Sq,Sk]  f32/f16/bf16; may be x itself (the identical view), else must not
+ *                     overlap x
+ *   lse  optional, {1,B,H,Sq} f32/f16/bf16: log(sum_j exp(s_j)) over the visible j; -inf for
+ *        an empty row
+ * Statuses: those of clattn_copy, plus CLATTN_ERR_INVALID_ARGUMENT for a mask value out of
+ * range (window sides < -1, global_stride < 0, softcap < 0 or not finite, align unknown). */
+CLATTN_API int clattn_softmax(const clattn_tensor *x, float scale, const clattn_mask *mask,
+                              const clattn_tensor *y, const clattn_tensor *lse,
+                              cl_command_queue queue, cl_uint num_wait, const cl_event *wait_list,
+                              cl_event *event);
+
+/* The gradient of y = softmax(z) over the last axis: dz = scale * y * (dy - sum_j dy_j * y_j).
+ * Entries where y is 0 (masked, or underflowed) give exactly 0 and are left out of the sum, so
+ * whatever dy holds there never reaches the result. With scale = the forward's scale and no
+ * softcap, dz is the gradient with respect to x.
+ *   y, dy, dz  [B,H,Sq,Sk] f32/f16/bf16; dz may be dy itself (the identical view).
+ * Statuses: those of clattn_copy. */
+CLATTN_API int clattn_softmax_backward(const clattn_tensor *y, const clattn_tensor *dy, float scale,
+                                       const clattn_tensor *dz, cl_command_queue queue,
+                                       cl_uint num_wait, const cl_event *wait_list,
+                                       cl_event *event);
+
 #ifdef __cplusplus
 }
 #endif

@@ -79,6 +79,10 @@ int clattn__set_idx_arg(cl_kernel kernel, cl_uint index, uint64_t value, bool wi
  * never more than the device's per-dimension limit for dimension 0. */
 int clattn__kernel_max_group(cl_kernel kernel, cl_device_id device, size_t *size);
 
+/* A tensor argument as the kernels take it: buffer, offset, then the strides of dims first..3. */
+int clattn__set_view_args(cl_kernel kernel, cl_uint *arg, const clattn_tensor *t, int first,
+                          bool wide);
+
 /* clEnqueueNDRangeKernel on the call's queue, after its wait list, into its event; the failure
  * recorded. */
 int clattn__enqueue(const clattn__call *call, cl_kernel kernel, cl_uint dims, const size_t *global,
@@ -87,6 +91,10 @@ int clattn__enqueue(const clattn__call *call, cl_kernel kernel, cl_uint dims, co
 /* Kernels index with 32-bit integers when every element offset of a call is below this limit,
  * and with 64-bit ones otherwise. Tests lower it to exercise the 64-bit path on small tensors. */
 extern uint64_t clattn__narrow_index_limit;
+
+/* Softmax kernel variants (cl/softmax.cl); tests force one to run both on any device. */
+enum { CLATTN__SOFTMAX_ROWS = 0, CLATTN__SOFTMAX_GROUP = 1 };
+extern int clattn__softmax_variant_override; /* -1: chosen by device type */
 
 /* ---- small helpers ---- */
 

@@ -66,25 +66,40 @@ static int load_source(const char *name, const char **text, long *length, bool *
     return clattn__fail(CLATTN_ERR_KERNEL_SOURCE, "no embedded kernel source named %s", name);
 }
 
+/* The files an op file is built after, in order. common.cl comes first for every op; an op
+ * that masks scores needs mask.cl too. */
+#define CLATTN_MAX_PARTS 3
+static int program_parts(const char *op_file, const char *names[CLATTN_MAX_PARTS]) {
+    static const char *const masked_ops[] = {"softmax.cl", "attention.cl", "linear_attention.cl"};
+    int count = 0;
+    names[count++] = "common.cl";
+    for (size_t i = 0; i < sizeof masked_ops / sizeof masked_ops[0]; ++i)
+        if (strcmp(op_file, masked_ops[i]) == 0) names[count++] = "mask.cl";
+    names[count++] = op_file;
+    return count;
+}
+
 int clattn__program_source(const char *op_file, char **text) {
-    const char *names[2] = {"common.cl", op_file};
-    const char *parts[2] = {NULL, NULL};
-    long lengths[2] = {0, 0};
-    bool owned[2] = {false, false};
+    const char *names[CLATTN_MAX_PARTS];
+    const char *parts[CLATTN_MAX_PARTS] = {NULL};
+    long lengths[CLATTN_MAX_PARTS] = {0};
+    bool owned[CLATTN_MAX_PARTS] = {false};
+    int count = program_parts(op_file, names);
     int status = CLATTN_SUCCESS;
-    for (int i = 0; i < 2 && status == CLATTN_SUCCESS; ++i)
+    size_t capacity = 1;
+    for (int i = 0; i < count && status == CLATTN_SUCCESS; ++i) {
         status = load_source(names[i], &parts[i], &lengths[i], &owned[i]);
-    if (status == CLATTN_SUCCESS) {
-        size_t capacity = (size_t)(lengths[0] + lengths[1]) + 256;
-        char *out = malloc(capacity);
-        if (out)
-            snprintf(out, capacity, "#line 1 \"cl/%s\"\n%s\n#line 1 \"cl/%s\"\n%s\n", names[0],
-                     parts[0], names[1], parts[1]);
-        else
-            status = clattn__fail(CLATTN_ERR_OUT_OF_HOST_MEMORY, "no memory for kernel source");
-        *text = out;
+        capacity += (size_t)lengths[i] + strlen(names[i]) + 32;
     }
-    for (int i = 0; i < 2; ++i)
+    char *out = status == CLATTN_SUCCESS ? malloc(capacity) : NULL;
+    if (status == CLATTN_SUCCESS && !out)
+        status = clattn__fail(CLATTN_ERR_OUT_OF_HOST_MEMORY, "no memory for kernel source");
+    size_t used = 0;
+    for (int i = 0; i < count && out; ++i)
+        used += (size_t)snprintf(out + used, capacity - used, "#line 1 \"cl/%s\"\n%s\n", names[i],
+                                 parts[i]);
+    *text = out;
+    for (int i = 0; i < count; ++i)
         if (owned[i]) free((char *)parts[i]);
     return status;
 }
@@ -250,10 +265,33 @@ void clattn_cache_stats(size_t *programs, size_t *builds, size_t *hits) {
 
 /* ---- kernels ---- */
 
+/* The op's options plus CLATTN_BUILD_OPTIONS (for debugging builds: -cl-opt-disable, -g).
+ * Options that let the compiler assume away NaN, Inf or signed zeros are refused: the masks
+ * rely on infinities and the tests on exact results. */
+static int full_options(const char *options, char *out, size_t capacity) {
+    static const char *const refused[] = {"fast-relaxed-math", "finite-math-only",
+                                          "unsafe-math-optimizations", "no-signed-zeros"};
+    const char *extra = getenv("CLATTN_BUILD_OPTIONS");
+    if (!extra) extra = "";
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; ++i)
+        if (strstr(extra, refused[i]))
+            return clattn__fail(CLATTN_ERR_INVALID_ARGUMENT,
+                                "CLATTN_BUILD_OPTIONS \"%s\": -cl-%s is refused (clattn relies on "
+                                "IEEE infinities and NaN)",
+                                extra, refused[i]);
+    if ((size_t)snprintf(out, capacity, "%s %s", options, extra) >= capacity)
+        return clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "build options longer than %zu bytes",
+                            capacity);
+    return CLATTN_SUCCESS;
+}
+
 int clattn__create_kernel(cl_context context, cl_device_id device, const char *op_file,
                           const char *options, const char *kernel_name, cl_kernel *kernel) {
     cl_program program = NULL;
-    int status = get_program(context, device, op_file, options, &program);
+    char all_options[2048];
+    int status = full_options(options, all_options, sizeof all_options);
+    if (status == CLATTN_SUCCESS)
+        status = get_program(context, device, op_file, all_options, &program);
     if (status != CLATTN_SUCCESS) return status;
     cl_int err;
     *kernel = clCreateKernel(program, kernel_name, &err);
@@ -278,6 +316,15 @@ int clattn__set_idx_arg(cl_kernel kernel, cl_uint index, uint64_t value, bool wi
     }
     cl_uint v = (cl_uint)value;
     return clattn__set_arg(kernel, index, sizeof v, &v);
+}
+
+int clattn__set_view_args(cl_kernel kernel, cl_uint *arg, const clattn_tensor *t, int first,
+                          bool wide) {
+    int status = clattn__set_arg(kernel, (*arg)++, sizeof(cl_mem), &t->buffer);
+    if (status == CLATTN_SUCCESS) status = clattn__set_idx_arg(kernel, (*arg)++, t->offset, wide);
+    for (int i = first; i < 4 && status == CLATTN_SUCCESS; ++i)
+        status = clattn__set_idx_arg(kernel, (*arg)++, (uint64_t)t->strides[i], wide);
+    return status;
 }
 
 int clattn__kernel_max_group(cl_kernel kernel, cl_device_id device, size_t *size) {

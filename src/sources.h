@@ -13,7 +13,8 @@ typedef struct clattn__source_file {
 extern const clattn__source_file clattn__embedded_sources[];
 extern const size_t clattn__embedded_sources_count;
 
-/* The full program text of one op file: common.cl then the op file, each behind a #line marker
+/* The full program text of one op file: common.cl, the files it needs (mask.cl for the ops that
+ * mask scores), then the op file, each behind a #line marker
  * naming the real file, so build logs point at cl/<file>:<line>. Reads from CLATTN_KERNEL_DIR
  * when it is set. On success *text is malloc'ed and the caller frees it.
  * Statuses: CLATTN_SUCCESS, CLATTN_ERR_KERNEL_SOURCE, CLATTN_ERR_OUT_OF_HOST_MEMORY. */

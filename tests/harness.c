@@ -8,9 +8,10 @@
 #include <string.h>
 #include <time.h>
 
-extern const test_suite status_suite, tensor_suite, device_suite, cache_suite, heads_suite;
+extern const test_suite status_suite, tensor_suite, device_suite, cache_suite, heads_suite,
+    softmax_suite;
 static const test_suite *const suites[] = {&status_suite, &tensor_suite, &device_suite,
-                                           &cache_suite, &heads_suite};
+                                           &cache_suite,  &heads_suite,  &softmax_suite};
 
 void test_fail_at(test_ctx *t, const char *file, int line, const char *fmt, ...) {
     int n = snprintf(t->message, sizeof t->message, "%s:%d: ", file, line);
@@ -28,6 +29,12 @@ void test_skip(test_ctx *t, const char *why) {
 
 bool test_platform_is(test_ctx *t, const char *name) {
     return strstr(clattn_env_device_desc(t->env)->platform_name, name) != NULL;
+}
+
+bool test_large_shapes(test_ctx *t) {
+    (void)t;
+    const char *small = getenv("CLATTN_TEST_SMALL");
+    return !(small && *small && strcmp(small, "0") != 0);
 }
 
 uint64_t test_rand_u64(uint64_t *state) {

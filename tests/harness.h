@@ -62,6 +62,9 @@ void test_skip(test_ctx *t, const char *why);
  * driver limitations only, never to pick what a test checks). */
 bool test_platform_is(test_ctx *t, const char *name);
 
+/* False when CLATTN_TEST_SMALL is set (the Oclgrind lane): tests then skip their largest shapes. */
+bool test_large_shapes(test_ctx *t);
+
 /* Deterministic random numbers for test data (xorshift64*). */
 uint64_t test_rand_u64(uint64_t *state);
 float test_rand_uniform(uint64_t *state, float lo, float hi);

@@ -126,3 +126,73 @@ void ref_copy(const void *src, const clattn_tensor *src_view, const void *bias,
                     ref_store(dst, dst_view->dtype, d, v);
                 }
 }
+
+/* ---- mask and softmax ---- */
+
+static int64_t clamp64(int64_t v, int64_t lo, int64_t hi) {
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+/* pos = i + off, off = key_len - query_len under bottom-right alignment. */
+static int64_t ref_pos(const ref_mask *m, int64_t b, int64_t i, int64_t Sq, int64_t Sk) {
+    int64_t klen = m->key_lengths ? clamp64(m->key_lengths[b], 0, Sk) : Sk;
+    int64_t qlen = m->query_lengths ? clamp64(m->query_lengths[b], 0, Sq) : Sq;
+    return m->bottom_right ? i + klen - qlen : i;
+}
+
+static int64_t at4(const int64_t s[4], int64_t b, int64_t h, int64_t i, int64_t j) {
+    return b * s[0] + h * s[1] + i * s[2] + j * s[3];
+}
+
+bool ref_visible(const ref_mask *m, int64_t b, int64_t h, int64_t i, int64_t j, int64_t Sq,
+                 int64_t Sk) {
+    int64_t pos = ref_pos(m, b, i, Sq, Sk);
+    bool lengths_ok = (!m->key_lengths || j < m->key_lengths[b]) &&
+                      (!m->query_lengths || i < m->query_lengths[b]);
+    bool causal_ok = !m->causal || j <= pos;
+    bool window_ok = !m->window ||
+                     ((m->left < 0 || pos - m->left <= j) && (m->right < 0 || j <= pos + m->right));
+    bool global_ok =
+        m->global_stride > 0 && (j % m->global_stride == 0 || pos % m->global_stride == 0);
+    bool keep_ok = !m->keep || m->keep[at4(m->keep_strides, b, h, i, j)] != 0;
+    return lengths_ok && causal_ok && keep_ok && (window_ok || global_ok);
+}
+
+double ref_score(const ref_mask *m, double scale, double x, int64_t b, int64_t h, int64_t i,
+                 int64_t j, int64_t Sq, int64_t Sk) {
+    double s = scale * x;
+    if (m->softcap > 0) s = m->softcap * tanh(s / m->softcap);
+    if (m->bias) s += m->bias[at4(m->bias_strides, b, h, i, j)];
+    if (m->alibi) s -= m->alibi[h] * fabs((double)(ref_pos(m, b, i, Sq, Sk) - j));
+    return s;
+}
+
+void ref_softmax(const double *x, int64_t B, int64_t H, int64_t Sq, int64_t Sk, double scale,
+                 const ref_mask *m, double *y, double *lse, uint8_t *visible) {
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h)
+            for (int64_t i = 0; i < Sq; ++i) {
+                int64_t row = ((b * H + h) * Sq + i) * Sk;
+                double max = -INFINITY, sum = 0;
+                bool nan = false;
+                for (int64_t j = 0; j < Sk; ++j) {
+                    bool v = ref_visible(m, b, h, i, j, Sq, Sk);
+                    if (visible) visible[row + j] = v;
+                    double s = v ? ref_score(m, scale, x[row + j], b, h, i, j, Sq, Sk) : -INFINITY;
+                    y[row + j] = s;
+                    nan |= isnan(s);
+                    if (s > max) max = s;
+                }
+                bool empty = max == -INFINITY && !nan;
+                for (int64_t j = 0; j < Sk; ++j)
+                    if (!empty && y[row + j] != -INFINITY) sum += exp(y[row + j] - max);
+                for (int64_t j = 0; j < Sk; ++j) {
+                    double s = y[row + j];
+                    if (empty)
+                        y[row + j] = m->empty_nan ? NAN : 0.0;
+                    else
+                        y[row + j] = s == -INFINITY ? 0.0 : exp(s - max) / sum;
+                }
+                if (lse) lse[(b * H + h) * Sq + i] = empty ? -INFINITY : nan ? NAN : max + log(sum);
+            }
+}

@@ -28,3 +28,28 @@ void ref_copy(const void *src, const clattn_tensor *src_view, const void *bias,
               const clattn_tensor *bias_view, void *dst, const clattn_tensor *dst_view);
 
 #endif
+
+/* ---- the attention mask and softmax, straight from the design's formulas, in float64 ---- */
+
+typedef struct ref_mask {
+    int causal, bottom_right, window, empty_nan;
+    int64_t left, right, global_stride; /* window sides < 0: unbounded */
+    double softcap;
+    const int32_t *key_lengths, *query_lengths; /* [B] or NULL */
+    const uint8_t *keep;                        /* NULL, or indexed with keep_strides */
+    int64_t keep_strides[4];
+    const double *bias; /* NULL, or indexed with bias_strides */
+    int64_t bias_strides[4];
+    const double *alibi; /* [H] or NULL */
+} ref_mask;
+
+/* Whether key j is visible to query i of batch b, head h. */
+bool ref_visible(const ref_mask *m, int64_t b, int64_t h, int64_t i, int64_t j, int64_t Sq,
+                 int64_t Sk);
+/* The masked logit before visibility: scale*x, softcap, bias, ALiBi. */
+double ref_score(const ref_mask *m, double scale, double x, int64_t b, int64_t h, int64_t i,
+                 int64_t j, int64_t Sq, int64_t Sk);
+/* y = softmax(mask(scale * x)) over the last axis of dense [B,H,Sq,Sk]; lse [B,H,Sq] may be
+ * NULL; visible (dense, may be NULL) receives the visibility of each entry. */
+void ref_softmax(const double *x, int64_t B, int64_t H, int64_t Sq, int64_t Sk, double scale,
+                 const ref_mask *m, double *y, double *lse, uint8_t *visible);

@@ -1,0 +1,326 @@
+/*
+ * Masked softmax over the last axis of [B,H,Sq,Sk] (forward and backward), in two variants
+ * chosen by the host from device parameters, never from vendor names:
+ *
+ *   softmax_rows   one work-item per row, VEC-wide vector loads and math, no barriers. A CPU
+ *                  (PoCL) runs each row as a tight vector loop while the row stays in cache.
+ *   softmax_group  one work-group of GROUP work-items per row, strided over the keys, with
+ *                  tree reductions in local memory: what a GPU wants.
+ *
+ * Both handle any row length (Sk up to INT_MAX) in three streaming passes over the keys that
+ * can be visible (mask_row's [lo, hi)): the maximum, the sum of exponentials, then the output,
+ * which also writes exact zeros everywhere else. Nothing is kept per row, so long rows need no
+ * local memory and no second kernel.
+ *
+ * A row whose visible scores are all -inf (no visible key) is empty: its outputs are 0, or NaN
+ * with EMPTY_NAN, and its log-sum-exp is -inf. A NaN or +inf visible score makes a NaN row.
+ *
+ * Build options: X_T, Y_T (f32|f16|bf16), LSE_T and HAS_LSE, CONTIG (the key stride of x and y
+ * is 1), VEC, GROUP, IDX, EMPTY_NAN, and the mask's (cl/mask.cl).
+ */
+#ifndef CLATTN_COMMON_CL
+#include "common.cl"
+#endif
+#ifndef CLATTN_MASK_CL
+#include "mask.cl"
+#endif
+
+#ifndef X_T
+#define X_T f32
+#endif
+#ifndef Y_T
+#define Y_T f32
+#endif
+#ifndef LSE_T
+#define LSE_T f32
+#endif
+#ifndef HAS_LSE
+#define HAS_LSE 0
+#endif
+#ifndef CONTIG
+#define CONTIG 1
+#endif
+#ifndef VEC
+#define VEC 8
+#endif
+#ifndef GROUP
+#define GROUP 64
+#endif
+#ifndef EMPTY_NAN
+#define EMPTY_NAN 0
+#endif
+
+#define X_STORAGE CAT(storage_, X_T)
+#define Y_SIZE CAT(size_, Y_T)
+#define Y_STORAGE CAT(storage_, Y_T)
+#define LOAD_X(i) CAT(load_, X_T)(x, i)
+#define STORE_Y(i, v) CAT(store_, Y_T)(y, i, v)
+#if VEC > 1
+#define LOAD_XV(i) CAT(CAT(load, VEC), CAT(_, X_T))(x, i)
+#define STORE_YV(i, v) CAT(CAT(store, VEC), CAT(_, Y_T))(y, i, v)
+#endif
+
+#if HAS_LSE
+#define LSE_PARAMS , __global CAT(storage_, LSE_T) * lse, IDX lse_off, IDX ls0, IDX ls1, IDX ls2
+#define STORE_LSE(b, h, i, v)                                                                      \
+    CAT(store_, LSE_T)(lse, lse_off + (IDX)(b)*ls0 + (IDX)(h)*ls1 + (IDX)(i)*ls2, v)
+#else
+#define LSE_PARAMS
+#define STORE_LSE(b, h, i, v) (void)0
+#endif
+
+/* The parameters both forward variants take, in this order. */
+#define SOFTMAX_PARAMS                                                                             \
+    __global const X_STORAGE *x, IDX x_off, IDX xs0, IDX xs1, IDX xs2, IDX xs3,                     \
+        __global Y_STORAGE *y, IDX y_off, IDX ys0, IDX ys1, IDX ys2, IDX ys3, int B, int H,        \
+        int Sq, int Sk LSE_PARAMS, MASK_PARAMS
+
+/* The row's statistics after the reductions: the maximum and the sum of exp(s - max). */
+typedef struct row_stats {
+    float max, sum;
+    int nan; /* a NaN score was seen (fmax skips NaN, so it is tracked apart) */
+} row_stats;
+
+/* Empty rows have max -inf and no NaN; their outputs are `empty_value` and lse is -inf. */
+inline bool row_is_empty(const row_stats *st) {
+    return st->max == -INFINITY && !st->nan;
+}
+
+inline float empty_value(void) {
+    return EMPTY_NAN ? NAN : 0.0f;
+}
+
+/* log-sum-exp of the visible scores: -inf for an empty row, NaN for a NaN row. */
+inline float row_lse(const row_stats *st) {
+    if (row_is_empty(st)) return -INFINITY;
+    return st->nan ? NAN : st->max + log(st->sum);
+}
+
+/* The probability of a key with score s: exp(s - max) / sum, and exactly 0 for an invisible
+ * (-inf) key even in a NaN row, where 1 / sum is NaN. */
+inline float prob(float s, const row_stats *st, float inv) {
+    if (row_is_empty(st)) return empty_value();
+    return s == -INFINITY ? 0.0f : exp(s - st->max) * inv;
+}
+
+#if VEC > 1
+inline floatV prob_vec(floatV s, const row_stats *st, float inv) {
+    if (row_is_empty(st)) return (floatV)empty_value();
+    return select(exp(s - st->max) * inv, (floatV)0.0f, s == (floatV)(-INFINITY));
+}
+#endif
+
+/* The bits of the fill values (0 and NaN) in Y's storage type. */
+#define Y_RAW CAT(raw_, Y_T)
+inline uint fill_bits_f32(float v) { return as_uint(v); }
+inline ushort fill_bits_bf16(float v) { return bf16_from_f32(v); }
+inline ushort fill_bits_f16(float v) { return isnan(v) ? (ushort)0x7e00 : (ushort)0; }
+
+/* y[at + k] = v for k in [0, count), key stride 1. The stores are of raw bits: PoCL 3.1
+ * crashed on vstore_half8 of a constant vector (the f32 -> f16 rows case). */
+inline void fill_keys(__global Y_STORAGE *y, IDX at, int count, float v) {
+    __global Y_RAW *raw = (__global Y_RAW *)y;
+    Y_RAW bits = CAT(fill_bits_, Y_T)(v);
+    int k = 0;
+#if VEC > 1
+    for (; k + VEC <= count; k += VEC) CAT(vstore, VEC)((CAT(Y_RAW, VEC))bits, 0, raw + at + (IDX)k);
+#endif
+    for (; k < count; ++k) raw[at + (IDX)k] = bits;
+}
+
+/* ---- one work-item per row ---- */
+
+__kernel void softmax_rows(SOFTMAX_PARAMS) {
+    const int row = (int)get_global_id(0);
+    if (row >= B * H * Sq) return;
+    const int i = row % Sq, bh = row / Sq, h = bh % H, b = bh / H;
+    MASK_PACK(p);
+    const mask_row r = mask_row_start(&p, b, h, i, Sq, Sk);
+    const IDX xr = x_off + (IDX)b * xs0 + (IDX)h * xs1 + (IDX)i * xs2;
+    const IDX yr = y_off + (IDX)b * ys0 + (IDX)h * ys1 + (IDX)i * ys2;
+
+    /* pass 1: the maximum */
+    row_stats st = {-INFINITY, 0.0f, 0};
+    int j = r.lo;
+#if CONTIG && VEC > 1
+    floatV mv = (floatV)(-INFINITY);
+    intV nanv = (intV)0;
+    for (; j + VEC <= r.hi; j += VEC) {
+        floatV s = mask_score_vec(&p, &r, j, LOAD_XV(xr + (IDX)j));
+        mv = fmax(mv, s);
+        nanv |= isnan(s);
+    }
+    for (int k = 0; k < VEC; ++k) {
+        st.max = fmax(st.max, ((float *)&mv)[k]);
+        st.nan |= ((int *)&nanv)[k];
+    }
+#endif
+    for (; j < r.hi; ++j) {
+        float s = mask_score(&p, &r, j, LOAD_X(xr + (IDX)j * xs3));
+        st.max = fmax(st.max, s);
+        st.nan |= isnan(s);
+    }
+
+    /* pass 2: the sum of exponentials (skipped for an empty row: exp(-inf - -inf) is NaN) */
+    if (!row_is_empty(&st)) {
+        j = r.lo;
+#if CONTIG && VEC > 1
+        floatV sv = (floatV)0.0f;
+        for (; j + VEC <= r.hi; j += VEC)
+            sv += exp(mask_score_vec(&p, &r, j, LOAD_XV(xr + (IDX)j)) - st.max);
+        for (int k = 0; k < VEC; ++k) st.sum += ((float *)&sv)[k];
+#endif
+        for (; j < r.hi; ++j) st.sum += exp(mask_score(&p, &r, j, LOAD_X(xr + (IDX)j * xs3)) - st.max);
+    }
+    STORE_LSE(b, h, i, row_lse(&st));
+
+    /* pass 3: the output, zeros outside [lo, hi) */
+    const float inv = 1.0f / st.sum;
+    const float outside = row_is_empty(&st) ? empty_value() : 0.0f;
+#if CONTIG
+    fill_keys(y, yr, r.lo, outside);
+    j = r.lo;
+#else
+    for (j = 0; j < r.lo; ++j) STORE_Y(yr + (IDX)j * ys3, outside);
+#endif
+#if CONTIG && VEC > 1
+    for (; j + VEC <= r.hi; j += VEC) {
+        floatV s = mask_score_vec(&p, &r, j, LOAD_XV(xr + (IDX)j));
+        floatV pv = prob_vec(s, &st, inv);
+#if Y_SIZE == 4
+        STORE_YV(yr + (IDX)j, pv);
+#else
+        /* 16-bit outputs go lane by lane: PoCL 3.1 crashed (SIGSEGV) on 8- and 16-wide stores
+         * of 16-bit values at addresses that are only 2-byte aligned, here and not in
+         * cl/heads.cl; the scalar stores cost little beside the exp. */
+        for (int k = 0; k < VEC; ++k) STORE_Y(yr + (IDX)(j + k), ((float *)&pv)[k]);
+#endif
+    }
+#endif
+    for (; j < r.hi; ++j)
+        STORE_Y(yr + (IDX)j * ys3, prob(mask_score(&p, &r, j, LOAD_X(xr + (IDX)j * xs3)), &st, inv));
+#if CONTIG
+    fill_keys(y, yr + (IDX)j, Sk - j, outside);
+#else
+    for (; j < Sk; ++j) STORE_Y(yr + (IDX)j * ys3, outside);
+#endif
+}
+
+/* ---- one work-group per row ---- */
+
+/* Tree reductions over the group in local memory; every work-item gets the result. */
+inline float group_max(__local float *scratch, float v) {
+    const int lid = (int)get_local_id(0);
+    scratch[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int step = GROUP / 2; step > 0; step /= 2) {
+        if (lid < step) scratch[lid] = fmax(scratch[lid], scratch[lid + step]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    float result = scratch[0];
+    barrier(CLK_LOCAL_MEM_FENCE); /* scratch is reused by the next reduction */
+    return result;
+}
+
+inline float group_sum(__local float *scratch, float v) {
+    const int lid = (int)get_local_id(0);
+    scratch[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int step = GROUP / 2; step > 0; step /= 2) {
+        if (lid < step) scratch[lid] += scratch[lid + step];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    float result = scratch[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return result;
+}
+
+__kernel __attribute__((reqd_work_group_size(GROUP, 1, 1))) void softmax_group(SOFTMAX_PARAMS) {
+    __local float scratch[GROUP];
+    const int row = (int)get_group_id(0), lid = (int)get_local_id(0);
+    const int i = row % Sq, bh = row / Sq, h = bh % H, b = bh / H;
+    MASK_PACK(p);
+    const mask_row r = mask_row_start(&p, b, h, i, Sq, Sk);
+    const IDX xr = x_off + (IDX)b * xs0 + (IDX)h * xs1 + (IDX)i * xs2;
+    const IDX yr = y_off + (IDX)b * ys0 + (IDX)h * ys1 + (IDX)i * ys2;
+
+    float m = -INFINITY, nan_seen = 0.0f;
+    for (int j = r.lo + lid; j < r.hi; j += GROUP) {
+        float s = mask_score(&p, &r, j, LOAD_X(xr + (IDX)j * xs3));
+        m = fmax(m, s);
+        nan_seen = isnan(s) ? 1.0f : nan_seen;
+    }
+    row_stats st;
+    st.max = group_max(scratch, m);
+    st.nan = group_max(scratch, nan_seen) > 0.0f;
+    float sum = 0.0f;
+    if (!row_is_empty(&st))
+        for (int j = r.lo + lid; j < r.hi; j += GROUP)
+            sum += exp(mask_score(&p, &r, j, LOAD_X(xr + (IDX)j * xs3)) - st.max);
+    st.sum = group_sum(scratch, sum);
+    if (lid == 0) STORE_LSE(b, h, i, row_lse(&st));
+
+    const float inv = 1.0f / st.sum;
+    const float outside = row_is_empty(&st) ? empty_value() : 0.0f;
+    for (int j = lid; j < Sk; j += GROUP) {
+        if (j < r.lo || j >= r.hi)
+            STORE_Y(yr + (IDX)j * ys3, outside);
+        else
+            STORE_Y(yr + (IDX)j * ys3,
+                    prob(mask_score(&p, &r, j, LOAD_X(xr + (IDX)j * xs3)), &st, inv));
+    }
+}
+
+/* ---- backward: dz = scale * y * (dy - sum_j dy_j * y_j), 0 where y is 0 ---- */
+
+#ifndef DY_T
+#define DY_T f32
+#endif
+#ifndef DZ_T
+#define DZ_T f32
+#endif
+
+#define BACKWARD_PARAMS                                                                            \
+    __global const Y_STORAGE *y, IDX y_off, IDX ys0, IDX ys1, IDX ys2, IDX ys3,                     \
+        __global const CAT(storage_, DY_T) * dy, IDX dy_off, IDX ds0, IDX ds1, IDX ds2, IDX ds3,    \
+        __global CAT(storage_, DZ_T) * dz, IDX dz_off, IDX zs0, IDX zs1, IDX zs2, IDX zs3, int B,  \
+        int H, int Sq, int Sk, float scale
+
+/* Where y is 0 (masked or underflowed) the term and the gradient are 0, so whatever dy holds
+ * there (NaN, Inf) never reaches the result. */
+inline float grad_term(float yv, float dyv) {
+    return yv == 0.0f ? 0.0f : yv * dyv;
+}
+
+inline float grad_value(float yv, float dyv, float dot, float scale) {
+    return yv == 0.0f ? 0.0f : scale * yv * (dyv - dot);
+}
+
+#define BACKWARD_ROW_START(row)                                                                    \
+    const int i = (row) % Sq, bh = (row) / Sq, h = bh % H, b = bh / H;                             \
+    const IDX yr = y_off + (IDX)b * ys0 + (IDX)h * ys1 + (IDX)i * ys2;                             \
+    const IDX dr = dy_off + (IDX)b * ds0 + (IDX)h * ds1 + (IDX)i * ds2;                            \
+    const IDX zr = dz_off + (IDX)b * zs0 + (IDX)h * zs1 + (IDX)i * zs2
+#define Y_AT(j) CAT(load_, Y_T)(y, yr + (IDX)(j) * ys3)
+#define DY_AT(j) CAT(load_, DY_T)(dy, dr + (IDX)(j) * ds3)
+#define STORE_DZ(j, v) CAT(store_, DZ_T)(dz, zr + (IDX)(j) * zs3, v)
+
+__kernel void softmax_backward_rows(BACKWARD_PARAMS) {
+    const int row = (int)get_global_id(0);
+    if (row >= B * H * Sq) return;
+    BACKWARD_ROW_START(row);
+    float dot = 0.0f;
+    for (int j = 0; j < Sk; ++j) dot += grad_term(Y_AT(j), DY_AT(j));
+    for (int j = 0; j < Sk; ++j) STORE_DZ(j, grad_value(Y_AT(j), DY_AT(j), dot, scale));
+}
+
+__kernel __attribute__((reqd_work_group_size(GROUP, 1, 1))) void
+softmax_backward_group(BACKWARD_PARAMS) {
+    __local float scratch[GROUP];
+    const int lid = (int)get_local_id(0);
+    BACKWARD_ROW_START((int)get_group_id(0));
+    float part = 0.0f;
+    for (int j = lid; j < Sk; j += GROUP) part += grad_term(Y_AT(j), DY_AT(j));
+    const float dot = group_sum(scratch, part);
+    for (int j = lid; j < Sk; j += GROUP) STORE_DZ(j, grad_value(Y_AT(j), DY_AT(j), dot, scale));
+}

@@ -1,0 +1,261 @@
+/*
+ * Masked softmax, forward and backward (cl/softmax.cl). This file validates, picks the kernel
+ * variant for the device, and enqueues.
+ */
+#include "mask.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+int clattn__softmax_variant_override = -1;
+
+/* The launch of one row-wise softmax kernel for a device class; these rows move to the tuning
+ * table when it lands. The choice is by device type, never by vendor name:
+ *  - CPUs (PoCL): a work-item per row with 8-wide vectors (PoCL then runs each row as a vector
+ *    loop), 16 rows per group so that group scheduling stays cheap.
+ *  - GPUs and the rest: a work-group of 128 per row, local-memory tree reductions. Not yet
+ *    measured on a GPU. */
+typedef struct softmax_params {
+    int variant; /* CLATTN__SOFTMAX_ROWS or CLATTN__SOFTMAX_GROUP */
+    int vec;     /* rows variant: vector width */
+    size_t group;
+} softmax_params;
+
+static softmax_params softmax_params_for(cl_device_id device) {
+    cl_device_type type = 0;
+    clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+    softmax_params p = (type & CL_DEVICE_TYPE_CPU)
+                           ? (softmax_params){CLATTN__SOFTMAX_ROWS, 8, 16}
+                           : (softmax_params){CLATTN__SOFTMAX_GROUP, 1, 128};
+    if (clattn__softmax_variant_override >= 0) p.variant = clattn__softmax_variant_override;
+    return p;
+}
+
+static int set_int_args(cl_kernel kernel, cl_uint *arg, const int64_t *values, int count) {
+    int status = CLATTN_SUCCESS;
+    for (int i = 0; i < count && status == CLATTN_SUCCESS; ++i) {
+        cl_int v = (cl_int)values[i];
+        status = clattn__set_arg(kernel, (*arg)++, sizeof v, &v);
+    }
+    return status;
+}
+
+/* Builds the variant's kernel. A group variant whose GROUP the built kernel cannot run (its
+ * CL_KERNEL_WORK_GROUP_SIZE is smaller: registers, local memory) is rebuilt with the largest
+ * power of two it can. */
+static int build_kernel(const clattn__call *call, const char *base_options, softmax_params *params,
+                        const char *name, cl_kernel *kernel) {
+    for (;;) {
+        char options[1024];
+        snprintf(options, sizeof options, "%s -DVEC=%d -DGROUP=%zu", base_options, params->vec,
+                 params->group);
+        int status =
+            clattn__create_kernel(call->context, call->device, "softmax.cl", options, name, kernel);
+        size_t max_group = 1;
+        if (status == CLATTN_SUCCESS)
+            status = clattn__kernel_max_group(*kernel, call->device, &max_group);
+        if (status != CLATTN_SUCCESS || params->variant == CLATTN__SOFTMAX_ROWS ||
+            max_group >= params->group)
+            return status;
+        clReleaseKernel(*kernel);
+        *kernel = NULL;
+        size_t smaller = 1;
+        while (smaller * 2 <= max_group) smaller *= 2;
+        clattn__warn("softmax: GROUP %zu exceeds this kernel's work-group limit %zu; using %zu",
+                     params->group, max_group, smaller);
+        params->group = smaller;
+    }
+}
+
+/* Enqueues one row-wise kernel over `rows` rows. */
+static int enqueue_rows(const clattn__call *call, cl_kernel kernel, const softmax_params *params,
+                        size_t rows) {
+    size_t max_group = 1;
+    int status = clattn__kernel_max_group(kernel, call->device, &max_group);
+    if (status != CLATTN_SUCCESS) return status;
+    if (params->variant == CLATTN__SOFTMAX_GROUP) {
+        size_t global = rows * params->group;
+        return clattn__enqueue(call, kernel, 1, &global, &params->group);
+    }
+    size_t local = params->group < max_group ? params->group : max_group;
+    size_t global = clattn__round_up(rows, local);
+    return clattn__enqueue(call, kernel, 1, &global, &local);
+}
+
+static bool same_view(const clattn_tensor *a, const clattn_tensor *b) {
+    return a->buffer == b->buffer && a->offset == b->offset && a->dtype == b->dtype &&
+           memcmp(a->shape, b->shape, sizeof a->shape) == 0 &&
+           memcmp(a->strides, b->strides, sizeof a->strides) == 0;
+}
+
+/* In place means the identical view; any other overlap is refused. */
+static int check_in_place(const char *out_name, const clattn_tensor *out, const char *in_name,
+                          const clattn_tensor *in) {
+    if (same_view(out, in)) return CLATTN_SUCCESS;
+    return clattn__check_no_alias(out_name, out, in_name, in);
+}
+
+static int check_rows_limit(const clattn_tensor *x) {
+    int64_t rows = x->shape[0] * x->shape[1] * x->shape[2];
+    if (rows > 0x7fffffff || x->shape[3] > 0x7fffffff)
+        return clattn__fail(CLATTN_ERR_DEVICE_LIMIT,
+                            "%lld rows of %lld: the kernels index rows and keys with int",
+                            (long long)rows, (long long)x->shape[3]);
+    return CLATTN_SUCCESS;
+}
+
+/* ---- forward ---- */
+
+typedef struct softmax_args {
+    const clattn_tensor *x, *y, *lse;
+    float scale;
+    clattn__mask_plan mask;
+} softmax_args;
+
+static int check_lse(const softmax_args *a, cl_context context) {
+    int status = clattn__check_tensor("lse", a->lse, context, CLATTN__FLOAT_DTYPES, true);
+    const int64_t *s = a->x->shape;
+    if (status == CLATTN_SUCCESS && (a->lse->shape[0] != 1 || a->lse->shape[1] != s[0] ||
+                                     a->lse->shape[2] != s[1] || a->lse->shape[3] != s[2]))
+        status = clattn__fail(CLATTN_ERR_SHAPE_MISMATCH, "lse: shape must be {1,%lld,%lld,%lld}",
+                              (long long)s[0], (long long)s[1], (long long)s[2]);
+    if (status == CLATTN_SUCCESS) status = clattn__check_no_alias("lse", a->lse, "x", a->x);
+    if (status == CLATTN_SUCCESS) status = clattn__check_no_alias("lse", a->lse, "y", a->y);
+    if (status == CLATTN_SUCCESS) status = clattn__mask_check_output(&a->mask, "lse", a->lse);
+    return status;
+}
+
+static int check_softmax(softmax_args *a, const clattn_mask *mask, cl_context context) {
+    int status = clattn__check_tensor("x", a->x, context, CLATTN__FLOAT_DTYPES, false);
+    if (status == CLATTN_SUCCESS)
+        status = clattn__check_tensor("y", a->y, context, CLATTN__FLOAT_DTYPES, true);
+    if (status == CLATTN_SUCCESS) status = clattn__check_same_shape("x", a->x, "y", a->y);
+    if (status == CLATTN_SUCCESS) status = check_rows_limit(a->x);
+    if (status == CLATTN_SUCCESS) status = check_in_place("y", a->y, "x", a->x);
+    if (status == CLATTN_SUCCESS)
+        status = clattn__mask_prepare(mask, a->x->shape, context, &a->mask);
+    if (status == CLATTN_SUCCESS) status = clattn__mask_check_output(&a->mask, "y", a->y);
+    if (status == CLATTN_SUCCESS && a->lse) status = check_lse(a, context);
+    return status;
+}
+
+static bool softmax_needs_wide_index(const softmax_args *a) {
+    const uint64_t limit = clattn__narrow_index_limit;
+    return clattn__tensor_last_element(a->x) >= limit ||
+           clattn__tensor_last_element(a->y) >= limit ||
+           (a->lse && clattn__tensor_last_element(a->lse) >= limit) ||
+           clattn__mask_needs_wide_index(&a->mask);
+}
+
+static int set_softmax_args(cl_kernel kernel, const softmax_args *a, bool wide) {
+    cl_uint arg = 0;
+    int status = clattn__set_view_args(kernel, &arg, a->x, 0, wide);
+    if (status == CLATTN_SUCCESS) status = clattn__set_view_args(kernel, &arg, a->y, 0, wide);
+    if (status == CLATTN_SUCCESS) status = set_int_args(kernel, &arg, a->x->shape, 4);
+    if (status == CLATTN_SUCCESS && a->lse)
+        status = clattn__set_view_args(kernel, &arg, a->lse, 1, wide);
+    if (status == CLATTN_SUCCESS)
+        status = clattn__mask_set_args(kernel, &arg, &a->mask, a->scale, wide);
+    return status;
+}
+
+static int enqueue_softmax(const softmax_args *a, const clattn__call *call) {
+    softmax_params params = softmax_params_for(call->device);
+    bool wide = softmax_needs_wide_index(a);
+    char options[768];
+    snprintf(options, sizeof options,
+             "-cl-std=CL1.2 -DX_T=%s -DY_T=%s -DHAS_LSE=%d -DLSE_T=%s -DCONTIG=%d -DIDX=%s "
+             "-DEMPTY_NAN=%d",
+             clattn_dtype_name(a->x->dtype), clattn_dtype_name(a->y->dtype), a->lse != NULL,
+             clattn_dtype_name(a->lse ? a->lse->dtype : CLATTN_F32),
+             a->x->strides[3] == 1 && a->y->strides[3] == 1, wide ? "ulong" : "uint",
+             a->mask.empty_rows_nan);
+    clattn__mask_options(&a->mask, options, sizeof options);
+    const char *name = params.variant == CLATTN__SOFTMAX_GROUP ? "softmax_group" : "softmax_rows";
+    cl_kernel kernel = NULL;
+    int status = build_kernel(call, options, &params, name, &kernel);
+    if (status == CLATTN_SUCCESS) status = set_softmax_args(kernel, a, wide);
+    if (status == CLATTN_SUCCESS)
+        status = enqueue_rows(call, kernel, &params,
+                              (size_t)(a->x->shape[0] * a->x->shape[1] * a->x->shape[2]));
+    if (kernel) clReleaseKernel(kernel);
+    return status;
+}
+
+int clattn_softmax(const clattn_tensor *x, float scale, const clattn_mask *mask,
+                   const clattn_tensor *y, const clattn_tensor *lse, cl_command_queue queue,
+                   cl_uint num_wait, const cl_event *wait_list, cl_event *event) {
+    clattn__call call;
+    softmax_args a = {x, y, lse, scale, {0}};
+    int status = clattn__begin_call(&call, queue, num_wait, wait_list, event);
+    if (status == CLATTN_SUCCESS && !isfinite(scale))
+        status =
+            clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "scale = %g is not finite", (double)scale);
+    if (status == CLATTN_SUCCESS) status = check_softmax(&a, mask, call.context);
+    if (status != CLATTN_SUCCESS) return status;
+    return enqueue_softmax(&a, &call);
+}
+
+/* ---- backward ---- */
+
+typedef struct backward_args {
+    const clattn_tensor *y, *dy, *dz;
+    float scale;
+} backward_args;
+
+static int check_backward(const backward_args *a, cl_context context) {
+    int status = clattn__check_tensor("y", a->y, context, CLATTN__FLOAT_DTYPES, false);
+    if (status == CLATTN_SUCCESS)
+        status = clattn__check_tensor("dy", a->dy, context, CLATTN__FLOAT_DTYPES, false);
+    if (status == CLATTN_SUCCESS)
+        status = clattn__check_tensor("dz", a->dz, context, CLATTN__FLOAT_DTYPES, true);
+    if (status == CLATTN_SUCCESS) status = clattn__check_same_shape("y", a->y, "dy", a->dy);
+    if (status == CLATTN_SUCCESS) status = clattn__check_same_shape("y", a->y, "dz", a->dz);
+    if (status == CLATTN_SUCCESS) status = check_rows_limit(a->y);
+    if (status == CLATTN_SUCCESS) status = clattn__check_no_alias("dz", a->dz, "y", a->y);
+    if (status == CLATTN_SUCCESS) status = check_in_place("dz", a->dz, "dy", a->dy);
+    return status;
+}
+
+static int enqueue_backward(const backward_args *a, const clattn__call *call) {
+    softmax_params params = softmax_params_for(call->device);
+    const uint64_t limit = clattn__narrow_index_limit;
+    bool wide = clattn__tensor_last_element(a->y) >= limit ||
+                clattn__tensor_last_element(a->dy) >= limit ||
+                clattn__tensor_last_element(a->dz) >= limit;
+    char options[256];
+    snprintf(options, sizeof options, "-cl-std=CL1.2 -DY_T=%s -DDY_T=%s -DDZ_T=%s -DIDX=%s",
+             clattn_dtype_name(a->y->dtype), clattn_dtype_name(a->dy->dtype),
+             clattn_dtype_name(a->dz->dtype), wide ? "ulong" : "uint");
+    const char *name = params.variant == CLATTN__SOFTMAX_GROUP ? "softmax_backward_group"
+                                                               : "softmax_backward_rows";
+    cl_kernel kernel = NULL;
+    int status = build_kernel(call, options, &params, name, &kernel);
+    cl_uint arg = 0;
+    const clattn_tensor *views[3] = {a->y, a->dy, a->dz};
+    for (int v = 0; v < 3 && status == CLATTN_SUCCESS; ++v)
+        status = clattn__set_view_args(kernel, &arg, views[v], 0, wide);
+    if (status == CLATTN_SUCCESS) status = set_int_args(kernel, &arg, a->y->shape, 4);
+    if (status == CLATTN_SUCCESS)
+        status = clattn__set_arg(kernel, arg++, sizeof a->scale, &a->scale);
+    if (status == CLATTN_SUCCESS)
+        status = enqueue_rows(call, kernel, &params,
+                              (size_t)(a->y->shape[0] * a->y->shape[1] * a->y->shape[2]));
+    if (kernel) clReleaseKernel(kernel);
+    return status;
+}
+
+int clattn_softmax_backward(const clattn_tensor *y, const clattn_tensor *dy, float scale,
+                            const clattn_tensor *dz, cl_command_queue queue, cl_uint num_wait,
+                            const cl_event *wait_list, cl_event *event) {
+    clattn__call call;
+    backward_args a = {y, dy, dz, scale};
+    int status = clattn__begin_call(&call, queue, num_wait, wait_list, event);
+    if (status == CLATTN_SUCCESS && !isfinite(scale))
+        status =
+            clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "scale = %g is not finite", (double)scale);
+    if (status == CLATTN_SUCCESS) status = check_backward(&a, call.context);
+    if (status != CLATTN_SUCCESS) return status;
+    return enqueue_backward(&a, &call);
+}
