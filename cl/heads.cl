@@ -82,36 +82,38 @@ __kernel void copy4d(__global const SRC_STORAGE *src, IDX src_off, IDX ss0, IDX 
                      IDX ss3, __global DST_STORAGE *dst, IDX dst_off, IDX ds0, IDX ds1, IDX ds2,
                      IDX ds3, IDX n0, IDX n1, IDX n2, IDX n3, IDX run BIAS_ARGS) {
     const IDX first = (IDX)get_global_id(0) * run;
-    const IDX i2 = (IDX)get_global_id(1);
-    const IDX i01 = (IDX)get_global_id(2);
-    if (first >= n3 || i2 >= n2 || i01 >= n0 * n1) return;
-    const IDX i0 = i01 / n1;
-    const IDX i1 = i01 - i0 * n1;
+    if (first >= n3) return;
     const IDX end = min(first + run, n3);
-
-    IDX s = src_off + i0 * ss0 + i1 * ss1 + i2 * ss2 + first * ss3;
-    IDX d = dst_off + i0 * ds0 + i1 * ds1 + i2 * ds2 + first * ds3;
+    /* Dims 1 and 2 loop over the grid, so the host can keep them within the 65535 work-groups
+     * that some GPUs allow there; on most launches each loop runs once. */
+    for (IDX i01 = (IDX)get_global_id(2); i01 < n0 * n1; i01 += (IDX)get_global_size(2))
+        for (IDX i2 = (IDX)get_global_id(1); i2 < n2; i2 += (IDX)get_global_size(1)) {
+            const IDX i0 = i01 / n1;
+            const IDX i1 = i01 - i0 * n1;
+            IDX s = src_off + i0 * ss0 + i1 * ss1 + i2 * ss2 + first * ss3;
+            IDX d = dst_off + i0 * ds0 + i1 * ds1 + i2 * ds2 + first * ds3;
 #if HAS_BIAS
-    IDX b = bias_off + i0 * bs0 + i1 * bs1 + i2 * bs2 + first * bs3;
+            IDX b = bias_off + i0 * bs0 + i1 * bs1 + i2 * bs2 + first * bs3;
 #endif
-    IDX c = first;
+            IDX c = first;
 #if CONTIG
-    for (; c + VEC <= end; c += VEC, s += VEC, d += VEC) {
+            for (; c + VEC <= end; c += VEC, s += VEC, d += VEC) {
 #if HAS_BIAS
-        STOREV(dst, d, LOADV(src, s) + BIASV(b));
-        b += VEC * bs3;
+                STOREV(dst, d, LOADV(src, s) + BIASV(b));
+                b += VEC * bs3;
 #else
-        STOREV(dst, d, LOADV(src, s));
+                STOREV(dst, d, LOADV(src, s));
 #endif
-    }
+            }
 #endif
-    /* The tail of a run, or any strided innermost dim. */
-    for (; c < end; ++c, s += ss3, d += ds3) {
-        VALUE_T v = LOAD1(src, s);
+            /* The tail of a run, or any strided innermost dim. */
+            for (; c < end; ++c, s += ss3, d += ds3) {
+                VALUE_T v = LOAD1(src, s);
 #if HAS_BIAS
-        v += BIAS1(b);
-        b += bs3;
+                v += BIAS1(b);
+                b += bs3;
 #endif
-        STORE1(dst, d, v);
-    }
+                STORE1(dst, d, v);
+            }
+        }
 }

@@ -81,8 +81,9 @@ CLATTN_API const char *clattn_last_error(void);
 /* Status of that last failure (CLATTN_SUCCESS when none). */
 CLATTN_API int clattn_last_status(void);
 
-/* Optional log sink: receives every failure detail (and warnings) from any thread. Pass NULL to
- * remove it. The callback must be thread-safe and must not call back into clattn. */
+/* Optional log sink: receives every failure detail (and warnings) from any thread, one call at a
+ * time. Pass NULL to remove it; once that returns, the old callback is not running anywhere. The
+ * callback must not call back into clattn. */
 typedef void (*clattn_log_fn)(int status, const char *message, void *user);
 CLATTN_API void clattn_set_log_callback(clattn_log_fn fn, void *user);
 
@@ -121,7 +122,8 @@ CLATTN_API clattn_tensor clattn_tensor_4d(cl_mem buffer, clattn_dtype dtype, int
 /* The same view with its dimensions reordered: result dim i is input dim perm[i]. `perm` must be
  * a permutation of 0..3; otherwise the input is returned unchanged. */
 CLATTN_API clattn_tensor clattn_tensor_permute(clattn_tensor t, const int perm[4]);
-/* Number of elements the view addresses (product of the shape). */
+/* Number of elements the view addresses (product of the shape); 0 for a non-positive dim or a
+ * product past INT64_MAX. */
 CLATTN_API int64_t clattn_tensor_numel(const clattn_tensor *t);
 
 /* ---------------------------------------------------------------------------------------------

@@ -136,7 +136,7 @@ static const char *dtype_token(clattn_dtype dtype) {
     return clattn_dtype_name(dtype); /* f32, f16, bf16: the tokens cl/common.cl defines */
 }
 
-uint64_t clattn__narrow_index_limit = (uint64_t)1 << 32;
+uint64_t clattn__narrow_index_limit = (uint64_t)1 << 31;
 
 static bool plan_needs_wide_index(const copy_plan *plan) {
     const uint64_t limit = clattn__narrow_index_limit;
@@ -213,9 +213,11 @@ static int enqueue_copy(const clattn_tensor *src, const clattn_tensor *bias,
         size_t group = max_group < params.group ? max_group : params.group;
         size_t local[3] = {clattn__pow2_at_least(runs, group), 1, 1};
         local[1] = clattn__pow2_at_least((size_t)plan.n[2], group / local[0]);
-        size_t global[3] = {clattn__round_up(runs, local[0]),
-                            clattn__round_up((size_t)plan.n[2], local[1]),
-                            (size_t)(plan.n[0] * plan.n[1])};
+        /* dims 1 and 2 stay within 65535 work-groups (a GPU grid limit); the kernel loops */
+        size_t rows = (size_t)plan.n[2] < 65535 * local[1] ? (size_t)plan.n[2] : 65535 * local[1];
+        size_t outer = (size_t)(plan.n[0] * plan.n[1]);
+        size_t global[3] = {clattn__round_up(runs, local[0]), clattn__round_up(rows, local[1]),
+                            outer < 65535 ? outer : 65535};
         status = clattn__enqueue(call, kernel, 3, global, local);
     }
     clReleaseKernel(kernel);

@@ -88,8 +88,9 @@ int clattn__set_view_args(cl_kernel kernel, cl_uint *arg, const clattn_tensor *t
 int clattn__enqueue(const clattn__call *call, cl_kernel kernel, cl_uint dims, const size_t *global,
                     const size_t *local);
 
-/* Kernels index with 32-bit integers when every element offset of a call is below this limit,
- * and with 64-bit ones otherwise. Tests lower it to exercise the 64-bit path on small tensors. */
+/* Kernels index with 32-bit integers when every element offset of a call is below this limit
+ * (2^31, so that an offset plus a run or a size still fits in 32 bits), and with 64-bit ones
+ * otherwise. Tests lower it to exercise the 64-bit path on small tensors. */
 extern uint64_t clattn__narrow_index_limit;
 
 /* Softmax kernel variants (cl/softmax.cl); tests force one to run both on any device. */

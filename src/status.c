@@ -117,12 +117,12 @@ void clattn_set_log_callback(clattn_log_fn fn, void *user) {
     pthread_mutex_unlock(&log_lock);
 }
 
+/* The callback runs under the lock: once clattn_set_log_callback(NULL, NULL) returns, the old
+ * callback is not running anywhere, so its `user` data may be freed. */
 static void send_to_log(int status, const char *message) {
     pthread_mutex_lock(&log_lock);
-    clattn_log_fn fn = log_fn;
-    void *user = log_user;
+    if (log_fn) log_fn(status, message, log_user);
     pthread_mutex_unlock(&log_lock);
-    if (fn) fn(status, message, user);
 }
 
 static void format_into(char *buffer, size_t capacity, const char *fmt, va_list args) {

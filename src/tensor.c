@@ -58,7 +58,10 @@ clattn_tensor clattn_tensor_permute(clattn_tensor t, const int perm[4]) {
 
 int64_t clattn_tensor_numel(const clattn_tensor *t) {
     if (!t) return 0;
-    return t->shape[0] * t->shape[1] * t->shape[2] * t->shape[3];
+    int64_t n = 1;
+    for (int i = 0; i < 4; ++i)
+        if (t->shape[i] <= 0 || __builtin_mul_overflow(n, t->shape[i], &n)) return 0;
+    return n;
 }
 
 uint64_t clattn__tensor_last_element(const clattn_tensor *t) {
@@ -90,6 +93,8 @@ static bool view_overlaps_itself(const clattn_tensor *t) {
 
 /* Largest dim and stride accepted: keeps every offset computation inside 63 bits. */
 #define CLATTN_MAX_EXTENT ((int64_t)1 << 40)
+/* Largest element offset a view may reach. */
+#define CLATTN_MAX_OFFSET ((uint64_t)1 << 62)
 
 static int check_dims(const char *name, const clattn_tensor *t) {
     for (int i = 0; i < 4; ++i) {
@@ -109,6 +114,18 @@ static int check_dims(const char *name, const clattn_tensor *t) {
             return clattn__fail(CLATTN_ERR_DEVICE_LIMIT, "%s: strides[%d] = %lld is too large",
                                 name, i, (long long)t->strides[i]);
     }
+    /* The last element, with every step checked: once it is below 2^62, every partial sum the
+     * library and the kernels form from this view is too. */
+    uint64_t last = t->offset, term;
+    bool overflow = t->offset > CLATTN_MAX_OFFSET;
+    for (int i = 0; i < 4 && !overflow; ++i)
+        overflow = __builtin_mul_overflow((uint64_t)(t->shape[i] - 1), (uint64_t)t->strides[i],
+                                          &term) ||
+                   __builtin_add_overflow(last, term, &last) || last > CLATTN_MAX_OFFSET;
+    if (overflow)
+        return clattn__fail(CLATTN_ERR_BUFFER_TOO_SMALL,
+                            "%s: the view (offset %llu) reaches beyond 2^62 elements", name,
+                            (unsigned long long)t->offset);
     return CLATTN_SUCCESS;
 }
 
@@ -169,19 +186,37 @@ int clattn__check_same_shape(const char *name_a, const clattn_tensor *a, const c
     return CLATTN_SUCCESS;
 }
 
+/* The buffer a cl_mem lives in and where it starts there: a sub-buffer resolves to its parent,
+ * so views through two sub-buffers of one allocation are compared in the same address space. */
+static cl_mem root_buffer(cl_mem m, uint64_t *byte_offset) {
+    *byte_offset = 0;
+    cl_mem parent = NULL;
+    size_t origin = 0;
+    if (clGetMemObjectInfo(m, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof parent, &parent, NULL) ==
+            CL_SUCCESS &&
+        parent &&
+        clGetMemObjectInfo(m, CL_MEM_OFFSET, sizeof origin, &origin, NULL) == CL_SUCCESS) {
+        *byte_offset = origin;
+        return parent;
+    }
+    return m;
+}
+
 int clattn__check_no_alias(const char *out_name, const clattn_tensor *out, const char *in_name,
                            const clattn_tensor *in) {
-    if (!in || !out || in->buffer != out->buffer) return CLATTN_SUCCESS;
-    uint64_t out_lo = out->offset * clattn_dtype_size(out->dtype);
-    uint64_t out_hi = (clattn__tensor_last_element(out) + 1) * clattn_dtype_size(out->dtype);
-    uint64_t in_lo = in->offset * clattn_dtype_size(in->dtype);
-    uint64_t in_hi = (clattn__tensor_last_element(in) + 1) * clattn_dtype_size(in->dtype);
+    if (!in || !out || !in->buffer || !out->buffer) return CLATTN_SUCCESS;
+    uint64_t out_base, in_base;
+    if (root_buffer(out->buffer, &out_base) != root_buffer(in->buffer, &in_base))
+        return CLATTN_SUCCESS;
+    uint64_t out_lo = out_base + out->offset * clattn_dtype_size(out->dtype);
+    uint64_t out_hi = out_base + (clattn__tensor_last_element(out) + 1) * clattn_dtype_size(out->dtype);
+    uint64_t in_lo = in_base + in->offset * clattn_dtype_size(in->dtype);
+    uint64_t in_hi = in_base + (clattn__tensor_last_element(in) + 1) * clattn_dtype_size(in->dtype);
     if (out_lo < in_hi && in_lo < out_hi)
-        return clattn__fail(
-            CLATTN_ERR_ALIASING,
-            "%s (bytes %llu..%llu) overlaps %s (bytes %llu..%llu) in the same buffer", out_name,
-            (unsigned long long)out_lo, (unsigned long long)out_hi, in_name,
-            (unsigned long long)in_lo, (unsigned long long)in_hi);
+        return clattn__fail(CLATTN_ERR_ALIASING,
+                            "%s (bytes %llu..%llu) overlaps %s (bytes %llu..%llu) in the same buffer",
+                            out_name, (unsigned long long)out_lo, (unsigned long long)out_hi,
+                            in_name, (unsigned long long)in_lo, (unsigned long long)in_hi);
     return CLATTN_SUCCESS;
 }
 

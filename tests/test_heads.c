@@ -220,6 +220,14 @@ static void copy_with_64_bit_indices(test_ctx *t) {
     clattn__narrow_index_limit = saved;
 }
 
+/* 76800 outer rows that do not merge: the launch caps dim 2 at 65535 and the kernel loops. */
+static void copy_loops_past_65535_work_groups(test_ctx *t) {
+    if (!test_large_shapes(t)) return test_skip(t, "small shapes only (CLATTN_TEST_SMALL)");
+    static const int swap_inner[4] = {0, 1, 3, 2};
+    clattn_tensor src = clattn_tensor_permute(dense(CLATTN_F32, 256, 300, 2, 3, 0), swap_inner);
+    check_copy_case(t, src, NULL, dense(CLATTN_F32, 256, 300, 3, 2, 0), 57, "76800 rows");
+}
+
 /* ---- split, merge, qkv ---- */
 
 typedef struct heads_shape {
@@ -551,6 +559,7 @@ static const test_case cases[] = {
     {"copy_permuted_and_broadcast_views", copy_permuted_and_broadcast_views},
     {"copy_adds_a_broadcast_bias", copy_adds_a_broadcast_bias},
     {"copy_with_64_bit_indices", copy_with_64_bit_indices},
+    {"copy_loops_past_65535_work_groups", copy_loops_past_65535_work_groups},
     {"split_then_merge_is_identity", split_then_merge_is_identity},
     {"split_qkv_with_and_without_bias", split_qkv_with_and_without_bias},
     {"copy_waits_for_its_wait_list", copy_waits_for_its_wait_list},

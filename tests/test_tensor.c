@@ -2,6 +2,7 @@
 #include "harness.h"
 #include "internal.h"
 
+#include <stdint.h>
 #include <string.h>
 
 typedef struct validator_fixture {
@@ -72,6 +73,16 @@ static void rejects_each_defect_with_its_status(test_ctx *t) {
                  CLATTN_ERR_DEVICE_LIMIT);
     CHECK_STATUS(t, clattn__check_tensor("v", NULL, f.context, CLATTN__FLOAT_DTYPES, false),
                  CLATTN_ERR_INVALID_ARGUMENT);
+    /* offsets and extents that wrap 64 bits must not pass as small views */
+    v = view(&f, 1, 1, 1, 10);
+    v.offset = SIZE_MAX - 4;
+    CHECK_STATUS(t, clattn__check_tensor("v", &v, f.context, CLATTN__FLOAT_DTYPES, true),
+                 CLATTN_ERR_BUFFER_TOO_SMALL);
+    v = view(&f, 1, 1, ((int64_t)1 << 24) + 1, 2);
+    v.strides[2] = ((int64_t)1 << 40) - 1;
+    v.strides[3] = (int64_t)1 << 24;
+    CHECK_STATUS(t, clattn__check_tensor("v", &v, f.context, CLATTN__FLOAT_DTYPES, true),
+                 CLATTN_ERR_BUFFER_TOO_SMALL);
     clReleaseMemObject(f.buffer);
 }
 
@@ -104,6 +115,34 @@ static void alias_check_compares_byte_ranges(test_ctx *t) {
     clReleaseMemObject(f.buffer);
 }
 
+/* Two sub-buffers of one allocation overlap when their byte ranges in the parent do. */
+static void alias_check_sees_through_sub_buffers(test_ctx *t) {
+    validator_fixture f;
+    if (!setup(t, &f)) return;
+    cl_int err;
+    cl_buffer_region first = {0, 2048}, second = {1024, 2048};
+    cl_mem a = clCreateSubBuffer(f.buffer, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &first, &err);
+    cl_mem b = err == CL_SUCCESS ? clCreateSubBuffer(f.buffer, CL_MEM_READ_WRITE,
+                                                     CL_BUFFER_CREATE_TYPE_REGION, &second, &err)
+                                 : NULL;
+    if (err != CL_SUCCESS) {
+        if (a) clReleaseMemObject(a);
+        clReleaseMemObject(f.buffer);
+        return test_skip(t, "sub-buffers at 1024-byte offsets are not aligned for this device");
+    }
+    clattn_tensor va = clattn_tensor_4d(a, CLATTN_F32, 1, 1, 1, 512);
+    clattn_tensor vb = clattn_tensor_4d(b, CLATTN_F32, 1, 1, 1, 256);
+    int overlapping = clattn__check_no_alias("a", &va, "b", &vb);
+    vb.offset = 256; /* parent bytes 2048.. : just past a */
+    int apart = clattn__check_no_alias("a", &va, "b", &vb);
+    clReleaseMemObject(a);
+    clReleaseMemObject(b);
+    clReleaseMemObject(f.buffer);
+    CHECK(t, overlapping == CLATTN_ERR_ALIASING, "overlapping sub-buffers -> %s",
+          clattn_status_name(overlapping));
+    CHECK(t, apart == CLATTN_SUCCESS, "disjoint sub-buffer views -> %s", clattn_status_name(apart));
+}
+
 static void permute_and_numel(test_ctx *t) {
     clattn_tensor v = clattn_tensor_4d(NULL, CLATTN_F32, 2, 3, 4, 5);
     static const int perm[4] = {3, 0, 2, 1}, bad[4] = {0, 0, 1, 2};
@@ -114,6 +153,9 @@ static void permute_and_numel(test_ctx *t) {
     clattn_tensor same = clattn_tensor_permute(v, bad);
     CHECK(t, memcmp(&same, &v, sizeof v) == 0, "an invalid permutation changes nothing");
     CHECK(t, clattn_tensor_numel(&v) == 120, "numel");
+    clattn_tensor huge = v;
+    huge.shape[0] = huge.shape[1] = huge.shape[2] = huge.shape[3] = (int64_t)1 << 20;
+    CHECK(t, clattn_tensor_numel(&huge) == 0, "an overflowing numel is 0");
     CHECK(t, clattn_dtype_size(CLATTN_BF16) == 2 && clattn_dtype_size((clattn_dtype)9) == 0,
           "size");
 }
@@ -123,6 +165,7 @@ static const test_case cases[] = {
     {"rejects_each_defect_with_its_status", rejects_each_defect_with_its_status},
     {"rejects_a_buffer_of_another_context", rejects_a_buffer_of_another_context},
     {"alias_check_compares_byte_ranges", alias_check_compares_byte_ranges},
+    {"alias_check_sees_through_sub_buffers", alias_check_sees_through_sub_buffers},
     {"permute_and_numel", permute_and_numel},
 };
 SUITE(tensor_suite, "tensor", cases);
