@@ -83,6 +83,12 @@ typedef struct bench_report {
 } bench_report;
 
 bench_record *bench_report_add(bench_report *report);
+/* Adds and prints the row of a memory-bound op: GB/s from `bytes` moved per call, against the
+ * copy bandwidth timed beside it, and the peer's median (< 0: none). */
+int bench_add_memory_row(bench_report *report, const clattn_env *env, const char *op,
+                         const char *variant, clattn_dtype dtype, const char *shape,
+                         const bench_timing *timing, double bytes, double copy_gbs,
+                         double torch_ms);
 void bench_print_header(FILE *out);
 void bench_print_record(FILE *out, const bench_record *r);
 int bench_write_json(const char *path, const bench_report *report, const char *const *devices,
@@ -91,5 +97,7 @@ int bench_write_json(const char *path, const bench_report *report, const char *c
 /* The op families. Each adds its rows for one device. */
 int bench_heads(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
                 bench_report *report);
+int bench_softmax(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
+                  bench_report *report);
 
 #endif

@@ -81,7 +81,6 @@ int bench_heads(const bench_options *opt, clattn_env *env, bench_ceilings *ceili
     bench_run_peers(opt, key_ptrs, selected, &peers);
     if (peers.error[0]) fprintf(stderr, "torch peer: %s\n", peers.error);
 
-    const clattn_device_desc *desc = clattn_env_device_desc(env);
     int status = CLATTN_SUCCESS;
     for (int i = 0; i < N && status == CLATTN_SUCCESS; ++i) {
         const heads_case *c = &cases[i];
@@ -94,25 +93,13 @@ int bench_heads(const bench_options *opt, clattn_env *env, bench_ceilings *ceili
             status = bench_time_vs_copy(opt, ceilings, run_heads, &x, clattn_env_queue(env),
                                         &timing, &copy_gbs);
         if (status == CLATTN_SUCCESS) {
-            bench_record *r = bench_report_add(report);
-            if (!r) status = CLATTN_ERR_OUT_OF_HOST_MEMORY;
-            if (r) {
-                snprintf(r->op, sizeof r->op, "%s", c->op);
-                snprintf(r->variant, sizeof r->variant, "copy4d");
-                snprintf(r->device, sizeof r->device, "%s", desc->name);
-                snprintf(r->dtype, sizeof r->dtype, "%s", clattn_dtype_name(c->dtype));
-                snprintf(r->shape, sizeof r->shape, "B=%lld S=%lld H=%lld D=%lld", (long long)c->b,
-                         (long long)c->s, (long long)c->h, (long long)(c->e / c->h));
-                snprintf(r->metric, sizeof r->metric, "GB/s");
-                double bytes = 2.0 * parts_of(c) * (double)(c->b * c->s * c->e) *
-                               (double)clattn_dtype_size(c->dtype);
-                r->timing = timing;
-                r->value = bytes / (timing.median_ms * 1e6);
-                r->ceiling = copy_gbs;
-                r->roofline_pct = 100.0 * r->value / copy_gbs;
-                r->torch_ms = bench_peer_median(&peers, keys[i]);
-                bench_print_record(stdout, r);
-            }
+            char shape[96];
+            snprintf(shape, sizeof shape, "B=%lld S=%lld H=%lld D=%lld", (long long)c->b,
+                     (long long)c->s, (long long)c->h, (long long)(c->e / c->h));
+            double bytes = 2.0 * parts_of(c) * (double)(c->b * c->s * c->e) *
+                           (double)clattn_dtype_size(c->dtype);
+            status = bench_add_memory_row(report, env, c->op, "copy4d", c->dtype, shape, &timing,
+                                          bytes, copy_gbs, bench_peer_median(&peers, keys[i]));
         }
         free_case(&x);
     }

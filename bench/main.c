@@ -20,7 +20,7 @@ static void usage(FILE *out) {
     fprintf(out, "usage: clattn-bench [--device SPEC|all] [--op NAME] [--quick] [--json FILE]\n"
                  "                    [--repeats N] [--peer-script PATH | --no-peers]\n"
                  "  SPEC: P:D or a name substring (as CLATTN_DEVICE); all: every device\n"
-                 "  NAME: split_heads | merge_heads | split_qkv\n");
+                 "  NAME: split_heads | merge_heads | split_qkv | softmax | softmax_masked\n");
 }
 
 typedef struct bench_args {
@@ -86,6 +86,7 @@ static int bench_device(const bench_args *a, const char *spec, bench_report *rep
                "PyTorch median / ours (> 1: we are faster)\n\n");
         bench_print_header(stdout);
         status = bench_heads(&a->opt, env, ceilings, report);
+        if (status == CLATTN_SUCCESS) status = bench_softmax(&a->opt, env, ceilings, report);
         bench_ceilings_close(ceilings);
     }
     if (status != CLATTN_SUCCESS)

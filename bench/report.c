@@ -18,6 +18,27 @@ bench_record *bench_report_add(bench_report *report) {
     return r;
 }
 
+int bench_add_memory_row(bench_report *report, const clattn_env *env, const char *op,
+                         const char *variant, clattn_dtype dtype, const char *shape,
+                         const bench_timing *timing, double bytes, double copy_gbs,
+                         double torch_ms) {
+    bench_record *r = bench_report_add(report);
+    if (!r) return CLATTN_ERR_OUT_OF_HOST_MEMORY;
+    snprintf(r->op, sizeof r->op, "%s", op);
+    snprintf(r->variant, sizeof r->variant, "%s", variant);
+    snprintf(r->device, sizeof r->device, "%s", clattn_env_device_desc(env)->name);
+    snprintf(r->dtype, sizeof r->dtype, "%s", clattn_dtype_name(dtype));
+    snprintf(r->shape, sizeof r->shape, "%s", shape);
+    snprintf(r->metric, sizeof r->metric, "GB/s");
+    r->timing = *timing;
+    r->value = bytes / (timing->median_ms * 1e6);
+    r->ceiling = copy_gbs;
+    r->roofline_pct = 100.0 * r->value / copy_gbs;
+    r->torch_ms = torch_ms;
+    bench_print_record(stdout, r);
+    return CLATTN_SUCCESS;
+}
+
 void bench_print_header(FILE *out) {
     fprintf(out, "%-13s %-8s %-5s %-24s %9s %9s %9s %11s %11s %6s %9s %8s\n", "op", "variant",
             "dtype", "shape", "median_ms", "min_ms", "first_ms", "value", "ceiling", "%roof",

@@ -8,6 +8,9 @@ when a case cannot run. DIMS is a comma-separated list whose meaning depends on 
   split_heads  B,S,E,H   x.view(B,S,H,D).transpose(1,2).contiguous()
   merge_heads  B,S,E,H   y.transpose(1,2).contiguous().view(B,S,E)   (the inverse)
   split_qkv    B,S,E,H   x.view(B,S,3,H,D).permute(2,0,3,1,4).contiguous(), then unbind(0)
+  softmax      B,H,Sq,Sk torch.softmax(x * scale, -1)
+  softmax_masked B,H,Sq,Sk  causal + key lengths Sk - b*Sk/8 as a bool mask built once:
+                         torch.softmax(x.masked_fill(~mask, -inf) * scale, -1)
 """
 import argparse
 import statistics
@@ -34,7 +37,27 @@ def split_qkv(dtype, b, s, e, h):
     return lambda: x.view(b, s, 3, h, e // h).permute(2, 0, 3, 1, 4).contiguous().unbind(0)
 
 
-OPS = {"split_heads": split_heads, "merge_heads": merge_heads, "split_qkv": split_qkv}
+def softmax(dtype, b, h, sq, sk):
+    x = torch.randn(b, h, sq, sk).to(dtype)
+    return lambda: torch.softmax(x * 0.125, -1)
+
+
+def softmax_masked(dtype, b, h, sq, sk):
+    x = torch.randn(b, h, sq, sk).to(dtype)
+    lengths = torch.tensor([sk - i * sk // 8 for i in range(b)])
+    keys = torch.arange(sk)
+    causal = keys[None, :] <= torch.arange(sq)[:, None]
+    mask = causal[None, None] & (keys[None, None, None, :] < lengths[:, None, None, None])
+    return lambda: torch.softmax(x.masked_fill(~mask, float("-inf")) * 0.125, -1)
+
+
+OPS = {
+    "split_heads": split_heads,
+    "merge_heads": merge_heads,
+    "split_qkv": split_qkv,
+    "softmax": softmax,
+    "softmax_masked": softmax_masked,
+}
 
 
 def time_case(fn, warmup, repeats):

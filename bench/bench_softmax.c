@@ -1,0 +1,109 @@
+/* Rows for the masked softmax: GB/s (one read and one write of the scores), percent of the copy
+ * bandwidth timed beside each row, and the ratio against PyTorch's x.masked_fill(~mask, -inf)
+ * followed by softmax (mask built once, outside the timing, as users do). */
+#include "bench.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct softmax_case {
+    const char *op; /* softmax | softmax_masked (causal + key lengths) */
+    clattn_dtype dtype;
+    int64_t b, h, s;
+} softmax_case;
+
+typedef struct softmax_ctx {
+    const softmax_case *c;
+    clattn_tensor x, y, lengths;
+    clattn_mask mask;
+} softmax_ctx;
+
+static int run_softmax(void *p, cl_command_queue queue) {
+    softmax_ctx *x = p;
+    bool masked = strcmp(x->c->op, "softmax_masked") == 0;
+    return clattn_softmax(&x->x, 0.125f, masked ? &x->mask : NULL, &x->y, NULL, queue, 0, NULL,
+                          NULL);
+}
+
+static void case_key(const softmax_case *c, char *key, size_t capacity) {
+    snprintf(key, capacity, "%s %s %lld,%lld,%lld,%lld", c->op, clattn_dtype_name(c->dtype),
+             (long long)c->b, (long long)c->h, (long long)c->s, (long long)c->s);
+}
+
+/* Key lengths Sk - b*Sk/8: the same rule as bench/peers/torch_ops.py. */
+static int alloc_case(clattn_env *env, const softmax_case *c, softmax_ctx *x) {
+    memset(x, 0, sizeof *x);
+    x->c = c;
+    const int64_t scores[4] = {c->b, c->h, c->s, c->s}, vector[4] = {1, 1, 1, c->b};
+    int status = clattn_env_alloc(env, c->dtype, scores, &x->x);
+    if (status == CLATTN_SUCCESS) status = clattn_env_alloc(env, c->dtype, scores, &x->y);
+    if (status == CLATTN_SUCCESS) status = clattn_env_alloc(env, CLATTN_I32, vector, &x->lengths);
+    int32_t *lengths = calloc((size_t)c->b, sizeof *lengths);
+    for (int64_t b = 0; b < c->b && lengths; ++b) lengths[b] = (int32_t)(c->s - b * c->s / 8);
+    if (status == CLATTN_SUCCESS)
+        status = lengths ? clattn_env_upload(env, &x->lengths, lengths) : CLATTN_ERR_OUT_OF_HOST_MEMORY;
+    free(lengths);
+    cl_uchar zero = 0;
+    size_t bytes = (size_t)clattn_tensor_numel(&x->x) * clattn_dtype_size(c->dtype);
+    if (status == CLATTN_SUCCESS)
+        status = clEnqueueFillBuffer(clattn_env_queue(env), x->x.buffer, &zero, 1, 0, bytes, 0,
+                                     NULL, NULL);
+    x->mask.causal = 1;
+    x->mask.key_lengths = &x->lengths;
+    return status;
+}
+
+static void free_case(softmax_ctx *x) {
+    clattn_tensor_free(&x->x);
+    clattn_tensor_free(&x->y);
+    clattn_tensor_free(&x->lengths);
+}
+
+int bench_softmax(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
+                  bench_report *report) {
+    int64_t b = opt->quick ? 1 : 4, h = opt->quick ? 4 : 8;
+    int64_t s1 = opt->quick ? 256 : 1024, s2 = opt->quick ? 512 : 2048;
+    const softmax_case cases[] = {
+        {"softmax_masked", CLATTN_F32, b, h, s1},
+        {"softmax_masked", CLATTN_F16, b, h, s1},
+        {"softmax", CLATTN_F32, b, h, s2},
+        {"softmax", CLATTN_F16, b, h, s2},
+    };
+    enum { N = sizeof cases / sizeof cases[0] };
+    char keys[N][96];
+    const char *key_ptrs[N];
+    int selected = 0;
+    for (int i = 0; i < N; ++i) {
+        case_key(&cases[i], keys[i], sizeof keys[i]);
+        if (!opt->op || strcmp(opt->op, cases[i].op) == 0) key_ptrs[selected++] = keys[i];
+    }
+    if (selected == 0) return CLATTN_SUCCESS;
+    bench_peer_results peers;
+    bench_run_peers(opt, key_ptrs, selected, &peers);
+    if (peers.error[0]) fprintf(stderr, "torch peer: %s\n", peers.error);
+
+    int status = CLATTN_SUCCESS;
+    for (int i = 0; i < N && status == CLATTN_SUCCESS; ++i) {
+        const softmax_case *c = &cases[i];
+        if (opt->op && strcmp(opt->op, c->op) != 0) continue;
+        softmax_ctx x;
+        bench_timing timing;
+        double copy_gbs = 0;
+        status = alloc_case(env, c, &x);
+        if (status == CLATTN_SUCCESS)
+            status = bench_time_vs_copy(opt, ceilings, run_softmax, &x, clattn_env_queue(env),
+                                        &timing, &copy_gbs);
+        if (status == CLATTN_SUCCESS) {
+            char shape[96];
+            snprintf(shape, sizeof shape, "%lldx%lldx%lldx%lld%s", (long long)c->b,
+                     (long long)c->h, (long long)c->s, (long long)c->s,
+                     strcmp(c->op, "softmax_masked") == 0 ? " causal+klen" : "");
+            double bytes = 2.0 * (double)(c->b * c->h * c->s * c->s) *
+                           (double)clattn_dtype_size(c->dtype);
+            status = bench_add_memory_row(report, env, c->op, "auto", c->dtype, shape, &timing,
+                                          bytes, copy_gbs, bench_peer_median(&peers, keys[i]));
+        }
+        free_case(&x);
+    }
+    return status;
+}
