@@ -41,7 +41,8 @@ static int alloc_case(clattn_env *env, const softmax_case *c, softmax_ctx *x) {
     int32_t *lengths = calloc((size_t)c->b, sizeof *lengths);
     for (int64_t b = 0; b < c->b && lengths; ++b) lengths[b] = (int32_t)(c->s - b * c->s / 8);
     if (status == CLATTN_SUCCESS)
-        status = lengths ? clattn_env_upload(env, &x->lengths, lengths) : CLATTN_ERR_OUT_OF_HOST_MEMORY;
+        status =
+            lengths ? clattn_env_upload(env, &x->lengths, lengths) : CLATTN_ERR_OUT_OF_HOST_MEMORY;
     free(lengths);
     cl_uchar zero = 0;
     size_t bytes = (size_t)clattn_tensor_numel(&x->x) * clattn_dtype_size(c->dtype);
@@ -95,11 +96,11 @@ int bench_softmax(const bench_options *opt, clattn_env *env, bench_ceilings *cei
                                         &timing, &copy_gbs);
         if (status == CLATTN_SUCCESS) {
             char shape[96];
-            snprintf(shape, sizeof shape, "%lldx%lldx%lldx%lld%s", (long long)c->b,
-                     (long long)c->h, (long long)c->s, (long long)c->s,
+            snprintf(shape, sizeof shape, "%lldx%lldx%lldx%lld%s", (long long)c->b, (long long)c->h,
+                     (long long)c->s, (long long)c->s,
                      strcmp(c->op, "softmax_masked") == 0 ? " causal+klen" : "");
-            double bytes = 2.0 * (double)(c->b * c->h * c->s * c->s) *
-                           (double)clattn_dtype_size(c->dtype);
+            double bytes =
+                2.0 * (double)(c->b * c->h * c->s * c->s) * (double)clattn_dtype_size(c->dtype);
             status = bench_add_memory_row(report, env, c->op, "auto", c->dtype, shape, &timing,
                                           bytes, copy_gbs, bench_peer_median(&peers, keys[i]));
         }

@@ -69,10 +69,16 @@ inline floatV CAT(CAT(load, VEC), _bf16)(__global const ushort *p, IDX i) {
 inline void CAT(CAT(store, VEC), _f32)(__global float *p, IDX i, floatV v) {
     CAT(vstore, VEC)(v, 0, p + i);
 }
-/* f32 -> f16 round to nearest even in integer lanes, stored as raw bits. vstore_halfN would do,
- * but PoCL 3.1 crashes on vstore_half8/16 of computed values in the softmax kernel; this form
- * is exact on every device. NaN becomes the quiet NaN 0x7e00 (sign kept). */
-inline void CAT(CAT(store, VEC), _f16)(__global half *p, IDX i, floatV v) {
+inline ushortV CAT(CAT(bits, VEC), _bf16)(floatV v) {
+    uintV b = CAT(as_uint, VEC)(v);
+    uintV rounded = (b + (uintV)0x7fffu + ((b >> 16) & (uintV)1u)) >> 16;
+    uintV quiet_nan = (b >> 16) | (uintV)0x40u;
+    return CAT(convert_ushort, VEC)(select(rounded, quiet_nan, isnan(v)));
+}
+
+/* f32 -> f16 bits, round to nearest even, in integer lanes (exact on every device, no
+ * cl_khr_fp16). NaN becomes the quiet NaN 0x7e00 with its sign. */
+inline ushortV CAT(CAT(bits, VEC), _f16)(floatV v) {
     uintV x = CAT(as_uint, VEC)(v);
     uintV sign = (x >> 16) & (uintV)0x8000u;
     uintV a = x & (uintV)0x7fffffffu;
@@ -83,14 +89,17 @@ inline void CAT(CAT(store, VEC), _f16)(__global half *p, IDX i, floatV v) {
     bits = select(bits, sub, a < (uintV)0x38800000u);
     bits = select(bits, (uintV)0x7c00u, a >= (uintV)0x477ff000u);
     bits = select(bits, (uintV)0x7e00u, a > (uintV)0x7f800000u);
-    CAT(vstore, VEC)(CAT(convert_ushort, VEC)(bits | sign), 0, (__global ushort *)(p + i));
+    return CAT(convert_ushort, VEC)(bits | sign);
 }
+
+/* vstore_halfN would do, but PoCL 3.1 crashed on it in the softmax kernel; the integer
+ * conversion is exact everywhere. */
+inline void CAT(CAT(store, VEC), _f16)(__global half *p, IDX i, floatV v) {
+    CAT(vstore, VEC)(CAT(CAT(bits, VEC), _f16)(v), 0, (__global ushort *)(p + i));
+}/* f32 -> bf16 bits, round to nearest even, NaN kept quiet (as bf16_from_f32). */
+
 inline void CAT(CAT(store, VEC), _bf16)(__global ushort *p, IDX i, floatV v) {
-    uintV b = CAT(as_uint, VEC)(v);
-    uintV rounded = (b + (uintV)0x7fffu + ((b >> 16) & (uintV)1u)) >> 16;
-    uintV quiet_nan = (b >> 16) | (uintV)0x40u;
-    uintV bits = select(rounded, quiet_nan, isnan(v));
-    CAT(vstore, VEC)(CAT(convert_ushort, VEC)(bits), 0, p + i);
+    CAT(vstore, VEC)(CAT(CAT(bits, VEC), _bf16)(v), 0, p + i);
 }
 #endif
 

@@ -130,7 +130,73 @@ inline void fill_keys(__global Y_STORAGE *y, IDX at, int count, float v) {
 
 /* ---- one work-item per row ---- */
 
+#if VEC > 1
+/* Horizontal reductions of a vector, by halves. */
+inline float hsum(floatV v) {
+#if VEC == 16
+    float8 v8 = v.lo + v.hi;
+#elif VEC == 8
+    float8 v8 = v;
+#endif
+#if VEC >= 8
+    float4 v4 = v8.lo + v8.hi;
+#else
+    float4 v4 = v;
+#endif
+    float2 v2 = v4.lo + v4.hi;
+    return v2.x + v2.y;
+}
+
+inline float hmax(floatV v) {
+#if VEC == 16
+    float8 v8 = fmax(v.lo, v.hi);
+#elif VEC == 8
+    float8 v8 = v;
+#endif
+#if VEC >= 8
+    float4 v4 = fmax(v8.lo, v8.hi);
+#else
+    float4 v4 = v;
+#endif
+    float2 v2 = fmax(v4.lo, v4.hi);
+    return fmax(v2.x, v2.y);
+}
+
+/* Stores VEC outputs from y[at] on. 16-bit outputs are converted in vector lanes and stored as
+ * raw 16-bit scalars: PoCL 3.1 crashed (SIGSEGV) on 8- and 16-wide stores of 16-bit values at
+ * addresses that are only 2-byte aligned in this kernel, though not in cl/heads.cl. */
+inline void store_y_lanes(__global Y_STORAGE *y, IDX at, floatV v) {
+#if Y_SIZE == 4
+    STORE_YV(at, v);
+#else
+    CAT(ushort, VEC) bits = CAT(CAT(bits, VEC), CAT(_, Y_T))(v);
+    __global ushort *raw = (__global ushort *)y + at;
+    for (int k = 0; k < VEC; ++k) raw[k] = ((ushort *)&bits)[k];
+#endif
+}
+#endif
+
+/* Pass 1 of a row: the maximum score over [lo, hi), and whether a NaN was seen. */
+#define ROW_SCORE(j) mask_score(&p, &r, j, LOAD_X(xr + (IDX)(j)*xs3))
+#define ROW_SCORE_VEC(j) mask_score_vec(&p, &r, j, LOAD_XV(xr + (IDX)(j)))
+
+/* One exp per key instead of two: pass 2 keeps exp(s - max) in local memory, SCRATCH floats per
+ * row for ROWS rows per group, and pass 3 scales it, when the row's visible span fits. Keeping it
+ * in y instead would round it twice for 16-bit outputs; for f32 it measured the same, but
+ * Oclgrind's uninitialized-value checker flagged the read-back (not understood; see the issue
+ * notes). Everything else recomputes the exp in pass 3. */
+#ifndef SCRATCH
+#define SCRATCH 0
+#endif
+#ifndef ROWS
+#define ROWS 16
+#endif
+#define EXP_IN_LOCAL (CONTIG && VEC > 1 && SCRATCH > 0)
+
 __kernel void softmax_rows(SOFTMAX_PARAMS) {
+#if EXP_IN_LOCAL
+    __local float scratch[ROWS * SCRATCH];
+#endif
     const int row = (int)get_global_id(0);
     if (row >= B * H * Sq) return;
     const int i = row % Sq, bh = row / Sq, h = bh % H, b = bh / H;
@@ -146,31 +212,46 @@ __kernel void softmax_rows(SOFTMAX_PARAMS) {
     floatV mv = (floatV)(-INFINITY);
     intV nanv = (intV)0;
     for (; j + VEC <= r.hi; j += VEC) {
-        floatV s = mask_score_vec(&p, &r, j, LOAD_XV(xr + (IDX)j));
+        floatV s = ROW_SCORE_VEC(j);
         mv = fmax(mv, s);
         nanv |= isnan(s);
     }
-    for (int k = 0; k < VEC; ++k) {
-        st.max = fmax(st.max, ((float *)&mv)[k]);
-        st.nan |= ((int *)&nanv)[k];
-    }
+    st.max = hmax(mv);
+    st.nan = any(nanv);
 #endif
     for (; j < r.hi; ++j) {
-        float s = mask_score(&p, &r, j, LOAD_X(xr + (IDX)j * xs3));
+        float s = ROW_SCORE(j);
         st.max = fmax(st.max, s);
         st.nan |= isnan(s);
     }
+
+#if EXP_IN_LOCAL
+    /* es[j] for j in [lo, hi) */
+    __local float *es = scratch + get_local_id(0) * SCRATCH - r.lo;
+    const bool keep_e = r.hi - r.lo <= SCRATCH;
+#endif
 
     /* pass 2: the sum of exponentials (skipped for an empty row: exp(-inf - -inf) is NaN) */
     if (!row_is_empty(&st)) {
         j = r.lo;
 #if CONTIG && VEC > 1
         floatV sv = (floatV)0.0f;
-        for (; j + VEC <= r.hi; j += VEC)
-            sv += exp(mask_score_vec(&p, &r, j, LOAD_XV(xr + (IDX)j)) - st.max);
-        for (int k = 0; k < VEC; ++k) st.sum += ((float *)&sv)[k];
+        for (; j + VEC <= r.hi; j += VEC) {
+            floatV e = exp(ROW_SCORE_VEC(j) - st.max);
+            sv += e;
+#if EXP_IN_LOCAL
+            if (keep_e) CAT(vstore, VEC)(e, 0, es + j);
 #endif
-        for (; j < r.hi; ++j) st.sum += exp(mask_score(&p, &r, j, LOAD_X(xr + (IDX)j * xs3)) - st.max);
+        }
+        st.sum = hsum(sv);
+#endif
+        for (; j < r.hi; ++j) {
+            float e = exp(ROW_SCORE(j) - st.max);
+            st.sum += e;
+#if EXP_IN_LOCAL
+            if (keep_e) es[j] = e;
+#endif
+        }
     }
     STORE_LSE(b, h, i, row_lse(&st));
 
@@ -183,22 +264,18 @@ __kernel void softmax_rows(SOFTMAX_PARAMS) {
 #else
     for (j = 0; j < r.lo; ++j) STORE_Y(yr + (IDX)j * ys3, outside);
 #endif
-#if CONTIG && VEC > 1
-    for (; j + VEC <= r.hi; j += VEC) {
-        floatV s = mask_score_vec(&p, &r, j, LOAD_XV(xr + (IDX)j));
-        floatV pv = prob_vec(s, &st, inv);
-#if Y_SIZE == 4
-        STORE_YV(yr + (IDX)j, pv);
-#else
-        /* 16-bit outputs go lane by lane: PoCL 3.1 crashed (SIGSEGV) on 8- and 16-wide stores
-         * of 16-bit values at addresses that are only 2-byte aligned, here and not in
-         * cl/heads.cl; the scalar stores cost little beside the exp. */
-        for (int k = 0; k < VEC; ++k) STORE_Y(yr + (IDX)(j + k), ((float *)&pv)[k]);
-#endif
+#if EXP_IN_LOCAL
+    if (keep_e && !row_is_empty(&st) && !isnan(st.sum)) {
+        for (; j + VEC <= r.hi; j += VEC)
+            store_y_lanes(y, yr + (IDX)j, CAT(vload, VEC)(0, es + j) * inv);
+        for (; j < r.hi; ++j) STORE_Y(yr + (IDX)j, es[j] * inv);
     }
 #endif
-    for (; j < r.hi; ++j)
-        STORE_Y(yr + (IDX)j * ys3, prob(mask_score(&p, &r, j, LOAD_X(xr + (IDX)j * xs3)), &st, inv));
+#if CONTIG && VEC > 1
+    for (; j + VEC <= r.hi; j += VEC)
+        store_y_lanes(y, yr + (IDX)j, prob_vec(ROW_SCORE_VEC(j), &st, inv));
+#endif
+    for (; j < r.hi; ++j) STORE_Y(yr + (IDX)j * ys3, prob(ROW_SCORE(j), &st, inv));
 #if CONTIG
     fill_keys(y, yr + (IDX)j, Sk - j, outside);
 #else

@@ -330,8 +330,8 @@ int clattn__set_view_args(cl_kernel kernel, cl_uint *arg, const clattn_tensor *t
 int clattn__kernel_max_group(cl_kernel kernel, cl_device_id device, size_t *size) {
     size_t wg = 0, dims[16] = {0};
     cl_uint num_dims = 0;
-    cl_int err = clGetKernelWorkGroupInfo(kernel, device, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg,
-                                          NULL);
+    cl_int err =
+        clGetKernelWorkGroupInfo(kernel, device, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg, NULL);
     if (err == CL_SUCCESS)
         err = clGetDeviceInfo(device, CL_DEVICE_MAX_WORK_ITEM_DIMENSIONS, sizeof num_dims,
                               &num_dims, NULL);

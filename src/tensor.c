@@ -119,9 +119,9 @@ static int check_dims(const char *name, const clattn_tensor *t) {
     uint64_t last = t->offset, term;
     bool overflow = t->offset > CLATTN_MAX_OFFSET;
     for (int i = 0; i < 4 && !overflow; ++i)
-        overflow = __builtin_mul_overflow((uint64_t)(t->shape[i] - 1), (uint64_t)t->strides[i],
-                                          &term) ||
-                   __builtin_add_overflow(last, term, &last) || last > CLATTN_MAX_OFFSET;
+        overflow =
+            __builtin_mul_overflow((uint64_t)(t->shape[i] - 1), (uint64_t)t->strides[i], &term) ||
+            __builtin_add_overflow(last, term, &last) || last > CLATTN_MAX_OFFSET;
     if (overflow)
         return clattn__fail(CLATTN_ERR_BUFFER_TOO_SMALL,
                             "%s: the view (offset %llu) reaches beyond 2^62 elements", name,
@@ -209,14 +209,16 @@ int clattn__check_no_alias(const char *out_name, const clattn_tensor *out, const
     if (root_buffer(out->buffer, &out_base) != root_buffer(in->buffer, &in_base))
         return CLATTN_SUCCESS;
     uint64_t out_lo = out_base + out->offset * clattn_dtype_size(out->dtype);
-    uint64_t out_hi = out_base + (clattn__tensor_last_element(out) + 1) * clattn_dtype_size(out->dtype);
+    uint64_t out_hi =
+        out_base + (clattn__tensor_last_element(out) + 1) * clattn_dtype_size(out->dtype);
     uint64_t in_lo = in_base + in->offset * clattn_dtype_size(in->dtype);
     uint64_t in_hi = in_base + (clattn__tensor_last_element(in) + 1) * clattn_dtype_size(in->dtype);
     if (out_lo < in_hi && in_lo < out_hi)
-        return clattn__fail(CLATTN_ERR_ALIASING,
-                            "%s (bytes %llu..%llu) overlaps %s (bytes %llu..%llu) in the same buffer",
-                            out_name, (unsigned long long)out_lo, (unsigned long long)out_hi,
-                            in_name, (unsigned long long)in_lo, (unsigned long long)in_hi);
+        return clattn__fail(
+            CLATTN_ERR_ALIASING,
+            "%s (bytes %llu..%llu) overlaps %s (bytes %llu..%llu) in the same buffer", out_name,
+            (unsigned long long)out_lo, (unsigned long long)out_hi, in_name,
+            (unsigned long long)in_lo, (unsigned long long)in_hi);
     return CLATTN_SUCCESS;
 }
 

@@ -121,7 +121,8 @@ static void alias_check_sees_through_sub_buffers(test_ctx *t) {
     if (!setup(t, &f)) return;
     cl_int err;
     cl_buffer_region first = {0, 2048}, second = {1024, 2048};
-    cl_mem a = clCreateSubBuffer(f.buffer, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &first, &err);
+    cl_mem a =
+        clCreateSubBuffer(f.buffer, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &first, &err);
     cl_mem b = err == CL_SUCCESS ? clCreateSubBuffer(f.buffer, CL_MEM_READ_WRITE,
                                                      CL_BUFFER_CREATE_TYPE_REGION, &second, &err)
                                  : NULL;
