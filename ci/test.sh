@@ -9,6 +9,7 @@
 #                  misuse) on small shapes; it exits 0 even when it reports errors, so its log
 #                  is read for them
 #   device         only when CLATTN_DEVICE is set: the suite on that device (a GPU, say)
+#   python         the Python binding against PyTorch (tests/python), on PoCL pthread
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -60,6 +61,13 @@ fi
 run_lane pocl-pthread POCL_DEVICES=pthread CLATTN_DEVICE=pthread
 run_lane pocl-basic POCL_DEVICES=basic CLATTN_DEVICE=basic
 run_lane pocl-cbs POCL_DEVICES=pthread POCL_WORK_GROUP_METHOD=cbs CLATTN_DEVICE=pthread
+
+echo "== lane python"
+log="$root/$build/test-logs/python.log"
+POCL_DEVICES=pthread CLATTN_DEVICE=pthread CLATTN_LIBRARY="$root/$build/libclattn.so" \
+  timeout 1200 /usr/bin/python3 "$root/tests/python/run.py" >"$log" 2>&1
+grep -E '^(FAIL|skip)' "$log" | sed 's/^/[python] /'
+count python "$log"
 
 echo "== lane oclgrind"
 log="$root/$build/test-logs/oclgrind.log"

@@ -1,0 +1,294 @@
+"""clattn: transformer-attention primitives on any OpenCL device, from Python.
+
+numpy arrays in (float32 or float16; bool and int32 for masks and lengths), fresh numpy arrays
+out. The surface mirrors PyTorch names; see shared/DESIGN.md section 7 and the README.
+
+    import clattn
+    ctx = clattn.Context()                      # CLATTN_DEVICE, else the first GPU
+    p = ctx.softmax(scores, scale=0.125, causal=True, key_lengths=[5, 7])
+"""
+import ctypes
+
+import numpy as np
+
+from . import _lib
+
+__all__ = ["Context", "Error", "devices"]
+
+_LIB = None
+
+
+def _lib_handle():
+    global _LIB
+    if _LIB is None:
+        _LIB = _lib.load()
+    return _LIB
+
+
+class Error(Exception):
+    """A failed library call: `status` is the status name, `message` the library's detail."""
+
+    def __init__(self, status, message):
+        self.status = status
+        self.message = message
+        super().__init__("%s: %s" % (status, message))
+
+
+def _check(code):
+    if code != 0:
+        lib = _lib_handle()
+        raise Error(lib.clattn_status_name(code).decode(), lib.clattn_last_error().decode())
+
+
+def devices():
+    """Every OpenCL device: index ("P:D"), platform, name, vendor, type, version."""
+    lib = _lib_handle()
+    count = ctypes.c_size_t(0)
+    _check(lib.clattn_list_devices(None, 0, ctypes.byref(count)))
+    descs = (_lib.DeviceDesc * max(count.value, 1))()
+    _check(lib.clattn_list_devices(descs, count.value, ctypes.byref(count)))
+    kinds = {1: "default", 2: "cpu", 4: "gpu", 8: "accelerator", 16: "custom"}
+    result = []
+    for d in descs[: count.value]:
+        kind = ",".join(v for k, v in kinds.items() if d.type & k) or str(d.type)
+        result.append(
+            {
+                "index": "%d:%d" % (d.platform_index, d.device_index),
+                "platform": d.platform_name.decode(errors="replace"),
+                "name": d.name.decode(errors="replace"),
+                "vendor": d.vendor.decode(errors="replace"),
+                "type": kind,
+                "version": d.version.decode(errors="replace"),
+            }
+        )
+    return result
+
+
+_FLOAT_DTYPES = {np.dtype(np.float32): _lib.F32, np.dtype(np.float16): _lib.F16}
+
+
+def _float_array(name, value, dtype=None):
+    array = np.asarray(value)
+    if dtype is not None:
+        array = array.astype(dtype, copy=False)
+    if array.dtype not in _FLOAT_DTYPES:
+        raise ValueError("%s: dtype %s is not supported (float32 or float16)" % (name, array.dtype))
+    return np.ascontiguousarray(array)
+
+
+def _as_4d(name, shape):
+    if not 1 <= len(shape) <= 4:
+        raise ValueError("%s: rank %d is not supported (1 to 4 dims)" % (name, len(shape)))
+    return (1,) * (4 - len(shape)) + tuple(int(s) for s in shape)
+
+
+def _causal_mode(causal):
+    """(causal flag, alignment) from False | True | "top_left" | "bottom_right"."""
+    if causal is False or causal is None:
+        return 0, _lib.ALIGN_TOP_LEFT
+    if causal is True or causal == "top_left":
+        return 1, _lib.ALIGN_TOP_LEFT
+    if causal == "bottom_right":
+        return 1, _lib.ALIGN_BOTTOM_RIGHT
+    raise ValueError('causal: expected False, True, "top_left" or "bottom_right", got %r' % (causal,))
+
+
+class Context:
+    """One device with its context and queue (clattn_env). Close it, or use it in a `with`."""
+
+    def __init__(self, device=None):
+        self._lib = _lib_handle()
+        self._env = ctypes.c_void_p()
+        spec = None if device is None else str(device).encode()
+        _check(self._lib.clattn_env_create(spec, ctypes.byref(self._env)))
+
+    @property
+    def device(self):
+        d = self._lib.clattn_env_device_desc(self._env).contents
+        return "%s / %s" % (d.platform_name.decode(), d.name.decode())
+
+    def close(self):
+        if self._env:
+            self._lib.clattn_env_release(self._env)
+            self._env = ctypes.c_void_p()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # ---- device tensors (freed by _Scope) ----
+
+    def _alloc(self, scope, shape4, dtype):
+        t = _lib.Tensor()
+        dims = (ctypes.c_int64 * 4)(*shape4)
+        _check(self._lib.clattn_env_alloc(self._env, dtype, dims, ctypes.byref(t)))
+        scope.append(t)
+        return t
+
+    def _upload(self, scope, array, code):
+        array = np.ascontiguousarray(array)
+        t = self._alloc(scope, _as_4d("tensor", array.shape), code)
+        _check(self._lib.clattn_env_upload(self._env, ctypes.byref(t), array.ctypes.data))
+        return t
+
+    def _download(self, t, shape, dtype):
+        out = np.empty(shape, dtype=dtype)
+        _check(self._lib.clattn_env_download(self._env, ctypes.byref(t), out.ctypes.data))
+        return out
+
+    def _queue(self):
+        return self._lib.clattn_env_queue(self._env)
+
+    # ---- ops ----
+
+    def softmax(self, x, scale=1.0, *, causal=False, window=None, global_stride=0,
+                key_lengths=None, query_lengths=None, mask=None, bias=None, alibi_slopes=None,
+                softcap=0.0, empty_rows="zero", return_lse=False):
+        """softmax over the last axis of mask(scale * x); x has 1 to 4 dims ([B,H,Sq,Sk])."""
+        x = _float_array("x", x)
+        shape4 = _as_4d("x", x.shape)
+        with _Scope(self) as scope:
+            xt = self._upload(scope, x, _FLOAT_DTYPES[x.dtype])
+            yt = self._alloc(scope, shape4, _FLOAT_DTYPES[x.dtype])
+            m = self._mask(scope, shape4, causal, window, global_stride, key_lengths,
+                           query_lengths, mask, bias, alibi_slopes, softcap, empty_rows)
+            lse = self._alloc(scope, (1,) + shape4[:3], _lib.F32) if return_lse else None
+            _check(self._lib.clattn_softmax(
+                ctypes.byref(xt), float(scale), ctypes.byref(m), ctypes.byref(yt),
+                ctypes.byref(lse) if lse is not None else None, self._queue(), 0, None, None))
+            y = self._download(yt, x.shape, x.dtype)
+            if not return_lse:
+                return y
+            return y, self._download(lse, x.shape[:-1], np.float32)
+
+    def split_heads(self, x, num_heads):
+        """[B,S,H*D] -> [B,H,S,D]."""
+        x = _float_array("x", x)
+        if x.ndim != 3:
+            raise ValueError("x: expected [B,S,E], got shape %s" % (x.shape,))
+        b, s, e = x.shape
+        if num_heads <= 0 or e % num_heads:
+            raise ValueError("num_heads: %r does not divide the last dim %d" % (num_heads, e))
+        with _Scope(self) as scope:
+            xt = self._upload(scope, x, _FLOAT_DTYPES[x.dtype])
+            out = self._alloc(scope, (b, num_heads, s, e // num_heads), _FLOAT_DTYPES[x.dtype])
+            _check(self._lib.clattn_split_heads(ctypes.byref(xt), int(num_heads),
+                                                ctypes.byref(out), self._queue(), 0, None, None))
+            return self._download(out, (b, num_heads, s, e // num_heads), x.dtype)
+
+    def merge_heads(self, x):
+        """[B,H,S,D] -> [B,S,H*D]."""
+        x = _float_array("x", x)
+        if x.ndim != 4:
+            raise ValueError("x: expected [B,H,S,D], got shape %s" % (x.shape,))
+        b, h, s, d = x.shape
+        with _Scope(self) as scope:
+            xt = self._upload(scope, x, _FLOAT_DTYPES[x.dtype])
+            out = self._alloc(scope, (1, b, s, h * d), _FLOAT_DTYPES[x.dtype])
+            _check(self._lib.clattn_merge_heads(ctypes.byref(xt), ctypes.byref(out),
+                                                self._queue(), 0, None, None))
+            return self._download(out, (b, s, h * d), x.dtype)
+
+    def split_qkv(self, x, num_heads, bias=None):
+        """Packed [B,S,3*H*D] (q, then k, then v) -> (q, k, v), each [B,H,S,D]; optional bias
+        [3*H*D] is added (in f32) on the way."""
+        x = _float_array("x", x)
+        if x.ndim != 3:
+            raise ValueError("x: expected [B,S,3*H*D], got shape %s" % (x.shape,))
+        b, s, e3 = x.shape
+        if num_heads <= 0 or e3 % (3 * num_heads):
+            raise ValueError("num_heads: 3 x %r does not divide the last dim %d" % (num_heads, e3))
+        d = e3 // 3 // num_heads
+        with _Scope(self) as scope:
+            xt = self._upload(scope, x, _FLOAT_DTYPES[x.dtype])
+            bt = None
+            if bias is not None:
+                bias = _float_array("bias", bias)
+                if bias.shape != (e3,):
+                    raise ValueError("bias: expected shape (%d,), got %s" % (e3, bias.shape))
+                bt = self._upload(scope, bias, _FLOAT_DTYPES[bias.dtype])
+            outs = [self._alloc(scope, (b, num_heads, s, d), _FLOAT_DTYPES[x.dtype]) for _ in range(3)]
+            _check(self._lib.clattn_split_qkv(
+                ctypes.byref(xt), ctypes.byref(bt) if bt is not None else None, int(num_heads),
+                *[ctypes.byref(o) for o in outs], self._queue(), 0, None, None))
+            return tuple(self._download(o, (b, num_heads, s, d), x.dtype) for o in outs)
+
+    def attention(self, *args, **kwargs):
+        raise NotImplementedError("clattn_attention is not built yet (fused attention issue)")
+
+    def linear_attention(self, *args, **kwargs):
+        raise NotImplementedError("clattn_linear_attention is not built yet")
+
+    def linear_attention_step(self, *args, **kwargs):
+        raise NotImplementedError("clattn_linear_attention_step is not built yet")
+
+    def mha(self, *args, **kwargs):
+        raise NotImplementedError("clattn_mha_forward is not built yet")
+
+    # ---- the mask keywords ----
+
+    def _mask(self, scope, shape4, causal, window, global_stride, key_lengths, query_lengths,
+              mask, bias, alibi_slopes, softcap, empty_rows):
+        m = _lib.Mask()
+        m.causal, m.align = _causal_mode(causal)
+        if window is not None:
+            left, right = window
+            m.window, m.window_left, m.window_right = 1, int(left), int(right)
+        m.global_stride = int(global_stride)
+        m.softcap = float(softcap)
+        if empty_rows not in ("zero", "nan"):
+            raise ValueError('empty_rows: expected "zero" or "nan", got %r' % (empty_rows,))
+        m.empty_rows_nan = empty_rows == "nan"
+        batch, heads = shape4[0], shape4[1]
+        if key_lengths is not None:
+            m.key_lengths = ctypes.pointer(self._vector(scope, "key_lengths", key_lengths, batch))
+        if query_lengths is not None:
+            m.query_lengths = ctypes.pointer(self._vector(scope, "query_lengths", query_lengths, batch))
+        if mask is not None:
+            keep = np.asarray(mask)
+            if keep.dtype != np.bool_:
+                raise ValueError("mask: expected a bool array (True = attend), got %s" % keep.dtype)
+            m.keep = ctypes.pointer(self._upload(scope, keep.astype(np.uint8).reshape(_as_4d("mask", keep.shape)), _lib.U8))
+        if bias is not None:
+            b = _float_array("bias", bias)
+            m.bias = ctypes.pointer(self._upload(scope, b.reshape(_as_4d("bias", b.shape)), _FLOAT_DTYPES[b.dtype]))
+        if alibi_slopes is not None:
+            slopes = _float_array("alibi_slopes", alibi_slopes, np.float32).reshape(-1)
+            if slopes.shape != (heads,):
+                raise ValueError("alibi_slopes: expected %d values (one per head), got %s" % (heads, slopes.shape))
+            m.alibi_slopes = ctypes.pointer(self._upload(scope, slopes, _lib.F32))
+        return m
+
+    def _vector(self, scope, name, values, n):
+        array = np.asarray(values)
+        if array.dtype.kind not in "iu":
+            raise ValueError("%s: expected integers, got %s" % (name, array.dtype))
+        array = array.astype(np.int32).reshape(-1)
+        if array.shape != (n,):
+            raise ValueError("%s: expected %d values (one per batch), got %d" % (name, n, array.size))
+        return self._upload(scope, array, _lib.I32)
+
+
+class _Scope(list):
+    """Device tensors of one call, released when it ends (downloads are blocking, so the queue
+    is done with them)."""
+
+    def __init__(self, ctx):
+        super().__init__()
+        self._ctx = ctx
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for t in self:
+            self._ctx._lib.clattn_tensor_free(ctypes.byref(t))
+        self.clear()

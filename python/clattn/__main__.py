@@ -1,0 +1,67 @@
+"""python -m clattn devices | selftest [--device SPEC]
+
+`selftest` runs every op that exists on the device against a numpy float64 reference and prints
+the largest error of each: the check to run on a new GPU driver before trusting it."""
+import argparse
+import sys
+
+import numpy as np
+
+import clattn
+
+
+def reference_softmax(x, scale, visible):
+    s = np.where(visible, x.astype(np.float64) * scale, -np.inf)
+    m = s.max(axis=-1, keepdims=True)
+    e = np.where(visible, np.exp(s - np.where(np.isfinite(m), m, 0.0)), 0.0)
+    total = e.sum(axis=-1, keepdims=True)
+    return np.where(total > 0, e / np.where(total > 0, total, 1.0), 0.0)
+
+
+def selftest(device):
+    rng = np.random.default_rng(0)
+    rows = []
+    with clattn.Context(device) as ctx:
+        print("device:", ctx.device)
+        b, h, sq, sk = 2, 3, 17, 33
+        x = rng.standard_normal((b, h, sq, sk)).astype(np.float32)
+        lengths = np.array([sk, 20])
+        keys = np.arange(sk)
+        visible = (keys[None, :] <= np.arange(sq)[:, None])[None, None] & (
+            keys[None, None, None, :] < lengths[:, None, None, None])
+        y = ctx.softmax(x, scale=0.5, causal=True, key_lengths=lengths)
+        rows.append(("softmax (causal + key lengths)", np.abs(y - reference_softmax(x, 0.5, visible)).max(), 1e-5))
+        packed = rng.standard_normal((b, 7, h * 8)).astype(np.float32)
+        heads = ctx.split_heads(packed, h)
+        expect = packed.reshape(b, 7, h, 8).transpose(0, 2, 1, 3)
+        rows.append(("split_heads", np.abs(heads - expect).max(), 0.0))
+        rows.append(("merge_heads", np.abs(ctx.merge_heads(heads) - packed).max(), 0.0))
+        qkv = rng.standard_normal((b, 7, 3 * h * 8)).astype(np.float32)
+        q, k, v = ctx.split_qkv(qkv, h)
+        parts = qkv.reshape(b, 7, 3, h, 8).transpose(2, 0, 3, 1, 4)
+        rows.append(("split_qkv", max(np.abs(t - p).max() for t, p in zip((q, k, v), parts)), 0.0))
+    ok = True
+    print("%-32s %12s %10s" % ("op", "max error", "tolerance"))
+    for name, err, tol in rows:
+        good = err <= tol
+        ok &= good
+        print("%-32s %12.3g %10.1g %s" % (name, err, tol, "ok" if good else "FAIL"))
+    return 0 if ok else 1
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m clattn")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("devices", help="list the OpenCL devices")
+    test = sub.add_parser("selftest", help="check every op against numpy on a device")
+    test.add_argument("--device", default=None, help="P:D or a name substring (CLATTN_DEVICE)")
+    args = parser.parse_args(argv)
+    if args.command == "devices":
+        for d in clattn.devices():
+            print("%-5s %-4s %s / %s (%s)" % (d["index"], d["type"], d["platform"], d["name"], d["version"]))
+        return 0
+    return selftest(args.device)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

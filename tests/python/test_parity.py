@@ -1,0 +1,145 @@
+"""The Python binding against PyTorch (computed in float64) on random and edge inputs.
+
+Torch 1.13 gives NaN on fully masked rows; clattn gives 0 there (the design's default), so
+those rows are compared to 0 explicitly."""
+import numpy as np
+import torch
+
+import clattn
+
+CTX = clattn.Context()
+RNG = np.random.default_rng(1234)
+
+
+def teardown():
+    CTX.close()
+
+
+def torch_masked_softmax(x, scale, visible, bias=None):
+    """softmax(x*scale + bias) over visible keys, in float64, with empty rows as 0."""
+    s = torch.from_numpy(x.astype(np.float64)) * scale
+    if bias is not None:
+        s = s + torch.from_numpy(np.asarray(bias, dtype=np.float64))
+    keep = torch.from_numpy(np.broadcast_to(visible, x.shape).copy())
+    p = torch.softmax(s.masked_fill(~keep, float("-inf")), -1)
+    empty = ~keep.any(-1, keepdim=True)
+    return torch.where(empty, torch.zeros_like(p), p).numpy(), empty.numpy()
+
+
+def assert_close(got, want, rtol, atol, what):
+    if not np.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True):
+        worst = np.unravel_index(np.argmax(np.abs(got - want)), got.shape)
+        raise AssertionError("%s: at %s got %r, want %r" % (what, worst, got[worst], want[worst]))
+
+
+def causal_mask(sq, sk, bottom_right=False):
+    off = sk - sq if bottom_right else 0
+    return np.arange(sk)[None, :] <= np.arange(sq)[:, None] + off
+
+
+def test_devices_are_listed():
+    found = clattn.devices()
+    assert found and all({"index", "platform", "name", "type"} <= set(d) for d in found), found
+
+
+def test_softmax_random_shapes_and_seeds():
+    for seed in range(4):
+        rng = np.random.default_rng(seed)
+        b, h, sq, sk = rng.integers(1, 4), rng.integers(1, 4), rng.integers(1, 40), rng.integers(1, 70)
+        x = rng.standard_normal((b, h, sq, sk)).astype(np.float32) * 3
+        want, _ = torch_masked_softmax(x, 0.5, np.ones((sq, sk), bool))
+        assert_close(CTX.softmax(x, scale=0.5), want, 1e-5, 1e-7, "seed %d" % seed)
+
+
+def test_softmax_causal_both_alignments():
+    x = RNG.standard_normal((2, 2, 9, 5)).astype(np.float32)
+    for mode, bottom in (("top_left", False), (True, False), ("bottom_right", True)):
+        want, _ = torch_masked_softmax(x, 1.0, causal_mask(9, 5, bottom))
+        assert_close(CTX.softmax(x, causal=mode), want, 1e-5, 1e-7, str(mode))
+
+
+def test_softmax_key_lengths_bool_mask_and_bias():
+    x = RNG.standard_normal((3, 2, 6, 11)).astype(np.float32)
+    lengths = np.array([11, 4, 0])
+    visible = np.arange(11)[None, None, None, :] < lengths[:, None, None, None]
+    keep = RNG.random((6, 11)) > 0.3
+    bias = RNG.standard_normal((2, 1, 11)).astype(np.float32)
+    want, empty = torch_masked_softmax(x, 0.7, visible & keep, bias)
+    got = CTX.softmax(x, scale=0.7, key_lengths=lengths, mask=keep, bias=bias)
+    assert_close(got, want, 1e-5, 1e-7, "lengths + mask + bias")
+    assert empty[2].all() and (got[2] == 0).all(), "fully masked rows must be exactly 0"
+
+
+def test_softmax_window_and_lse():
+    x = RNG.standard_normal((1, 2, 12, 12)).astype(np.float32)
+    i, j = np.arange(12)[:, None], np.arange(12)[None, :]
+    visible = (j >= i - 2) & (j <= i + 1)
+    want, _ = torch_masked_softmax(x, 1.0, visible)
+    y, lse = CTX.softmax(x, window=(2, 1), return_lse=True)
+    assert_close(y, want, 1e-5, 1e-7, "window")
+    want_lse = torch.logsumexp(torch.from_numpy(x.astype(np.float64)).masked_fill(
+        ~torch.from_numpy(visible), float("-inf")), -1).numpy()
+    assert_close(lse, want_lse, 1e-5, 1e-6, "lse")
+
+
+def test_softmax_float16_and_low_rank_inputs():
+    x = RNG.standard_normal((5, 37)).astype(np.float16)
+    got = CTX.softmax(x, scale=2.0)
+    assert got.dtype == np.float16 and got.shape == x.shape
+    want, _ = torch_masked_softmax(x.astype(np.float32), 2.0, np.ones((5, 37), bool))
+    assert_close(got.astype(np.float64), want, 2e-3, 1e-6, "f16")
+    v = RNG.standard_normal(9).astype(np.float32)
+    assert_close(CTX.softmax(v), torch.softmax(torch.from_numpy(v).double(), -1).numpy(), 1e-5, 1e-7, "1-D")
+
+
+def test_softmax_empty_rows_nan_matches_old_torch():
+    x = RNG.standard_normal((1, 1, 3, 4)).astype(np.float32)
+    got = CTX.softmax(x, key_lengths=[0], empty_rows="nan")
+    assert np.isnan(got).all()
+
+
+def test_split_merge_and_qkv_match_torch_views():
+    x = RNG.standard_normal((2, 7, 3 * 4 * 5)).astype(np.float32)
+    t = torch.from_numpy(x)
+    q, k, v = CTX.split_qkv(x, 4)
+    parts = t.view(2, 7, 3, 4, 5).permute(2, 0, 3, 1, 4)
+    for got, want in zip((q, k, v), parts):
+        assert np.array_equal(got, want.numpy())
+    heads = CTX.split_heads(x[:, :, :20], 4)
+    assert np.array_equal(heads, t[:, :, :20].reshape(2, 7, 4, 5).transpose(1, 2).numpy())
+    assert np.array_equal(CTX.merge_heads(heads), x[:, :, :20])
+    bias = RNG.standard_normal(60).astype(np.float32)
+    qb, _, _ = CTX.split_qkv(x, 4, bias=bias)
+    assert_close(qb, (t + torch.from_numpy(bias)).view(2, 7, 3, 4, 5)[:, :, 0].transpose(1, 2).numpy(), 0, 0, "bias")
+
+
+def test_errors_name_the_argument():
+    x = np.zeros((2, 3, 4, 5), np.float32)
+    for call, kind, word in (
+        (lambda: CTX.softmax(x.astype(np.int64)), ValueError, "x"),
+        (lambda: CTX.softmax(np.zeros((1, 2, 3, 4, 5), np.float32)), ValueError, "rank"),
+        (lambda: CTX.softmax(x, key_lengths=[1, 2, 3]), ValueError, "key_lengths"),
+        (lambda: CTX.softmax(x, mask=np.ones((3, 5), bool)), clattn.Error, "mask.keep"),
+        (lambda: CTX.softmax(x, causal="sideways"), ValueError, "causal"),
+        (lambda: CTX.split_heads(np.zeros((2, 3, 10), np.float32), 3), ValueError, "num_heads"),
+    ):
+        try:
+            call()
+        except kind as error:
+            assert word in str(error), "%r does not name %s" % (str(error), word)
+        else:
+            raise AssertionError("no %s for %s" % (kind.__name__, word))
+    try:
+        CTX.softmax(x, mask=np.ones((3, 5), bool))
+    except clattn.Error as error:
+        assert error.status == "CLATTN_ERR_SHAPE_MISMATCH", error.status
+
+
+def test_ops_not_built_yet_raise():
+    for name in ("attention", "linear_attention", "linear_attention_step", "mha"):
+        try:
+            getattr(CTX, name)(None)
+        except NotImplementedError as error:
+            assert "clattn_" in str(error)
+        else:
+            raise AssertionError(name + " returned")
