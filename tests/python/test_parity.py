@@ -143,3 +143,28 @@ def test_ops_not_built_yet_raise():
             assert "clattn_" in str(error)
         else:
             raise AssertionError(name + " returned")
+
+
+def test_softmax_alibi_softcap_and_global_positions():
+    x = RNG.standard_normal((1, 3, 10, 10)).astype(np.float32) * 4
+    slopes = np.array([0.5, 0.25, 0.125], np.float32)
+    i, j = np.arange(10)[:, None], np.arange(10)[None, :]
+    alibi = -slopes[:, None, None] * np.abs(i - j)[None]
+    want, _ = torch_masked_softmax(x, 1.0, np.ones((10, 10), bool), alibi[None])
+    assert_close(CTX.softmax(x, alibi_slopes=slopes), want, 1e-5, 1e-7, "alibi")
+    capped = 3.0 * np.tanh(x.astype(np.float64) * 2.0 / 3.0)
+    want, _ = torch_masked_softmax(capped, 1.0, np.ones((10, 10), bool))
+    assert_close(CTX.softmax(x, scale=2.0, softcap=3.0), want, 1e-5, 1e-7, "softcap")
+    visible = ((j >= i - 1) & (j <= i + 1)) | (j % 4 == 0) | (i % 4 == 0)
+    want, _ = torch_masked_softmax(x, 1.0, visible)
+    assert_close(CTX.softmax(x, window=(1, 1), global_stride=4), want, 1e-5, 1e-7, "sparse")
+
+
+def test_softmax_ignores_garbage_at_masked_keys():
+    x = RNG.standard_normal((2, 1, 5, 8)).astype(np.float32)
+    clean = CTX.softmax(x, causal=True, key_lengths=[8, 3])
+    visible = causal_mask(5, 8)[None, None] & (np.arange(8) < np.array([8, 3])[:, None, None, None])
+    for garbage in (np.nan, np.inf, 1e30):
+        dirty = np.where(visible, x, np.float32(garbage)).astype(np.float32)
+        got = CTX.softmax(dirty, causal=True, key_lengths=[8, 3])
+        assert np.array_equal(got, clean), garbage
