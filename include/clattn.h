@@ -318,6 +318,26 @@ CLATTN_API int clattn_softmax_backward(const clattn_tensor *y, const clattn_tens
                                        cl_uint num_wait, const cl_event *wait_list,
                                        cl_event *event);
 
+/* ---------------------------------------------------------------------------------------------
+ * Fused scaled-dot-product attention (cl/attention.cl, src/attention.c)
+ * ------------------------------------------------------------------------------------------- */
+
+/* out = softmax(mask(scale * q k^T)) v, never storing the Sq x Sk scores.
+ *   q    [B,Hq,Sq,D]    k [B,Hkv,Sk,D]    v [B,Hkv,Sk,Dv]    out [B,Hq,Sq,Dv]
+ *   Hq % Hkv == 0: query head h reads key/value head h / (Hq/Hkv) (MHA, GQA, MQA). Sq != Sk is
+ *   cross-attention or a KV cache (use CLATTN_ALIGN_BOTTOM_RIGHT). D, Dv <= 256. Any strides:
+ *   [B,S,H,D] storage and packed QKV buffers are permuted views, no copy.
+ *   scale: 0 means 1/sqrt(D).
+ *   mask: as for clattn_softmax (scores [B,Hq,Sq,Sk]); NULL for none.
+ *   lse: optional {1,B,Hq,Sq}, log-sum-exp of the visible scores (-inf for an empty row).
+ * A query with no visible key gets 0 (NaN with empty_rows_nan). f32/f16/bf16 storage, f32 math.
+ * Statuses: those of clattn_softmax, plus CLATTN_ERR_DEVICE_LIMIT for head dims over 256. */
+CLATTN_API int clattn_attention(const clattn_tensor *q, const clattn_tensor *k,
+                                const clattn_tensor *v, float scale, const clattn_mask *mask,
+                                const clattn_tensor *out, const clattn_tensor *lse,
+                                cl_command_queue queue, cl_uint num_wait,
+                                const cl_event *wait_list, cl_event *event);
+
 #ifdef __cplusplus
 }
 #endif

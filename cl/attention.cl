@@ -1,0 +1,164 @@
+/*
+ * Fused scaled-dot-product attention: out = softmax(mask(scale * q k^T)) v, never storing the
+ * Sq x Sk scores. The mask is cl/mask.cl's (x = q_i . k_j there).
+ *
+ *   attention_blocks  one work-item per BM consecutive queries of one (batch, query head); it
+ *                     walks the keys the block can see in tiles of BN, with an online softmax
+ *                     (one rescale per tile): every K and V row it loads serves BM queries.
+ *                     A CPU (PoCL) runs it as straight vector code; it is correct anywhere.
+ *
+ * Query head h reads key/value head h / (Hq / Hkv): MHA, GQA and MQA are one code path.
+ * A query with no visible key gets 0 (NaN with EMPTY_NAN) and log-sum-exp -inf; a NaN visible
+ * score makes its row NaN.
+ *
+ * Build options: Q_T, K_T, V_T, O_T, LSE_T (f32|f16|bf16), HAS_LSE, HEAD_DIM, VALUE_DIM, BM, BN,
+ * IDX, EMPTY_NAN, and the mask's.
+ */
+#ifndef CLATTN_COMMON_CL
+#include "common.cl"
+#endif
+#ifndef CLATTN_MASK_CL
+#include "mask.cl"
+#endif
+
+#ifndef Q_T
+#define Q_T f32
+#endif
+#ifndef K_T
+#define K_T f32
+#endif
+#ifndef V_T
+#define V_T f32
+#endif
+#ifndef O_T
+#define O_T f32
+#endif
+#ifndef LSE_T
+#define LSE_T f32
+#endif
+#ifndef HAS_LSE
+#define HAS_LSE 0
+#endif
+#ifndef HEAD_DIM
+#define HEAD_DIM 64
+#endif
+#ifndef VALUE_DIM
+#define VALUE_DIM HEAD_DIM
+#endif
+#ifndef BM
+#define BM 4
+#endif
+#ifndef BN
+#define BN 16
+#endif
+#ifndef EMPTY_NAN
+#define EMPTY_NAN 0
+#endif
+
+#define TENSOR_PARAMS(T, name)                                                                     \
+    __global const CAT(storage_, T) * name, IDX name##_off, IDX name##_s0, IDX name##_s1,           \
+        IDX name##_s2, IDX name##_s3
+
+#if HAS_LSE
+#define LSE_PARAMS , __global CAT(storage_, LSE_T) * lse, IDX lse_off, IDX lse_s1, IDX lse_s2, IDX lse_s3
+#else
+#define LSE_PARAMS
+#endif
+
+/* The element at [b, h, i, d] of a tensor passed with TENSOR_PARAMS. */
+#define AT(name, b, h, i, d)                                                                       \
+    (name##_off + (IDX)(b)*name##_s0 + (IDX)(h)*name##_s1 + (IDX)(i)*name##_s2 +                   \
+     (IDX)(d)*name##_s3)
+
+__kernel void attention_blocks(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v),
+                               __global CAT(storage_, O_T) * o, IDX o_off, IDX o_s0, IDX o_s1,
+                               IDX o_s2, IDX o_s3, int B, int Hq, int Hkv, int Sq,
+                               int Sk LSE_PARAMS, MASK_PARAMS) {
+    const int blocks = (Sq + BM - 1) / BM;
+    const int item = (int)get_global_id(0);
+    if (item >= B * Hq * blocks) return;
+    const int i0 = (item % blocks) * BM, bh = item / blocks, h = bh % Hq, b = bh / Hq;
+    const int hk = h / (Hq / Hkv);
+    MASK_PACK(p);
+
+    /* the block's queries: their masks, their vectors, their running softmax state */
+    mask_row r[BM];
+    float qv[BM][HEAD_DIM], acc[BM][VALUE_DIM], m[BM], l[BM];
+    int nan_seen[BM];
+    int lo = Sk, hi = 0;
+    for (int t = 0; t < BM; ++t) {
+        const int i = min(i0 + t, Sq - 1); /* rows past Sq repeat the last one, unwritten */
+        r[t] = mask_row_start(&p, b, h, i, Sq, Sk);
+        if (i0 + t >= Sq) r[t].hi = r[t].lo; /* and see nothing */
+        lo = min(lo, r[t].lo);
+        hi = max(hi, r[t].hi);
+        for (int d = 0; d < HEAD_DIM; ++d) qv[t][d] = CAT(load_, Q_T)(q, AT(q, b, h, i, d));
+        for (int d = 0; d < VALUE_DIM; ++d) acc[t][d] = 0.0f;
+        m[t] = -INFINITY;
+        l[t] = 0.0f;
+        nan_seen[t] = 0;
+    }
+
+    for (int j0 = lo; j0 < hi; j0 += BN) {
+        /* scores of the tile */
+        float s[BM][BN];
+        for (int jj = 0; jj < BN; ++jj) {
+            const int j = j0 + jj;
+            float kv[HEAD_DIM];
+            if (j < hi)
+                for (int d = 0; d < HEAD_DIM; ++d) kv[d] = CAT(load_, K_T)(k, AT(k, b, hk, j, d));
+            for (int t = 0; t < BM; ++t) {
+                if (j >= r[t].hi || j < r[t].lo) {
+                    s[t][jj] = -INFINITY;
+                    continue;
+                }
+                float dot = 0.0f;
+                for (int d = 0; d < HEAD_DIM; ++d) dot = fma(qv[t][d], kv[d], dot);
+                s[t][jj] = mask_score(&p, &r[t], j, dot);
+            }
+        }
+        /* online softmax: one rescale of each query's state per tile */
+        float pr[BM][BN];
+        for (int t = 0; t < BM; ++t) {
+            float tile_max = -INFINITY;
+            for (int jj = 0; jj < BN; ++jj) {
+                tile_max = fmax(tile_max, s[t][jj]);
+                nan_seen[t] |= isnan(s[t][jj]);
+            }
+            const float m_new = fmax(m[t], tile_max);
+            const float keep = m_new == -INFINITY ? 0.0f : exp(m[t] - m_new);
+            float sum = 0.0f;
+            for (int jj = 0; jj < BN; ++jj) {
+                pr[t][jj] = s[t][jj] == -INFINITY ? 0.0f : exp(s[t][jj] - m_new);
+                sum += pr[t][jj];
+            }
+            l[t] = l[t] * keep + sum;
+            for (int d = 0; d < VALUE_DIM; ++d) acc[t][d] *= keep;
+            m[t] = m_new;
+        }
+        /* acc += p v, each V row loaded once for the whole block */
+        for (int jj = 0; jj < BN && j0 + jj < hi; ++jj) {
+            float vv[VALUE_DIM];
+            for (int d = 0; d < VALUE_DIM; ++d) vv[d] = CAT(load_, V_T)(v, AT(v, b, hk, j0 + jj, d));
+            for (int t = 0; t < BM; ++t) {
+                const float w = pr[t][jj];
+                if (w != 0.0f)
+                    for (int d = 0; d < VALUE_DIM; ++d) acc[t][d] = fma(w, vv[d], acc[t][d]);
+            }
+        }
+    }
+
+    for (int t = 0; t < BM && i0 + t < Sq; ++t) {
+        const int i = i0 + t;
+        const bool empty = m[t] == -INFINITY && !nan_seen[t];
+        const float inv = nan_seen[t] ? NAN : 1.0f / l[t];
+        for (int d = 0; d < VALUE_DIM; ++d) {
+            float value = empty ? (EMPTY_NAN ? NAN : 0.0f) : acc[t][d] * inv;
+            CAT(store_, O_T)(o, AT(o, b, h, i, d), value);
+        }
+#if HAS_LSE
+        float lse_value = empty ? -INFINITY : nan_seen[t] ? NAN : m[t] + log(l[t]);
+        CAT(store_, LSE_T)(lse, lse_off + (IDX)b * lse_s1 + (IDX)h * lse_s2 + (IDX)i * lse_s3, lse_value);
+#endif
+    }
+}

@@ -1,0 +1,146 @@
+/*
+ * Fused scaled-dot-product attention (cl/attention.cl). This file validates, picks the launch
+ * for the device, and enqueues.
+ */
+#include "mask.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Head dims are compile-time sizes of the kernel's private arrays. */
+#define CLATTN_MAX_HEAD_DIM 256
+
+/* Queries per work-item and keys per tile. 4 x 16 keeps every K and V row serving four
+ * queries while the private state (4 x (D + Dv) floats) stays small. */
+#define ATTENTION_BM    4
+#define ATTENTION_BN    16
+#define ATTENTION_GROUP 16
+
+typedef struct attention_args {
+    const clattn_tensor *q, *k, *v, *out, *lse;
+    float scale;
+    clattn__mask_plan mask;
+} attention_args;
+
+static int check_dims(const attention_args *a) {
+    const int64_t *q = a->q->shape, *k = a->k->shape, *v = a->v->shape, *o = a->out->shape;
+    if (k[0] != q[0] || v[0] != q[0] || o[0] != q[0] || v[1] != k[1] || v[2] != k[2] ||
+        k[3] != q[3] || o[1] != q[1] || o[2] != q[2] || o[3] != v[3])
+        return clattn__fail(CLATTN_ERR_SHAPE_MISMATCH,
+                            "expected q [B,Hq,Sq,D], k [B,Hkv,Sk,D], v [B,Hkv,Sk,Dv], out "
+                            "[B,Hq,Sq,Dv]; got q [%lld,%lld,%lld,%lld] k [%lld,%lld,%lld,%lld] v "
+                            "[%lld,%lld,%lld,%lld] out [%lld,%lld,%lld,%lld]",
+                            (long long)q[0], (long long)q[1], (long long)q[2], (long long)q[3],
+                            (long long)k[0], (long long)k[1], (long long)k[2], (long long)k[3],
+                            (long long)v[0], (long long)v[1], (long long)v[2], (long long)v[3],
+                            (long long)o[0], (long long)o[1], (long long)o[2], (long long)o[3]);
+    if (q[1] % k[1] != 0)
+        return clattn__fail(CLATTN_ERR_SHAPE_MISMATCH,
+                            "Hq = %lld is not a multiple of Hkv = %lld (GQA groups query heads)",
+                            (long long)q[1], (long long)k[1]);
+    if (q[3] > CLATTN_MAX_HEAD_DIM || v[3] > CLATTN_MAX_HEAD_DIM)
+        return clattn__fail(CLATTN_ERR_DEVICE_LIMIT, "head dims D = %lld, Dv = %lld: at most %d",
+                            (long long)q[3], (long long)v[3], CLATTN_MAX_HEAD_DIM);
+    if (q[0] * q[1] * q[2] > 0x7fffffff)
+        return clattn__fail(CLATTN_ERR_DEVICE_LIMIT, "B*Hq*Sq exceeds INT_MAX");
+    return CLATTN_SUCCESS;
+}
+
+static int check_attention(attention_args *a, const clattn_mask *mask, cl_context context) {
+    const char *names[4] = {"q", "k", "v", "out"};
+    const clattn_tensor *views[4] = {a->q, a->k, a->v, a->out};
+    int status = CLATTN_SUCCESS;
+    for (int i = 0; i < 4 && status == CLATTN_SUCCESS; ++i)
+        status = clattn__check_tensor(names[i], views[i], context, CLATTN__FLOAT_DTYPES, i == 3);
+    if (status == CLATTN_SUCCESS) status = check_dims(a);
+    const int64_t scores[4] = {a->q->shape[0], a->q->shape[1], a->q->shape[2], a->k->shape[2]};
+    if (status == CLATTN_SUCCESS) status = clattn__mask_prepare(mask, scores, context, &a->mask);
+    for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
+        status = clattn__check_no_alias("out", a->out, names[i], views[i]);
+    if (status == CLATTN_SUCCESS) status = clattn__mask_check_output(&a->mask, "out", a->out);
+    if (status == CLATTN_SUCCESS && a->lse) {
+        const int64_t *q = a->q->shape;
+        status = clattn__check_tensor("lse", a->lse, context, CLATTN__FLOAT_DTYPES, true);
+        if (status == CLATTN_SUCCESS && (a->lse->shape[0] != 1 || a->lse->shape[1] != q[0] ||
+                                         a->lse->shape[2] != q[1] || a->lse->shape[3] != q[2]))
+            status =
+                clattn__fail(CLATTN_ERR_SHAPE_MISMATCH, "lse: shape must be {1,%lld,%lld,%lld}",
+                             (long long)q[0], (long long)q[1], (long long)q[2]);
+        for (int i = 0; i < 4 && status == CLATTN_SUCCESS; ++i)
+            status = clattn__check_no_alias("lse", a->lse, names[i], views[i]);
+        if (status == CLATTN_SUCCESS) status = clattn__mask_check_output(&a->mask, "lse", a->lse);
+    }
+    return status;
+}
+
+static bool attention_needs_wide_index(const attention_args *a) {
+    const clattn_tensor *views[5] = {a->q, a->k, a->v, a->out, a->lse};
+    for (int i = 0; i < 5; ++i)
+        if (views[i] && clattn__tensor_last_element(views[i]) >= clattn__narrow_index_limit)
+            return true;
+    return clattn__mask_needs_wide_index(&a->mask);
+}
+
+static int set_attention_args(cl_kernel kernel, const attention_args *a, bool wide) {
+    cl_uint arg = 0;
+    const clattn_tensor *views[4] = {a->q, a->k, a->v, a->out};
+    int status = CLATTN_SUCCESS;
+    for (int i = 0; i < 4 && status == CLATTN_SUCCESS; ++i)
+        status = clattn__set_view_args(kernel, &arg, views[i], 0, wide);
+    const cl_int dims[5] = {(cl_int)a->q->shape[0], (cl_int)a->q->shape[1], (cl_int)a->k->shape[1],
+                            (cl_int)a->q->shape[2], (cl_int)a->k->shape[2]};
+    for (int i = 0; i < 5 && status == CLATTN_SUCCESS; ++i)
+        status = clattn__set_arg(kernel, arg++, sizeof dims[i], &dims[i]);
+    if (status == CLATTN_SUCCESS && a->lse)
+        status = clattn__set_view_args(kernel, &arg, a->lse, 1, wide);
+    if (status == CLATTN_SUCCESS)
+        status = clattn__mask_set_args(kernel, &arg, &a->mask, a->scale, wide);
+    return status;
+}
+
+static int enqueue_attention(const attention_args *a, const clattn__call *call) {
+    bool wide = attention_needs_wide_index(a);
+    char options[1024];
+    snprintf(options, sizeof options,
+             "-cl-std=CL1.2 -DQ_T=%s -DK_T=%s -DV_T=%s -DO_T=%s -DHAS_LSE=%d -DLSE_T=%s "
+             "-DHEAD_DIM=%lld -DVALUE_DIM=%lld -DBM=%d -DBN=%d -DIDX=%s -DEMPTY_NAN=%d",
+             clattn_dtype_name(a->q->dtype), clattn_dtype_name(a->k->dtype),
+             clattn_dtype_name(a->v->dtype), clattn_dtype_name(a->out->dtype), a->lse != NULL,
+             clattn_dtype_name(a->lse ? a->lse->dtype : CLATTN_F32), (long long)a->q->shape[3],
+             (long long)a->v->shape[3], ATTENTION_BM, ATTENTION_BN, wide ? "ulong" : "uint",
+             a->mask.empty_rows_nan);
+    clattn__mask_options(&a->mask, options, sizeof options);
+    cl_kernel kernel = NULL;
+    int status = clattn__create_kernel(call->context, call->device, "attention.cl", options,
+                                       "attention_blocks", &kernel);
+    size_t max_group = 1;
+    if (status == CLATTN_SUCCESS) status = set_attention_args(kernel, a, wide);
+    if (status == CLATTN_SUCCESS)
+        status = clattn__kernel_max_group(kernel, call->device, &max_group);
+    if (status == CLATTN_SUCCESS) {
+        size_t blocks = (size_t)((a->q->shape[2] + ATTENTION_BM - 1) / ATTENTION_BM);
+        size_t items = (size_t)(a->q->shape[0] * a->q->shape[1]) * blocks;
+        size_t local = max_group < ATTENTION_GROUP ? max_group : ATTENTION_GROUP;
+        size_t global = clattn__round_up(items, local);
+        status = clattn__enqueue(call, kernel, 1, &global, &local);
+    }
+    if (kernel) clReleaseKernel(kernel);
+    return status;
+}
+
+int clattn_attention(const clattn_tensor *q, const clattn_tensor *k, const clattn_tensor *v,
+                     float scale, const clattn_mask *mask, const clattn_tensor *out,
+                     const clattn_tensor *lse, cl_command_queue queue, cl_uint num_wait,
+                     const cl_event *wait_list, cl_event *event) {
+    clattn__call call;
+    attention_args a = {q, k, v, out, lse, scale, {0}};
+    int status = clattn__begin_call(&call, queue, num_wait, wait_list, event);
+    if (status == CLATTN_SUCCESS && !isfinite(scale))
+        status =
+            clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "scale = %g is not finite", (double)scale);
+    if (status == CLATTN_SUCCESS) status = check_attention(&a, mask, call.context);
+    if (status != CLATTN_SUCCESS) return status;
+    if (a.scale == 0.0f) a.scale = 1.0f / sqrtf((float)q->shape[3]);
+    return enqueue_attention(&a, &call);
+}
