@@ -221,8 +221,37 @@ class Context:
                 *[ctypes.byref(o) for o in outs], self._queue(), 0, None, None))
             return tuple(self._download(o, (b, num_heads, s, d), x.dtype) for o in outs)
 
-    def attention(self, *args, **kwargs):
-        raise NotImplementedError("clattn_attention is not built yet (fused attention issue)")
+    def attention(self, q, k, v, scale=None, *, causal=False, window=None, global_stride=0,
+                  key_lengths=None, query_lengths=None, mask=None, bias=None, alibi_slopes=None,
+                  softcap=0.0, empty_rows="zero", return_lse=False, return_weights=False):
+        """softmax(mask(scale * q k^T)) v for q [B,Hq,Sq,D], k [B,Hkv,Sk,D], v [B,Hkv,Sk,Dv]
+        (Hq a multiple of Hkv); scale None means 1/sqrt(D). Returns out [B,Hq,Sq,Dv], or
+        (out, lse) with return_lse."""
+        if return_weights:
+            raise NotImplementedError("return_weights needs the composed attention path "
+                                      "(clattn_attention_composed), not built yet")
+        arrays = [_float_array(name, a) for name, a in (("q", q), ("k", k), ("v", v))]
+        for name, a in zip("qkv", arrays):
+            if a.ndim != 4:
+                raise ValueError("%s: expected 4 dims [B,H,S,D], got shape %s" % (name, a.shape))
+        q, k, v = arrays
+        b, hq, sq, _ = q.shape
+        out_shape = (b, hq, sq, v.shape[3])
+        with _Scope(self) as scope:
+            qt, kt, vt = (self._upload(scope, a, _FLOAT_DTYPES[a.dtype]) for a in arrays)
+            ot = self._alloc(scope, out_shape, _FLOAT_DTYPES[q.dtype])
+            scores = (b, hq, sq, k.shape[2])
+            m = self._mask(scope, scores, causal, window, global_stride, key_lengths,
+                           query_lengths, mask, bias, alibi_slopes, softcap, empty_rows)
+            lse = self._alloc(scope, (1, b, hq, sq), _lib.F32) if return_lse else None
+            _check(self._lib.clattn_attention(
+                ctypes.byref(qt), ctypes.byref(kt), ctypes.byref(vt),
+                0.0 if scale is None else float(scale), ctypes.byref(m), ctypes.byref(ot),
+                ctypes.byref(lse) if lse is not None else None, self._queue(), 0, None, None))
+            out = self._download(ot, out_shape, q.dtype)
+            if not return_lse:
+                return out
+            return out, self._download(lse, (b, hq, sq), np.float32)
 
     def linear_attention(self, *args, **kwargs):
         raise NotImplementedError("clattn_linear_attention is not built yet")

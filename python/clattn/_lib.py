@@ -98,6 +98,10 @@ def _declare(lib):
             c_int,
             [POINTER(Tensor), c_float, POINTER(Mask), POINTER(Tensor), POINTER(Tensor)] + tail,
         ),
+        "clattn_attention": (
+            c_int,
+            [POINTER(Tensor)] * 3 + [c_float, POINTER(Mask), POINTER(Tensor), POINTER(Tensor)] + tail,
+        ),
         "clattn_softmax_backward": (
             c_int,
             [POINTER(Tensor), POINTER(Tensor), c_float, POINTER(Tensor)] + tail,

@@ -136,7 +136,7 @@ def test_errors_name_the_argument():
 
 
 def test_ops_not_built_yet_raise():
-    for name in ("attention", "linear_attention", "linear_attention_step", "mha"):
+    for name in ("linear_attention", "linear_attention_step", "mha"):
         try:
             getattr(CTX, name)(None)
         except NotImplementedError as error:
@@ -168,3 +168,32 @@ def test_softmax_ignores_garbage_at_masked_keys():
         dirty = np.where(visible, x, np.float32(garbage)).astype(np.float32)
         got = CTX.softmax(dirty, causal=True, key_lengths=[8, 3])
         assert np.array_equal(got, clean), garbage
+
+
+def torch_attention(q, k, v, scale, visible):
+    """matmul -> masked_fill -> softmax -> matmul in float64, GQA by repeating k/v heads."""
+    group = q.shape[1] // k.shape[1]
+    qt, kt, vt = (torch.from_numpy(a.astype(np.float64)) for a in (q, k, v))
+    kt, vt = kt.repeat_interleave(group, 1), vt.repeat_interleave(group, 1)
+    s = (qt @ kt.transpose(-1, -2)) * scale
+    keep = torch.from_numpy(np.broadcast_to(visible, s.shape).copy())
+    p = torch.softmax(s.masked_fill(~keep, float("-inf")), -1)
+    p = torch.where(keep.any(-1, keepdim=True), p, torch.zeros_like(p))
+    return (p @ vt).numpy()
+
+
+def test_attention_matches_torch_with_gqa_and_masks():
+    q = RNG.standard_normal((2, 4, 9, 40)).astype(np.float32)
+    k = RNG.standard_normal((2, 2, 13, 40)).astype(np.float32)
+    v = RNG.standard_normal((2, 2, 13, 24)).astype(np.float32)
+    want = torch_attention(q, k, v, 1 / np.sqrt(40), np.ones((9, 13), bool))
+    assert_close(CTX.attention(q, k, v), want, 1e-4, 1e-6, "plain")
+    # bottom-right aligns each batch's last query with its last *valid* key: off = len - Sq
+    lengths = np.array([13, 6])
+    i, j = np.arange(9)[:, None], np.arange(13)[None, :]
+    visible = np.stack([(j <= i + n - 9) & (j < n) for n in lengths])[:, None]
+    want = torch_attention(q, k, v, 0.3, visible)
+    got, lse = CTX.attention(q, k, v, scale=0.3, causal="bottom_right", key_lengths=[13, 6],
+                             return_lse=True)
+    assert_close(got, want, 1e-4, 1e-6, "bottom-right causal + key lengths")
+    assert lse.shape == (2, 4, 9)
