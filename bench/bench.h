@@ -49,6 +49,9 @@ typedef struct bench_ceilings {
 
 int bench_ceilings_open(const bench_options *opt, clattn_env *env, bench_ceilings *out);
 void bench_ceilings_close(bench_ceilings *c);
+/* Times fn alternating with the FMA kernel; *fma_gflops is the FMA rate of those runs. */
+int bench_time_vs_fma(const bench_options *opt, bench_ceilings *c, bench_fn fn, void *ctx,
+                      cl_command_queue queue, bench_timing *out, double *fma_gflops);
 /* Times fn alternating with the copy kernel; *copy_gbs is the copy bandwidth of those runs. */
 int bench_time_vs_copy(const bench_options *opt, bench_ceilings *c, bench_fn fn, void *ctx,
                        cl_command_queue queue, bench_timing *out, double *copy_gbs);
@@ -89,6 +92,11 @@ int bench_add_memory_row(bench_report *report, const clattn_env *env, const char
                          const char *variant, clattn_dtype dtype, const char *shape,
                          const bench_timing *timing, double bytes, double copy_gbs,
                          double torch_ms);
+/* The same for a compute-bound op: GFLOP/s from `flops` per call against the FMA rate. */
+int bench_add_compute_row(bench_report *report, const clattn_env *env, const char *op,
+                          const char *variant, clattn_dtype dtype, const char *shape,
+                          const bench_timing *timing, double flops, double fma_gflops,
+                          double torch_ms);
 void bench_print_header(FILE *out);
 void bench_print_record(FILE *out, const bench_record *r);
 int bench_write_json(const char *path, const bench_report *report, const char *const *devices,
@@ -99,5 +107,7 @@ int bench_heads(const bench_options *opt, clattn_env *env, bench_ceilings *ceili
                 bench_report *report);
 int bench_softmax(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
                   bench_report *report);
+int bench_attention(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
+                    bench_report *report);
 
 #endif

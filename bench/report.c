@@ -18,10 +18,9 @@ bench_record *bench_report_add(bench_report *report) {
     return r;
 }
 
-int bench_add_memory_row(bench_report *report, const clattn_env *env, const char *op,
-                         const char *variant, clattn_dtype dtype, const char *shape,
-                         const bench_timing *timing, double bytes, double copy_gbs,
-                         double torch_ms) {
+static int add_row(bench_report *report, const clattn_env *env, const char *op, const char *variant,
+                   clattn_dtype dtype, const char *shape, const bench_timing *timing,
+                   const char *metric, double work, double ceiling, double torch_ms) {
     bench_record *r = bench_report_add(report);
     if (!r) return CLATTN_ERR_OUT_OF_HOST_MEMORY;
     snprintf(r->op, sizeof r->op, "%s", op);
@@ -29,14 +28,30 @@ int bench_add_memory_row(bench_report *report, const clattn_env *env, const char
     snprintf(r->device, sizeof r->device, "%s", clattn_env_device_desc(env)->name);
     snprintf(r->dtype, sizeof r->dtype, "%s", clattn_dtype_name(dtype));
     snprintf(r->shape, sizeof r->shape, "%s", shape);
-    snprintf(r->metric, sizeof r->metric, "GB/s");
+    snprintf(r->metric, sizeof r->metric, "%s", metric);
     r->timing = *timing;
-    r->value = bytes / (timing->median_ms * 1e6);
-    r->ceiling = copy_gbs;
-    r->roofline_pct = 100.0 * r->value / copy_gbs;
+    r->value = work / (timing->median_ms * 1e6);
+    r->ceiling = ceiling;
+    r->roofline_pct = 100.0 * r->value / ceiling;
     r->torch_ms = torch_ms;
     bench_print_record(stdout, r);
     return CLATTN_SUCCESS;
+}
+
+int bench_add_memory_row(bench_report *report, const clattn_env *env, const char *op,
+                         const char *variant, clattn_dtype dtype, const char *shape,
+                         const bench_timing *timing, double bytes, double copy_gbs,
+                         double torch_ms) {
+    return add_row(report, env, op, variant, dtype, shape, timing, "GB/s", bytes, copy_gbs,
+                   torch_ms);
+}
+
+int bench_add_compute_row(bench_report *report, const clattn_env *env, const char *op,
+                          const char *variant, clattn_dtype dtype, const char *shape,
+                          const bench_timing *timing, double flops, double fma_gflops,
+                          double torch_ms) {
+    return add_row(report, env, op, variant, dtype, shape, timing, "GFLOP/s", flops, fma_gflops,
+                   torch_ms);
 }
 
 void bench_print_header(FILE *out) {

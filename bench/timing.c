@@ -169,3 +169,11 @@ int bench_time_vs_copy(const bench_options *opt, bench_ceilings *c, bench_fn fn,
     if (status == CLATTN_SUCCESS) *copy_gbs = c->copy_run.work / (copy.median_ms * 1e6);
     return status;
 }
+
+int bench_time_vs_fma(const bench_options *opt, bench_ceilings *c, bench_fn fn, void *ctx,
+                      cl_command_queue queue, bench_timing *out, double *fma_gflops) {
+    bench_timing fma;
+    int status = bench_time_beside(opt, fn, ctx, run_ceiling, &c->fma_run, queue, out, &fma);
+    if (status == CLATTN_SUCCESS) *fma_gflops = c->fma_run.work / (fma.median_ms * 1e6);
+    return status;
+}

@@ -11,6 +11,7 @@ when a case cannot run. DIMS is a comma-separated list whose meaning depends on 
   softmax      B,H,Sq,Sk torch.softmax(x * scale, -1)
   softmax_masked B,H,Sq,Sk  causal + key lengths Sk - b*Sk/8 as a bool mask built once:
                          torch.softmax(x.masked_fill(~mask, -inf) * scale, -1)
+  attention[_causal] B,H,S,D  softmax((q @ k^T) * scale [masked_fill]) @ v
 """
 import argparse
 import statistics
@@ -51,7 +52,31 @@ def softmax_masked(dtype, b, h, sq, sk):
     return lambda: torch.softmax(x.masked_fill(~mask, float("-inf")) * 0.125, -1)
 
 
+def _attention(dtype, b, h, s, d, causal):
+    q, k, v = (torch.randn(b, h, s, d).to(dtype) for _ in range(3))
+    scale = d ** -0.5
+    mask = torch.ones(s, s, dtype=torch.bool).tril() if causal else None
+
+    def run():
+        scores = (q @ k.transpose(-1, -2)) * scale
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        return torch.softmax(scores, -1) @ v
+
+    return run
+
+
+def attention(dtype, b, h, s, d):
+    return _attention(dtype, b, h, s, d, False)
+
+
+def attention_causal(dtype, b, h, s, d):
+    return _attention(dtype, b, h, s, d, True)
+
+
 OPS = {
+    "attention": attention,
+    "attention_causal": attention_causal,
     "split_heads": split_heads,
     "merge_heads": merge_heads,
     "split_qkv": split_qkv,
