@@ -11,8 +11,8 @@
  * A query with no visible key gets 0 (NaN with EMPTY_NAN) and log-sum-exp -inf; a NaN visible
  * score makes its row NaN.
  *
- * Build options: Q_T, K_T, V_T, O_T, LSE_T (f32|f16|bf16), HAS_LSE, HEAD_DIM, VALUE_DIM, BM, BN,
- * IDX, EMPTY_NAN, and the mask's.
+ * Build options: Q_T, K_T, V_T, O_T, LSE_T (f32|f16|bf16), HAS_LSE, HEAD_DIM, VALUE_DIM, VEC
+ * (head-dim lanes), BM, BN, IDX, EMPTY_NAN, and the mask's.
  */
 #ifndef CLATTN_COMMON_CL
 #include "common.cl"
@@ -54,6 +54,10 @@
 #ifndef EMPTY_NAN
 #define EMPTY_NAN 0
 #endif
+/* Lanes of the head-dim vectors; must divide HEAD_DIM and VALUE_DIM (1: scalar code). */
+#ifndef VEC
+#define VEC 1
+#endif
 
 #define TENSOR_PARAMS(T, name)                                                                     \
     __global const CAT(storage_, T) * name, IDX name##_off, IDX name##_s0, IDX name##_s1,           \
@@ -70,6 +74,30 @@
     (name##_off + (IDX)(b)*name##_s0 + (IDX)(h)*name##_s1 + (IDX)(i)*name##_s2 +                   \
      (IDX)(d)*name##_s3)
 
+/* A row of n (a multiple of VEC) elements from `at` with element stride `stride`, as vectors. */
+#if VEC > 1
+#define LOAD_ROW(T, p, at, stride, n, out)                                                         \
+    for (int c = 0; c < (n) / VEC; ++c) {                                                          \
+        if ((stride) == 1) {                                                                       \
+            out[c] = CAT(CAT(load, VEC), CAT(_, T))(p, (at) + (IDX)(c * VEC));                      \
+        } else {                                                                                   \
+            float lanes_[VEC];                                                                     \
+            for (int e = 0; e < VEC; ++e)                                                          \
+                lanes_[e] = CAT(load_, T)(p, (at) + (IDX)(c * VEC + e) * (stride));                 \
+            out[c] = CAT(vload, VEC)(0, lanes_);                                                   \
+        }                                                                                          \
+    }
+#define LANES(n) ((n) / VEC)
+typedef floatV lane_t;
+#define DOT_FINISH(v) hsum(v)
+#else
+#define LOAD_ROW(T, p, at, stride, n, out)                                                         \
+    for (int c = 0; c < (n); ++c) out[c] = CAT(load_, T)(p, (at) + (IDX)c * (stride));
+#define LANES(n) (n)
+typedef float lane_t;
+#define DOT_FINISH(v) (v)
+#endif
+
 __kernel void attention_blocks(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v),
                                __global CAT(storage_, O_T) * o, IDX o_off, IDX o_s0, IDX o_s1,
                                IDX o_s2, IDX o_s3, int B, int Hq, int Hkv, int Sq,
@@ -83,7 +111,8 @@ __kernel void attention_blocks(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TEN
 
     /* the block's queries: their masks, their vectors, their running softmax state */
     mask_row r[BM];
-    float qv[BM][HEAD_DIM], acc[BM][VALUE_DIM], m[BM], l[BM];
+    lane_t qv[BM][LANES(HEAD_DIM)], acc[BM][LANES(VALUE_DIM)];
+    float m[BM], l[BM];
     int nan_seen[BM];
     int lo = Sk, hi = 0;
     for (int t = 0; t < BM; ++t) {
@@ -92,8 +121,8 @@ __kernel void attention_blocks(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TEN
         if (i0 + t >= Sq) r[t].hi = r[t].lo; /* and see nothing */
         lo = min(lo, r[t].lo);
         hi = max(hi, r[t].hi);
-        for (int d = 0; d < HEAD_DIM; ++d) qv[t][d] = CAT(load_, Q_T)(q, AT(q, b, h, i, d));
-        for (int d = 0; d < VALUE_DIM; ++d) acc[t][d] = 0.0f;
+        LOAD_ROW(Q_T, q, AT(q, b, h, i, 0), q_s3, HEAD_DIM, qv[t]);
+        for (int c = 0; c < LANES(VALUE_DIM); ++c) acc[t][c] = 0.0f;
         m[t] = -INFINITY;
         l[t] = 0.0f;
         nan_seen[t] = 0;
@@ -104,17 +133,16 @@ __kernel void attention_blocks(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TEN
         float s[BM][BN];
         for (int jj = 0; jj < BN; ++jj) {
             const int j = j0 + jj;
-            float kv[HEAD_DIM];
-            if (j < hi)
-                for (int d = 0; d < HEAD_DIM; ++d) kv[d] = CAT(load_, K_T)(k, AT(k, b, hk, j, d));
+            lane_t kv[LANES(HEAD_DIM)];
+            if (j < hi) LOAD_ROW(K_T, k, AT(k, b, hk, j, 0), k_s3, HEAD_DIM, kv);
             for (int t = 0; t < BM; ++t) {
                 if (j >= r[t].hi || j < r[t].lo) {
                     s[t][jj] = -INFINITY;
                     continue;
                 }
-                float dot = 0.0f;
-                for (int d = 0; d < HEAD_DIM; ++d) dot = fma(qv[t][d], kv[d], dot);
-                s[t][jj] = mask_score(&p, &r[t], j, dot);
+                lane_t dot = 0.0f;
+                for (int c = 0; c < LANES(HEAD_DIM); ++c) dot = fma(qv[t][c], kv[c], dot);
+                s[t][jj] = mask_score(&p, &r[t], j, DOT_FINISH(dot));
             }
         }
         /* online softmax: one rescale of each query's state per tile */
@@ -133,17 +161,18 @@ __kernel void attention_blocks(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TEN
                 sum += pr[t][jj];
             }
             l[t] = l[t] * keep + sum;
-            for (int d = 0; d < VALUE_DIM; ++d) acc[t][d] *= keep;
+            for (int c = 0; c < LANES(VALUE_DIM); ++c) acc[t][c] *= keep;
             m[t] = m_new;
         }
-        /* acc += p v, each V row loaded once for the whole block */
+        /* acc += p v, each V row loaded once for the whole block; a zero weight skips the row,
+         * so whatever an invisible V row holds (NaN, Inf) never reaches acc */
         for (int jj = 0; jj < BN && j0 + jj < hi; ++jj) {
-            float vv[VALUE_DIM];
-            for (int d = 0; d < VALUE_DIM; ++d) vv[d] = CAT(load_, V_T)(v, AT(v, b, hk, j0 + jj, d));
+            lane_t vv[LANES(VALUE_DIM)];
+            LOAD_ROW(V_T, v, AT(v, b, hk, j0 + jj, 0), v_s3, VALUE_DIM, vv);
             for (int t = 0; t < BM; ++t) {
                 const float w = pr[t][jj];
                 if (w != 0.0f)
-                    for (int d = 0; d < VALUE_DIM; ++d) acc[t][d] = fma(w, vv[d], acc[t][d]);
+                    for (int c = 0; c < LANES(VALUE_DIM); ++c) acc[t][c] = fma((lane_t)w, vv[c], acc[t][c]);
             }
         }
     }
@@ -152,9 +181,14 @@ __kernel void attention_blocks(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TEN
         const int i = i0 + t;
         const bool empty = m[t] == -INFINITY && !nan_seen[t];
         const float inv = nan_seen[t] ? NAN : 1.0f / l[t];
-        for (int d = 0; d < VALUE_DIM; ++d) {
-            float value = empty ? (EMPTY_NAN ? NAN : 0.0f) : acc[t][d] * inv;
-            CAT(store_, O_T)(o, AT(o, b, h, i, d), value);
+        for (int c = 0; c < LANES(VALUE_DIM); ++c) {
+            lane_t value = empty ? (lane_t)(EMPTY_NAN ? NAN : 0.0f) : acc[t][c] * inv;
+#if VEC > 1
+            for (int e = 0; e < VEC; ++e) /* scalar stores: one per output, any alignment */
+                CAT(store_, O_T)(o, AT(o, b, h, i, c * VEC + e), ((float *)&value)[e]);
+#else
+            CAT(store_, O_T)(o, AT(o, b, h, i, c), value);
+#endif
         }
 #if HAS_LSE
         float lse_value = empty ? -INFINITY : nan_seen[t] ? NAN : m[t] + log(l[t]);

@@ -101,6 +101,37 @@ inline void CAT(CAT(store, VEC), _f16)(__global half *p, IDX i, floatV v) {
 inline void CAT(CAT(store, VEC), _bf16)(__global ushort *p, IDX i, floatV v) {
     CAT(vstore, VEC)(CAT(CAT(bits, VEC), _bf16)(v), 0, p + i);
 }
+
+/* Horizontal reductions of a vector, by halves (VEC 4, 8 or 16). */
+inline float hsum(floatV v) {
+#if VEC == 16
+    float8 v8 = v.lo + v.hi;
+#elif VEC == 8
+    float8 v8 = v;
+#endif
+#if VEC >= 8
+    float4 v4 = v8.lo + v8.hi;
+#else
+    float4 v4 = v;
+#endif
+    float2 v2 = v4.lo + v4.hi;
+    return v2.x + v2.y;
+}
+
+inline float hmax(floatV v) {
+#if VEC == 16
+    float8 v8 = fmax(v.lo, v.hi);
+#elif VEC == 8
+    float8 v8 = v;
+#endif
+#if VEC >= 8
+    float4 v4 = fmax(v8.lo, v8.hi);
+#else
+    float4 v4 = v;
+#endif
+    float2 v2 = fmax(v4.lo, v4.hi);
+    return fmax(v2.x, v2.y);
+}
 #endif
 
 #endif /* CLATTN_COMMON_CL */

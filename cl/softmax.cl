@@ -131,37 +131,6 @@ inline void fill_keys(__global Y_STORAGE *y, IDX at, int count, float v) {
 /* ---- one work-item per row ---- */
 
 #if VEC > 1
-/* Horizontal reductions of a vector, by halves. */
-inline float hsum(floatV v) {
-#if VEC == 16
-    float8 v8 = v.lo + v.hi;
-#elif VEC == 8
-    float8 v8 = v;
-#endif
-#if VEC >= 8
-    float4 v4 = v8.lo + v8.hi;
-#else
-    float4 v4 = v;
-#endif
-    float2 v2 = v4.lo + v4.hi;
-    return v2.x + v2.y;
-}
-
-inline float hmax(floatV v) {
-#if VEC == 16
-    float8 v8 = fmax(v.lo, v.hi);
-#elif VEC == 8
-    float8 v8 = v;
-#endif
-#if VEC >= 8
-    float4 v4 = fmax(v8.lo, v8.hi);
-#else
-    float4 v4 = v;
-#endif
-    float2 v2 = fmax(v4.lo, v4.hi);
-    return fmax(v2.x, v2.y);
-}
-
 /* Stores VEC outputs from y[at] on. 16-bit outputs are converted in vector lanes and stored as
  * raw 16-bit scalars: PoCL 3.1 crashed (SIGSEGV) on 8- and 16-wide stores of 16-bit values at
  * addresses that are only 2-byte aligned in this kernel, though not in cl/heads.cl. */

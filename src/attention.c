@@ -99,16 +99,27 @@ static int set_attention_args(cl_kernel kernel, const attention_args *a, bool wi
     return status;
 }
 
+/* Head-dim vector lanes: the device's preferred float width, narrowed until it divides both head
+ * dims (1: scalar code, for odd head dims). */
+static int head_lanes(cl_device_id device, int64_t d, int64_t dv) {
+    cl_uint width = 4;
+    clGetDeviceInfo(device, CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT, sizeof width, &width, NULL);
+    int lanes = width >= 16 ? 16 : width >= 8 ? 8 : 4;
+    while (lanes > 1 && (d % lanes || dv % lanes)) lanes /= 2;
+    return lanes == 2 ? 1 : lanes;
+}
+
 static int enqueue_attention(const attention_args *a, const clattn__call *call) {
     bool wide = attention_needs_wide_index(a);
+    int lanes = head_lanes(call->device, a->q->shape[3], a->v->shape[3]);
     char options[1024];
     snprintf(options, sizeof options,
              "-cl-std=CL1.2 -DQ_T=%s -DK_T=%s -DV_T=%s -DO_T=%s -DHAS_LSE=%d -DLSE_T=%s "
-             "-DHEAD_DIM=%lld -DVALUE_DIM=%lld -DBM=%d -DBN=%d -DIDX=%s -DEMPTY_NAN=%d",
+             "-DHEAD_DIM=%lld -DVALUE_DIM=%lld -DVEC=%d -DBM=%d -DBN=%d -DIDX=%s -DEMPTY_NAN=%d",
              clattn_dtype_name(a->q->dtype), clattn_dtype_name(a->k->dtype),
              clattn_dtype_name(a->v->dtype), clattn_dtype_name(a->out->dtype), a->lse != NULL,
              clattn_dtype_name(a->lse ? a->lse->dtype : CLATTN_F32), (long long)a->q->shape[3],
-             (long long)a->v->shape[3], ATTENTION_BM, ATTENTION_BN, wide ? "ulong" : "uint",
+             (long long)a->v->shape[3], lanes, ATTENTION_BM, ATTENTION_BN, wide ? "ulong" : "uint",
              a->mask.empty_rows_nan);
     clattn__mask_options(&a->mask, options, sizeof options);
     cl_kernel kernel = NULL;

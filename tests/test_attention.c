@@ -12,7 +12,8 @@ typedef struct at_spec {
     int64_t B, Hq, Hkv, Sq, Sk, D, Dv;
     clattn_dtype dt;
     float scale; /* 0: 1/sqrt(D) */
-    int causal, bottom_right, window, bshd, lse;
+    int causal, bottom_right, window, lse;
+    int bshd; /* 0: [B,H,S,D]; 1: stored [B,S,H,D]; 2: stored [B,H,D,S] */
     int64_t left, right, global_stride;
     const int32_t *klen;
     int alibi;
@@ -75,19 +76,21 @@ static void reference(const at_spec *s, at_data *d) {
 /* A device tensor [B,H,S,D] holding `host` in dtype dt; stored as [B,S,H,D] when bshd. */
 static clattn_tensor upload_bhsd(test_ctx *t, const float *host, int64_t B, int64_t H, int64_t S,
                                  int64_t D, clattn_dtype dt, int bshd) {
-    static const int swap[4] = {0, 2, 1, 3};
-    clattn_tensor v = bshd ? clattn_tensor_permute(clattn_tensor_4d(NULL, dt, B, S, H, D), swap)
-                           : clattn_tensor_4d(NULL, dt, B, H, S, D);
+    static const int swap[4] = {0, 2, 1, 3}, transpose[4] = {0, 1, 3, 2};
+    clattn_tensor v =
+        bshd == 1   ? clattn_tensor_permute(clattn_tensor_4d(NULL, dt, B, S, H, D), swap)
+        : bshd == 2 ? clattn_tensor_permute(clattn_tensor_4d(NULL, dt, B, H, D, S), transpose)
+                    : clattn_tensor_4d(NULL, dt, B, H, S, D);
     size_t n = (size_t)(B * H * S * D);
     void *stored = malloc(n * 4);
     for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < H; ++h)
             for (int64_t s = 0; s < S; ++s)
                 for (int64_t d = 0; d < D; ++d)
-                    ref_store(
-                        stored, dt,
-                        (uint64_t)(b * v.strides[0] + h * v.strides[1] + s * v.strides[2] + d),
-                        host[at4(H, S, D, b, h, s, d)]);
+                    ref_store(stored, dt,
+                              (uint64_t)(b * v.strides[0] + h * v.strides[1] + s * v.strides[2] +
+                                         d * v.strides[3]),
+                              host[at4(H, S, D, b, h, s, d)]);
     v.buffer = test_buffer(t, n * clattn_dtype_size(dt));
     if (v.buffer) test_write(t, v.buffer, stored, n * clattn_dtype_size(dt));
     free(stored);
@@ -282,6 +285,13 @@ static void storage_and_layouts(test_ctx *t) {
     s.dt = CLATTN_F32;
     s.bshd = 1;
     check_case(t, &s, "[B,S,H,D] storage");
+    s.bshd = 2;
+    check_case(t, &s, "[B,H,D,S] storage (head dim strided)");
+    s = base(1, 2, 2, 6, 11, 20);
+    check_case(t, &s, "D=20 (4 lanes)");
+    s = base(1, 2, 2, 6, 11, 18);
+    s.Dv = 7;
+    check_case(t, &s, "D=18 Dv=7 (scalar)");
 }
 
 /* Runs the spec twice, the second time after `change` edits d's K and V, and compares the first
