@@ -266,6 +266,10 @@ CLATTN_API int clattn_split_qkv(const clattn_tensor *x, const clattn_tensor *bia
  * Tensors (NULL when unused), broadcast to the scores [B,H,Sq,Sk] PyTorch's way: a dim of size 1
  * repeats (its stride is ignored), stride 0 repeats too:
  *   key_lengths, query_lengths  i32, shape {1,1,1,B}; values are clamped to [0,Sk] / [0,Sq]
+ *                               first, and off uses the clamped values
+ * The scores' dims are at most 2^30 each. "A -inf score" means the score after scale, softcap,
+ * bias and ALiBi: with a softcap, x = -inf becomes the finite -softcap (a visible key), and
+ * scale * x may be NaN (scale 0) or +inf (negative scale); mask with keep or lengths instead.
  *   keep                        u8, broadcastable to [B,H,Sq,Sk]
  *   bias                        f32/f16/bf16, broadcastable to [B,H,Sq,Sk]
  *   alibi_slopes                f32/f16/bf16, shape {1,1,1,H}

@@ -68,9 +68,11 @@ int clattn__mask_prepare(const clattn_mask *mask, const int64_t scores[4], cl_co
                          clattn__mask_plan *plan) {
     memset(plan, 0, sizeof *plan);
     plan->win_left = plan->win_right = -1;
+    /* Kernels index keys and positions with int: pos = i + off and loops that step past the
+     * end by a vector or a group must not overflow, so each score dim stays below 2^30. */
     for (int i = 0; i < 4; ++i)
-        if (scores[i] > 0x7fffffff)
-            return clattn__fail(CLATTN_ERR_DEVICE_LIMIT, "score dim %d = %lld exceeds INT_MAX", i,
+        if (scores[i] > ((int64_t)1 << 30))
+            return clattn__fail(CLATTN_ERR_DEVICE_LIMIT, "score dim %d = %lld exceeds 2^30", i,
                                 (long long)scores[i]);
     if (!mask) return CLATTN_SUCCESS;
     int status = check_scalars(mask);
