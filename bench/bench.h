@@ -102,6 +102,19 @@ void bench_print_record(FILE *out, const bench_record *r);
 int bench_write_json(const char *path, const bench_report *report, const char *const *devices,
                      const bench_ceilings *ceilings, int num_devices);
 
+/* One op family: its cases by index, how --op and the peer name them, and how one is measured
+ * (allocate, time beside a ceiling, add the row, free). */
+typedef struct bench_family {
+    int count;
+    const char *(*op)(const void *cases, int i);
+    void (*key)(const void *cases, int i, char *key, size_t capacity);
+    int (*measure)(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
+                   const void *cases, int i, double torch_ms, bench_report *report);
+} bench_family;
+
+int bench_run_family(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
+                     bench_report *report, const bench_family *family, const void *cases);
+
 /* The op families. Each adds its rows for one device. */
 int bench_heads(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
                 bench_report *report);

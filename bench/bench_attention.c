@@ -46,6 +46,40 @@ static void free_case(attention_ctx *x) {
     for (int i = 0; i < 4; ++i) clattn_tensor_free(all[i]);
 }
 
+static const char *case_op(const void *cases, int i) {
+    return ((const attention_case *)cases)[i].op;
+}
+
+static void case_key(const void *cases, int i, char *key, size_t capacity) {
+    const attention_case *c = (const attention_case *)cases + i;
+    snprintf(key, capacity, "%s %s %lld,%lld,%lld,%lld", c->op, clattn_dtype_name(c->dtype),
+             (long long)c->b, (long long)c->h, (long long)c->s, (long long)c->d);
+}
+
+static int measure(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
+                   const void *cases, int i, double torch_ms, bench_report *report) {
+    const attention_case *c = (const attention_case *)cases + i;
+    attention_ctx x;
+    bench_timing timing;
+    double fma_gflops = 0;
+    int status = alloc_case(env, c, &x);
+    if (status == CLATTN_SUCCESS)
+        status = bench_time_vs_fma(opt, ceilings, run_attention, &x, clattn_env_queue(env), &timing,
+                                   &fma_gflops);
+    if (status == CLATTN_SUCCESS) {
+        bool causal = x.mask.causal != 0;
+        char shape[96];
+        snprintf(shape, sizeof shape, "B=%lld H=%lld S=%lld D=%lld%s", (long long)c->b,
+                 (long long)c->h, (long long)c->s, (long long)c->d,
+                 causal ? " causal(flops/2)" : "");
+        double flops = 4.0 * (double)(c->b * c->h * c->s * c->s * c->d) * (causal ? 0.5 : 1.0);
+        status = bench_add_compute_row(report, env, c->op, "fused", c->dtype, shape, &timing, flops,
+                                       fma_gflops, torch_ms);
+    }
+    free_case(&x);
+    return status;
+}
+
 int bench_attention(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
                     bench_report *report) {
     int64_t b = opt->quick ? 1 : 4, s = opt->quick ? 256 : 1024;
@@ -53,44 +87,6 @@ int bench_attention(const bench_options *opt, clattn_env *env, bench_ceilings *c
         {"attention_causal", CLATTN_F32, b, 8, s, 64},
         {"attention", CLATTN_F32, b, 8, s, 64},
     };
-    enum { N = sizeof cases / sizeof cases[0] };
-    char keys[N][96];
-    const char *key_ptrs[N];
-    int selected = 0;
-    for (int i = 0; i < N; ++i) {
-        const attention_case *c = &cases[i];
-        snprintf(keys[i], sizeof keys[i], "%s %s %lld,%lld,%lld,%lld", c->op,
-                 clattn_dtype_name(c->dtype), (long long)c->b, (long long)c->h, (long long)c->s,
-                 (long long)c->d);
-        if (!opt->op || strcmp(opt->op, c->op) == 0) key_ptrs[selected++] = keys[i];
-    }
-    if (selected == 0) return CLATTN_SUCCESS;
-    bench_peer_results peers;
-    bench_run_peers(opt, key_ptrs, selected, &peers);
-    if (peers.error[0]) fprintf(stderr, "torch peer: %s\n", peers.error);
-
-    int status = CLATTN_SUCCESS;
-    for (int i = 0; i < N && status == CLATTN_SUCCESS; ++i) {
-        const attention_case *c = &cases[i];
-        if (opt->op && strcmp(opt->op, c->op) != 0) continue;
-        attention_ctx x;
-        bench_timing timing;
-        double fma_gflops = 0;
-        status = alloc_case(env, c, &x);
-        if (status == CLATTN_SUCCESS)
-            status = bench_time_vs_fma(opt, ceilings, run_attention, &x, clattn_env_queue(env),
-                                       &timing, &fma_gflops);
-        if (status == CLATTN_SUCCESS) {
-            bool causal = x.mask.causal != 0;
-            char shape[96];
-            snprintf(shape, sizeof shape, "B=%lld H=%lld S=%lld D=%lld%s", (long long)c->b,
-                     (long long)c->h, (long long)c->s, (long long)c->d,
-                     causal ? " causal(flops/2)" : "");
-            double flops = 4.0 * (double)(c->b * c->h * c->s * c->s * c->d) * (causal ? 0.5 : 1.0);
-            status = bench_add_compute_row(report, env, c->op, "fused", c->dtype, shape, &timing,
-                                           flops, fma_gflops, bench_peer_median(&peers, keys[i]));
-        }
-        free_case(&x);
-    }
-    return status;
+    const bench_family family = {sizeof cases / sizeof cases[0], case_op, case_key, measure};
+    return bench_run_family(opt, env, ceilings, report, &family, cases);
 }

@@ -30,7 +30,12 @@ static int parts_of(const heads_case *c) {
     return strcmp(c->op, "split_qkv") == 0 ? 3 : 1;
 }
 
-static void case_key(const heads_case *c, char *key, size_t capacity) {
+static const char *case_op(const void *cases, int i) {
+    return ((const heads_case *)cases)[i].op;
+}
+
+static void case_key(const void *cases, int i, char *key, size_t capacity) {
+    const heads_case *c = (const heads_case *)cases + i;
     snprintf(key, capacity, "%s %s %lld,%lld,%lld,%lld", c->op, clattn_dtype_name(c->dtype),
              (long long)c->b, (long long)c->s, (long long)c->e, (long long)c->h);
 }
@@ -60,6 +65,29 @@ static void free_case(heads_ctx *x) {
     for (int p = 0; p < 3; ++p) clattn_tensor_free(&x->heads[p]);
 }
 
+static int measure(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
+                   const void *cases, int i, double torch_ms, bench_report *report) {
+    const heads_case *c = (const heads_case *)cases + i;
+    heads_ctx x;
+    bench_timing timing;
+    double copy_gbs = 0;
+    int status = alloc_case(env, c, &x);
+    if (status == CLATTN_SUCCESS)
+        status = bench_time_vs_copy(opt, ceilings, run_heads, &x, clattn_env_queue(env), &timing,
+                                    &copy_gbs);
+    if (status == CLATTN_SUCCESS) {
+        char shape[96];
+        snprintf(shape, sizeof shape, "B=%lld S=%lld H=%lld D=%lld", (long long)c->b,
+                 (long long)c->s, (long long)c->h, (long long)(c->e / c->h));
+        double bytes =
+            2.0 * parts_of(c) * (double)(c->b * c->s * c->e) * (double)clattn_dtype_size(c->dtype);
+        status = bench_add_memory_row(report, env, c->op, "copy4d", c->dtype, shape, &timing, bytes,
+                                      copy_gbs, torch_ms);
+    }
+    free_case(&x);
+    return status;
+}
+
 int bench_heads(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
                 bench_report *report) {
     int64_t b = opt->quick ? 2 : 8, s = opt->quick ? 512 : 2048;
@@ -68,40 +96,6 @@ int bench_heads(const bench_options *opt, clattn_env *env, bench_ceilings *ceili
         {"split_heads", CLATTN_F16, b, s, 1024, 16}, {"merge_heads", CLATTN_F16, b, s, 1024, 16},
         {"split_heads", CLATTN_F32, b, s, 1024, 8},  {"split_qkv", CLATTN_F32, b, s, 1024, 16},
     };
-    enum { N = sizeof cases / sizeof cases[0] };
-    char keys[N][96];
-    const char *key_ptrs[N];
-    int selected = 0;
-    for (int i = 0; i < N; ++i) {
-        case_key(&cases[i], keys[i], sizeof keys[i]);
-        if (!opt->op || strcmp(opt->op, cases[i].op) == 0) key_ptrs[selected++] = keys[i];
-    }
-    if (selected == 0) return CLATTN_SUCCESS;
-    bench_peer_results peers;
-    bench_run_peers(opt, key_ptrs, selected, &peers);
-    if (peers.error[0]) fprintf(stderr, "torch peer: %s\n", peers.error);
-
-    int status = CLATTN_SUCCESS;
-    for (int i = 0; i < N && status == CLATTN_SUCCESS; ++i) {
-        const heads_case *c = &cases[i];
-        if (opt->op && strcmp(opt->op, c->op) != 0) continue;
-        heads_ctx x;
-        bench_timing timing;
-        double copy_gbs = 0;
-        status = alloc_case(env, c, &x);
-        if (status == CLATTN_SUCCESS)
-            status = bench_time_vs_copy(opt, ceilings, run_heads, &x, clattn_env_queue(env),
-                                        &timing, &copy_gbs);
-        if (status == CLATTN_SUCCESS) {
-            char shape[96];
-            snprintf(shape, sizeof shape, "B=%lld S=%lld H=%lld D=%lld", (long long)c->b,
-                     (long long)c->s, (long long)c->h, (long long)(c->e / c->h));
-            double bytes = 2.0 * parts_of(c) * (double)(c->b * c->s * c->e) *
-                           (double)clattn_dtype_size(c->dtype);
-            status = bench_add_memory_row(report, env, c->op, "copy4d", c->dtype, shape, &timing,
-                                          bytes, copy_gbs, bench_peer_median(&peers, keys[i]));
-        }
-        free_case(&x);
-    }
-    return status;
+    const bench_family family = {sizeof cases / sizeof cases[0], case_op, case_key, measure};
+    return bench_run_family(opt, env, ceilings, report, &family, cases);
 }

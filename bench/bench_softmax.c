@@ -25,7 +25,12 @@ static int run_softmax(void *p, cl_command_queue queue) {
                           NULL);
 }
 
-static void case_key(const softmax_case *c, char *key, size_t capacity) {
+static const char *case_op(const void *cases, int i) {
+    return ((const softmax_case *)cases)[i].op;
+}
+
+static void case_key(const void *cases, int i, char *key, size_t capacity) {
+    const softmax_case *c = (const softmax_case *)cases + i;
     snprintf(key, capacity, "%s %s %lld,%lld,%lld,%lld", c->op, clattn_dtype_name(c->dtype),
              (long long)c->b, (long long)c->h, (long long)c->s, (long long)c->s);
 }
@@ -60,6 +65,30 @@ static void free_case(softmax_ctx *x) {
     clattn_tensor_free(&x->lengths);
 }
 
+static int measure(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
+                   const void *cases, int i, double torch_ms, bench_report *report) {
+    const softmax_case *c = (const softmax_case *)cases + i;
+    softmax_ctx x;
+    bench_timing timing;
+    double copy_gbs = 0;
+    int status = alloc_case(env, c, &x);
+    if (status == CLATTN_SUCCESS)
+        status = bench_time_vs_copy(opt, ceilings, run_softmax, &x, clattn_env_queue(env), &timing,
+                                    &copy_gbs);
+    if (status == CLATTN_SUCCESS) {
+        char shape[96];
+        snprintf(shape, sizeof shape, "%lldx%lldx%lldx%lld%s", (long long)c->b, (long long)c->h,
+                 (long long)c->s, (long long)c->s,
+                 strcmp(c->op, "softmax_masked") == 0 ? " causal+klen" : "");
+        double bytes =
+            2.0 * (double)(c->b * c->h * c->s * c->s) * (double)clattn_dtype_size(c->dtype);
+        status = bench_add_memory_row(report, env, c->op, "auto", c->dtype, shape, &timing, bytes,
+                                      copy_gbs, torch_ms);
+    }
+    free_case(&x);
+    return status;
+}
+
 int bench_softmax(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
                   bench_report *report) {
     int64_t b = opt->quick ? 1 : 4, h = opt->quick ? 4 : 8;
@@ -70,41 +99,6 @@ int bench_softmax(const bench_options *opt, clattn_env *env, bench_ceilings *cei
         {"softmax", CLATTN_F32, b, h, s2},
         {"softmax", CLATTN_F16, b, h, s2},
     };
-    enum { N = sizeof cases / sizeof cases[0] };
-    char keys[N][96];
-    const char *key_ptrs[N];
-    int selected = 0;
-    for (int i = 0; i < N; ++i) {
-        case_key(&cases[i], keys[i], sizeof keys[i]);
-        if (!opt->op || strcmp(opt->op, cases[i].op) == 0) key_ptrs[selected++] = keys[i];
-    }
-    if (selected == 0) return CLATTN_SUCCESS;
-    bench_peer_results peers;
-    bench_run_peers(opt, key_ptrs, selected, &peers);
-    if (peers.error[0]) fprintf(stderr, "torch peer: %s\n", peers.error);
-
-    int status = CLATTN_SUCCESS;
-    for (int i = 0; i < N && status == CLATTN_SUCCESS; ++i) {
-        const softmax_case *c = &cases[i];
-        if (opt->op && strcmp(opt->op, c->op) != 0) continue;
-        softmax_ctx x;
-        bench_timing timing;
-        double copy_gbs = 0;
-        status = alloc_case(env, c, &x);
-        if (status == CLATTN_SUCCESS)
-            status = bench_time_vs_copy(opt, ceilings, run_softmax, &x, clattn_env_queue(env),
-                                        &timing, &copy_gbs);
-        if (status == CLATTN_SUCCESS) {
-            char shape[96];
-            snprintf(shape, sizeof shape, "%lldx%lldx%lldx%lld%s", (long long)c->b, (long long)c->h,
-                     (long long)c->s, (long long)c->s,
-                     strcmp(c->op, "softmax_masked") == 0 ? " causal+klen" : "");
-            double bytes =
-                2.0 * (double)(c->b * c->h * c->s * c->s) * (double)clattn_dtype_size(c->dtype);
-            status = bench_add_memory_row(report, env, c->op, "auto", c->dtype, shape, &timing,
-                                          bytes, copy_gbs, bench_peer_median(&peers, keys[i]));
-        }
-        free_case(&x);
-    }
-    return status;
+    const bench_family family = {sizeof cases / sizeof cases[0], case_op, case_key, measure};
+    return bench_run_family(opt, env, ceilings, report, &family, cases);
 }

@@ -266,18 +266,17 @@ void clattn_cache_stats(size_t *programs, size_t *builds, size_t *hits) {
 /* ---- kernels ---- */
 
 /* The op's options plus CLATTN_BUILD_OPTIONS (for debugging builds: -cl-opt-disable, -g).
- * Options that let the compiler assume away NaN, Inf or signed zeros are refused: the masks
- * rely on infinities and the tests on exact results. */
+ * Options that relax IEEE semantics (the -cl-*-math family, mad, signed zeros) are refused:
+ * the masks rely on infinities and NaN, the tests on exact results. */
 static int full_options(const char *options, char *out, size_t capacity) {
-    static const char *const refused[] = {"fast-relaxed-math", "finite-math-only",
-                                          "unsafe-math-optimizations", "no-signed-zeros"};
+    static const char *const refused[] = {"math", "mad-enable", "signed-zeros"};
     const char *extra = getenv("CLATTN_BUILD_OPTIONS");
     if (!extra) extra = "";
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; ++i)
         if (strstr(extra, refused[i]))
             return clattn__fail(CLATTN_ERR_INVALID_ARGUMENT,
-                                "CLATTN_BUILD_OPTIONS \"%s\": -cl-%s is refused (clattn relies on "
-                                "IEEE infinities and NaN)",
+                                "CLATTN_BUILD_OPTIONS \"%s\": options with \"%s\" are refused "
+                                "(clattn relies on IEEE infinities and NaN)",
                                 extra, refused[i]);
     if ((size_t)snprintf(out, capacity, "%s %s", options, extra) >= capacity)
         return clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "build options longer than %zu bytes",

@@ -150,6 +150,24 @@ static void kernel_dir_serves_the_real_sources(test_ctx *t) {
     CHECK(t, builds1 == builds0 + 1, "builds %zu -> %zu", builds0, builds1);
 }
 
+/* Debugging options pass through; options that relax IEEE semantics are refused. */
+static void build_options_from_the_environment(test_ctx *t) {
+    const char *saved = getenv("CLATTN_BUILD_OPTIONS"); /* the Oclgrind lane sets it */
+    char *copy = saved ? strdup(saved) : NULL;
+    setenv("CLATTN_BUILD_OPTIONS", "-cl-fast-relaxed-math", 1);
+    int refused = small_copy(t, clattn_env_queue(t->env), CLATTN_F32);
+    setenv("CLATTN_BUILD_OPTIONS", "-cl-opt-disable", 1);
+    int accepted = small_copy(t, clattn_env_queue(t->env), CLATTN_F32);
+    if (copy)
+        setenv("CLATTN_BUILD_OPTIONS", copy, 1);
+    else
+        unsetenv("CLATTN_BUILD_OPTIONS");
+    free(copy);
+    CHECK(t, refused == CLATTN_ERR_INVALID_ARGUMENT, "fast math -> %s", clattn_status_name(refused));
+    CHECK(t, accepted == CLATTN_SUCCESS, "-cl-opt-disable -> %s: %s", clattn_status_name(accepted),
+          clattn_last_error());
+}
+
 /* ---- threads ---- */
 
 typedef struct worker {
@@ -225,6 +243,7 @@ static const test_case cases[] = {
     {"a_build_failure_returns_its_log_with_file_and_line",
      a_build_failure_returns_its_log_with_file_and_line},
     {"kernel_dir_serves_the_real_sources", kernel_dir_serves_the_real_sources},
+    {"build_options_from_the_environment", build_options_from_the_environment},
     {"threads_on_their_own_queues_share_the_cache", threads_on_their_own_queues_share_the_cache},
 };
 SUITE(cache_suite, "cache", cases);

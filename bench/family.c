@@ -1,0 +1,26 @@
+/* The part every op family of the benchmark shares: pick the cases --op selects, time them all
+ * in PyTorch in one peer process, then measure each beside its ceiling. */
+#include "bench.h"
+
+#include <string.h>
+
+int bench_run_family(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
+                     bench_report *report, const bench_family *family, const void *cases) {
+    char keys[BENCH_MAX_CASES][96];
+    const char *key_ptrs[BENCH_MAX_CASES];
+    int selected = 0;
+    for (int i = 0; i < family->count && i < BENCH_MAX_CASES; ++i) {
+        family->key(cases, i, keys[i], sizeof keys[i]);
+        if (!opt->op || strcmp(opt->op, family->op(cases, i)) == 0) key_ptrs[selected++] = keys[i];
+    }
+    if (selected == 0) return CLATTN_SUCCESS;
+    bench_peer_results peers;
+    bench_run_peers(opt, key_ptrs, selected, &peers);
+    if (peers.error[0] && opt->peer_script) fprintf(stderr, "torch peer: %s\n", peers.error);
+    int status = CLATTN_SUCCESS;
+    for (int i = 0; i < family->count && i < BENCH_MAX_CASES && status == CLATTN_SUCCESS; ++i)
+        if (!opt->op || strcmp(opt->op, family->op(cases, i)) == 0)
+            status = family->measure(opt, env, ceilings, cases, i,
+                                     bench_peer_median(&peers, keys[i]), report);
+    return status;
+}
