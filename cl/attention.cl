@@ -60,30 +60,30 @@
 #endif
 
 #define TENSOR_PARAMS(T, name)                                                                     \
-    __global const CAT(storage_, T) * name, IDX name##_off, IDX name##_s0, IDX name##_s1,           \
+    __global const CAT(storage_, T) * name, IDX name##_off, IDX name##_s0, IDX name##_s1,          \
         IDX name##_s2, IDX name##_s3
 
 #if HAS_LSE
-#define LSE_PARAMS , __global CAT(storage_, LSE_T) * lse, IDX lse_off, IDX lse_s1, IDX lse_s2, IDX lse_s3
+#define LSE_PARAMS                                                                                 \
+    , __global CAT(storage_, LSE_T) * lse, IDX lse_off, IDX lse_s1, IDX lse_s2, IDX lse_s3
 #else
 #define LSE_PARAMS
 #endif
 
 /* The element at [b, h, i, d] of a tensor passed with TENSOR_PARAMS. */
 #define AT(name, b, h, i, d)                                                                       \
-    (name##_off + (IDX)(b)*name##_s0 + (IDX)(h)*name##_s1 + (IDX)(i)*name##_s2 +                   \
-     (IDX)(d)*name##_s3)
+    (name##_off + (IDX)(b)*name##_s0 + (IDX)(h)*name##_s1 + (IDX)(i)*name##_s2 + (IDX)(d)*name##_s3)
 
 /* A row of n (a multiple of VEC) elements from `at` with element stride `stride`, as vectors. */
 #if VEC > 1
 #define LOAD_ROW(T, p, at, stride, n, out)                                                         \
     for (int c = 0; c < (n) / VEC; ++c) {                                                          \
         if ((stride) == 1) {                                                                       \
-            out[c] = CAT(CAT(load, VEC), CAT(_, T))(p, (at) + (IDX)(c * VEC));                      \
+            out[c] = CAT(CAT(load, VEC), CAT(_, T))(p, (at) + (IDX)(c * VEC));                     \
         } else {                                                                                   \
             float lanes_[VEC];                                                                     \
             for (int e = 0; e < VEC; ++e)                                                          \
-                lanes_[e] = CAT(load_, T)(p, (at) + (IDX)(c * VEC + e) * (stride));                 \
+                lanes_[e] = CAT(load_, T)(p, (at) + (IDX)(c * VEC + e) * (stride));                \
             out[c] = CAT(vload, VEC)(0, lanes_);                                                   \
         }                                                                                          \
     }
@@ -93,7 +93,7 @@ typedef floatV lane_t;
 #else
 #define LOAD_ROW(T, p, at, stride, n, out)                                                         \
     for (int c = 0; c < (n); ++c) out[c] = CAT(load_, T)(p, (at) + (IDX)c * (stride));
-#define LANES(n) (n)
+#define LANES(n)      (n)
 typedef float lane_t;
 #define DOT_FINISH(v) (v)
 #endif
@@ -129,37 +129,56 @@ __kernel void attention_blocks(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TEN
     }
 
     for (int j0 = lo; j0 < hi; j0 += BN) {
-        /* scores of the tile */
-        float s[BM][BN];
+        /* raw dot products of the tile; keys no query of the block can see are skipped */
+        float dots[BM][BN];
         for (int jj = 0; jj < BN; ++jj) {
             const int j = j0 + jj;
             lane_t kv[LANES(HEAD_DIM)];
             if (j < hi) LOAD_ROW(K_T, k, AT(k, b, hk, j, 0), k_s3, HEAD_DIM, kv);
             for (int t = 0; t < BM; ++t) {
-                if (j >= r[t].hi || j < r[t].lo) {
-                    s[t][jj] = -INFINITY;
-                    continue;
-                }
                 lane_t dot = 0.0f;
-                for (int c = 0; c < LANES(HEAD_DIM); ++c) dot = fma(qv[t][c], kv[c], dot);
-                s[t][jj] = mask_score(&p, &r[t], j, DOT_FINISH(dot));
+                if (j < r[t].hi && j >= r[t].lo)
+                    for (int c = 0; c < LANES(HEAD_DIM); ++c) dot = fma(qv[t][c], kv[c], dot);
+                dots[t][jj] = DOT_FINISH(dot);
             }
         }
-        /* online softmax: one rescale of each query's state per tile */
+        /* the masked scores and the online softmax, one rescale per query per tile. A full tile
+         * of VEC (= BN) keys is masked and exponentiated as one vector. */
         float pr[BM][BN];
         for (int t = 0; t < BM; ++t) {
+            float s[BN];
+#if VEC == BN
+            const bool full = j0 + BN <= hi;
+            if (full)
+                CAT(vstore, VEC)(mask_score_vec(&p, &r[t], j0, CAT(vload, VEC)(0, dots[t])), 0, s);
+#else
+            const bool full = false;
+#endif
+            if (!full)
+                for (int jj = 0; jj < BN; ++jj) {
+                    const int j = j0 + jj;
+                    s[jj] = j < r[t].hi && j >= r[t].lo ? mask_score(&p, &r[t], j, dots[t][jj])
+                                                        : -INFINITY;
+                }
             float tile_max = -INFINITY;
             for (int jj = 0; jj < BN; ++jj) {
-                tile_max = fmax(tile_max, s[t][jj]);
-                nan_seen[t] |= isnan(s[t][jj]);
+                tile_max = fmax(tile_max, s[jj]);
+                nan_seen[t] |= isnan(s[jj]);
             }
             const float m_new = fmax(m[t], tile_max);
             const float keep = m_new == -INFINITY ? 0.0f : exp(m[t] - m_new);
             float sum = 0.0f;
+#if VEC == BN
+            floatV sv = CAT(vload, VEC)(0, s);
+            floatV e = select(exp(sv - m_new), (floatV)0.0f, sv == (floatV)(-INFINITY));
+            CAT(vstore, VEC)(e, 0, pr[t]);
+            sum = hsum(e);
+#else
             for (int jj = 0; jj < BN; ++jj) {
-                pr[t][jj] = s[t][jj] == -INFINITY ? 0.0f : exp(s[t][jj] - m_new);
+                pr[t][jj] = s[jj] == -INFINITY ? 0.0f : exp(s[jj] - m_new);
                 sum += pr[t][jj];
             }
+#endif
             l[t] = l[t] * keep + sum;
             for (int c = 0; c < LANES(VALUE_DIM); ++c) acc[t][c] *= keep;
             m[t] = m_new;
@@ -172,7 +191,8 @@ __kernel void attention_blocks(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TEN
             for (int t = 0; t < BM; ++t) {
                 const float w = pr[t][jj];
                 if (w != 0.0f)
-                    for (int c = 0; c < LANES(VALUE_DIM); ++c) acc[t][c] = fma((lane_t)w, vv[c], acc[t][c]);
+                    for (int c = 0; c < LANES(VALUE_DIM); ++c)
+                        acc[t][c] = fma((lane_t)w, vv[c], acc[t][c]);
             }
         }
     }
@@ -192,7 +212,8 @@ __kernel void attention_blocks(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TEN
         }
 #if HAS_LSE
         float lse_value = empty ? -INFINITY : nan_seen[t] ? NAN : m[t] + log(l[t]);
-        CAT(store_, LSE_T)(lse, lse_off + (IDX)b * lse_s1 + (IDX)h * lse_s2 + (IDX)i * lse_s3, lse_value);
+        CAT(store_, LSE_T)
+        (lse, lse_off + (IDX)b * lse_s1 + (IDX)h * lse_s2 + (IDX)i * lse_s3, lse_value);
 #endif
     }
 }
