@@ -59,27 +59,14 @@ static int check_attention(attention_args *a, const clattn_mask *mask, cl_contex
     for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
         status = clattn__check_no_alias("out", a->out, names[i], views[i]);
     if (status == CLATTN_SUCCESS) status = clattn__mask_check_output(&a->mask, "out", a->out);
-    if (status == CLATTN_SUCCESS && a->lse) {
-        const int64_t *q = a->q->shape;
-        status = clattn__check_tensor("lse", a->lse, context, CLATTN__FLOAT_DTYPES, true);
-        if (status == CLATTN_SUCCESS && (a->lse->shape[0] != 1 || a->lse->shape[1] != q[0] ||
-                                         a->lse->shape[2] != q[1] || a->lse->shape[3] != q[2]))
-            status =
-                clattn__fail(CLATTN_ERR_SHAPE_MISMATCH, "lse: shape must be {1,%lld,%lld,%lld}",
-                             (long long)q[0], (long long)q[1], (long long)q[2]);
-        for (int i = 0; i < 4 && status == CLATTN_SUCCESS; ++i)
-            status = clattn__check_no_alias("lse", a->lse, names[i], views[i]);
-        if (status == CLATTN_SUCCESS) status = clattn__mask_check_output(&a->mask, "lse", a->lse);
-    }
+    if (status == CLATTN_SUCCESS && a->lse)
+        status = clattn__mask_check_lse(&a->mask, a->lse, scores, names, views, 4, context);
     return status;
 }
 
 static bool attention_needs_wide_index(const attention_args *a) {
     const clattn_tensor *views[5] = {a->q, a->k, a->v, a->out, a->lse};
-    for (int i = 0; i < 5; ++i)
-        if (views[i] && clattn__tensor_last_element(views[i]) >= clattn__narrow_index_limit)
-            return true;
-    return clattn__mask_needs_wide_index(&a->mask);
+    return clattn__needs_wide_index(views, 5) || clattn__mask_needs_wide_index(&a->mask);
 }
 
 static int set_attention_args(cl_kernel kernel, const attention_args *a, bool wide) {

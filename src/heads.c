@@ -139,10 +139,8 @@ static const char *dtype_token(clattn_dtype dtype) {
 uint64_t clattn__narrow_index_limit = (uint64_t)1 << 31;
 
 static bool plan_needs_wide_index(const copy_plan *plan) {
-    const uint64_t limit = clattn__narrow_index_limit;
-    if (clattn__tensor_last_element(plan->src) >= limit) return true;
-    if (clattn__tensor_last_element(plan->dst) >= limit) return true;
-    return plan->bias && clattn__tensor_last_element(plan->bias) >= limit;
+    const clattn_tensor *views[3] = {plan->src, plan->dst, plan->bias};
+    return clattn__needs_wide_index(views, 3);
 }
 
 static void plan_options(const copy_plan *plan, int vec, bool wide, char *out, size_t capacity) {

@@ -92,6 +92,8 @@ int clattn__enqueue(const clattn__call *call, cl_kernel kernel, cl_uint dims, co
  * (2^31, so that an offset plus a run or a size still fits in 32 bits), and with 64-bit ones
  * otherwise. Tests lower it to exercise the 64-bit path on small tensors. */
 extern uint64_t clattn__narrow_index_limit;
+/* Some of the views (NULL entries are skipped) reaches the limit: the call needs 64-bit IDX. */
+bool clattn__needs_wide_index(const clattn_tensor *const *views, size_t count);
 
 /* Softmax kernel variants (cl/softmax.cl); tests force one to run both on any device. */
 enum { CLATTN__SOFTMAX_ROWS = 0, CLATTN__SOFTMAX_GROUP = 1 };

@@ -130,15 +130,26 @@ int clattn__mask_check_output(const clattn__mask_plan *plan, const char *name,
     return status;
 }
 
+int clattn__mask_check_lse(const clattn__mask_plan *plan, const clattn_tensor *lse,
+                           const int64_t scores[4], const char *const *names,
+                           const clattn_tensor *const *views, int count, cl_context context) {
+    int status = clattn__check_tensor("lse", lse, context, CLATTN__FLOAT_DTYPES, true);
+    if (status == CLATTN_SUCCESS && (lse->shape[0] != 1 || lse->shape[1] != scores[0] ||
+                                     lse->shape[2] != scores[1] || lse->shape[3] != scores[2]))
+        status = clattn__fail(CLATTN_ERR_SHAPE_MISMATCH, "lse: shape must be {1,%lld,%lld,%lld}",
+                              (long long)scores[0], (long long)scores[1], (long long)scores[2]);
+    for (int i = 0; i < count && status == CLATTN_SUCCESS; ++i)
+        status = clattn__check_no_alias("lse", lse, names[i], views[i]);
+    if (status == CLATTN_SUCCESS) status = clattn__mask_check_output(plan, "lse", lse);
+    return status;
+}
+
 bool clattn__mask_needs_wide_index(const clattn__mask_plan *plan) {
     const clattn_tensor *views[] = {
         plan->has_key_lengths ? &plan->key_lengths : NULL,
         plan->has_query_lengths ? &plan->query_lengths : NULL, plan->has_keep ? &plan->keep : NULL,
         plan->has_bias ? &plan->bias : NULL, plan->has_alibi ? &plan->alibi_slopes : NULL};
-    for (size_t i = 0; i < sizeof views / sizeof views[0]; ++i)
-        if (views[i] && clattn__tensor_last_element(views[i]) >= clattn__narrow_index_limit)
-            return true;
-    return false;
+    return clattn__needs_wide_index(views, sizeof views / sizeof views[0]);
 }
 
 void clattn__mask_options(const clattn__mask_plan *plan, char *out, size_t capacity) {

@@ -19,6 +19,11 @@ int clattn__mask_prepare(const clattn_mask *mask, const int64_t scores[4], cl_co
 /* An output must not overlap any of the mask's tensors. */
 int clattn__mask_check_output(const clattn__mask_plan *plan, const char *name,
                               const clattn_tensor *out);
+/* The optional log-sum-exp output of an op over scores [B,H,Sq,Sk]: a valid output of shape
+ * {1,B,H,Sq} that overlaps none of the op's `count` tensors nor the mask's. */
+int clattn__mask_check_lse(const clattn__mask_plan *plan, const clattn_tensor *lse,
+                           const int64_t scores[4], const char *const *names,
+                           const clattn_tensor *const *views, int count, cl_context context);
 /* Some mask tensor needs 64-bit indices (see clattn__narrow_index_limit). */
 bool clattn__mask_needs_wide_index(const clattn__mask_plan *plan);
 /* Appends the mask's -D options to the NUL-terminated `out`. */

@@ -123,19 +123,6 @@ typedef struct softmax_args {
     clattn__mask_plan mask;
 } softmax_args;
 
-static int check_lse(const softmax_args *a, cl_context context) {
-    int status = clattn__check_tensor("lse", a->lse, context, CLATTN__FLOAT_DTYPES, true);
-    const int64_t *s = a->x->shape;
-    if (status == CLATTN_SUCCESS && (a->lse->shape[0] != 1 || a->lse->shape[1] != s[0] ||
-                                     a->lse->shape[2] != s[1] || a->lse->shape[3] != s[2]))
-        status = clattn__fail(CLATTN_ERR_SHAPE_MISMATCH, "lse: shape must be {1,%lld,%lld,%lld}",
-                              (long long)s[0], (long long)s[1], (long long)s[2]);
-    if (status == CLATTN_SUCCESS) status = clattn__check_no_alias("lse", a->lse, "x", a->x);
-    if (status == CLATTN_SUCCESS) status = clattn__check_no_alias("lse", a->lse, "y", a->y);
-    if (status == CLATTN_SUCCESS) status = clattn__mask_check_output(&a->mask, "lse", a->lse);
-    return status;
-}
-
 static int check_softmax(softmax_args *a, const clattn_mask *mask, cl_context context) {
     int status = clattn__check_tensor("x", a->x, context, CLATTN__FLOAT_DTYPES, false);
     if (status == CLATTN_SUCCESS)
@@ -146,16 +133,17 @@ static int check_softmax(softmax_args *a, const clattn_mask *mask, cl_context co
     if (status == CLATTN_SUCCESS)
         status = clattn__mask_prepare(mask, a->x->shape, context, &a->mask);
     if (status == CLATTN_SUCCESS) status = clattn__mask_check_output(&a->mask, "y", a->y);
-    if (status == CLATTN_SUCCESS && a->lse) status = check_lse(a, context);
+    if (status == CLATTN_SUCCESS && a->lse) {
+        const char *names[2] = {"x", "y"};
+        const clattn_tensor *views[2] = {a->x, a->y};
+        status = clattn__mask_check_lse(&a->mask, a->lse, a->x->shape, names, views, 2, context);
+    }
     return status;
 }
 
 static bool softmax_needs_wide_index(const softmax_args *a) {
-    const uint64_t limit = clattn__narrow_index_limit;
-    return clattn__tensor_last_element(a->x) >= limit ||
-           clattn__tensor_last_element(a->y) >= limit ||
-           (a->lse && clattn__tensor_last_element(a->lse) >= limit) ||
-           clattn__mask_needs_wide_index(&a->mask);
+    const clattn_tensor *views[3] = {a->x, a->y, a->lse};
+    return clattn__needs_wide_index(views, 3) || clattn__mask_needs_wide_index(&a->mask);
 }
 
 static int set_softmax_args(cl_kernel kernel, const softmax_args *a, bool wide) {
@@ -230,10 +218,8 @@ static int check_backward(const backward_args *a, cl_context context) {
 
 static int enqueue_backward(const backward_args *a, const clattn__call *call) {
     softmax_params params = softmax_params_for(call->device);
-    const uint64_t limit = clattn__narrow_index_limit;
-    bool wide = clattn__tensor_last_element(a->y) >= limit ||
-                clattn__tensor_last_element(a->dy) >= limit ||
-                clattn__tensor_last_element(a->dz) >= limit;
+    const clattn_tensor *views[3] = {a->y, a->dy, a->dz};
+    bool wide = clattn__needs_wide_index(views, 3);
     char options[256];
     snprintf(options, sizeof options, "-cl-std=CL1.2 -DY_T=%s -DDY_T=%s -DDZ_T=%s -DIDX=%s",
              clattn_dtype_name(a->y->dtype), clattn_dtype_name(a->dy->dtype),
@@ -243,7 +229,6 @@ static int enqueue_backward(const backward_args *a, const clattn__call *call) {
     cl_kernel kernel = NULL;
     int status = build_kernel(call, options, &params, name, &kernel);
     cl_uint arg = 0;
-    const clattn_tensor *views[3] = {a->y, a->dy, a->dz};
     for (int v = 0; v < 3 && status == CLATTN_SUCCESS; ++v)
         status = clattn__set_view_args(kernel, &arg, views[v], 0, wide);
     if (status == CLATTN_SUCCESS) status = set_int_args(kernel, &arg, a->y->shape, 4);

@@ -243,6 +243,13 @@ int clattn__begin_call(clattn__call *call, cl_command_queue queue, cl_uint num_w
     return CLATTN_SUCCESS;
 }
 
+bool clattn__needs_wide_index(const clattn_tensor *const *views, size_t count) {
+    for (size_t i = 0; i < count; ++i)
+        if (views[i] && clattn__tensor_last_element(views[i]) >= clattn__narrow_index_limit)
+            return true;
+    return false;
+}
+
 size_t clattn__pow2_at_least(size_t n, size_t cap) {
     size_t p = 1;
     while (p < n && p < cap) p <<= 1;
