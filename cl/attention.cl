@@ -6,13 +6,19 @@
  *                     walks the keys the block can see in tiles of BN, with an online softmax
  *                     (one rescale per tile): every K and V row it loads serves BM queries.
  *                     A CPU (PoCL) runs it as straight vector code; it is correct anywhere.
+ *   attention_tiles   one work-group per block of get_local_size(0) queries of one (batch, query
+ *                     head), one query per work-item; the group loads TK keys and values at a
+ *                     time into local memory, coalesced, and every work-item reads them from
+ *                     there (one broadcast read per FMA). The GPU variant: the blocks variant
+ *                     runs far too few work-items to fill a GPU (an H100 ran it at 0.1% of its
+ *                     FMA peak).
  *
  * Query head h reads key/value head h / (Hq / Hkv): MHA, GQA and MQA are one code path.
  * A query with no visible key gets 0 (NaN with EMPTY_NAN) and log-sum-exp -inf; a NaN visible
  * score makes its row NaN.
  *
  * Build options: Q_T, K_T, V_T, O_T, LSE_T (f32|f16|bf16), HAS_LSE, HEAD_DIM, VALUE_DIM, VEC
- * (head-dim lanes), BM, BN, IDX, EMPTY_NAN, and the mask's.
+ * (head-dim lanes), BM, BN (blocks), TK (tiles), IDX, EMPTY_NAN, and the mask's.
  */
 #ifndef CLATTN_COMMON_CL
 #include "common.cl"
@@ -50,6 +56,9 @@
 #endif
 #ifndef BN
 #define BN 16
+#endif
+#ifndef TK
+#define TK 16
 #endif
 #ifndef EMPTY_NAN
 #define EMPTY_NAN 0
@@ -97,6 +106,33 @@ typedef floatV lane_t;
 typedef float lane_t;
 #define DOT_FINISH(v) (v)
 #endif
+
+/* Query row i's output (acc / l) and log-sum-exp from its online-softmax state. A row that saw
+ * no key gets 0 (NaN with EMPTY_NAN) and -inf; a NaN score makes it NaN. Scalar stores: one per
+ * output, any alignment. */
+#if HAS_LSE
+#define STORE_LSE(i, value)                                                                        \
+    CAT(store_, LSE_T)(lse, lse_off + (IDX)b * lse_s1 + (IDX)h * lse_s2 + (IDX)(i)*lse_s3, value)
+#else
+#define STORE_LSE(i, value) (void)0
+#endif
+#if VEC > 1
+#define STORE_LANES(i, c, value)                                                                   \
+    for (int e = 0; e < VEC; ++e)                                                                  \
+        CAT(store_, O_T)(o, AT(o, b, h, i, (c)*VEC + e), ((float *)&(value))[e]);
+#else
+#define STORE_LANES(i, c, value) CAT(store_, O_T)(o, AT(o, b, h, i, c), value);
+#endif
+#define STORE_QUERY_ROW(i, acc, m, l, nan_seen)                                                    \
+    do {                                                                                           \
+        const bool empty_ = (m) == -INFINITY && !(nan_seen);                                       \
+        const float inv_ = (nan_seen) ? NAN : 1.0f / (l);                                          \
+        for (int c = 0; c < LANES(VALUE_DIM); ++c) {                                               \
+            lane_t value_ = empty_ ? (lane_t)(EMPTY_NAN ? NAN : 0.0f) : (acc)[c] * inv_;           \
+            STORE_LANES(i, c, value_)                                                              \
+        }                                                                                          \
+        STORE_LSE(i, empty_ ? -INFINITY : (nan_seen) ? NAN : (m) + log(l));                        \
+    } while (0)
 
 __kernel void attention_blocks(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v),
                                __global CAT(storage_, O_T) * o, IDX o_off, IDX o_s0, IDX o_s1,
@@ -197,23 +233,84 @@ __kernel void attention_blocks(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TEN
         }
     }
 
-    for (int t = 0; t < BM && i0 + t < Sq; ++t) {
-        const int i = i0 + t;
-        const bool empty = m[t] == -INFINITY && !nan_seen[t];
-        const float inv = nan_seen[t] ? NAN : 1.0f / l[t];
-        for (int c = 0; c < LANES(VALUE_DIM); ++c) {
-            lane_t value = empty ? (lane_t)(EMPTY_NAN ? NAN : 0.0f) : acc[t][c] * inv;
-#if VEC > 1
-            for (int e = 0; e < VEC; ++e) /* scalar stores: one per output, any alignment */
-                CAT(store_, O_T)(o, AT(o, b, h, i, c * VEC + e), ((float *)&value)[e]);
-#else
-            CAT(store_, O_T)(o, AT(o, b, h, i, c), value);
-#endif
-        }
-#if HAS_LSE
-        float lse_value = empty ? -INFINITY : nan_seen[t] ? NAN : m[t] + log(l[t]);
-        CAT(store_, LSE_T)
-        (lse, lse_off + (IDX)b * lse_s1 + (IDX)h * lse_s2 + (IDX)i * lse_s3, lse_value);
-#endif
+    for (int t = 0; t < BM && i0 + t < Sq; ++t)
+        STORE_QUERY_ROW(i0 + t, acc[t], m[t], l[t], nan_seen[t]);
+}
+
+/* The first and the end of the keys any query of the work-group can see: a tile no query
+ * sees is never loaded. */
+inline int2 group_key_span(__local int *span, const mask_row *r, int Sk) {
+    if (get_local_id(0) == 0) span[0] = Sk, span[1] = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (r->lo < r->hi) {
+        atomic_min(&span[0], r->lo);
+        atomic_max(&span[1], r->hi);
     }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return (int2)(span[0], span[1]);
+}
+
+/* Rows j0 .. j0 + TK - 1 of a [Sk, n] matrix into local memory, as floats; rows at or past `hi`
+ * read as 0. Consecutive work-items read consecutive elements of a row. */
+#define LOAD_TILE(T, p, b, h, j0, hi, n, tile)                                                     \
+    for (int e = (int)get_local_id(0); e < TK * (n); e += (int)get_local_size(0)) {                \
+        const int j_ = (j0) + e / (n), d_ = e % (n);                                               \
+        ((__local float *)(tile))[e] = j_ < (hi) ? CAT(load_, T)(p, AT(p, b, h, j_, d_)) : 0.0f;   \
+    }
+
+__kernel void attention_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v),
+                              __global CAT(storage_, O_T) * o, IDX o_off, IDX o_s0, IDX o_s1,
+                              IDX o_s2, IDX o_s3, int B, int Hq, int Hkv, int Sq, int Sk LSE_PARAMS,
+                              MASK_PARAMS) {
+    __local lane_t kt[TK][LANES(HEAD_DIM)], vt[TK][LANES(VALUE_DIM)];
+    __local int span[2];
+    const int nq = (int)get_local_size(0), blocks = (Sq + nq - 1) / nq;
+    const int group = (int)get_group_id(0), bh = group / blocks;
+    const int h = bh % Hq, b = bh / Hq, hk = h / (Hq / Hkv);
+    const int i = (group % blocks) * nq + (int)get_local_id(0);
+    MASK_PACK(p);
+    mask_row r = mask_row_start(&p, b, h, min(i, Sq - 1), Sq, Sk);
+    if (i >= Sq) r.hi = r.lo; /* a work-item past Sq only helps load tiles */
+    const int2 keys = group_key_span(span, &r, Sk);
+
+    lane_t qv[LANES(HEAD_DIM)], acc[LANES(VALUE_DIM)];
+    LOAD_ROW(Q_T, q, AT(q, b, h, min(i, Sq - 1), 0), q_s3, HEAD_DIM, qv);
+    for (int c = 0; c < LANES(VALUE_DIM); ++c) acc[c] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    int nan_seen = 0;
+    for (int j0 = keys.x; j0 < keys.y; j0 += TK) {
+        barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with the last tile */
+        LOAD_TILE(K_T, k, b, hk, j0, keys.y, HEAD_DIM, kt);
+        LOAD_TILE(V_T, v, b, hk, j0, keys.y, VALUE_DIM, vt);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        float w[TK], tile_max = -INFINITY;
+        for (int jj = 0; jj < TK; ++jj) {
+            const int j = j0 + jj;
+            float x = -INFINITY;
+            if (j >= r.lo && j < r.hi) {
+                lane_t dot = 0.0f;
+                for (int c = 0; c < LANES(HEAD_DIM); ++c) dot = fma(qv[c], kt[jj][c], dot);
+                x = mask_score(&p, &r, j, DOT_FINISH(dot));
+            }
+            w[jj] = x;
+            tile_max = fmax(tile_max, x);
+            nan_seen |= isnan(x);
+        }
+        const float m_new = fmax(m, tile_max);
+        const float keep = m_new == -INFINITY ? 0.0f : exp(m - m_new);
+        float sum = 0.0f;
+        for (int jj = 0; jj < TK; ++jj) {
+            w[jj] = w[jj] == -INFINITY ? 0.0f : exp(w[jj] - m_new);
+            sum += w[jj];
+        }
+        l = l * keep + sum;
+        m = m_new;
+        for (int c = 0; c < LANES(VALUE_DIM); ++c) acc[c] *= keep;
+        /* a zero weight skips its V row: what an invisible row holds (NaN, Inf) never counts */
+        for (int jj = 0; jj < TK; ++jj)
+            if (w[jj] != 0.0f)
+                for (int c = 0; c < LANES(VALUE_DIM); ++c)
+                    acc[c] = fma((lane_t)w[jj], vt[jj][c], acc[c]);
+    }
+    if (i < Sq) STORE_QUERY_ROW(i, acc, m, l, nan_seen);
 }

@@ -11,11 +11,27 @@
 /* Head dims are compile-time sizes of the kernel's private arrays. */
 #define CLATTN_MAX_HEAD_DIM 256
 
-/* Queries per work-item and keys per tile. 4 x 16 keeps every K and V row serving four
- * queries while the private state (4 x (D + Dv) floats) stays small. */
-#define ATTENTION_BM    4
-#define ATTENTION_BN    16
-#define ATTENTION_GROUP 16
+int clattn__attention_variant_override = -1;
+
+/* The launch of the fused kernel for a device class; these rows move to the tuning table when it
+ * lands. The choice is by device type, never by vendor name:
+ *  - CPUs (PoCL): attention_blocks, BM = 4 queries per work-item against BN = 16-key tiles, head
+ *    dims in vectors of the preferred float width; 16 work-items per group.
+ *  - GPUs and the rest: attention_tiles, a query per work-item in groups of 64 sharing K/V tiles
+ *    of TK keys in local memory (TK as large as half the device's local memory allows, up to 32),
+ *    head dims in float4 when they divide by 4. */
+#define ATTENTION_BM          4
+#define ATTENTION_BN          16
+#define ATTENTION_BLOCKS_SIZE 16
+#define ATTENTION_TILES_SIZE  64
+#define ATTENTION_MAX_TK      32
+
+typedef struct attention_launch {
+    int variant; /* CLATTN__ATTENTION_BLOCKS or CLATTN__ATTENTION_TILES */
+    int lanes;   /* head-dim vector width */
+    int tk;      /* tiles: keys per local tile */
+    size_t group;
+} attention_launch;
 
 typedef struct attention_args {
     const clattn_tensor *q, *k, *v, *out, *lse;
@@ -86,41 +102,76 @@ static int set_attention_args(cl_kernel kernel, const attention_args *a, bool wi
     return status;
 }
 
-/* Head-dim vector lanes: the device's preferred float width, narrowed until it divides both head
- * dims (1: scalar code, for odd head dims). */
-static int head_lanes(cl_device_id device, int64_t d, int64_t dv) {
-    cl_uint width = 4;
-    clGetDeviceInfo(device, CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT, sizeof width, &width, NULL);
+/* Head-dim vector lanes: `width`, narrowed until it divides both head dims (1: scalar code, for
+ * odd head dims). */
+static int head_lanes(cl_uint width, int64_t d, int64_t dv) {
     int lanes = width >= 16 ? 16 : width >= 8 ? 8 : 4;
     while (lanes > 1 && (d % lanes || dv % lanes)) lanes /= 2;
     return lanes == 2 ? 1 : lanes;
 }
 
-static int enqueue_attention(const attention_args *a, const clattn__call *call) {
-    bool wide = attention_needs_wide_index(a);
-    int lanes = head_lanes(call->device, a->q->shape[3], a->v->shape[3]);
-    char options[1024];
-    snprintf(options, sizeof options,
+static attention_launch pick_launch(cl_device_id device, const attention_args *a) {
+    cl_device_type type = CL_DEVICE_TYPE_GPU;
+    cl_uint width = 4;
+    cl_ulong local_bytes = 32768;
+    clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+    clGetDeviceInfo(device, CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT, sizeof width, &width, NULL);
+    clGetDeviceInfo(device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_bytes, &local_bytes, NULL);
+    int64_t d = a->q->shape[3], dv = a->v->shape[3];
+    attention_launch l = {CLATTN__ATTENTION_TILES, head_lanes(4, d, dv), ATTENTION_MAX_TK,
+                          ATTENTION_TILES_SIZE};
+    if (type & CL_DEVICE_TYPE_CPU)
+        l = (attention_launch){CLATTN__ATTENTION_BLOCKS, head_lanes(width, d, dv), 0,
+                               ATTENTION_BLOCKS_SIZE};
+    if (clattn__attention_variant_override >= 0) l.variant = clattn__attention_variant_override;
+    if (l.variant == CLATTN__ATTENTION_TILES) {
+        l.lanes = head_lanes(4, d, dv);
+        l.tk = ATTENTION_MAX_TK;
+        while (l.tk > 1 && (uint64_t)l.tk * (uint64_t)(d + dv) * 4 > local_bytes / 2) l.tk /= 2;
+    }
+    return l;
+}
+
+static void attention_options(const attention_args *a, const attention_launch *l, bool wide,
+                              char *options, size_t size) {
+    snprintf(options, size,
              "-cl-std=CL1.2 -DQ_T=%s -DK_T=%s -DV_T=%s -DO_T=%s -DHAS_LSE=%d -DLSE_T=%s "
-             "-DHEAD_DIM=%lld -DVALUE_DIM=%lld -DVEC=%d -DBM=%d -DBN=%d -DIDX=%s -DEMPTY_NAN=%d",
+             "-DHEAD_DIM=%lld -DVALUE_DIM=%lld -DVEC=%d -DBM=%d -DBN=%d -DTK=%d -DIDX=%s "
+             "-DEMPTY_NAN=%d",
              clattn_dtype_name(a->q->dtype), clattn_dtype_name(a->k->dtype),
              clattn_dtype_name(a->v->dtype), clattn_dtype_name(a->out->dtype), a->lse != NULL,
              clattn_dtype_name(a->lse ? a->lse->dtype : CLATTN_F32), (long long)a->q->shape[3],
-             (long long)a->v->shape[3], lanes, ATTENTION_BM, ATTENTION_BN, wide ? "ulong" : "uint",
-             a->mask.empty_rows_nan);
-    clattn__mask_options(&a->mask, options, sizeof options);
+             (long long)a->v->shape[3], l->lanes, ATTENTION_BM, ATTENTION_BN, l->tk > 0 ? l->tk : 1,
+             wide ? "ulong" : "uint", a->mask.empty_rows_nan);
+    clattn__mask_options(&a->mask, options, size);
+}
+
+/* Work-items (rounded up to whole groups) the variant launches. The tiles variant's groups
+ * each take `group` queries of one (batch, head); the kernel reads its group size back. */
+static size_t attention_items(const attention_args *a, int variant, size_t group) {
+    size_t rows = (size_t)(a->q->shape[0] * a->q->shape[1]);
+    size_t per = variant == CLATTN__ATTENTION_TILES ? group : ATTENTION_BM;
+    size_t blocks = ((size_t)a->q->shape[2] + per - 1) / per;
+    return clattn__round_up(
+        variant == CLATTN__ATTENTION_TILES ? rows * blocks * group : rows * blocks, group);
+}
+
+static int enqueue_attention(const attention_args *a, const clattn__call *call) {
+    static const char *const kernels[] = {"attention_blocks", "attention_tiles"};
+    bool wide = attention_needs_wide_index(a);
+    attention_launch l = pick_launch(call->device, a);
+    char options[1024];
+    attention_options(a, &l, wide, options, sizeof options);
     cl_kernel kernel = NULL;
     int status = clattn__create_kernel(call->context, call->device, "attention.cl", options,
-                                       "attention_blocks", &kernel);
+                                       kernels[l.variant], &kernel);
     size_t max_group = 1;
     if (status == CLATTN_SUCCESS) status = set_attention_args(kernel, a, wide);
     if (status == CLATTN_SUCCESS)
         status = clattn__kernel_max_group(kernel, call->device, &max_group);
     if (status == CLATTN_SUCCESS) {
-        size_t blocks = (size_t)((a->q->shape[2] + ATTENTION_BM - 1) / ATTENTION_BM);
-        size_t items = (size_t)(a->q->shape[0] * a->q->shape[1]) * blocks;
-        size_t local = max_group < ATTENTION_GROUP ? max_group : ATTENTION_GROUP;
-        size_t global = clattn__round_up(items, local);
+        size_t local = max_group < l.group ? max_group : l.group;
+        size_t global = attention_items(a, l.variant, local);
         status = clattn__enqueue(call, kernel, 1, &global, &local);
     }
     if (kernel) clReleaseKernel(kernel);

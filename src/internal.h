@@ -99,6 +99,10 @@ bool clattn__needs_wide_index(const clattn_tensor *const *views, size_t count);
 enum { CLATTN__SOFTMAX_ROWS = 0, CLATTN__SOFTMAX_GROUP = 1 };
 extern int clattn__softmax_variant_override; /* -1: chosen by device type */
 
+/* Fused attention kernel variants (cl/attention.cl); tests force each one on any device. */
+enum { CLATTN__ATTENTION_BLOCKS = 0, CLATTN__ATTENTION_TILES = 1 };
+extern int clattn__attention_variant_override; /* -1: chosen by device type and shape */
+
 /* ---- small helpers ---- */
 
 /* Smallest power of two >= n (n >= 1), capped at `cap`. */

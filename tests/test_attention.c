@@ -1,6 +1,7 @@
 /* Tests of the fused attention (src/attention.c, cl/attention.cl) against the float64
  * reference: scores q.k in float64, the reference softmax with the design's mask, then p v. */
 #include "harness.h"
+#include "internal.h"
 #include "ref.h"
 
 #include <math.h>
@@ -151,7 +152,8 @@ static void free_data(at_data *d) {
 }
 
 /* Runs the op; returns out (dense f32 values) and lse through malloc'ed arrays. */
-static bool run(test_ctx *t, const at_spec *s, const at_data *d, float **out, float **lse) {
+static bool run_variant(test_ctx *t, const at_spec *s, const at_data *d, int variant, float **out,
+                        float **lse) {
     clattn_tensor q = upload_bhsd(t, d->q, s->B, s->Hq, s->Sq, s->D, s->dt, s->bshd);
     clattn_tensor k = upload_bhsd(t, d->k, s->B, s->Hkv, s->Sk, s->D, s->dt, s->bshd);
     clattn_tensor v = upload_bhsd(t, d->v, s->B, s->Hkv, s->Sk, s->Dv, s->dt, s->bshd);
@@ -161,9 +163,11 @@ static bool run(test_ctx *t, const at_spec *s, const at_data *d, float **out, fl
     clattn_tensor l =
         clattn_tensor_4d(test_buffer(t, n_lse * 4), CLATTN_F32, 1, s->B, s->Hq, s->Sq);
     bool ok = q.buffer && k.buffer && v.buffer && o.buffer && l.buffer;
+    clattn__attention_variant_override = variant;
     int status = ok ? clattn_attention(&q, &k, &v, s->scale, &d->mask, &o, s->lse ? &l : NULL,
                                        clattn_env_queue(t->env), 0, NULL, NULL)
                     : CLATTN_ERR_OUT_OF_HOST_MEMORY;
+    clattn__attention_variant_override = -1;
     void *raw = malloc(n_out * 4);
     *out = malloc(n_out * sizeof(float));
     *lse = malloc(n_lse * sizeof(float));
@@ -182,32 +186,46 @@ static bool run(test_ctx *t, const at_spec *s, const at_data *d, float **out, fl
     return ok;
 }
 
-static void check_case(test_ctx *t, const at_spec *s, const char *what) {
-    if (t->failed) return;
-    at_data d;
+/* Every kernel variant runs every case, whichever the device would pick. */
+static const int variants[] = {CLATTN__ATTENTION_BLOCKS, CLATTN__ATTENTION_TILES};
+static const char *const variant_names[] = {"blocks", "tiles"};
+#define VARIANTS (int)(sizeof variants / sizeof variants[0])
+
+static void check_variant(test_ctx *t, const at_spec *s, const at_data *d, int variant,
+                          const char *what_case) {
     float *out = NULL, *lse = NULL;
-    if (prepare(t, s, &d) && run(t, s, &d, &out, &lse)) {
+    char what[160];
+    snprintf(what, sizeof what, "%s [%s]", what_case, variant_names[variant]);
+    if (run_variant(t, s, d, variants[variant], &out, &lse)) {
         double rtol = s->dt == CLATTN_F32 ? 2e-5 : s->dt == CLATTN_F16 ? 2e-3 : 1.6e-2;
         size_t n = (size_t)(s->B * s->Hq * s->Sq * s->Dv);
         for (size_t i = 0; i < n; ++i)
-            if (!(fabs(out[i] - d.ref[i]) <= 1e-5 + rtol * fabs(d.ref[i]))) {
+            if (!(fabs(out[i] - d->ref[i]) <= 1e-5 + rtol * fabs(d->ref[i]))) {
                 test_fail_at(t, __FILE__, __LINE__, "%s: out[%zu] = %.9g, expected %.9g", what, i,
-                             out[i], d.ref[i]);
+                             out[i], d->ref[i]);
                 break;
             }
         for (size_t i = 0; s->lse && !t->failed && i < n / (size_t)s->Dv; ++i) {
-            bool same = isinf(d.ref_lse[i])
-                            ? lse[i] == d.ref_lse[i]
-                            : fabs(lse[i] - d.ref_lse[i]) <= 1e-4 * (1 + fabs(d.ref_lse[i]));
+            bool same = isinf(d->ref_lse[i])
+                            ? lse[i] == d->ref_lse[i]
+                            : fabs(lse[i] - d->ref_lse[i]) <= 1e-4 * (1 + fabs(d->ref_lse[i]));
             if (!same) {
                 test_fail_at(t, __FILE__, __LINE__, "%s: lse[%zu] = %.9g, expected %.9g", what, i,
-                             lse[i], d.ref_lse[i]);
+                             lse[i], d->ref_lse[i]);
                 break;
             }
         }
     }
     free(out);
     free(lse);
+}
+
+static void check_case(test_ctx *t, const at_spec *s, const char *what) {
+    if (t->failed) return;
+    at_data d;
+    if (prepare(t, s, &d))
+        for (int variant = 0; variant < VARIANTS && !t->failed; ++variant)
+            check_variant(t, s, &d, variant, what);
     free_data(&d);
 }
 
@@ -298,21 +316,22 @@ static void storage_and_layouts(test_ctx *t) {
  * `rows` query rows of every (b, h) bit for bit. */
 typedef void (*kv_change)(const at_spec *s, at_data *d);
 
-static void same_rows_after(test_ctx *t, const at_spec *s, kv_change change, int64_t rows,
-                            const char *what) {
+static void same_rows_after_variant(test_ctx *t, const at_spec *s, kv_change change, int64_t rows,
+                                    int variant, const char *what) {
     at_data d;
     float *before = NULL, *after = NULL, *lse = NULL;
-    if (prepare(t, s, &d) && run(t, s, &d, &before, &lse)) {
+    if (prepare(t, s, &d) && run_variant(t, s, &d, variants[variant], &before, &lse)) {
         free(lse);
         lse = NULL;
         change(s, &d);
-        if (run(t, s, &d, &after, &lse))
+        if (run_variant(t, s, &d, variants[variant], &after, &lse))
             for (int64_t bh = 0; bh < s->B * s->Hq && !t->failed; ++bh)
                 for (int64_t i = 0; i < rows; ++i) {
                     size_t at = (size_t)((bh * s->Sq + i) * s->Dv);
                     if (memcmp(before + at, after + at, sizeof(float) * (size_t)s->Dv) != 0) {
-                        test_fail_at(t, __FILE__, __LINE__, "%s: row %lld of head %lld changed",
-                                     what, (long long)i, (long long)bh);
+                        test_fail_at(t, __FILE__, __LINE__,
+                                     "%s [%s]: row %lld of head %lld changed", what,
+                                     variant_names[variant], (long long)i, (long long)bh);
                         break;
                     }
                 }
@@ -321,6 +340,12 @@ static void same_rows_after(test_ctx *t, const at_spec *s, kv_change change, int
     free(after);
     free(lse);
     free_data(&d);
+}
+
+static void same_rows_after(test_ctx *t, const at_spec *s, kv_change change, int64_t rows,
+                            const char *what) {
+    for (int variant = 0; variant < VARIANTS && !t->failed; ++variant)
+        same_rows_after_variant(t, s, change, rows, variant, what);
 }
 
 /* Keys and values from position 6 on get new values. */

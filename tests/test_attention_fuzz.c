@@ -7,6 +7,7 @@
  * seed (1), CLATTN_FUZZ_INF puts rare +-inf/NaN in the bias, CLATTN_FUZZ_WIDE forces 64-bit
  * indices, CLATTN_FUZZ_V prints every case. */
 #include "harness.h"
+#include "internal.h"
 #include "ref.h"
 #include <math.h>
 #include <stdio.h>
@@ -71,6 +72,8 @@ static int one_case(test_ctx *t, uint64_t seed, int verbose) {
     int64_t B = 1 + (int64_t)R(g, 3), Hkv = 1 + (int64_t)R(g, 3), grp = 1 + (int64_t)R(g, 3);
     int64_t Hq = Hkv * grp;
     int64_t Sq = 1 + (int64_t)R(g, R(g, 2) ? 40 : 9), Sk = 1 + (int64_t)R(g, R(g, 2) ? 70 : 20);
+    if (R(g, 8) == 0) Sq = 60 + (int64_t)R(g, 90); /* past one 64-query group of the tiles kernel */
+    const int variant = (int)R(g, 2);              /* CLATTN__ATTENTION_BLOCKS or _TILES */
     int64_t D = dims[R(g, sizeof dims / sizeof dims[0])];
     int64_t Dv = R(g, 2) ? D : dims[R(g, sizeof dims / sizeof dims[0])];
     if (R(g, 3) == 0) {
@@ -249,14 +252,16 @@ static int one_case(test_ctx *t, uint64_t seed, int verbose) {
                 }
     double sc = scale != 0.0f ? scale : 1.0 / sqrt((double)D);
     ref_softmax(x, B, Hq, Sq, Sk, sc, &rm, p, rl, NULL);
+    clattn__attention_variant_override = variant;
     int status = clattn_attention(&q.t, &k.t, &v.t, scale, use_mask ? &mask : NULL, &o.t,
                                   want_lse ? &l.t : NULL, clattn_env_queue(t->env), 0, NULL, NULL);
+    clattn__attention_variant_override = -1;
     int bad = 0;
     char desc[512];
     snprintf(desc, sizeof desc,
              "seed %llu: B%lld Hq%lld Hkv%lld Sq%lld Sk%lld D%lld Dv%lld q%s k%s v%s o%s lse%s(%d) "
              "fancy%d scale%g mask%d c%d br%d w%d(%lld,%lld) gs%lld sc%g en%d kl%d ql%d keep%d "
-             "bias%d(%s) alibi%d poison%d",
+             "bias%d(%s) alibi%d poison%d variant%d",
              (unsigned long long)seed, (long long)B, (long long)Hq, (long long)Hkv, (long long)Sq,
              (long long)Sk, (long long)D, (long long)Dv, clattn_dtype_name(qd),
              clattn_dtype_name(kd), clattn_dtype_name(vd), clattn_dtype_name(od),
@@ -265,7 +270,7 @@ static int one_case(test_ctx *t, uint64_t seed, int verbose) {
              (long long)mask.global_stride, mask.softcap, mask.empty_rows_nan,
              mask.key_lengths != NULL, mask.query_lengths != NULL, mask.keep != NULL,
              mask.bias != NULL, mask.bias ? clattn_dtype_name(bias.t.dtype) : "-",
-             mask.alibi_slopes != NULL, poison);
+             mask.alibi_slopes != NULL, poison, variant);
     if (verbose) printf("%s\n", desc);
     if (status != CLATTN_SUCCESS) {
         test_fail_at(t, __FILE__, __LINE__, "%s: status %s: %s", desc, clattn_status_name(status),
