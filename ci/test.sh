@@ -8,6 +8,8 @@
 #   oclgrind       the Oclgrind simulator (out-of-bounds, races, uninitialized values, API
 #                  misuse) on small shapes; it exits 0 even when it reports errors, so its log
 #                  is read for them
+#   oclgrind-composed  attention's composed (CLBlast) path under Oclgrind, without the
+#                  uninitialized-value checker
 #   device         only when CLATTN_DEVICE is set: the suite on that device (a GPU, say)
 #   python         the Python binding against PyTorch (tests/python), on PoCL pthread
 set -uo pipefail
@@ -69,20 +71,39 @@ POCL_DEVICES=pthread CLATTN_DEVICE=pthread CLATTN_LIBRARY="$root/$build/libclatt
 grep -E '^(FAIL|skip)' "$log" | sed 's/^/[python] /'
 count python "$log"
 
+# Oclgrind reports problems in its log and still exits 0: its log is read for them.
+oclgrind_reports() {
+  local lane=$1 log=$2 pattern reports
+  pattern='Invalid (read|write)|data race|Uninitialized value|Controlflow depends on uninitialized|runtime error detected|Work-group divergence|out-of-bounds'
+  reports=$(grep -cE "$pattern" "$log")
+  if [ "$reports" -gt 0 ]; then
+    echo "[$lane] $reports error reports in $log:"
+    grep -E -A6 "$pattern" "$log" | head -40
+    failed=$((failed + 1))
+  fi
+}
+
+# Oclgrind runs the suite twice. With --uninitialized it leaves out attention's composed path:
+# that checker misreads the vector code of CLBlast's GEMM kernels (Oclgrind issue #126), and
+# the results downstream of them. The second run takes only the composed path, without it.
 echo "== lane oclgrind"
 log="$root/$build/test-logs/oclgrind.log"
 # -cl-opt-disable: Oclgrind's uninitialized-value checker cannot read optimized code (freeze).
 CLATTN_DEVICE=oclgrind CLATTN_TEST_SMALL=1 CLATTN_BUILD_OPTIONS=-cl-opt-disable \
+  CLATTN_TEST_COMPOSED=skip \
   timeout 1200 oclgrind --data-races --check-api --uninitialized \
   "$root/$build/tests/clattn-tests" >"$log" 2>&1
 grep -E '^(FAIL|skip|device)' "$log" | sed 's/^/[oclgrind] /'
 count oclgrind "$log"
-# Oclgrind reports problems in its log and still exits 0.
-reports=$(grep -cE 'Invalid (read|write)|data race|Uninitialized value|runtime error detected|Work-group divergence|out-of-bounds' "$log")
-if [ "$reports" -gt 0 ]; then
-  echo "[oclgrind] $reports error reports in $log:"
-  grep -E -A6 'Invalid (read|write)|data race|Uninitialized value|runtime error detected|Work-group divergence|out-of-bounds' "$log" | head -40
-  failed=$((failed + 1))
-fi
+oclgrind_reports oclgrind "$log"
+
+echo "== lane oclgrind-composed"
+log="$root/$build/test-logs/oclgrind-composed.log"
+CLATTN_DEVICE=oclgrind CLATTN_TEST_SMALL=1 CLATTN_TEST_COMPOSED=only \
+  timeout 1200 oclgrind --data-races --check-api \
+  "$root/$build/tests/clattn-tests" attention >"$log" 2>&1
+grep -E '^(FAIL|skip|device)' "$log" | sed 's/^/[oclgrind-composed] /'
+count oclgrind-composed "$log"
+oclgrind_reports oclgrind-composed "$log"
 
 finish

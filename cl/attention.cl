@@ -12,13 +12,17 @@
  *                     there (one broadcast read per FMA). The GPU variant: the blocks variant
  *                     runs far too few work-items to fill a GPU (an H100 ran it at 0.1% of its
  *                     FMA peak).
+ *   attention_merge   with SPLITS > 1 (decoding: few queries, long keys), either kernel above
+ *                     takes one of SPLITS chunks of the keys per work-item or group and writes a
+ *                     partial (max, sum, acc) to scratch; this kernel merges the partials by
+ *                     their log-sum-exp.
  *
  * Query head h reads key/value head h / (Hq / Hkv): MHA, GQA and MQA are one code path.
  * A query with no visible key gets 0 (NaN with EMPTY_NAN) and log-sum-exp -inf; a NaN visible
  * score makes its row NaN.
  *
  * Build options: Q_T, K_T, V_T, O_T, LSE_T (f32|f16|bf16), HAS_LSE, HEAD_DIM, VALUE_DIM, VEC
- * (head-dim lanes), BM, BN (blocks), TK (tiles), IDX, EMPTY_NAN, and the mask's.
+ * (head-dim lanes), BM, BN (blocks), TK (tiles), SPLITS, IDX, EMPTY_NAN, and the mask's.
  */
 #ifndef CLATTN_COMMON_CL
 #include "common.cl"
@@ -60,6 +64,11 @@
 #ifndef TK
 #define TK 16
 #endif
+/* Splits of the key axis (1: none): each work-item (blocks) or group (tiles) takes one chunk of
+ * `chunk` keys and writes a partial result, and attention_merge combines them. */
+#ifndef SPLITS
+#define SPLITS 1
+#endif
 #ifndef EMPTY_NAN
 #define EMPTY_NAN 0
 #endif
@@ -77,6 +86,15 @@
     , __global CAT(storage_, LSE_T) * lse, IDX lse_off, IDX lse_s1, IDX lse_s2, IDX lse_s3
 #else
 #define LSE_PARAMS
+#endif
+
+#if SPLITS > 1
+#define PART_PARAMS , __global float *part, int chunk
+/* Keys outside the work-item's split are hidden. */
+#define CLIP_TO_SPLIT(r, split) mask_row_clip(&(r), (split)*chunk, (split)*chunk + chunk)
+#else
+#define PART_PARAMS
+#define CLIP_TO_SPLIT(r, split) (void)0
 #endif
 
 /* The element at [b, h, i, d] of a tensor passed with TENSOR_PARAMS. */
@@ -134,14 +152,35 @@ typedef float lane_t;
         STORE_LSE(i, empty_ ? -INFINITY : (nan_seen) ? NAN : (m) + log(l));                        \
     } while (0)
 
+/* A split's partial result for query row i of head bh: its running max m (NaN when a score was
+ * NaN), its sum l, and its unnormalized acc, VALUE_DIM + 2 floats. */
+#if VEC > 1
+#define STORE_PART_LANES(at, c, value) CAT(vstore, VEC)(value, c, at)
+#else
+#define STORE_PART_LANES(at, c, value) (at)[c] = (value)
+#endif
+#define STORE_PARTIAL(i, acc, m, l, nan_seen)                                                      \
+    do {                                                                                           \
+        __global float *at_ = part + ((IDX)(bh * Sq + (i)) * SPLITS + split) * (VALUE_DIM + 2);    \
+        at_[0] = (nan_seen) ? NAN : (m);                                                           \
+        at_[1] = (l);                                                                              \
+        for (int c = 0; c < LANES(VALUE_DIM); ++c) STORE_PART_LANES(at_ + 2, c, (acc)[c]);         \
+    } while (0)
+#if SPLITS > 1
+#define STORE_RESULT STORE_PARTIAL
+#else
+#define STORE_RESULT STORE_QUERY_ROW
+#endif
+
 __kernel void attention_blocks(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v),
                                __global CAT(storage_, O_T) * o, IDX o_off, IDX o_s0, IDX o_s1,
                                IDX o_s2, IDX o_s3, int B, int Hq, int Hkv, int Sq,
-                               int Sk LSE_PARAMS, MASK_PARAMS) {
+                               int Sk LSE_PARAMS PART_PARAMS, MASK_PARAMS) {
     const int blocks = (Sq + BM - 1) / BM;
     const int item = (int)get_global_id(0);
-    if (item >= B * Hq * blocks) return;
-    const int i0 = (item % blocks) * BM, bh = item / blocks, h = bh % Hq, b = bh / Hq;
+    if (item >= B * Hq * blocks * SPLITS) return;
+    const int split = item % SPLITS, unit = item / SPLITS;
+    const int i0 = (unit % blocks) * BM, bh = unit / blocks, h = bh % Hq, b = bh / Hq;
     const int hk = h / (Hq / Hkv);
     MASK_PACK(p);
 
@@ -154,6 +193,7 @@ __kernel void attention_blocks(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TEN
     for (int t = 0; t < BM; ++t) {
         const int i = min(i0 + t, Sq - 1); /* rows past Sq repeat the last one, unwritten */
         r[t] = mask_row_start(&p, b, h, i, Sq, Sk);
+        CLIP_TO_SPLIT(r[t], split);
         if (i0 + t >= Sq) r[t].hi = r[t].lo; /* and see nothing */
         lo = min(lo, r[t].lo);
         hi = max(hi, r[t].hi);
@@ -234,7 +274,7 @@ __kernel void attention_blocks(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TEN
     }
 
     for (int t = 0; t < BM && i0 + t < Sq; ++t)
-        STORE_QUERY_ROW(i0 + t, acc[t], m[t], l[t], nan_seen[t]);
+        STORE_RESULT(i0 + t, acc[t], m[t], l[t], nan_seen[t]);
 }
 
 /* The first and the end of the keys any query of the work-group can see: a tile no query
@@ -260,16 +300,17 @@ inline int2 group_key_span(__local int *span, const mask_row *r, int Sk) {
 
 __kernel void attention_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v),
                               __global CAT(storage_, O_T) * o, IDX o_off, IDX o_s0, IDX o_s1,
-                              IDX o_s2, IDX o_s3, int B, int Hq, int Hkv, int Sq, int Sk LSE_PARAMS,
-                              MASK_PARAMS) {
+                              IDX o_s2, IDX o_s3, int B, int Hq, int Hkv, int Sq,
+                              int Sk LSE_PARAMS PART_PARAMS, MASK_PARAMS) {
     __local lane_t kt[TK][LANES(HEAD_DIM)], vt[TK][LANES(VALUE_DIM)];
     __local int span[2];
     const int nq = (int)get_local_size(0), blocks = (Sq + nq - 1) / nq;
-    const int group = (int)get_group_id(0), bh = group / blocks;
-    const int h = bh % Hq, b = bh / Hq, hk = h / (Hq / Hkv);
-    const int i = (group % blocks) * nq + (int)get_local_id(0);
+    const int group = (int)get_group_id(0), split = group % SPLITS, unit = group / SPLITS;
+    const int bh = unit / blocks, h = bh % Hq, b = bh / Hq, hk = h / (Hq / Hkv);
+    const int i = (unit % blocks) * nq + (int)get_local_id(0);
     MASK_PACK(p);
     mask_row r = mask_row_start(&p, b, h, min(i, Sq - 1), Sq, Sk);
+    CLIP_TO_SPLIT(r, split);
     if (i >= Sq) r.hi = r.lo; /* a work-item past Sq only helps load tiles */
     const int2 keys = group_key_span(span, &r, Sk);
 
@@ -312,5 +353,38 @@ __kernel void attention_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENS
                 for (int c = 0; c < LANES(VALUE_DIM); ++c)
                     acc[c] = fma((lane_t)w[jj], vt[jj][c], acc[c]);
     }
-    if (i < Sq) STORE_QUERY_ROW(i, acc, m, l, nan_seen);
+    if (i < Sq) STORE_RESULT(i, acc, m, l, nan_seen);
 }
+
+#if SPLITS > 1
+/* out[b, h, i, e] (and lse once per row) from the SPLITS partial results of row (b, h, i): each
+ * split's share is rescaled by exp(m_s - max m). A work-item per output element. */
+__kernel void attention_merge(__global const float *part, __global CAT(storage_, O_T) * o,
+                              IDX o_off, IDX o_s0, IDX o_s1, IDX o_s2, IDX o_s3, int B, int Hq,
+                              int Sq LSE_PARAMS) {
+    const size_t item = get_global_id(0);
+    if (item >= (size_t)B * Hq * Sq * VALUE_DIM) return;
+    const int e = (int)(item % VALUE_DIM), row = (int)(item / VALUE_DIM);
+    const int i = row % Sq, bh = row / Sq, h = bh % Hq, b = bh / Hq;
+    __global const float *at = part + (IDX)row * SPLITS * (VALUE_DIM + 2);
+    float m = -INFINITY;
+    int nan_seen = 0;
+    for (int s = 0; s < SPLITS; ++s) {
+        const float ms = at[s * (VALUE_DIM + 2)];
+        nan_seen |= isnan(ms);
+        m = fmax(m, ms);
+    }
+    float l = 0.0f, acc = 0.0f;
+    for (int s = 0; s < SPLITS && m != -INFINITY; ++s) {
+        __global const float *split = at + s * (VALUE_DIM + 2);
+        if (split[0] == -INFINITY) continue;
+        const float w = exp(split[0] - m);
+        l = fma(w, split[1], l);
+        acc = fma(w, split[2 + e], acc);
+    }
+    const bool empty = m == -INFINITY && !nan_seen;
+    const float value = empty ? (EMPTY_NAN ? NAN : 0.0f) : nan_seen ? NAN : acc / l;
+    CAT(store_, O_T)(o, AT(o, b, h, i, e), value);
+    if (e == 0) STORE_LSE(i, empty ? -INFINITY : nan_seen ? NAN : m + log(l));
+}
+#endif

@@ -161,7 +161,8 @@ typedef struct mask_params {
 /* One query row's view of the mask. */
 typedef struct mask_row {
     int pos;        /* i + off: the query's position on the key axis */
-    int end;        /* keys [0, end) pass the lengths and causality */
+    int start;      /* keys before start are hidden (0, or a key split's first key) */
+    int end;        /* keys [start, end) pass the lengths and causality */
     int wlo, whi;   /* the window [wlo, whi], clamped to the row */
     int lo, hi;     /* no key outside [lo, hi) can be visible */
     int row_global; /* every key in [0, end) is in the window (a global query) */
@@ -184,6 +185,7 @@ inline mask_row mask_row_start(const mask_params *p, int b, int h, int i, int Sq
     qlen_b = clamp(p->qlen[p->qlen_off + (IDX)b * p->qlen_s], 0, Sq);
 #endif
     r.pos = p->align_bottom ? i + klen_b - qlen_b : i;
+    r.start = 0;
     r.end = klen_b;
     if (p->causal) r.end = clamp(r.pos + 1, 0, r.end);
     if (i >= qlen_b) r.end = 0;
@@ -210,6 +212,14 @@ inline mask_row mask_row_start(const mask_params *p, int b, int h, int i, int Sq
     return r;
 }
 
+/* Hides every key outside [first, last): a work-item that takes one split of the keys. */
+inline void mask_row_clip(mask_row *r, int first, int last) {
+    r->start = max(r->start, first);
+    r->end = min(r->end, last);
+    r->lo = max(r->lo, first);
+    r->hi = max(r->lo, min(r->hi, last));
+}
+
 /* The score of key j (lo <= j < hi) given its raw value x: the masked logit, or -INFINITY. */
 inline float mask_score(const mask_params *p, const mask_row *r, int j, float x) {
     float s = p->scale * x;
@@ -222,7 +232,7 @@ inline float mask_score(const mask_params *p, const mask_row *r, int j, float x)
 #if HAS_ALIBI
     s -= r->slope * fabs((float)(r->pos - j));
 #endif
-    int visible = j < r->end && j >= 0;
+    int visible = j < r->end && j >= r->start;
     int in_window = j >= r->wlo && j <= r->whi;
 #if HAS_GLOBAL
     in_window = in_window || j % p->global_stride == 0;
@@ -290,7 +300,7 @@ inline floatV mask_score_vec(const mask_params *p, const mask_row *r, int j, flo
 #if HAS_ALIBI
     s -= r->slope * fabs(CAT(convert_float, VEC)((intV)r->pos - jv));
 #endif
-    intV visible = jv < (intV)r->end;
+    intV visible = jv < (intV)r->end & jv >= (intV)r->start;
     intV in_window = jv >= (intV)r->wlo & jv <= (intV)r->whi;
 #if HAS_GLOBAL
     in_window |= jv % (intV)p->global_stride == (intV)0;

@@ -62,7 +62,8 @@ extern "C" {
     X(CLATTN_ERR_KERNEL_SOURCE, -3011, "a kernel source file could not be read")                   \
     X(CLATTN_ERR_BUILD_FAILED, -3012, "the OpenCL program failed to build (see the build log)")    \
     X(CLATTN_ERR_DEVICE_LIMIT, -3013, "the call exceeds a limit of the device")                    \
-    X(CLATTN_ERR_OUT_OF_HOST_MEMORY, -3014, "host memory allocation failed")
+    X(CLATTN_ERR_OUT_OF_HOST_MEMORY, -3014, "host memory allocation failed")                       \
+    X(CLATTN_ERR_BLAS, -3015, "CLBlast returned an error (its code is in clattn_last_error())")
 
 typedef enum clattn_status {
 #define CLATTN_STATUS_ENUM(name, value, message) name = value,
@@ -185,7 +186,9 @@ CLATTN_API int clattn_env_download(clattn_env *env, const clattn_tensor *t, void
  * options). Cached programs keep their context alive; release them with clattn_cache_clear.
  * ------------------------------------------------------------------------------------------- */
 
-/* Drops every cached program of `context` (NULL: of every context). */
+/* Drops every cached program of `context`. NULL drops every context's, and clears CLBlast's
+ * program cache too (through which the composed attention path keeps contexts alive); call it
+ * before exit under Oclgrind, whose teardown crashes on CLBlast's cache otherwise. */
 CLATTN_API void clattn_cache_clear(cl_context context);
 /* Number of programs in the cache, and how many builds and hits it has served since start (for
  * tests and diagnostics). Any pointer may be NULL. */
@@ -339,8 +342,59 @@ CLATTN_API int clattn_softmax_backward(const clattn_tensor *y, const clattn_tens
 CLATTN_API int clattn_attention(const clattn_tensor *q, const clattn_tensor *k,
                                 const clattn_tensor *v, float scale, const clattn_mask *mask,
                                 const clattn_tensor *out, const clattn_tensor *lse,
-                                cl_command_queue queue, cl_uint num_wait,
-                                const cl_event *wait_list, cl_event *event);
+                                cl_command_queue queue, cl_uint num_wait, const cl_event *wait_list,
+                                cl_event *event);
+
+/* Which computation clattn_attention_ex runs.
+ *   CLATTN_PATH_AUTO      the fused kernel, unless the call asks for the attention weights
+ *                         (only the composed path has them)
+ *   CLATTN_PATH_FUSED     the fused kernel: O(Sq + Sk) memory, masked tiles skipped; for Sq <= 8
+ *                         against long Sk it splits the keys across work-groups and merges the
+ *                         partial results by their log-sum-exp (token-by-token decoding)
+ *   CLATTN_PATH_COMPOSED  CLBlast's strided-batched SGEMM for q k^T (heads as the batch),
+ *                         clattn_softmax in place, SGEMM for p v: B*Hq*Sq*Sk floats of scratch
+ *                         and the full quadratic work, masked or not. f16/bf16 inputs and
+ *                         non-row-major views are first converted into f32 scratch. */
+typedef enum clattn_attention_path {
+    CLATTN_PATH_AUTO = 0,
+    CLATTN_PATH_FUSED = 1,
+    CLATTN_PATH_COMPOSED = 2,
+} clattn_attention_path;
+
+/* Options of clattn_attention_ex; all-zero means clattn_attention's behaviour. */
+typedef struct clattn_attention_options {
+    clattn_attention_path path;
+    /* optional [B,Hq,Sq,Sk] output, any float dtype and strides: the attention probabilities
+     * (0 where masked), which users plot as heat maps. Needs the composed path. */
+    const clattn_tensor *weights;
+    /* optional scratch of at least clattn_attention_workspace_size bytes, in the queue's
+     * context; NULL: the call allocates what it needs and releases it when the work is done.
+     * Calls that share a workspace must not run concurrently. */
+    cl_mem workspace;
+} clattn_attention_options;
+
+/* clattn_attention with a choice of path, the attention weights and caller-owned scratch.
+ * Statuses: those of clattn_attention, plus CLATTN_ERR_INVALID_ARGUMENT for weights with
+ * CLATTN_PATH_FUSED or an unknown path, CLATTN_ERR_BUFFER_TOO_SMALL for a workspace below the
+ * size it needs, CLATTN_ERR_BLAS for a CLBlast failure. */
+CLATTN_API int clattn_attention_ex(const clattn_tensor *q, const clattn_tensor *k,
+                                   const clattn_tensor *v, float scale, const clattn_mask *mask,
+                                   const clattn_tensor *out, const clattn_tensor *lse,
+                                   const clattn_attention_options *options, cl_command_queue queue,
+                                   cl_uint num_wait, const cl_event *wait_list, cl_event *event);
+
+/* The bytes of scratch the same clattn_attention_ex call would need (0: none), after the same
+ * validation; `queue` names the device (the need can depend on it). */
+CLATTN_API int clattn_attention_workspace_size(const clattn_tensor *q, const clattn_tensor *k,
+                                               const clattn_tensor *v, const clattn_mask *mask,
+                                               const clattn_tensor *out, const clattn_tensor *lse,
+                                               const clattn_attention_options *options,
+                                               cl_command_queue queue, size_t *bytes);
+
+/* The largest scratch buffer the library allocated for itself (a call without a workspace)
+ * since the last reset; `reset` starts a new count after reading. For memory budgets and the
+ * benchmark's "peak scratch" column. */
+CLATTN_API size_t clattn_scratch_peak_bytes(int reset);
 
 #ifdef __cplusplus
 }

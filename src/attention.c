@@ -2,7 +2,8 @@
  * Fused scaled-dot-product attention (cl/attention.cl). This file validates, picks the launch
  * for the device, and enqueues.
  */
-#include "mask.h"
+#include "attention.h"
+#include "blas.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -25,19 +26,23 @@ int clattn__attention_variant_override = -1;
 #define ATTENTION_BLOCKS_SIZE 16
 #define ATTENTION_TILES_SIZE  64
 #define ATTENTION_MAX_TK      32
+/* Key splits (decoding): a launch with fewer groups than SPLIT_TARGET per compute unit splits
+ * the keys into chunks of at least SPLIT_MIN_CHUNK, at most SPLIT_MAX ways. */
+#define ATTENTION_SPLIT_TARGET    8
+#define ATTENTION_SPLIT_MIN_CHUNK 128
+#define ATTENTION_SPLIT_MAX       128
+
+int clattn__attention_splits_override = -1;
 
 typedef struct attention_launch {
     int variant; /* CLATTN__ATTENTION_BLOCKS or CLATTN__ATTENTION_TILES */
     int lanes;   /* head-dim vector width */
     int tk;      /* tiles: keys per local tile */
     size_t group;
+    int splits, chunk; /* the key axis in `splits` chunks of `chunk` keys (1: unsplit) */
 } attention_launch;
 
-typedef struct attention_args {
-    const clattn_tensor *q, *k, *v, *out, *lse;
-    float scale;
-    clattn__mask_plan mask;
-} attention_args;
+typedef clattn__attention_args attention_args;
 
 static int check_dims(const attention_args *a) {
     const int64_t *q = a->q->shape, *k = a->k->shape, *v = a->v->shape, *o = a->out->shape;
@@ -63,6 +68,24 @@ static int check_dims(const attention_args *a) {
     return CLATTN_SUCCESS;
 }
 
+/* The optional [B,Hq,Sq,Sk] weights output: its own view, apart from every other tensor. */
+static int check_weights(const attention_args *a, const int64_t scores[4], cl_context context) {
+    const clattn_tensor *w = a->weights;
+    int status = clattn__check_tensor("weights", w, context, CLATTN__FLOAT_DTYPES, true);
+    for (int i = 0; i < 4 && status == CLATTN_SUCCESS; ++i)
+        if (w->shape[i] != scores[i])
+            status = clattn__fail(CLATTN_ERR_SHAPE_MISMATCH,
+                                  "weights must be [B,Hq,Sq,Sk] = [%lld,%lld,%lld,%lld]",
+                                  (long long)scores[0], (long long)scores[1], (long long)scores[2],
+                                  (long long)scores[3]);
+    const char *names[5] = {"q", "k", "v", "out", "lse"};
+    const clattn_tensor *views[5] = {a->q, a->k, a->v, a->out, a->lse};
+    for (int i = 0; i < 5 && status == CLATTN_SUCCESS; ++i)
+        if (views[i]) status = clattn__check_no_alias("weights", w, names[i], views[i]);
+    if (status == CLATTN_SUCCESS) status = clattn__mask_check_output(&a->mask, "weights", w);
+    return status;
+}
+
 static int check_attention(attention_args *a, const clattn_mask *mask, cl_context context) {
     const char *names[4] = {"q", "k", "v", "out"};
     const clattn_tensor *views[4] = {a->q, a->k, a->v, a->out};
@@ -77,6 +100,7 @@ static int check_attention(attention_args *a, const clattn_mask *mask, cl_contex
     if (status == CLATTN_SUCCESS) status = clattn__mask_check_output(&a->mask, "out", a->out);
     if (status == CLATTN_SUCCESS && a->lse)
         status = clattn__mask_check_lse(&a->mask, a->lse, scores, names, views, 4, context);
+    if (status == CLATTN_SUCCESS && a->weights) status = check_weights(a, scores, context);
     return status;
 }
 
@@ -85,7 +109,8 @@ static bool attention_needs_wide_index(const attention_args *a) {
     return clattn__needs_wide_index(views, 5) || clattn__mask_needs_wide_index(&a->mask);
 }
 
-static int set_attention_args(cl_kernel kernel, const attention_args *a, bool wide) {
+static int set_attention_args(cl_kernel kernel, const attention_args *a, bool wide,
+                              const attention_launch *l, cl_mem part) {
     cl_uint arg = 0;
     const clattn_tensor *views[4] = {a->q, a->k, a->v, a->out};
     int status = CLATTN_SUCCESS;
@@ -97,6 +122,10 @@ static int set_attention_args(cl_kernel kernel, const attention_args *a, bool wi
         status = clattn__set_arg(kernel, arg++, sizeof dims[i], &dims[i]);
     if (status == CLATTN_SUCCESS && a->lse)
         status = clattn__set_view_args(kernel, &arg, a->lse, 1, wide);
+    if (status == CLATTN_SUCCESS && l->splits > 1)
+        status = clattn__set_arg(kernel, arg++, sizeof part, &part);
+    if (status == CLATTN_SUCCESS && l->splits > 1)
+        status = clattn__set_arg(kernel, arg++, sizeof l->chunk, &l->chunk);
     if (status == CLATTN_SUCCESS)
         status = clattn__mask_set_args(kernel, &arg, &a->mask, a->scale, wide);
     return status;
@@ -110,6 +139,35 @@ static int head_lanes(cl_uint width, int64_t d, int64_t dv) {
     return lanes == 2 ? 1 : lanes;
 }
 
+/* Splits the keys when the launch has too few groups to fill the device (a few queries against
+ * a long KV cache): chunks of at least SPLIT_MIN_CHUNK keys, whole 32-key tiles. */
+static void pick_splits(attention_launch *l, cl_device_id device, const attention_args *a) {
+    cl_uint units = 1;
+    clGetDeviceInfo(device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL);
+    const int64_t Sk = a->k->shape[2], per = l->variant == CLATTN__ATTENTION_TILES
+                                                 ? (int64_t)l->group
+                                                 : ATTENTION_BM * (int64_t)l->group;
+    const int64_t groups = a->q->shape[0] * a->q->shape[1] * ((a->q->shape[2] + per - 1) / per);
+    const int64_t want = ((int64_t)units * ATTENTION_SPLIT_TARGET + groups - 1) / groups;
+    int64_t splits = want < Sk / ATTENTION_SPLIT_MIN_CHUNK ? want : Sk / ATTENTION_SPLIT_MIN_CHUNK;
+    if (splits > ATTENTION_SPLIT_MAX) splits = ATTENTION_SPLIT_MAX;
+    if (clattn__attention_splits_override > 0)
+        splits = clattn__attention_splits_override < Sk ? clattn__attention_splits_override : Sk;
+    l->splits = 1, l->chunk = (int)Sk;
+    if (splits < 2) return;
+    int64_t chunk = (Sk + splits - 1) / splits;
+    if (clattn__attention_splits_override <= 0) chunk = (chunk + 31) / 32 * 32;
+    l->chunk = (int)chunk;
+    l->splits = (int)((Sk + chunk - 1) / chunk);
+}
+
+/* Floats of scratch the split launch's partial results take (0: unsplit). */
+static size_t partial_floats(const attention_args *a, const attention_launch *l) {
+    if (l->splits <= 1) return 0;
+    return (size_t)(a->q->shape[0] * a->q->shape[1] * a->q->shape[2]) * (size_t)l->splits *
+           (size_t)(a->v->shape[3] + 2);
+}
+
 static attention_launch pick_launch(cl_device_id device, const attention_args *a) {
     cl_device_type type = CL_DEVICE_TYPE_GPU;
     cl_uint width = 4;
@@ -118,17 +176,22 @@ static attention_launch pick_launch(cl_device_id device, const attention_args *a
     clGetDeviceInfo(device, CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT, sizeof width, &width, NULL);
     clGetDeviceInfo(device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_bytes, &local_bytes, NULL);
     int64_t d = a->q->shape[3], dv = a->v->shape[3];
-    attention_launch l = {CLATTN__ATTENTION_TILES, head_lanes(4, d, dv), ATTENTION_MAX_TK,
-                          ATTENTION_TILES_SIZE};
+    attention_launch l = {CLATTN__ATTENTION_TILES,
+                          head_lanes(4, d, dv),
+                          ATTENTION_MAX_TK,
+                          ATTENTION_TILES_SIZE,
+                          1,
+                          0};
     if (type & CL_DEVICE_TYPE_CPU)
-        l = (attention_launch){CLATTN__ATTENTION_BLOCKS, head_lanes(width, d, dv), 0,
-                               ATTENTION_BLOCKS_SIZE};
+        l = (attention_launch){
+            CLATTN__ATTENTION_BLOCKS, head_lanes(width, d, dv), 0, ATTENTION_BLOCKS_SIZE, 1, 0};
     if (clattn__attention_variant_override >= 0) l.variant = clattn__attention_variant_override;
     if (l.variant == CLATTN__ATTENTION_TILES) {
         l.lanes = head_lanes(4, d, dv);
         l.tk = ATTENTION_MAX_TK;
         while (l.tk > 1 && (uint64_t)l.tk * (uint64_t)(d + dv) * 4 > local_bytes / 2) l.tk /= 2;
     }
+    pick_splits(&l, device, a);
     return l;
 }
 
@@ -137,44 +200,160 @@ static void attention_options(const attention_args *a, const attention_launch *l
     snprintf(options, size,
              "-cl-std=CL1.2 -DQ_T=%s -DK_T=%s -DV_T=%s -DO_T=%s -DHAS_LSE=%d -DLSE_T=%s "
              "-DHEAD_DIM=%lld -DVALUE_DIM=%lld -DVEC=%d -DBM=%d -DBN=%d -DTK=%d -DIDX=%s "
-             "-DEMPTY_NAN=%d",
+             "-DEMPTY_NAN=%d -DSPLITS=%d",
              clattn_dtype_name(a->q->dtype), clattn_dtype_name(a->k->dtype),
              clattn_dtype_name(a->v->dtype), clattn_dtype_name(a->out->dtype), a->lse != NULL,
              clattn_dtype_name(a->lse ? a->lse->dtype : CLATTN_F32), (long long)a->q->shape[3],
              (long long)a->v->shape[3], l->lanes, ATTENTION_BM, ATTENTION_BN, l->tk > 0 ? l->tk : 1,
-             wide ? "ulong" : "uint", a->mask.empty_rows_nan);
+             wide ? "ulong" : "uint", a->mask.empty_rows_nan, l->splits);
     clattn__mask_options(&a->mask, options, size);
 }
 
 /* Work-items (rounded up to whole groups) the variant launches. The tiles variant's groups
  * each take `group` queries of one (batch, head); the kernel reads its group size back. */
-static size_t attention_items(const attention_args *a, int variant, size_t group) {
+static size_t attention_items(const attention_args *a, const attention_launch *l, size_t group) {
     size_t rows = (size_t)(a->q->shape[0] * a->q->shape[1]);
-    size_t per = variant == CLATTN__ATTENTION_TILES ? group : ATTENTION_BM;
-    size_t blocks = ((size_t)a->q->shape[2] + per - 1) / per;
-    return clattn__round_up(
-        variant == CLATTN__ATTENTION_TILES ? rows * blocks * group : rows * blocks, group);
+    size_t per = l->variant == CLATTN__ATTENTION_TILES ? group : ATTENTION_BM;
+    size_t units = rows * (((size_t)a->q->shape[2] + per - 1) / per) * (size_t)l->splits;
+    return clattn__round_up(l->variant == CLATTN__ATTENTION_TILES ? units * group : units, group);
 }
 
-static int enqueue_attention(const attention_args *a, const clattn__call *call) {
+/* The merge of a split launch's partials: a work-item per output element, after `after`. */
+static int enqueue_merge(const attention_args *a, const clattn__call *call, cl_mem part, bool wide,
+                         const char *options, cl_event after) {
+    cl_kernel kernel = NULL;
+    int status = clattn__create_kernel(call->context, call->device, "attention.cl", options,
+                                       "attention_merge", &kernel);
+    cl_uint arg = 0;
+    const cl_int dims[3] = {(cl_int)a->q->shape[0], (cl_int)a->q->shape[1], (cl_int)a->q->shape[2]};
+    if (status == CLATTN_SUCCESS) status = clattn__set_arg(kernel, arg++, sizeof part, &part);
+    if (status == CLATTN_SUCCESS) status = clattn__set_view_args(kernel, &arg, a->out, 0, wide);
+    for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
+        status = clattn__set_arg(kernel, arg++, sizeof dims[i], &dims[i]);
+    if (status == CLATTN_SUCCESS && a->lse)
+        status = clattn__set_view_args(kernel, &arg, a->lse, 1, wide);
+    size_t group = 1;
+    if (status == CLATTN_SUCCESS) status = clattn__kernel_max_group(kernel, call->device, &group);
+    if (status == CLATTN_SUCCESS) {
+        size_t local = group < 64 ? group : 64;
+        size_t global = clattn__round_up(
+            (size_t)dims[0] * (size_t)dims[1] * (size_t)dims[2] * (size_t)a->v->shape[3], local);
+        const clattn__call merge = {call->queue, call->context, call->device,
+                                    1,           &after,        call->event};
+        status = clattn__enqueue(&merge, kernel, 1, &global, &local);
+    }
+    if (kernel) clReleaseKernel(kernel);
+    return status;
+}
+
+/* The fused kernel, and the merge after it when the keys are split; `part` is the scratch for
+ * the partials (NULL when unsplit). */
+static int enqueue_attention(const attention_args *a, const clattn__call *call, cl_mem part) {
     static const char *const kernels[] = {"attention_blocks", "attention_tiles"};
-    bool wide = attention_needs_wide_index(a);
     attention_launch l = pick_launch(call->device, a);
+    bool wide = attention_needs_wide_index(a) ||
+                partial_floats(a, &l) >= (size_t)clattn__narrow_index_limit;
     char options[1024];
     attention_options(a, &l, wide, options, sizeof options);
     cl_kernel kernel = NULL;
     int status = clattn__create_kernel(call->context, call->device, "attention.cl", options,
                                        kernels[l.variant], &kernel);
     size_t max_group = 1;
-    if (status == CLATTN_SUCCESS) status = set_attention_args(kernel, a, wide);
+    if (status == CLATTN_SUCCESS) status = set_attention_args(kernel, a, wide, &l, part);
     if (status == CLATTN_SUCCESS)
         status = clattn__kernel_max_group(kernel, call->device, &max_group);
+    cl_event done = NULL;
     if (status == CLATTN_SUCCESS) {
         size_t local = max_group < l.group ? max_group : l.group;
-        size_t global = attention_items(a, l.variant, local);
-        status = clattn__enqueue(call, kernel, 1, &global, &local);
+        size_t global = attention_items(a, &l, local);
+        clattn__call first = *call;
+        if (l.splits > 1) first.event = &done;
+        status = clattn__enqueue(&first, kernel, 1, &global, &local);
     }
+    if (status == CLATTN_SUCCESS && l.splits > 1)
+        status = enqueue_merge(a, call, part, wide, options, done);
+    if (done) clReleaseEvent(done);
     if (kernel) clReleaseKernel(kernel);
+    return status;
+}
+
+/* The path the call takes, or -1 for options that do not fit together. */
+static int resolve_path(const clattn_attention_options *options) {
+    clattn_attention_path path = options ? options->path : CLATTN_PATH_AUTO;
+    bool weights = options && options->weights;
+    if (path != CLATTN_PATH_AUTO && path != CLATTN_PATH_FUSED && path != CLATTN_PATH_COMPOSED)
+        return clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "unknown attention path %d", (int)path);
+    if (path == CLATTN_PATH_FUSED && weights)
+        return clattn__fail(CLATTN_ERR_INVALID_ARGUMENT,
+                            "the fused path has no attention weights: ask for CLATTN_PATH_AUTO or "
+                            "CLATTN_PATH_COMPOSED");
+    return path == CLATTN_PATH_COMPOSED || weights ? CLATTN_PATH_COMPOSED : CLATTN_PATH_FUSED;
+}
+
+static size_t workspace_bytes(const attention_args *a, int path, cl_device_id device) {
+    if (path == CLATTN_PATH_COMPOSED) return clattn__attention_composed_workspace(a);
+    attention_launch l = pick_launch(device, a);
+    return partial_floats(a, &l) * sizeof(float);
+}
+
+/* Everything a call checks before it enqueues: fills `a` and the path it takes. */
+static int prepare_attention(attention_args *a, const clattn_mask *mask,
+                             const clattn_attention_options *options, cl_context context,
+                             int *path) {
+    *path = resolve_path(options);
+    if (*path < 0) return *path;
+    int status = CLATTN_SUCCESS;
+    if (!isfinite(a->scale))
+        status =
+            clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "scale = %g is not finite", (double)a->scale);
+    if (status == CLATTN_SUCCESS) status = check_attention(a, mask, context);
+    if (status == CLATTN_SUCCESS && a->scale == 0.0f)
+        a->scale = 1.0f / sqrtf((float)a->q->shape[3]);
+    return status;
+}
+
+/* The caller's workspace, checked, or a fresh one; *owned says which. */
+static int get_workspace(const clattn_attention_options *options, size_t bytes, cl_context context,
+                         cl_mem *workspace, bool *owned) {
+    *workspace = options ? options->workspace : NULL;
+    *owned = false;
+    if (bytes == 0) return CLATTN_SUCCESS;
+    if (!*workspace) {
+        *owned = true;
+        return clattn__scratch_alloc(context, bytes, workspace);
+    }
+    size_t size = 0;
+    cl_context owner = NULL;
+    clGetMemObjectInfo(*workspace, CL_MEM_SIZE, sizeof size, &size, NULL);
+    clGetMemObjectInfo(*workspace, CL_MEM_CONTEXT, sizeof owner, &owner, NULL);
+    if (owner != context)
+        return clattn__fail(CLATTN_ERR_CONTEXT_MISMATCH, "the workspace is in another context");
+    if (size < bytes)
+        return clattn__fail(CLATTN_ERR_BUFFER_TOO_SMALL,
+                            "the workspace holds %zu bytes; this call needs %zu", size, bytes);
+    return CLATTN_SUCCESS;
+}
+
+int clattn_attention_ex(const clattn_tensor *q, const clattn_tensor *k, const clattn_tensor *v,
+                        float scale, const clattn_mask *mask, const clattn_tensor *out,
+                        const clattn_tensor *lse, const clattn_attention_options *options,
+                        cl_command_queue queue, cl_uint num_wait, const cl_event *wait_list,
+                        cl_event *event) {
+    clattn__call call;
+    attention_args a = {q, k, v, out, lse, options ? options->weights : NULL, mask, scale, {0}};
+    int path = CLATTN_PATH_FUSED;
+    int status = clattn__begin_call(&call, queue, num_wait, wait_list, event);
+    if (status == CLATTN_SUCCESS)
+        status = prepare_attention(&a, mask, options, call.context, &path);
+    cl_mem workspace = NULL;
+    bool owned = false;
+    if (status == CLATTN_SUCCESS)
+        status = get_workspace(options, workspace_bytes(&a, path, call.device), call.context,
+                               &workspace, &owned);
+    if (status != CLATTN_SUCCESS) return status;
+    status = path == CLATTN_PATH_COMPOSED ? clattn__attention_composed(&a, &call, workspace)
+                                          : enqueue_attention(&a, &call, workspace);
+    if (owned) clReleaseMemObject(workspace);
     return status;
 }
 
@@ -182,14 +361,23 @@ int clattn_attention(const clattn_tensor *q, const clattn_tensor *k, const clatt
                      float scale, const clattn_mask *mask, const clattn_tensor *out,
                      const clattn_tensor *lse, cl_command_queue queue, cl_uint num_wait,
                      const cl_event *wait_list, cl_event *event) {
+    return clattn_attention_ex(q, k, v, scale, mask, out, lse, NULL, queue, num_wait, wait_list,
+                               event);
+}
+
+int clattn_attention_workspace_size(const clattn_tensor *q, const clattn_tensor *k,
+                                    const clattn_tensor *v, const clattn_mask *mask,
+                                    const clattn_tensor *out, const clattn_tensor *lse,
+                                    const clattn_attention_options *options, cl_command_queue queue,
+                                    size_t *bytes) {
     clattn__call call;
-    attention_args a = {q, k, v, out, lse, scale, {0}};
-    int status = clattn__begin_call(&call, queue, num_wait, wait_list, event);
-    if (status == CLATTN_SUCCESS && !isfinite(scale))
-        status =
-            clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "scale = %g is not finite", (double)scale);
-    if (status == CLATTN_SUCCESS) status = check_attention(&a, mask, call.context);
-    if (status != CLATTN_SUCCESS) return status;
-    if (a.scale == 0.0f) a.scale = 1.0f / sqrtf((float)q->shape[3]);
-    return enqueue_attention(&a, &call);
+    attention_args a = {q, k, v, out, lse, options ? options->weights : NULL, mask, 1.0f, {0}};
+    int path = CLATTN_PATH_FUSED;
+    int status = clattn__begin_call(&call, queue, 0, NULL, NULL);
+    if (status == CLATTN_SUCCESS && !bytes)
+        status = clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "bytes is NULL");
+    if (status == CLATTN_SUCCESS)
+        status = prepare_attention(&a, mask, options, call.context, &path);
+    if (status == CLATTN_SUCCESS) *bytes = workspace_bytes(&a, path, call.device);
+    return status;
 }

@@ -102,6 +102,8 @@ extern int clattn__softmax_variant_override; /* -1: chosen by device type */
 /* Fused attention kernel variants (cl/attention.cl); tests force each one on any device. */
 enum { CLATTN__ATTENTION_BLOCKS = 0, CLATTN__ATTENTION_TILES = 1 };
 extern int clattn__attention_variant_override; /* -1: chosen by device type and shape */
+extern int clattn__attention_splits_override;  /* > 0: split the keys that many ways */
+extern int clattn__attention_splits_override;  /* > 0: split the keys that many ways */
 
 /* ---- small helpers ---- */
 

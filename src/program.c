@@ -6,6 +6,7 @@
  * only the table: a build runs unlocked, so two threads that miss at once may both build; the
  * second to finish keeps the first's program and drops its own.
  */
+#include "blas.h"
 #include "internal.h"
 #include "sources.h"
 
@@ -311,6 +312,7 @@ void clattn_cache_clear(cl_context context) {
         }
     }
     pthread_mutex_unlock(&cache_lock);
+    if (!context) clattn__blas_cache_clear();
 }
 
 void clattn_cache_stats(size_t *programs, size_t *builds, size_t *hits) {

@@ -64,6 +64,11 @@ bool test_platform_is(test_ctx *t, const char *name);
 
 /* False when CLATTN_TEST_SMALL is set (the Oclgrind lane): tests then skip their largest shapes. */
 bool test_large_shapes(test_ctx *t);
+/* Whether tests run attention's composed (CLBlast) path: CLATTN_TEST_COMPOSED=skip leaves it
+ * out, =only runs nothing else in the attention suites (the Oclgrind lane checks CLBlast's
+ * kernels without --uninitialized, which misreads their vector code). */
+bool test_runs_composed(void);
+bool test_runs_fused(void);
 
 /* Deterministic random numbers for test data (xorshift64*). */
 uint64_t test_rand_u64(uint64_t *state);

@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A "variant" that is the composed path (the others are the fused kernel's). */
+enum { COMPOSED = 100 };
+
 typedef struct at_spec {
     int64_t B, Hq, Hkv, Sq, Sk, D, Dv;
     clattn_dtype dt;
@@ -25,6 +28,7 @@ typedef struct at_spec {
 typedef struct at_data {
     float *q, *k, *v;      /* dense [B,H,S,D] host values (exactly representable in dt) */
     double *ref, *ref_lse; /* [B,Hq,Sq,Dv], [B,Hq,Sq] */
+    double *ref_p;         /* [B,Hq,Sq,Sk]: the attention weights */
     ref_mask rm;
     clattn_mask mask;
     clattn_tensor klen_t, alibi_t;
@@ -47,6 +51,7 @@ static void fill(float *x, size_t n, clattn_dtype dt, uint64_t *rng) {
 static void reference(const at_spec *s, at_data *d) {
     size_t scores = (size_t)(s->B * s->Hq * s->Sq * s->Sk);
     double *x = malloc(scores * sizeof(double)), *p = malloc(scores * sizeof(double));
+    d->ref_p = p;
     int64_t group = s->Hq / s->Hkv;
     for (int64_t b = 0; b < s->B; ++b)
         for (int64_t h = 0; h < s->Hq; ++h)
@@ -71,7 +76,6 @@ static void reference(const at_spec *s, at_data *d) {
                     d->ref[at4(s->Hq, s->Sq, s->Dv, b, h, i, e)] = sum;
                 }
     free(x);
-    free(p);
 }
 
 /* A device tensor [B,H,S,D] holding `host` in dtype dt; stored as [B,S,H,D] when bshd. */
@@ -149,9 +153,13 @@ static void free_data(at_data *d) {
     free(d->v);
     free(d->ref);
     free(d->ref_lse);
+    free(d->ref_p);
 }
 
 /* Runs the op; returns out (dense f32 values) and lse through malloc'ed arrays. */
+/* The weights of the last composed run, dense f32 [B,Hq,Sq,Sk] (NULL after a fused one). */
+static float *last_weights;
+
 static bool run_variant(test_ctx *t, const at_spec *s, const at_data *d, int variant, float **out,
                         float **lse) {
     clattn_tensor q = upload_bhsd(t, d->q, s->B, s->Hq, s->Sq, s->D, s->dt, s->bshd);
@@ -163,11 +171,24 @@ static bool run_variant(test_ctx *t, const at_spec *s, const at_data *d, int var
     clattn_tensor l =
         clattn_tensor_4d(test_buffer(t, n_lse * 4), CLATTN_F32, 1, s->B, s->Hq, s->Sq);
     bool ok = q.buffer && k.buffer && v.buffer && o.buffer && l.buffer;
-    clattn__attention_variant_override = variant;
-    int status = ok ? clattn_attention(&q, &k, &v, s->scale, &d->mask, &o, s->lse ? &l : NULL,
-                                       clattn_env_queue(t->env), 0, NULL, NULL)
+    size_t n_w = (size_t)(s->B * s->Hq * s->Sq * s->Sk);
+    clattn_tensor w = clattn_tensor_4d(NULL, CLATTN_F32, s->B, s->Hq, s->Sq, s->Sk);
+    clattn_attention_options options = {CLATTN_PATH_FUSED, NULL, NULL};
+    if (variant == COMPOSED) {
+        w.buffer = test_buffer(t, n_w * 4);
+        options = (clattn_attention_options){CLATTN_PATH_COMPOSED, &w, NULL};
+        ok = ok && w.buffer;
+    }
+    clattn__attention_variant_override = variant == COMPOSED ? -1 : variant;
+    int status = ok ? clattn_attention_ex(&q, &k, &v, s->scale, &d->mask, &o, s->lse ? &l : NULL,
+                                          &options, clattn_env_queue(t->env), 0, NULL, NULL)
                     : CLATTN_ERR_OUT_OF_HOST_MEMORY;
     clattn__attention_variant_override = -1;
+    free(last_weights);
+    last_weights = w.buffer ? malloc(n_w * 4) : NULL;
+    if (w.buffer && status == CLATTN_SUCCESS)
+        ok = ok && test_read(t, w.buffer, last_weights, n_w * 4);
+    if (w.buffer) clReleaseMemObject(w.buffer);
     void *raw = malloc(n_out * 4);
     *out = malloc(n_out * sizeof(float));
     *lse = malloc(n_lse * sizeof(float));
@@ -186,10 +207,25 @@ static bool run_variant(test_ctx *t, const at_spec *s, const at_data *d, int var
     return ok;
 }
 
-/* Every kernel variant runs every case, whichever the device would pick. */
-static const int variants[] = {CLATTN__ATTENTION_BLOCKS, CLATTN__ATTENTION_TILES};
-static const char *const variant_names[] = {"blocks", "tiles"};
+/* Every kernel variant and the composed path run every case, whichever the device would pick. */
+static const int variants[] = {CLATTN__ATTENTION_BLOCKS, CLATTN__ATTENTION_TILES, COMPOSED};
+static const char *const variant_names[] = {"blocks", "tiles", "composed"};
 #define VARIANTS (int)(sizeof variants / sizeof variants[0])
+
+static bool variant_runs(int variant) {
+    return variants[variant] == COMPOSED ? test_runs_composed() : test_runs_fused();
+}
+
+static void check_weights(test_ctx *t, const at_spec *s, const at_data *d, const float *w,
+                          const char *what) {
+    size_t n = (size_t)(s->B * s->Hq * s->Sq * s->Sk);
+    for (size_t i = 0; i < n; ++i)
+        if (!(fabs(w[i] - d->ref_p[i]) <= 1e-6 + 2e-5 * d->ref_p[i])) {
+            test_fail_at(t, __FILE__, __LINE__, "%s: weights[%zu] = %.9g, expected %.9g", what, i,
+                         w[i], d->ref_p[i]);
+            return;
+        }
+}
 
 static void check_variant(test_ctx *t, const at_spec *s, const at_data *d, int variant,
                           const char *what_case) {
@@ -216,6 +252,7 @@ static void check_variant(test_ctx *t, const at_spec *s, const at_data *d, int v
             }
         }
     }
+    if (last_weights && !t->failed) check_weights(t, s, d, last_weights, what);
     free(out);
     free(lse);
 }
@@ -225,7 +262,7 @@ static void check_case(test_ctx *t, const at_spec *s, const char *what) {
     at_data d;
     if (prepare(t, s, &d))
         for (int variant = 0; variant < VARIANTS && !t->failed; ++variant)
-            check_variant(t, s, &d, variant, what);
+            if (variant_runs(variant)) check_variant(t, s, &d, variant, what);
     free_data(&d);
 }
 
@@ -345,7 +382,7 @@ static void same_rows_after_variant(test_ctx *t, const at_spec *s, kv_change cha
 static void same_rows_after(test_ctx *t, const at_spec *s, kv_change change, int64_t rows,
                             const char *what) {
     for (int variant = 0; variant < VARIANTS && !t->failed; ++variant)
-        same_rows_after_variant(t, s, change, rows, variant, what);
+        if (variant_runs(variant)) same_rows_after_variant(t, s, change, rows, variant, what);
 }
 
 /* Keys and values from position 6 on get new values. */
@@ -377,11 +414,16 @@ static void causality_is_bit_exact(test_ctx *t) {
     same_rows_after(t, &s, perturb_future, 6, "perturbed keys 6..");
 }
 
+/* The fused kernels only: the composed path multiplies every V row by its weight, as
+ * PyTorch's matmul -> softmax -> matmul does, so 0 * Inf there is NaN (documented). */
 static void padded_keys_holding_nan_change_nothing(test_ctx *t) {
     static const int32_t klen[2] = {13, 5};
     at_spec s = base(2, 2, 1, 9, 19, 16);
     s.klen = klen;
-    same_rows_after(t, &s, poison_padding, s.Sq, "NaN/Inf past the key length");
+    for (int variant = 0; variant < VARIANTS && !t->failed; ++variant)
+        if (variants[variant] != COMPOSED && variant_runs(variant))
+            same_rows_after_variant(t, &s, poison_padding, s.Sq, variant,
+                                    "NaN/Inf past the key length");
 }
 
 static void bad_arguments_are_rejected(test_ctx *t) {
@@ -411,6 +453,178 @@ static void bad_arguments_are_rejected(test_ctx *t) {
     clReleaseMemObject(b);
 }
 
+/* Options that do not fit together, and workspaces that do not fit the call. */
+static void bad_options_are_rejected(test_ctx *t) {
+    cl_command_queue q = clattn_env_queue(t->env);
+    cl_mem a = test_buffer(t, 4096), b = test_buffer(t, 4096), small = test_buffer(t, 64);
+    if (!a || !b || !small) return;
+    clattn_tensor qt = clattn_tensor_4d(a, CLATTN_F32, 1, 2, 4, 16),
+                  ot = clattn_tensor_4d(b, CLATTN_F32, 1, 2, 4, 16),
+                  wt = clattn_tensor_4d(b, CLATTN_F32, 1, 2, 4, 4);
+    wt.offset = 512; /* past out */
+    clattn_attention_options o = {CLATTN_PATH_FUSED, &wt, NULL};
+    cl_event ev = (cl_event)(uintptr_t)1;
+    int status = clattn_attention_ex(&qt, &qt, &qt, 0.0f, NULL, &ot, NULL, &o, q, 0, NULL, &ev);
+    CHECK(t, status == CLATTN_ERR_INVALID_ARGUMENT && ev == NULL, "weights on the fused path -> %s",
+          clattn_status_name(status));
+    o = (clattn_attention_options){(clattn_attention_path)7, NULL, NULL};
+    status = clattn_attention_ex(&qt, &qt, &qt, 0.0f, NULL, &ot, NULL, &o, q, 0, NULL, &ev);
+    CHECK(t, status == CLATTN_ERR_INVALID_ARGUMENT, "unknown path -> %s",
+          clattn_status_name(status));
+    wt = clattn_tensor_4d(b, CLATTN_F32, 1, 2, 4, 5);
+    wt.offset = 512;
+    o = (clattn_attention_options){CLATTN_PATH_AUTO, &wt, NULL};
+    status = clattn_attention_ex(&qt, &qt, &qt, 0.0f, NULL, &ot, NULL, &o, q, 0, NULL, &ev);
+    CHECK(t, status == CLATTN_ERR_SHAPE_MISMATCH, "weights [1,2,4,5] -> %s",
+          clattn_status_name(status));
+    wt = clattn_tensor_4d(b, CLATTN_F32, 1, 2, 4, 4);
+    status = clattn_attention_ex(&qt, &qt, &qt, 0.0f, NULL, &ot, NULL, &o, q, 0, NULL, &ev);
+    CHECK(t, status == CLATTN_ERR_ALIASING, "weights over out -> %s", clattn_status_name(status));
+    /* q in f16 needs an f32 image in the workspace, so 64 bytes are too few */
+    qt.dtype = CLATTN_F16;
+    size_t need = 0;
+    o = (clattn_attention_options){CLATTN_PATH_COMPOSED, NULL, small};
+    status = clattn_attention_workspace_size(&qt, &qt, &qt, NULL, &ot, NULL, &o, q, &need);
+    CHECK(t, status == CLATTN_SUCCESS && need == 4 * (3 * 128 + 32), "workspace %zu bytes -> %s",
+          need, clattn_status_name(status));
+    status = clattn_attention_ex(&qt, &qt, &qt, 0.0f, NULL, &ot, NULL, &o, q, 0, NULL, &ev);
+    CHECK(t, status == CLATTN_ERR_BUFFER_TOO_SMALL && ev == NULL, "64-byte workspace -> %s",
+          clattn_status_name(status));
+    o.path = CLATTN_PATH_FUSED;
+    status = clattn_attention_workspace_size(&qt, &qt, &qt, NULL, &ot, NULL, &o, q, &need);
+    CHECK(t, status == CLATTN_SUCCESS && need == 0, "fused workspace %zu bytes", need);
+    clReleaseMemObject(a);
+    clReleaseMemObject(b);
+    clReleaseMemObject(small);
+}
+
+/* The composed path with everything converted: f16 q/k/v stored [B,S,H,D], f16 weights stored
+ * transposed, out in bf16, a caller workspace of exactly the queried size, and an event. */
+static void composed_converts_any_layout(test_ctx *t) {
+    if (!test_runs_composed() || !test_runs_fused())
+        return test_skip(t, "CLATTN_TEST_COMPOSED leaves out one of the paths");
+    at_spec s = base(2, 4, 2, 9, 13, 24);
+    s.dt = CLATTN_F16;
+    s.bshd = 1;
+    s.causal = 1;
+    at_data d;
+    if (!prepare(t, &s, &d)) return free_data(&d);
+    clattn_tensor q = upload_bhsd(t, d.q, s.B, s.Hq, s.Sq, s.D, s.dt, 1),
+                  k = upload_bhsd(t, d.k, s.B, s.Hkv, s.Sk, s.D, s.dt, 1),
+                  v = upload_bhsd(t, d.v, s.B, s.Hkv, s.Sk, s.Dv, s.dt, 1);
+    size_t n_out = (size_t)(s.B * s.Hq * s.Sq * s.Dv), n_w = (size_t)(s.B * s.Hq * s.Sq * s.Sk);
+    clattn_tensor o =
+        clattn_tensor_4d(test_buffer(t, n_out * 2), CLATTN_BF16, s.B, s.Hq, s.Sq, s.Dv);
+    static const int transpose[4] = {0, 1, 3, 2};
+    clattn_tensor w = clattn_tensor_permute(
+        clattn_tensor_4d(test_buffer(t, n_w * 2), CLATTN_F16, s.B, s.Hq, s.Sk, s.Sq), transpose);
+    clattn_attention_options opt = {CLATTN_PATH_AUTO, &w, NULL};
+    size_t need = 0;
+    cl_command_queue queue = clattn_env_queue(t->env);
+    int status = clattn_attention_workspace_size(&q, &k, &v, &d.mask, &o, NULL, &opt, queue, &need);
+    CHECK(t, status == CLATTN_SUCCESS && need > 0, "workspace -> %s", clattn_status_name(status));
+    opt.workspace = test_buffer(t, need);
+    cl_event ev = NULL;
+    status = clattn_attention_ex(&q, &k, &v, 0.0f, &d.mask, &o, NULL, &opt, queue, 0, NULL, &ev);
+    CHECK(t, status == CLATTN_SUCCESS && ev, "composed -> %s: %s", clattn_status_name(status),
+          clattn_last_error());
+    uint16_t *raw_o = malloc(n_out * 2), *raw_w = malloc(n_w * 2);
+    if (!t->failed && clWaitForEvents(1, &ev) == CL_SUCCESS &&
+        test_read(t, o.buffer, raw_o, n_out * 2) && test_read(t, w.buffer, raw_w, n_w * 2)) {
+        for (size_t i = 0; i < n_out && !t->failed; ++i)
+            CHECK(t,
+                  fabs(ref_load(raw_o, CLATTN_BF16, i) - d.ref[i]) <= 1e-5 + 8e-3 * fabs(d.ref[i]),
+                  "out[%zu] = %g, expected %g", i, ref_load(raw_o, CLATTN_BF16, i), d.ref[i]);
+        for (int64_t bh = 0; bh < s.B * s.Hq && !t->failed; ++bh)
+            for (int64_t i = 0; i < s.Sq; ++i)
+                for (int64_t j = 0; j < s.Sk; ++j) {
+                    double want = d.ref_p[(size_t)((bh * s.Sq + i) * s.Sk + j)];
+                    float got = ref_load(raw_w, CLATTN_F16, (size_t)((bh * s.Sk + j) * s.Sq + i));
+                    if (!(fabs(got - want) <= 1e-4 + 1e-3 * want)) {
+                        test_fail_at(t, __FILE__, __LINE__, "weights[%lld,%lld,%lld] = %g, want %g",
+                                     (long long)bh, (long long)i, (long long)j, got, want);
+                        i = s.Sq, j = s.Sk;
+                    }
+                }
+    }
+    if (ev) clReleaseEvent(ev);
+    free(raw_o);
+    free(raw_w);
+    clattn_tensor *all[5] = {&q, &k, &v, &o, &w};
+    for (int i = 0; i < 5; ++i)
+        if (all[i]->buffer) clReleaseMemObject(all[i]->buffer);
+    if (opt.workspace) clReleaseMemObject(opt.workspace);
+    free_data(&d);
+}
+
+/* Fused against composed on one larger causal GQA case, element by element. */
+static void fused_equals_composed(test_ctx *t) {
+    if (!test_runs_composed() || !test_runs_fused())
+        return test_skip(t, "CLATTN_TEST_COMPOSED leaves out one of the paths");
+    at_spec s = base(1, 4, 2, test_large_shapes(t) ? 127 : 33, test_large_shapes(t) ? 127 : 33, 64);
+    s.causal = 1;
+    s.lse = 1;
+    at_data d;
+    float *fused = NULL, *composed = NULL, *lse = NULL;
+    if (prepare(t, &s, &d) && run_variant(t, &s, &d, -1, &fused, &lse)) {
+        free(lse);
+        lse = NULL;
+        if (run_variant(t, &s, &d, COMPOSED, &composed, &lse))
+            for (size_t i = 0; i < (size_t)(s.B * s.Hq * s.Sq * s.Dv); ++i)
+                if (!(fabs(fused[i] - composed[i]) <= 1e-5 + 2e-5 * fabs(composed[i]))) {
+                    test_fail_at(t, __FILE__, __LINE__, "out[%zu]: fused %.9g, composed %.9g", i,
+                                 fused[i], composed[i]);
+                    break;
+                }
+    }
+    free(fused);
+    free(composed);
+    free(lse);
+    free_data(&d);
+}
+
+/* The decode shape: a few queries against many keys, the keys split into chunks whose partial
+ * results are merged by their log-sum-exp; against the reference and against the unsplit run. */
+static void split_keys_equal_the_plain_path(test_ctx *t) {
+    if (!test_runs_fused()) return test_skip(t, "CLATTN_TEST_COMPOSED=only");
+    static const int32_t klen[2] = {300, 77};
+    static const int64_t queries[] = {1, 3, 8};
+    for (size_t n = 0; n < 3 && !t->failed; ++n) {
+        at_spec s = base(2, 4, 2, queries[n], test_large_shapes(t) ? 1023 : 300, 64);
+        s.lse = 1;
+        s.causal = n > 0;
+        s.bottom_right = 1;
+        s.klen = n == 2 ? klen : NULL;
+        char what[64];
+        snprintf(what, sizeof what, "Sq=%lld Sk=%lld split 7 ways", (long long)s.Sq,
+                 (long long)s.Sk);
+        clattn__attention_splits_override = 7;
+        check_case(t, &s, what);
+        at_data d;
+        float *split = NULL, *plain = NULL, *lse = NULL;
+        for (int variant = 0; variant < 2 && prepare(t, &s, &d); ++variant) {
+            bool ok = run_variant(t, &s, &d, variant, &split, &lse);
+            free(lse);
+            lse = NULL;
+            clattn__attention_splits_override = 1;
+            ok = ok && run_variant(t, &s, &d, variant, &plain, &lse);
+            clattn__attention_splits_override = 7;
+            for (size_t i = 0; ok && i < (size_t)(s.B * s.Hq * s.Sq * s.Dv); ++i)
+                if (!(fabs(split[i] - plain[i]) <= 1e-6 + 1e-5 * fabs(plain[i]))) {
+                    test_fail_at(t, __FILE__, __LINE__, "%s [%s]: out[%zu] %.9g, unsplit %.9g",
+                                 what, variant_names[variant], i, split[i], plain[i]);
+                    break;
+                }
+            free(split);
+            free(plain);
+            free(lse);
+            split = plain = lse = NULL;
+            free_data(&d);
+        }
+        clattn__attention_splits_override = -1;
+    }
+}
+
 static const test_case cases[] = {
     {"head_dims_and_lengths", head_dims_and_lengths},
     {"gqa_and_mqa", gqa_and_mqa},
@@ -419,5 +633,9 @@ static const test_case cases[] = {
     {"causality_is_bit_exact", causality_is_bit_exact},
     {"padded_keys_holding_nan_change_nothing", padded_keys_holding_nan_change_nothing},
     {"bad_arguments_are_rejected", bad_arguments_are_rejected},
+    {"bad_options_are_rejected", bad_options_are_rejected},
+    {"composed_converts_any_layout", composed_converts_any_layout},
+    {"fused_equals_composed", fused_equals_composed},
+    {"split_keys_equal_the_plain_path", split_keys_equal_the_plain_path},
 };
 SUITE(attention_suite, "attention", cases);

@@ -73,7 +73,9 @@ static int one_case(test_ctx *t, uint64_t seed, int verbose) {
     int64_t Hq = Hkv * grp;
     int64_t Sq = 1 + (int64_t)R(g, R(g, 2) ? 40 : 9), Sk = 1 + (int64_t)R(g, R(g, 2) ? 70 : 20);
     if (R(g, 8) == 0) Sq = 60 + (int64_t)R(g, 90); /* past one 64-query group of the tiles kernel */
-    const int variant = (int)R(g, 2);              /* CLATTN__ATTENTION_BLOCKS or _TILES */
+    /* CLATTN__ATTENTION_BLOCKS, _TILES, or 2: composed */
+    const int variant = !test_runs_fused() ? 2 : (int)R(g, test_runs_composed() ? 3 : 2);
+    const int splits = R(g, 3) == 0 ? 2 + (int)R(g, 6) : -1; /* the keys split that many ways */
     int64_t D = dims[R(g, sizeof dims / sizeof dims[0])];
     int64_t Dv = R(g, 2) ? D : dims[R(g, sizeof dims / sizeof dims[0])];
     if (R(g, 3) == 0) {
@@ -119,7 +121,7 @@ static int one_case(test_ctx *t, uint64_t seed, int verbose) {
             if (!upload(t, &kl)) return -1;
             mask.key_lengths = &kl.t;
             rm.key_lengths = klen;
-            poison = (int)R(g, 2);
+            poison = (int)R(g, 2) && variant != 2; /* composed: 0 * Inf is NaN, as in torch */
         }
         if (R(g, 3) == 0) {
             for (int b = 0; b < B; ++b) qlen[b] = (int32_t)R(g, (uint64_t)Sq + 3) - 1;
@@ -252,16 +254,20 @@ static int one_case(test_ctx *t, uint64_t seed, int verbose) {
                 }
     double sc = scale != 0.0f ? scale : 1.0 / sqrt((double)D);
     ref_softmax(x, B, Hq, Sq, Sk, sc, &rm, p, rl, NULL);
-    clattn__attention_variant_override = variant;
-    int status = clattn_attention(&q.t, &k.t, &v.t, scale, use_mask ? &mask : NULL, &o.t,
-                                  want_lse ? &l.t : NULL, clattn_env_queue(t->env), 0, NULL, NULL);
-    clattn__attention_variant_override = -1;
+    clattn__attention_variant_override = variant < 2 ? variant : -1;
+    clattn__attention_splits_override = splits;
+    const clattn_attention_options path = {variant < 2 ? CLATTN_PATH_FUSED : CLATTN_PATH_COMPOSED,
+                                           NULL, NULL};
+    int status =
+        clattn_attention_ex(&q.t, &k.t, &v.t, scale, use_mask ? &mask : NULL, &o.t,
+                            want_lse ? &l.t : NULL, &path, clattn_env_queue(t->env), 0, NULL, NULL);
+    clattn__attention_variant_override = clattn__attention_splits_override = -1;
     int bad = 0;
     char desc[512];
     snprintf(desc, sizeof desc,
              "seed %llu: B%lld Hq%lld Hkv%lld Sq%lld Sk%lld D%lld Dv%lld q%s k%s v%s o%s lse%s(%d) "
              "fancy%d scale%g mask%d c%d br%d w%d(%lld,%lld) gs%lld sc%g en%d kl%d ql%d keep%d "
-             "bias%d(%s) alibi%d poison%d variant%d",
+             "bias%d(%s) alibi%d poison%d variant%d splits%d",
              (unsigned long long)seed, (long long)B, (long long)Hq, (long long)Hkv, (long long)Sq,
              (long long)Sk, (long long)D, (long long)Dv, clattn_dtype_name(qd),
              clattn_dtype_name(kd), clattn_dtype_name(vd), clattn_dtype_name(od),
@@ -270,7 +276,7 @@ static int one_case(test_ctx *t, uint64_t seed, int verbose) {
              (long long)mask.global_stride, mask.softcap, mask.empty_rows_nan,
              mask.key_lengths != NULL, mask.query_lengths != NULL, mask.keep != NULL,
              mask.bias != NULL, mask.bias ? clattn_dtype_name(bias.t.dtype) : "-",
-             mask.alibi_slopes != NULL, poison, variant);
+             mask.alibi_slopes != NULL, poison, variant, splits);
     if (verbose) printf("%s\n", desc);
     if (status != CLATTN_SUCCESS) {
         test_fail_at(t, __FILE__, __LINE__, "%s: status %s: %s", desc, clattn_status_name(status),

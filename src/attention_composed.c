@@ -1,0 +1,146 @@
+/*
+ * The composed attention path: scores = q k^T by CLBlast's strided-batched SGEMM with the heads
+ * as the batch, clattn_softmax in place (every mask part, lse), out = p v by SGEMM. It costs
+ * B*Hq*Sq*Sk floats of scratch and the full quadratic work, so it serves what the fused kernel
+ * cannot give: the attention weights, and a cross-check of the fused kernel in the tests.
+ *
+ * CLBlast reads row-major f32 matrices, so an input that is f16/bf16, or whose head dim is not
+ * contiguous, is first converted into f32 scratch by clattn_copy; an output that CLBlast cannot
+ * write directly is produced in scratch and converted into place the same way.
+ */
+#include "attention.h"
+#include "blas.h"
+
+/* Where each operand lives in the workspace (offsets in floats; SIZE_MAX: used in place). */
+typedef struct composed_plan {
+    size_t q_at, k_at, v_at, p_at, o_at;
+    size_t floats;
+} composed_plan;
+
+/* CLBlast can read or write the view as it is: f32 rows of `cols` contiguous elements. */
+static bool gemm_ready(const clattn_tensor *t, int64_t cols) {
+    return t->dtype == CLATTN_F32 && t->strides[3] == 1 && t->strides[2] >= cols;
+}
+
+static size_t place(size_t *floats, bool needed, const int64_t dims[4]) {
+    if (!needed) return SIZE_MAX;
+    size_t at = *floats;
+    *floats += (size_t)(dims[0] * dims[1] * dims[2] * dims[3]);
+    return at;
+}
+
+static composed_plan plan_composed(const clattn__attention_args *a) {
+    const int64_t *q = a->q->shape, *k = a->k->shape, *v = a->v->shape;
+    const int64_t scores[4] = {q[0], q[1], q[2], k[2]};
+    composed_plan p;
+    p.floats = 0;
+    p.q_at = place(&p.floats, !gemm_ready(a->q, q[3]), q);
+    p.k_at = place(&p.floats, !gemm_ready(a->k, k[3]), k);
+    p.v_at = place(&p.floats, !gemm_ready(a->v, v[3]), v);
+    p.p_at = place(&p.floats, !(a->weights && gemm_ready(a->weights, k[2])), scores);
+    p.o_at = place(&p.floats, !gemm_ready(a->out, v[3]), a->out->shape);
+    return p;
+}
+
+size_t clattn__attention_composed_workspace(const clattn__attention_args *a) {
+    return plan_composed(a).floats * sizeof(float);
+}
+
+/* The tensor itself, or its dense f32 image at `at` in the workspace. */
+static clattn_tensor operand(const clattn_tensor *t, size_t at, cl_mem workspace) {
+    if (at == SIZE_MAX) return *t;
+    clattn_tensor dense =
+        clattn_tensor_4d(workspace, CLATTN_F32, t->shape[0], t->shape[1], t->shape[2], t->shape[3]);
+    dense.offset = at;
+    return dense;
+}
+
+/* c[b, h] = a[b, h] op(w[b, h / ratio]) for every batch and query head, as few CLBlast calls as
+ * the strides allow: the batch folds into CLBlast's batch when every operand's batch stride is
+ * its head stride times its heads, and the `ratio` query heads that share a kv head become one
+ * taller matrix when their rows follow each other in a and c. */
+static int gemm_over_heads(const clattn__call *call, bool trans_w, const clattn_tensor *a,
+                           const clattn_tensor *w, const clattn_tensor *c, size_t n, size_t k) {
+    const int64_t B = a->shape[0], Hq = a->shape[1], Sq = a->shape[2], Hkv = w->shape[1];
+    const int64_t ratio = Hq / Hkv, *as = a->strides, *ws = w->strides, *cs = c->strides;
+    const bool stack = ratio > 1 && as[1] == Sq * as[2] && cs[1] == Sq * cs[2];
+    const bool fold = as[0] == Hq * as[1] && ws[0] == Hkv * ws[1] && cs[0] == Hq * cs[1];
+    const int64_t batches = fold ? 1 : B, rounds = stack ? 1 : ratio;
+    const size_t m = (size_t)(stack ? ratio * Sq : Sq), count = (size_t)(fold ? B * Hkv : Hkv);
+    int status = CLATTN_SUCCESS;
+    for (int64_t b = 0; b < batches && status == CLATTN_SUCCESS; ++b)
+        for (int64_t r = 0; r < rounds && status == CLATTN_SUCCESS; ++r) {
+            const clattn__matrices am = {a->buffer, a->offset + (size_t)(b * as[0] + r * as[1]),
+                                         (size_t)as[2], (size_t)(ratio * as[1])};
+            const clattn__matrices wm = {w->buffer, w->offset + (size_t)(b * ws[0]), (size_t)ws[2],
+                                         (size_t)ws[1]};
+            const clattn__matrices cm = {c->buffer, c->offset + (size_t)(b * cs[0] + r * cs[1]),
+                                         (size_t)cs[2], (size_t)(ratio * cs[1])};
+            status = clattn__sgemm_batched(call, trans_w, m, n, k, &am, &wm, &cm, count);
+        }
+    return status;
+}
+
+/* Orders the next step after the last one: an in-order queue does that already; an
+ * out-of-order one gets a barrier. */
+static int step_boundary(const clattn__call *call, bool out_of_order) {
+    if (!out_of_order) return CLATTN_SUCCESS;
+    cl_int err = clEnqueueBarrierWithWaitList(call->queue, 0, NULL, NULL);
+    return err == CL_SUCCESS ? CLATTN_SUCCESS
+                             : clattn__cl_fail(err, "clEnqueueBarrierWithWaitList");
+}
+
+/* clattn_copy from `src` into `dst` unless they are the same view. */
+static int convert(const clattn__call *call, const clattn_tensor *src, const clattn_tensor *dst) {
+    if (src->buffer == dst->buffer && src->offset == dst->offset && src->dtype == dst->dtype)
+        return CLATTN_SUCCESS;
+    return clattn_copy(src, NULL, dst, call->queue, 0, NULL, NULL);
+}
+
+static bool queue_is_out_of_order(cl_command_queue queue) {
+    cl_command_queue_properties props = 0;
+    clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL);
+    return (props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE) != 0;
+}
+
+int clattn__attention_composed(const clattn__attention_args *a, const clattn__call *call,
+                               cl_mem workspace) {
+    const composed_plan plan = plan_composed(a);
+    const bool ooo = queue_is_out_of_order(call->queue);
+    const clattn_tensor q = operand(a->q, plan.q_at, workspace),
+                        k = operand(a->k, plan.k_at, workspace),
+                        v = operand(a->v, plan.v_at, workspace),
+                        o = operand(a->out, plan.o_at, workspace);
+    const int64_t scores[4] = {a->q->shape[0], a->q->shape[1], a->q->shape[2], a->k->shape[2]};
+    clattn_tensor p = plan.p_at == SIZE_MAX ? *a->weights
+                                            : clattn_tensor_4d(workspace, CLATTN_F32, scores[0],
+                                                               scores[1], scores[2], scores[3]);
+    if (plan.p_at != SIZE_MAX) p.offset = plan.p_at;
+    const size_t d = (size_t)a->q->shape[3], dv = (size_t)a->v->shape[3],
+                 sk = (size_t)a->k->shape[2];
+
+    int status = CLATTN_SUCCESS;
+    if (call->num_wait > 0) {
+        cl_int err =
+            clEnqueueBarrierWithWaitList(call->queue, call->num_wait, call->wait_list, NULL);
+        if (err != CL_SUCCESS) status = clattn__cl_fail(err, "clEnqueueBarrierWithWaitList");
+    }
+    if (status == CLATTN_SUCCESS) status = convert(call, a->q, &q);
+    if (status == CLATTN_SUCCESS) status = convert(call, a->k, &k);
+    if (status == CLATTN_SUCCESS) status = convert(call, a->v, &v);
+    if (status == CLATTN_SUCCESS) status = step_boundary(call, ooo);
+    if (status == CLATTN_SUCCESS) status = gemm_over_heads(call, true, &q, &k, &p, sk, d);
+    if (status == CLATTN_SUCCESS) status = step_boundary(call, ooo);
+    if (status == CLATTN_SUCCESS)
+        status = clattn_softmax(&p, a->scale, a->mask_desc, &p, a->lse, call->queue, 0, NULL, NULL);
+    if (status == CLATTN_SUCCESS) status = step_boundary(call, ooo);
+    if (status == CLATTN_SUCCESS) status = gemm_over_heads(call, false, &p, &v, &o, dv, sk);
+    if (status == CLATTN_SUCCESS) status = step_boundary(call, ooo);
+    if (status == CLATTN_SUCCESS) status = convert(call, &o, a->out);
+    if (status == CLATTN_SUCCESS && a->weights) status = convert(call, &p, a->weights);
+    if (status == CLATTN_SUCCESS && call->event) {
+        cl_int err = clEnqueueMarkerWithWaitList(call->queue, 0, NULL, call->event);
+        if (err != CL_SUCCESS) status = clattn__cl_fail(err, "clEnqueueMarkerWithWaitList");
+    }
+    return status;
+}

@@ -1,0 +1,52 @@
+/*
+ * The CLBlast bridge (src/blas.h) and the library's scratch allocations.
+ */
+#include "blas.h"
+
+#include <clblast_c.h>
+#include <pthread.h>
+
+int clattn__sgemm_batched(const clattn__call *call, bool trans_b, size_t m, size_t n, size_t k,
+                          const clattn__matrices *a, const clattn__matrices *b,
+                          const clattn__matrices *c, size_t batch) {
+    cl_command_queue queue = call->queue;
+    CLBlastStatusCode status = CLBlastSgemmStridedBatched(
+        CLBlastLayoutRowMajor, CLBlastTransposeNo,
+        trans_b ? CLBlastTransposeYes : CLBlastTransposeNo, m, n, k, 1.0f, a->buffer, a->offset,
+        a->ld, a->stride, b->buffer, b->offset, b->ld, b->stride, 0.0f, c->buffer, c->offset, c->ld,
+        c->stride, batch, &queue, NULL);
+    if (status == CLBlastSuccess) return CLATTN_SUCCESS;
+    /* OpenCL's codes run from -1 to -72 (and extensions' below -1000 are not CLBlast's) */
+    if (status < 0 && status > -100) return clattn__cl_fail(status, "CLBlastSgemmStridedBatched");
+    return clattn__fail(CLATTN_ERR_BLAS,
+                        "CLBlastSgemmStridedBatched (m %zu n %zu k %zu, batch %zu) returned %d", m,
+                        n, k, batch, (int)status);
+}
+
+void clattn__blas_cache_clear(void) {
+    CLBlastClearCache();
+}
+
+static pthread_mutex_t scratch_lock = PTHREAD_MUTEX_INITIALIZER;
+static size_t scratch_peak;
+
+int clattn__scratch_alloc(cl_context context, size_t bytes, cl_mem *out) {
+    cl_int err;
+    *out = clCreateBuffer(context, CL_MEM_READ_WRITE, bytes, NULL, &err);
+    if (err != CL_SUCCESS) {
+        *out = NULL;
+        return clattn__cl_fail(err, "clCreateBuffer (the call's scratch)");
+    }
+    pthread_mutex_lock(&scratch_lock);
+    if (bytes > scratch_peak) scratch_peak = bytes;
+    pthread_mutex_unlock(&scratch_lock);
+    return CLATTN_SUCCESS;
+}
+
+size_t clattn_scratch_peak_bytes(int reset) {
+    pthread_mutex_lock(&scratch_lock);
+    size_t peak = scratch_peak;
+    if (reset) scratch_peak = 0;
+    pthread_mutex_unlock(&scratch_lock);
+    return peak;
+}

@@ -1,0 +1,31 @@
+/* The CLBlast bridge: the library's only caller of CLBlast, so that statuses, events and
+ * layouts are translated in one place. Not installed. */
+#ifndef CLATTN_BLAS_H
+#define CLATTN_BLAS_H
+
+#include "internal.h"
+
+/* A batch of row-major f32 matrices in one buffer: matrix i starts at element
+ * offset + i * stride, and rows are ld elements apart. */
+typedef struct clattn__matrices {
+    cl_mem buffer;
+    size_t offset, ld, stride;
+} clattn__matrices;
+
+/* For each of `batch` matrices, c = a b (b transposed when trans_b): a is m x k, b is k x n
+ * (n x k stored when trans_b), c is m x n. Enqueues on call->queue after everything enqueued
+ * before it (the caller orders out-of-order queues); sets no event. An OpenCL error passes
+ * through; CLBlast's own codes become CLATTN_ERR_BLAS with the code in the detail. */
+int clattn__sgemm_batched(const clattn__call *call, bool trans_b, size_t m, size_t n, size_t k,
+                          const clattn__matrices *a, const clattn__matrices *b,
+                          const clattn__matrices *c, size_t batch);
+
+/* Clears CLBlast's program cache (clattn_cache_clear(NULL)). */
+void clattn__blas_cache_clear(void);
+
+/* A device buffer of `bytes` for the library's own scratch, counted by
+ * clattn_scratch_peak_bytes. The caller releases it (OpenCL defers the release until the
+ * commands that use it are done). */
+int clattn__scratch_alloc(cl_context context, size_t bytes, cl_mem *out);
+
+#endif
