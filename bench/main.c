@@ -21,7 +21,7 @@ static void usage(FILE *out) {
                  "                    [--repeats N] [--peer-script PATH | --no-peers]\n"
                  "  SPEC: P:D or a name substring (as CLATTN_DEVICE); all: every device\n"
                  "  NAME: split_heads | merge_heads | split_qkv | softmax | softmax_masked |\n"
-                 "        attention | attention_causal\n");
+                 "        attention | attention_causal | attention_memory | attention_decode\n");
 }
 
 typedef struct bench_args {

@@ -12,6 +12,11 @@
  *                     there (one broadcast read per FMA). The GPU variant: the blocks variant
  *                     runs far too few work-items to fill a GPU (an H100 ran it at 0.1% of its
  *                     FMA peak).
+ *   attention_keys    one work-group per query row (and key split): its work-items share the
+ *                     row's keys, one key each at a time, keep the scores in local memory, and
+ *                     then share the value dims. The GPU variant for decoding (Sq <= 8), where
+ *                     a work-item per query would leave a GPU idle; at most KEYS_CHUNK keys
+ *                     per group, so longer rows are always split.
  *   attention_merge   with SPLITS > 1 (decoding: few queries, long keys), either kernel above
  *                     takes one of SPLITS chunks of the keys per work-item or group and writes a
  *                     partial (max, sum, acc) to scratch; this kernel merges the partials by
@@ -68,6 +73,13 @@
  * `chunk` keys and writes a partial result, and attention_merge combines them. */
 #ifndef SPLITS
 #define SPLITS 1
+#endif
+/* attention_keys: the most keys one group takes, and the largest group it is launched with */
+#ifndef KEYS_CHUNK
+#define KEYS_CHUNK 1024
+#endif
+#ifndef KEYS_GROUP
+#define KEYS_GROUP 128
 #endif
 #ifndef EMPTY_NAN
 #define EMPTY_NAN 0
@@ -155,7 +167,8 @@ typedef float lane_t;
 /* A split's partial result for query row i of head bh: its running max m (NaN when a score was
  * NaN), its sum l, and its unnormalized acc, VALUE_DIM + 2 floats. */
 #if VEC > 1
-#define STORE_PART_LANES(at, c, value) CAT(vstore, VEC)(value, c, at)
+#define STORE_PART_LANES(at, c, value)                                                             \
+    for (int e = 0; e < VEC; ++e) (at)[(c)*VEC + e] = ((float *)&(value))[e]
 #else
 #define STORE_PART_LANES(at, c, value) (at)[c] = (value)
 #endif
@@ -354,6 +367,115 @@ __kernel void attention_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENS
                     acc[c] = fma((lane_t)w[jj], vt[jj][c], acc[c]);
     }
     if (i < Sq) STORE_RESULT(i, acc, m, l, nan_seen);
+}
+
+/* The maximum (sum) of one value per work-item over the group, for every work-item. The group
+ * size is a power of two, at most KEYS_GROUP; `scratch` holds KEYS_GROUP floats. */
+inline float group_max(__local float *scratch, float value) {
+    const int lid = (int)get_local_id(0);
+    scratch[lid] = value;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int half_n = (int)get_local_size(0) / 2; half_n > 0; half_n /= 2) {
+        if (lid < half_n) scratch[lid] = fmax(scratch[lid], scratch[lid + half_n]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const float result = scratch[0];
+    barrier(CLK_LOCAL_MEM_FENCE); /* the scratch is free again */
+    return result;
+}
+
+inline float group_sum(__local float *scratch, float value) {
+    const int lid = (int)get_local_id(0);
+    scratch[lid] = value;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int half_n = (int)get_local_size(0) / 2; half_n > 0; half_n /= 2) {
+        if (lid < half_n) scratch[lid] += scratch[lid + half_n];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const float result = scratch[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return result;
+}
+
+/* q . k_j for the query in local memory `qs` and key row `at` of k. */
+inline float key_dot(__local const float *qs, __global const CAT(storage_, K_T) * k, IDX at,
+                     IDX k_s3) {
+#if VEC > 1
+    floatV dot = 0.0f;
+    for (int c = 0; c < HEAD_DIM / VEC; ++c) {
+        floatV kc;
+        if (k_s3 == 1) {
+            kc = CAT(CAT(load, VEC), CAT(_, K_T))(k, at + (IDX)(c * VEC));
+        } else {
+            float lanes[VEC];
+            for (int e = 0; e < VEC; ++e)
+                lanes[e] = CAT(load_, K_T)(k, at + (IDX)(c * VEC + e) * k_s3);
+            kc = CAT(vload, VEC)(0, lanes);
+        }
+        dot = fma(CAT(vload, VEC)(c, qs), kc, dot);
+    }
+    return hsum(dot);
+#else
+    float dot = 0.0f;
+    for (int d = 0; d < HEAD_DIM; ++d)
+        dot = fma(qs[d], CAT(load_, K_T)(k, at + (IDX)d * k_s3), dot);
+    return dot;
+#endif
+}
+
+__kernel void attention_keys(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v),
+                             __global CAT(storage_, O_T) * o, IDX o_off, IDX o_s0, IDX o_s1,
+                             IDX o_s2, IDX o_s3, int B, int Hq, int Hkv, int Sq,
+                             int Sk LSE_PARAMS PART_PARAMS, MASK_PARAMS) {
+    __local float qs[HEAD_DIM], scores[KEYS_CHUNK], scratch[KEYS_GROUP];
+    const int lid = (int)get_local_id(0), n = (int)get_local_size(0);
+    const int group = (int)get_group_id(0), split = group % SPLITS, row = group / SPLITS;
+    const int i = row % Sq, bh = row / Sq, h = bh % Hq, b = bh / Hq, hk = h / (Hq / Hkv);
+    MASK_PACK(p);
+    mask_row r = mask_row_start(&p, b, h, i, Sq, Sk);
+    CLIP_TO_SPLIT(r, split);
+    const int first = r.lo, count = r.hi - r.lo; /* count <= KEYS_CHUNK: the host splits */
+    for (int d = lid; d < HEAD_DIM; d += n) qs[d] = CAT(load_, Q_T)(q, AT(q, b, h, i, d));
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    /* the scores, a key per work-item at a time, and their maximum */
+    float my_max = -INFINITY, my_nan = 0.0f;
+    for (int jj = lid; jj < count; jj += n) {
+        const int j = first + jj;
+        const float s = mask_score(&p, &r, j, key_dot(qs, k, AT(k, b, hk, j, 0), k_s3));
+        scores[jj] = s;
+        my_max = fmax(my_max, s);
+        my_nan = isnan(s) ? 1.0f : my_nan;
+    }
+    const float m = group_max(scratch, my_max);
+    const int nan_seen = group_max(scratch, my_nan) > 0.0f;
+    /* the weights in place (each work-item its own keys), and their sum */
+    float my_sum = 0.0f;
+    for (int jj = lid; jj < count; jj += n) {
+        const float w = scores[jj] == -INFINITY ? 0.0f : exp(scores[jj] - m);
+        scores[jj] = w;
+        my_sum += w;
+    }
+    const float l = group_sum(scratch, my_sum); /* its barriers publish the weights */
+
+    /* the value dims, one per work-item at a time: consecutive work-items read a V row
+     * together; a zero weight skips its row (invisible rows may hold NaN or Inf) */
+    for (int e = lid; e < VALUE_DIM; e += n) {
+        float acc = 0.0f;
+        for (int jj = 0; jj < count; ++jj)
+            if (scores[jj] != 0.0f)
+                acc = fma(scores[jj], CAT(load_, V_T)(v, AT(v, b, hk, first + jj, e)), acc);
+#if SPLITS > 1
+        __global float *at = part + ((IDX)row * SPLITS + split) * (VALUE_DIM + 2);
+        at[2 + e] = acc;
+        if (e == 0) at[0] = nan_seen ? NAN : m, at[1] = l;
+#else
+        const bool empty = m == -INFINITY && !nan_seen;
+        const float value = empty ? (EMPTY_NAN ? NAN : 0.0f) : nan_seen ? NAN : acc / l;
+        CAT(store_, O_T)(o, AT(o, b, h, i, e), value);
+        if (e == 0) STORE_LSE(i, empty ? -INFINITY : nan_seen ? NAN : m + log(l));
+#endif
+    }
 }
 
 #if SPLITS > 1

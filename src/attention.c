@@ -20,11 +20,17 @@ int clattn__attention_variant_override = -1;
  *    dims in vectors of the preferred float width; 16 work-items per group.
  *  - GPUs and the rest: attention_tiles, a query per work-item in groups of 64 sharing K/V tiles
  *    of TK keys in local memory (TK as large as half the device's local memory allows, up to 32),
- *    head dims in float4 when they divide by 4. */
+ *    head dims in float4 when they divide by 4. For decoding (Sq <= KEYS_MAX_QUERIES)
+ *    attention_keys instead: a group of 128 per query row and chunk of at most 1024 keys.
+ * Either splits the keys (the merge kernel combines the chunks) when the launch has too few
+ * groups to fill the device. */
 #define ATTENTION_BM          4
 #define ATTENTION_BN          16
 #define ATTENTION_BLOCKS_SIZE 16
 #define ATTENTION_TILES_SIZE  64
+#define ATTENTION_KEYS_SIZE   128  /* = KEYS_GROUP in cl/attention.cl */
+#define ATTENTION_KEYS_CHUNK  1024 /* = KEYS_CHUNK */
+#define KEYS_MAX_QUERIES      8
 #define ATTENTION_MAX_TK      32
 /* Key splits (decoding): a launch with fewer groups than SPLIT_TARGET per compute unit splits
  * the keys into chunks of at least SPLIT_MIN_CHUNK, at most SPLIT_MAX ways. */
@@ -35,7 +41,7 @@ int clattn__attention_variant_override = -1;
 int clattn__attention_splits_override = -1;
 
 typedef struct attention_launch {
-    int variant; /* CLATTN__ATTENTION_BLOCKS or CLATTN__ATTENTION_TILES */
+    int variant; /* CLATTN__ATTENTION_BLOCKS, _TILES or _KEYS */
     int lanes;   /* head-dim vector width */
     int tk;      /* tiles: keys per local tile */
     size_t group;
@@ -144,15 +150,18 @@ static int head_lanes(cl_uint width, int64_t d, int64_t dv) {
 static void pick_splits(attention_launch *l, cl_device_id device, const attention_args *a) {
     cl_uint units = 1;
     clGetDeviceInfo(device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL);
-    const int64_t Sk = a->k->shape[2], per = l->variant == CLATTN__ATTENTION_TILES
-                                                 ? (int64_t)l->group
-                                                 : ATTENTION_BM * (int64_t)l->group;
+    const int64_t Sk = a->k->shape[2];
+    const int64_t per = l->variant == CLATTN__ATTENTION_KEYS    ? 1
+                        : l->variant == CLATTN__ATTENTION_TILES ? (int64_t)l->group
+                                                                : ATTENTION_BM * (int64_t)l->group;
     const int64_t groups = a->q->shape[0] * a->q->shape[1] * ((a->q->shape[2] + per - 1) / per);
     const int64_t want = ((int64_t)units * ATTENTION_SPLIT_TARGET + groups - 1) / groups;
     int64_t splits = want < Sk / ATTENTION_SPLIT_MIN_CHUNK ? want : Sk / ATTENTION_SPLIT_MIN_CHUNK;
     if (splits > ATTENTION_SPLIT_MAX) splits = ATTENTION_SPLIT_MAX;
     if (clattn__attention_splits_override > 0)
         splits = clattn__attention_splits_override < Sk ? clattn__attention_splits_override : Sk;
+    const int64_t fewest = (Sk + ATTENTION_KEYS_CHUNK - 1) / ATTENTION_KEYS_CHUNK;
+    if (l->variant == CLATTN__ATTENTION_KEYS && splits < fewest) splits = fewest;
     l->splits = 1, l->chunk = (int)Sk;
     if (splits < 2) return;
     int64_t chunk = (Sk + splits - 1) / splits;
@@ -185,8 +194,11 @@ static attention_launch pick_launch(cl_device_id device, const attention_args *a
     if (type & CL_DEVICE_TYPE_CPU)
         l = (attention_launch){
             CLATTN__ATTENTION_BLOCKS, head_lanes(width, d, dv), 0, ATTENTION_BLOCKS_SIZE, 1, 0};
+    if (!(type & CL_DEVICE_TYPE_CPU) && a->q->shape[2] <= KEYS_MAX_QUERIES)
+        l.variant = CLATTN__ATTENTION_KEYS;
     if (clattn__attention_variant_override >= 0) l.variant = clattn__attention_variant_override;
-    if (l.variant == CLATTN__ATTENTION_TILES) {
+    if (l.variant == CLATTN__ATTENTION_KEYS) l.group = ATTENTION_KEYS_SIZE;
+    if (l.variant != CLATTN__ATTENTION_BLOCKS) {
         l.lanes = head_lanes(4, d, dv);
         l.tk = ATTENTION_MAX_TK;
         while (l.tk > 1 && (uint64_t)l.tk * (uint64_t)(d + dv) * 4 > local_bytes / 2) l.tk /= 2;
@@ -209,13 +221,20 @@ static void attention_options(const attention_args *a, const attention_launch *l
     clattn__mask_options(&a->mask, options, size);
 }
 
-/* Work-items (rounded up to whole groups) the variant launches. The tiles variant's groups
- * each take `group` queries of one (batch, head); the kernel reads its group size back. */
+/* Work-items (rounded up to whole groups) the variant launches: blocks, a work-item per BM
+ * queries; tiles, a group per `group` queries of one (batch, head), the kernel reading its
+ * group size back; keys, a group per query; each times the key splits. */
 static size_t attention_items(const attention_args *a, const attention_launch *l, size_t group) {
-    size_t rows = (size_t)(a->q->shape[0] * a->q->shape[1]);
-    size_t per = l->variant == CLATTN__ATTENTION_TILES ? group : ATTENTION_BM;
-    size_t units = rows * (((size_t)a->q->shape[2] + per - 1) / per) * (size_t)l->splits;
-    return clattn__round_up(l->variant == CLATTN__ATTENTION_TILES ? units * group : units, group);
+    const size_t rows = (size_t)(a->q->shape[0] * a->q->shape[1]), sq = (size_t)a->q->shape[2];
+    switch (l->variant) {
+    case CLATTN__ATTENTION_KEYS:
+        return rows * sq * (size_t)l->splits * group;
+    case CLATTN__ATTENTION_TILES:
+        return rows * ((sq + group - 1) / group) * (size_t)l->splits * group;
+    default:
+        return clattn__round_up(rows * ((sq + ATTENTION_BM - 1) / ATTENTION_BM) * (size_t)l->splits,
+                                group);
+    }
 }
 
 /* The merge of a split launch's partials: a work-item per output element, after `after`. */
@@ -249,7 +268,7 @@ static int enqueue_merge(const attention_args *a, const clattn__call *call, cl_m
 /* The fused kernel, and the merge after it when the keys are split; `part` is the scratch for
  * the partials (NULL when unsplit). */
 static int enqueue_attention(const attention_args *a, const clattn__call *call, cl_mem part) {
-    static const char *const kernels[] = {"attention_blocks", "attention_tiles"};
+    static const char *const kernels[] = {"attention_blocks", "attention_tiles", "attention_keys"};
     attention_launch l = pick_launch(call->device, a);
     bool wide = attention_needs_wide_index(a) ||
                 partial_floats(a, &l) >= (size_t)clattn__narrow_index_limit;
@@ -265,6 +284,8 @@ static int enqueue_attention(const attention_args *a, const clattn__call *call, 
     cl_event done = NULL;
     if (status == CLATTN_SUCCESS) {
         size_t local = max_group < l.group ? max_group : l.group;
+        if (l.variant == CLATTN__ATTENTION_KEYS) /* its reductions want a power of two */
+            while (local & (local - 1)) local &= local - 1;
         size_t global = attention_items(a, &l, local);
         clattn__call first = *call;
         if (l.splits > 1) first.event = &done;

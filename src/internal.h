@@ -100,7 +100,7 @@ enum { CLATTN__SOFTMAX_ROWS = 0, CLATTN__SOFTMAX_GROUP = 1 };
 extern int clattn__softmax_variant_override; /* -1: chosen by device type */
 
 /* Fused attention kernel variants (cl/attention.cl); tests force each one on any device. */
-enum { CLATTN__ATTENTION_BLOCKS = 0, CLATTN__ATTENTION_TILES = 1 };
+enum { CLATTN__ATTENTION_BLOCKS = 0, CLATTN__ATTENTION_TILES = 1, CLATTN__ATTENTION_KEYS = 2 };
 extern int clattn__attention_variant_override; /* -1: chosen by device type and shape */
 extern int clattn__attention_splits_override;  /* > 0: split the keys that many ways */
 extern int clattn__attention_splits_override;  /* > 0: split the keys that many ways */

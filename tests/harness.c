@@ -38,17 +38,9 @@ bool test_large_shapes(test_ctx *t) {
     return !(small && *small && strcmp(small, "0") != 0);
 }
 
-static const char *composed_mode(void) {
-    const char *mode = getenv("CLATTN_TEST_COMPOSED");
-    return mode ? mode : "";
-}
-
-bool test_runs_composed(void) {
-    return strcmp(composed_mode(), "skip") != 0;
-}
-
-bool test_runs_fused(void) {
-    return strcmp(composed_mode(), "only") != 0;
+bool test_under_uninit_checker(void) {
+    const char *flag = getenv("CLATTN_TEST_UNINIT_CHECKER");
+    return flag && *flag && strcmp(flag, "0") != 0;
 }
 
 uint64_t test_rand_u64(uint64_t *state) {

@@ -208,12 +208,14 @@ static bool run_variant(test_ctx *t, const at_spec *s, const at_data *d, int var
 }
 
 /* Every kernel variant and the composed path run every case, whichever the device would pick. */
-static const int variants[] = {CLATTN__ATTENTION_BLOCKS, CLATTN__ATTENTION_TILES, COMPOSED};
-static const char *const variant_names[] = {"blocks", "tiles", "composed"};
+static const int variants[] = {CLATTN__ATTENTION_BLOCKS, CLATTN__ATTENTION_TILES,
+                               CLATTN__ATTENTION_KEYS, COMPOSED};
+static const char *const variant_names[] = {"blocks", "tiles", "keys", "composed"};
 #define VARIANTS (int)(sizeof variants / sizeof variants[0])
 
 static bool variant_runs(int variant) {
-    return variants[variant] == COMPOSED ? test_runs_composed() : test_runs_fused();
+    const bool split = clattn__attention_splits_override > 1;
+    return !(variants[variant] == COMPOSED || split) || !test_under_uninit_checker();
 }
 
 static void check_weights(test_ctx *t, const at_spec *s, const at_data *d, const float *w,
@@ -501,8 +503,8 @@ static void bad_options_are_rejected(test_ctx *t) {
 /* The composed path with everything converted: f16 q/k/v stored [B,S,H,D], f16 weights stored
  * transposed, out in bf16, a caller workspace of exactly the queried size, and an event. */
 static void composed_converts_any_layout(test_ctx *t) {
-    if (!test_runs_composed() || !test_runs_fused())
-        return test_skip(t, "CLATTN_TEST_COMPOSED leaves out one of the paths");
+    if (test_under_uninit_checker())
+        return test_skip(t, "the composed path is checked without --uninitialized");
     at_spec s = base(2, 4, 2, 9, 13, 24);
     s.dt = CLATTN_F16;
     s.bshd = 1;
@@ -559,8 +561,8 @@ static void composed_converts_any_layout(test_ctx *t) {
 
 /* Fused against composed on one larger causal GQA case, element by element. */
 static void fused_equals_composed(test_ctx *t) {
-    if (!test_runs_composed() || !test_runs_fused())
-        return test_skip(t, "CLATTN_TEST_COMPOSED leaves out one of the paths");
+    if (test_under_uninit_checker())
+        return test_skip(t, "the composed path is checked without --uninitialized");
     at_spec s = base(1, 4, 2, test_large_shapes(t) ? 127 : 33, test_large_shapes(t) ? 127 : 33, 64);
     s.causal = 1;
     s.lse = 1;
@@ -586,7 +588,8 @@ static void fused_equals_composed(test_ctx *t) {
 /* The decode shape: a few queries against many keys, the keys split into chunks whose partial
  * results are merged by their log-sum-exp; against the reference and against the unsplit run. */
 static void split_keys_equal_the_plain_path(test_ctx *t) {
-    if (!test_runs_fused()) return test_skip(t, "CLATTN_TEST_COMPOSED=only");
+    if (test_under_uninit_checker())
+        return test_skip(t, "split keys are checked without --uninitialized");
     static const int32_t klen[2] = {300, 77};
     static const int64_t queries[] = {1, 3, 8};
     for (size_t n = 0; n < 3 && !t->failed; ++n) {
@@ -602,7 +605,7 @@ static void split_keys_equal_the_plain_path(test_ctx *t) {
         check_case(t, &s, what);
         at_data d;
         float *split = NULL, *plain = NULL, *lse = NULL;
-        for (int variant = 0; variant < 2 && prepare(t, &s, &d); ++variant) {
+        for (int variant = 0; variant < 3 && prepare(t, &s, &d); ++variant) {
             bool ok = run_variant(t, &s, &d, variant, &split, &lse);
             free(lse);
             lse = NULL;

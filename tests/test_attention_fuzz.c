@@ -73,9 +73,11 @@ static int one_case(test_ctx *t, uint64_t seed, int verbose) {
     int64_t Hq = Hkv * grp;
     int64_t Sq = 1 + (int64_t)R(g, R(g, 2) ? 40 : 9), Sk = 1 + (int64_t)R(g, R(g, 2) ? 70 : 20);
     if (R(g, 8) == 0) Sq = 60 + (int64_t)R(g, 90); /* past one 64-query group of the tiles kernel */
-    /* CLATTN__ATTENTION_BLOCKS, _TILES, or 2: composed */
-    const int variant = !test_runs_fused() ? 2 : (int)R(g, test_runs_composed() ? 3 : 2);
-    const int splits = R(g, 3) == 0 ? 2 + (int)R(g, 6) : -1; /* the keys split that many ways */
+    /* the composed path and the key split stay out of runs under Oclgrind's --uninitialized
+     * (see test_under_uninit_checker) */
+    const bool uninit = test_under_uninit_checker();
+    const int variant = (int)R(g, uninit ? 3 : 4); /* blocks, tiles, keys, 3: composed */
+    const int splits = R(g, 3) == 0 && !uninit ? 2 + (int)R(g, 6) : -1;
     int64_t D = dims[R(g, sizeof dims / sizeof dims[0])];
     int64_t Dv = R(g, 2) ? D : dims[R(g, sizeof dims / sizeof dims[0])];
     if (R(g, 3) == 0) {
@@ -121,7 +123,7 @@ static int one_case(test_ctx *t, uint64_t seed, int verbose) {
             if (!upload(t, &kl)) return -1;
             mask.key_lengths = &kl.t;
             rm.key_lengths = klen;
-            poison = (int)R(g, 2) && variant != 2; /* composed: 0 * Inf is NaN, as in torch */
+            poison = (int)R(g, 2) && variant != 3; /* composed: 0 * Inf is NaN, as in torch */
         }
         if (R(g, 3) == 0) {
             for (int b = 0; b < B; ++b) qlen[b] = (int32_t)R(g, (uint64_t)Sq + 3) - 1;
@@ -254,9 +256,9 @@ static int one_case(test_ctx *t, uint64_t seed, int verbose) {
                 }
     double sc = scale != 0.0f ? scale : 1.0 / sqrt((double)D);
     ref_softmax(x, B, Hq, Sq, Sk, sc, &rm, p, rl, NULL);
-    clattn__attention_variant_override = variant < 2 ? variant : -1;
+    clattn__attention_variant_override = variant < 3 ? variant : -1;
     clattn__attention_splits_override = splits;
-    const clattn_attention_options path = {variant < 2 ? CLATTN_PATH_FUSED : CLATTN_PATH_COMPOSED,
+    const clattn_attention_options path = {variant < 3 ? CLATTN_PATH_FUSED : CLATTN_PATH_COMPOSED,
                                            NULL, NULL};
     int status =
         clattn_attention_ex(&q.t, &k.t, &v.t, scale, use_mask ? &mask : NULL, &o.t,

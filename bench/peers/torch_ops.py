@@ -1,5 +1,7 @@
 #!/usr/bin/python3
-"""The PyTorch peer of clattn-bench: each op the way PyTorch users write it, on the CPU.
+"""The PyTorch peer of clattn-bench: each op the way PyTorch users write it, on the CPU, or on
+the device that CLATTN_PEER_DEVICE names ("cuda": the same GPU clattn runs on, for a vendor's
+own stack as the peer).
 
     torch_ops.py [--repeats N] [--warmup N] --case "OP DTYPE DIMS" [--case ...]
 
@@ -12,8 +14,11 @@ when a case cannot run. DIMS is a comma-separated list whose meaning depends on 
   softmax_masked B,H,Sq,Sk  causal + key lengths Sk - b*Sk/8 as a bool mask built once:
                          torch.softmax(x.masked_fill(~mask, -inf) * scale, -1)
   attention[_causal] B,H,S,D  softmax((q @ k^T) * scale [masked_fill]) @ v
+  attention_decode B,H,Sq,Sk,D  the same, Sq queries against Sk cached keys, no mask
+  (attention_memory is not here: its scores would need 8 GiB; the row reports n/a)
 """
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -21,6 +26,14 @@ import time
 import torch
 
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+DEVICE = torch.device(os.environ.get("CLATTN_PEER_DEVICE", "cpu"))
+if DEVICE.type != "cpu":
+    torch.set_default_device(DEVICE)  # torch 2.0 and later
+
+
+def sync():
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
 
 
 def split_heads(dtype, b, s, e, h):
@@ -66,6 +79,13 @@ def _attention(dtype, b, h, s, d, causal):
     return run
 
 
+def attention_decode(dtype, b, h, sq, sk, d):
+    q = torch.randn(b, h, sq, d).to(dtype)
+    k, v = (torch.randn(b, h, sk, d).to(dtype) for _ in range(2))
+    scale = d ** -0.5
+    return lambda: torch.softmax((q @ k.transpose(-1, -2)) * scale, -1) @ v
+
+
 def attention(dtype, b, h, s, d):
     return _attention(dtype, b, h, s, d, False)
 
@@ -77,6 +97,7 @@ def attention_causal(dtype, b, h, s, d):
 OPS = {
     "attention": attention,
     "attention_causal": attention_causal,
+    "attention_decode": attention_decode,
     "split_heads": split_heads,
     "merge_heads": merge_heads,
     "split_qkv": split_qkv,
@@ -88,10 +109,12 @@ OPS = {
 def time_case(fn, warmup, repeats):
     for _ in range(warmup):
         fn()
+    sync()
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         fn()
+        sync()
         times.append((time.perf_counter() - start) * 1e3)
     return statistics.median(times), min(times)
 
