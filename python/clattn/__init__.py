@@ -223,13 +223,17 @@ class Context:
 
     def attention(self, q, k, v, scale=None, *, causal=False, window=None, global_stride=0,
                   key_lengths=None, query_lengths=None, mask=None, bias=None, alibi_slopes=None,
-                  softcap=0.0, empty_rows="zero", return_lse=False, return_weights=False):
+                  softcap=0.0, empty_rows="zero", return_lse=False, return_weights=False,
+                  path="auto"):
         """softmax(mask(scale * q k^T)) v for q [B,Hq,Sq,D], k [B,Hkv,Sk,D], v [B,Hkv,Sk,Dv]
-        (Hq a multiple of Hkv); scale None means 1/sqrt(D). Returns out [B,Hq,Sq,Dv], or
-        (out, lse) with return_lse."""
-        if return_weights:
-            raise NotImplementedError("return_weights needs the composed attention path "
-                                      "(clattn_attention_composed), not built yet")
+        (Hq a multiple of Hkv); scale None means 1/sqrt(D). Returns out [B,Hq,Sq,Dv], or the
+        tuple (out, weights, lse) holding those asked for: weights [B,Hq,Sq,Sk] are the
+        attention probabilities (the composed CLBlast path computes them). path: "auto",
+        "fused" or "composed" (clattn_attention_ex)."""
+        paths = {"auto": _lib.PATH_AUTO, "fused": _lib.PATH_FUSED,
+                 "composed": _lib.PATH_COMPOSED}
+        if path not in paths:
+            raise ValueError('path: expected "auto", "fused" or "composed", got %r' % (path,))
         arrays = [_float_array(name, a) for name, a in (("q", q), ("k", k), ("v", v))]
         for name, a in zip("qkv", arrays):
             if a.ndim != 4:
@@ -244,14 +248,20 @@ class Context:
             m = self._mask(scope, scores, causal, window, global_stride, key_lengths,
                            query_lengths, mask, bias, alibi_slopes, softcap, empty_rows)
             lse = self._alloc(scope, (1, b, hq, sq), _lib.F32) if return_lse else None
-            _check(self._lib.clattn_attention(
+            wt = self._alloc(scope, scores, _lib.F32) if return_weights else None
+            options = _lib.AttentionOptions(paths[path],
+                                            ctypes.pointer(wt) if wt is not None else None, None)
+            _check(self._lib.clattn_attention_ex(
                 ctypes.byref(qt), ctypes.byref(kt), ctypes.byref(vt),
                 0.0 if scale is None else float(scale), ctypes.byref(m), ctypes.byref(ot),
-                ctypes.byref(lse) if lse is not None else None, self._queue(), 0, None, None))
-            out = self._download(ot, out_shape, q.dtype)
-            if not return_lse:
-                return out
-            return out, self._download(lse, (b, hq, sq), np.float32)
+                ctypes.byref(lse) if lse is not None else None, ctypes.byref(options),
+                self._queue(), 0, None, None))
+            results = [self._download(ot, out_shape, q.dtype)]
+            if return_weights:
+                results.append(self._download(wt, scores, np.float32))
+            if return_lse:
+                results.append(self._download(lse, (b, hq, sq), np.float32))
+            return results[0] if len(results) == 1 else tuple(results)
 
     def linear_attention(self, *args, **kwargs):
         raise NotImplementedError("clattn_linear_attention is not built yet")

@@ -35,6 +35,17 @@ class Mask(ctypes.Structure):
     ]
 
 
+class AttentionOptions(ctypes.Structure):
+    _fields_ = [
+        ("path", c_int),
+        ("weights", POINTER(Tensor)),
+        ("workspace", c_void_p),
+    ]
+
+
+PATH_AUTO, PATH_FUSED, PATH_COMPOSED = 0, 1, 2
+
+
 class DeviceDesc(ctypes.Structure):
     _fields_ = [
         ("platform_index", c_int),
@@ -101,6 +112,12 @@ def _declare(lib):
         "clattn_attention": (
             c_int,
             [POINTER(Tensor)] * 3 + [c_float, POINTER(Mask), POINTER(Tensor), POINTER(Tensor)] + tail,
+        ),
+        "clattn_attention_ex": (
+            c_int,
+            [POINTER(Tensor)] * 3
+            + [c_float, POINTER(Mask), POINTER(Tensor), POINTER(Tensor), POINTER(AttentionOptions)]
+            + tail,
         ),
         "clattn_softmax_backward": (
             c_int,

@@ -182,6 +182,37 @@ def torch_attention(q, k, v, scale, visible):
     return (p @ vt).numpy()
 
 
+def torch_weights(q, k, scale, visible):
+    group = q.shape[1] // k.shape[1]
+    qt, kt = (torch.from_numpy(a.astype(np.float64)) for a in (q, k))
+    s = (qt @ kt.repeat_interleave(group, 1).transpose(-1, -2)) * scale
+    keep = torch.from_numpy(np.broadcast_to(visible, s.shape).copy())
+    p = torch.softmax(s.masked_fill(~keep, float("-inf")), -1)
+    return torch.where(keep.any(-1, keepdim=True), p, torch.zeros_like(p)).numpy()
+
+
+def test_attention_weights_and_paths():
+    q = RNG.standard_normal((2, 4, 7, 16)).astype(np.float32)
+    k = RNG.standard_normal((2, 2, 11, 16)).astype(np.float32)
+    v = RNG.standard_normal((2, 2, 11, 16)).astype(np.float32)
+    i, j = np.arange(7)[:, None], np.arange(11)[None, :]
+    visible = np.stack([(j <= i + n - 7) & (j < n) for n in (11, 5)])[:, None]
+    kwargs = dict(scale=0.25, causal="bottom_right", key_lengths=[11, 5])
+    out, weights, lse = CTX.attention(q, k, v, return_weights=True, return_lse=True, **kwargs)
+    assert weights.shape == (2, 4, 7, 11) and lse.shape == (2, 4, 7)
+    assert_close(weights, torch_weights(q, k, 0.25, visible), 1e-5, 1e-7, "weights")
+    assert_close(out, torch_attention(q, k, v, 0.25, visible), 1e-4, 1e-6, "out with weights")
+    fused = CTX.attention(q, k, v, path="fused", **kwargs)
+    composed = CTX.attention(q, k, v, path="composed", **kwargs)
+    assert_close(fused, composed, 1e-5, 1e-6, "fused vs composed")
+    try:
+        CTX.attention(q, k, v, path="fused", return_weights=True)
+    except clattn.Error as error:
+        assert error.status == "CLATTN_ERR_INVALID_ARGUMENT", error.status
+    else:
+        raise AssertionError("weights on the fused path returned")
+
+
 def test_attention_matches_torch_with_gqa_and_masks():
     q = RNG.standard_normal((2, 4, 9, 40)).astype(np.float32)
     k = RNG.standard_normal((2, 2, 13, 40)).astype(np.float32)
