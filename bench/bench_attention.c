@@ -83,34 +83,46 @@ static void scratch_note(attention_ctx *x, clattn_env *env, size_t peak, char *o
              (double)need / 1048576.0);
 }
 
+static void case_shape(const attention_case *c, const char *note, char *shape, size_t size) {
+    if (c->sq == c->sk)
+        snprintf(shape, size, "B=%lld H=%lld S=%lld D=%lld%s%s", (long long)c->b, (long long)c->h,
+                 (long long)c->sq, (long long)c->d, is_causal(c) ? " causal(flops/2)" : "", note);
+    else
+        snprintf(shape, size, "B=%lld H=%lld Sq=%lld Sk=%lld D=%lld", (long long)c->b,
+                 (long long)c->h, (long long)c->sq, (long long)c->sk, (long long)c->d);
+}
+
+/* Decoding streams K and V once: it is a memory row (GB/s of q, k, v and out against the copy
+ * kernel); the others are compute rows (GFLOP/s against the FMA kernel). */
 static int measure(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
                    const void *cases, int i, double torch_ms, bench_report *report) {
     const attention_case *c = (const attention_case *)cases + i;
+    const bool decode = strcmp(c->op, "attention_decode") == 0;
+    const char *variant = c->path == CLATTN_PATH_COMPOSED ? "composed" : "fused";
     attention_ctx x;
     bench_timing timing;
-    double fma_gflops = 0;
+    double ceiling = 0;
     int status = alloc_case(env, c, &x);
     clattn_scratch_peak_bytes(1);
+    cl_command_queue queue = clattn_env_queue(env);
     if (status == CLATTN_SUCCESS)
-        status = bench_time_vs_fma(opt, ceilings, run_attention, &x, clattn_env_queue(env), &timing,
-                                   &fma_gflops);
-    if (status == CLATTN_SUCCESS) {
-        bool causal = x.mask.causal != 0;
-        char shape[160], scratch[64] = "";
-        if (strcmp(c->op, "attention_memory") == 0)
-            scratch_note(&x, env, clattn_scratch_peak_bytes(0), scratch, sizeof scratch);
-        if (c->sq == c->sk)
-            snprintf(shape, sizeof shape, "B=%lld H=%lld S=%lld D=%lld%s%s", (long long)c->b,
-                     (long long)c->h, (long long)c->sq, (long long)c->d,
-                     causal ? " causal(flops/2)" : "", scratch);
-        else
-            snprintf(shape, sizeof shape, "B=%lld H=%lld Sq=%lld Sk=%lld D=%lld", (long long)c->b,
-                     (long long)c->h, (long long)c->sq, (long long)c->sk, (long long)c->d);
-        double flops = 4.0 * (double)(c->b * c->h * c->sq * c->sk * c->d) * (causal ? 0.5 : 1.0);
-        status = bench_add_compute_row(report, env, c->op,
-                                       c->path == CLATTN_PATH_COMPOSED ? "composed" : "fused",
-                                       c->dtype, shape, &timing, flops, fma_gflops, torch_ms);
-    }
+        status =
+            decode ? bench_time_vs_copy(opt, ceilings, run_attention, &x, queue, &timing, &ceiling)
+                   : bench_time_vs_fma(opt, ceilings, run_attention, &x, queue, &timing, &ceiling);
+    char shape[160], scratch[64] = "";
+    if (status == CLATTN_SUCCESS && strcmp(c->op, "attention_memory") == 0)
+        scratch_note(&x, env, clattn_scratch_peak_bytes(0), scratch, sizeof scratch);
+    case_shape(c, scratch, shape, sizeof shape);
+    const double elements = (double)(c->b * c->h * (2 * c->sq + 2 * c->sk) * c->d);
+    const double flops =
+        4.0 * (double)(c->b * c->h * c->sq * c->sk * c->d) * (x.mask.causal ? 0.5 : 1.0);
+    if (status == CLATTN_SUCCESS && decode)
+        status =
+            bench_add_memory_row(report, env, c->op, variant, c->dtype, shape, &timing,
+                                 elements * (double)clattn_dtype_size(c->dtype), ceiling, torch_ms);
+    else if (status == CLATTN_SUCCESS)
+        status = bench_add_compute_row(report, env, c->op, variant, c->dtype, shape, &timing, flops,
+                                       ceiling, torch_ms);
     free_case(&x);
     return status;
 }
