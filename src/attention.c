@@ -19,10 +19,11 @@ int clattn__attention_variant_override = -1;
  *  - CPUs (PoCL): attention_blocks, BM = 4 queries per work-item against BN = 16-key tiles, head
  *    dims in vectors of the preferred float width; 16 work-items per group.
  *  - GPUs and the rest: attention_tiles, a query per work-item in groups of 64 sharing K/V tiles
- *    of TK keys in local memory (TK as large as half the device's local memory allows, up to 32),
- *    head dims in vectors of the preferred width, at least 4 (GPUs prefer 1). For decoding (Sq <=
- * KEYS_MAX_QUERIES) attention_keys instead: a group of 128 per query row and chunk of at most 1024
- * keys. Either splits the keys (the merge kernel combines the chunks) when the launch has too few
+ *    of TK keys in local memory (TK as large as half the device's local memory allows, up to
+ *    32), head dims in float4 (wider vectors cost a GPU registers, and so occupancy). For
+ *    decoding (Sq <= KEYS_MAX_QUERIES), attention_keys instead: a group of 128 per query row and
+ *    chunk of at most 1024 keys.
+ * Either splits the keys (the merge kernel combines the chunks) when the launch has too few
  * groups to fill the device. */
 #define ATTENTION_BM          4
 #define ATTENTION_BN          16
@@ -186,7 +187,7 @@ static attention_launch pick_launch(cl_device_id device, const attention_args *a
     clGetDeviceInfo(device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_bytes, &local_bytes, NULL);
     int64_t d = a->q->shape[3], dv = a->v->shape[3];
     attention_launch l = {
-        CLATTN__ATTENTION_TILES, head_lanes(width, d, dv), 0, ATTENTION_TILES_SIZE, 1, 0};
+        CLATTN__ATTENTION_TILES, head_lanes(4, d, dv), 0, ATTENTION_TILES_SIZE, 1, 0};
     if (type & CL_DEVICE_TYPE_CPU)
         l = (attention_launch){
             CLATTN__ATTENTION_BLOCKS, head_lanes(width, d, dv), 0, ATTENTION_BLOCKS_SIZE, 1, 0};
@@ -194,7 +195,8 @@ static attention_launch pick_launch(cl_device_id device, const attention_args *a
         l.variant = CLATTN__ATTENTION_KEYS;
     if (clattn__attention_variant_override >= 0) l.variant = clattn__attention_variant_override;
     if (l.variant == CLATTN__ATTENTION_KEYS) l.group = ATTENTION_KEYS_SIZE;
-    /* every variant is built with the same options, so that one program serves them all */
+    /* every variant a device runs is built with the same options, so that one program serves
+     * them all (the tests run each variant on each device) */
     l.tk = ATTENTION_MAX_TK;
     while (l.tk > 1 && (uint64_t)l.tk * (uint64_t)(d + dv) * 4 > local_bytes / 2) l.tk /= 2;
     pick_splits(&l, device, a);
