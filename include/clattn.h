@@ -365,18 +365,22 @@ typedef enum clattn_attention_path {
 typedef struct clattn_attention_options {
     clattn_attention_path path;
     /* optional [B,Hq,Sq,Sk] output, any float dtype and strides: the attention probabilities
-     * (0 where masked), which users plot as heat maps. Needs the composed path. */
+     * (0 where masked; a row with no visible key is 0, or NaN with empty_rows_nan), which users
+     * plot as heat maps. Needs the composed path. */
     const clattn_tensor *weights;
     /* optional scratch of at least clattn_attention_workspace_size bytes, in the queue's
-     * context; NULL: the call allocates what it needs and releases it when the work is done.
-     * Calls that share a workspace must not run concurrently. */
+     * context, writable, and apart from every tensor of the call; NULL: the call allocates what
+     * it needs and releases it when the work is done. Calls that share a workspace must not run
+     * concurrently. */
     cl_mem workspace;
 } clattn_attention_options;
 
 /* clattn_attention with a choice of path, the attention weights and caller-owned scratch.
  * Statuses: those of clattn_attention, plus CLATTN_ERR_INVALID_ARGUMENT for weights with
- * CLATTN_PATH_FUSED or an unknown path, CLATTN_ERR_BUFFER_TOO_SMALL for a workspace below the
- * size it needs, CLATTN_ERR_BLAS for a CLBlast failure. */
+ * CLATTN_PATH_FUSED, an unknown path or a read-only workspace, CLATTN_ERR_BUFFER_TOO_SMALL for
+ * a workspace below the size it needs, CLATTN_ERR_ALIASING for a workspace that overlaps a
+ * tensor of the call, CLATTN_ERR_BLAS for a CLBlast failure. The composed path enqueues several
+ * steps: a runtime failure of a later one (OpenCL, CLBlast) leaves the earlier ones enqueued. */
 CLATTN_API int clattn_attention_ex(const clattn_tensor *q, const clattn_tensor *k,
                                    const clattn_tensor *v, float scale, const clattn_mask *mask,
                                    const clattn_tensor *out, const clattn_tensor *lse,

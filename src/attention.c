@@ -307,6 +307,20 @@ static int resolve_path(const clattn_attention_options *options) {
     return path == CLATTN_PATH_COMPOSED || weights ? CLATTN_PATH_COMPOSED : CLATTN_PATH_FUSED;
 }
 
+/* The kernels number work-items (blocks) and groups (tiles, keys) with int: a launch past
+ * that, which only a split of keys past 2^30 can reach, is refused before anything runs. */
+static int check_launch_size(const attention_args *a, int path, cl_device_id device) {
+    if (path == CLATTN_PATH_COMPOSED) return CLATTN_SUCCESS;
+    attention_launch l = pick_launch(device, a);
+    size_t items = attention_items(a, &l, l.group);
+    size_t numbered = l.variant == CLATTN__ATTENTION_BLOCKS ? items : items / l.group;
+    if (numbered > 0x7fffffff)
+        return clattn__fail(CLATTN_ERR_DEVICE_LIMIT,
+                            "the launch needs %zu work-groups or work-items; at most 2^31 - 1",
+                            numbered);
+    return CLATTN_SUCCESS;
+}
+
 static size_t workspace_bytes(const attention_args *a, int path, cl_device_id device) {
     if (path == CLATTN_PATH_COMPOSED) return clattn__attention_composed_workspace(a);
     attention_launch l = pick_launch(device, a);
@@ -329,9 +343,33 @@ static int prepare_attention(attention_args *a, const clattn_mask *mask,
     return status;
 }
 
+/* The caller's workspace must be writable and apart from every tensor of the call: it is
+ * checked as an f32 view of the whole buffer. */
+static int check_workspace_apart(const attention_args *a, cl_mem workspace, size_t size) {
+    cl_mem_flags flags = 0;
+    clGetMemObjectInfo(workspace, CL_MEM_FLAGS, sizeof flags, &flags, NULL);
+    if (flags & CL_MEM_READ_ONLY)
+        return clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "the workspace is CL_MEM_READ_ONLY");
+    clattn_tensor whole = clattn_tensor_4d(workspace, CLATTN_F32, 1, 1, 1, (int64_t)(size / 4));
+    const clattn_mask *m = a->mask_desc;
+    const char *names[11] = {"q",    "k",       "v",           "out",
+                             "lse",  "weights", "key_lengths", "query_lengths",
+                             "keep", "bias",    "alibi_slopes"};
+    const clattn_tensor *views[11] = {a->q, a->k, a->v, a->out, a->lse, a->weights};
+    if (m) {
+        views[6] = m->key_lengths, views[7] = m->query_lengths, views[8] = m->keep;
+        views[9] = m->bias, views[10] = m->alibi_slopes;
+    }
+    int status = CLATTN_SUCCESS;
+    for (int i = 0; i < 11 && status == CLATTN_SUCCESS; ++i)
+        if (views[i] && views[i]->buffer)
+            status = clattn__check_no_alias("workspace", &whole, names[i], views[i]);
+    return status;
+}
+
 /* The caller's workspace, checked, or a fresh one; *owned says which. */
-static int get_workspace(const clattn_attention_options *options, size_t bytes, cl_context context,
-                         cl_mem *workspace, bool *owned) {
+static int get_workspace(const attention_args *a, const clattn_attention_options *options,
+                         size_t bytes, cl_context context, cl_mem *workspace, bool *owned) {
     *workspace = options ? options->workspace : NULL;
     *owned = false;
     if (bytes == 0) return CLATTN_SUCCESS;
@@ -348,7 +386,7 @@ static int get_workspace(const clattn_attention_options *options, size_t bytes, 
     if (size < bytes)
         return clattn__fail(CLATTN_ERR_BUFFER_TOO_SMALL,
                             "the workspace holds %zu bytes; this call needs %zu", size, bytes);
-    return CLATTN_SUCCESS;
+    return check_workspace_apart(a, *workspace, size);
 }
 
 int clattn_attention_ex(const clattn_tensor *q, const clattn_tensor *k, const clattn_tensor *v,
@@ -362,10 +400,11 @@ int clattn_attention_ex(const clattn_tensor *q, const clattn_tensor *k, const cl
     int status = clattn__begin_call(&call, queue, num_wait, wait_list, event);
     if (status == CLATTN_SUCCESS)
         status = prepare_attention(&a, mask, options, call.context, &path);
+    if (status == CLATTN_SUCCESS) status = check_launch_size(&a, path, call.device);
     cl_mem workspace = NULL;
     bool owned = false;
     if (status == CLATTN_SUCCESS)
-        status = get_workspace(options, workspace_bytes(&a, path, call.device), call.context,
+        status = get_workspace(&a, options, workspace_bytes(&a, path, call.device), call.context,
                                &workspace, &owned);
     if (status != CLATTN_SUCCESS) return status;
     status = path == CLATTN_PATH_COMPOSED ? clattn__attention_composed(&a, &call, workspace)
@@ -395,6 +434,7 @@ int clattn_attention_workspace_size(const clattn_tensor *q, const clattn_tensor 
         status = clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "bytes is NULL");
     if (status == CLATTN_SUCCESS)
         status = prepare_attention(&a, mask, options, call.context, &path);
+    if (status == CLATTN_SUCCESS) status = check_launch_size(&a, path, call.device);
     if (status == CLATTN_SUCCESS) *bytes = workspace_bytes(&a, path, call.device);
     return status;
 }

@@ -103,7 +103,6 @@ extern int clattn__softmax_variant_override; /* -1: chosen by device type */
 enum { CLATTN__ATTENTION_BLOCKS = 0, CLATTN__ATTENTION_TILES = 1, CLATTN__ATTENTION_KEYS = 2 };
 extern int clattn__attention_variant_override; /* -1: chosen by device type and shape */
 extern int clattn__attention_splits_override;  /* > 0: split the keys that many ways */
-extern int clattn__attention_splits_override;  /* > 0: split the keys that many ways */
 
 /* ---- small helpers ---- */
 

@@ -177,10 +177,10 @@ static size_t joined_source_tag(const char *p) {
  * ("<kernel>:LINE"): rewrite those to "cl/FILE:LINE" so that a log always points into the
  * file to edit. Returns a new string, or NULL when out of memory. */
 static char *log_with_file_lines(const char *log, const char *text) {
-    size_t capacity = strlen(log) * 2 + 128, used = 0; /* names outgrow numbers */
+    size_t capacity = strlen(log) * 2 + 256, used = 0; /* names outgrow numbers */
     char *out = malloc(capacity);
     if (!out) return NULL;
-    for (const char *p = log; *p && used + 80 < capacity;) {
+    for (const char *p = log; *p && used + 128 < capacity;) {
         char name[64];
         long file_line = 0;
         char *digits_end = NULL;

@@ -495,6 +495,20 @@ static void bad_options_are_rejected(test_ctx *t) {
     o.path = CLATTN_PATH_FUSED;
     status = clattn_attention_workspace_size(&qt, &qt, &qt, NULL, &ot, NULL, &o, q, &need);
     CHECK(t, status == CLATTN_SUCCESS && need == 0, "fused workspace %zu bytes", need);
+    /* a workspace must be apart from every tensor, and writable */
+    qt.dtype = CLATTN_F32;
+    o = (clattn_attention_options){CLATTN_PATH_COMPOSED, NULL, b};
+    status = clattn_attention_ex(&qt, &qt, &qt, 0.0f, NULL, &ot, NULL, &o, q, 0, NULL, &ev);
+    CHECK(t, status == CLATTN_ERR_ALIASING && ev == NULL, "workspace = out's buffer -> %s",
+          clattn_status_name(status));
+    cl_int err;
+    cl_mem read_only =
+        clCreateBuffer(clattn_env_context(t->env), CL_MEM_READ_ONLY, 4096, NULL, &err);
+    o.workspace = read_only;
+    status = clattn_attention_ex(&qt, &qt, &qt, 0.0f, NULL, &ot, NULL, &o, q, 0, NULL, &ev);
+    CHECK(t, status == CLATTN_ERR_INVALID_ARGUMENT && ev == NULL, "read-only workspace -> %s",
+          clattn_status_name(status));
+    if (read_only) clReleaseMemObject(read_only);
     clReleaseMemObject(a);
     clReleaseMemObject(b);
     clReleaseMemObject(small);
