@@ -369,31 +369,22 @@ __kernel void attention_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENS
     if (i < Sq) STORE_RESULT(i, acc, m, l, nan_seen);
 }
 
-/* The maximum (sum) of one value per work-item over the group, for every work-item. The group
- * size is a power of two, at most KEYS_GROUP; `scratch` holds KEYS_GROUP floats. */
-inline float group_max(__local float *scratch, float value) {
+/* The maximum (is_max) or the sum of one value per work-item over the group, for every
+ * work-item. The group size is a power of two, at most KEYS_GROUP; `scratch` holds KEYS_GROUP
+ * floats. */
+inline float group_reduce(__local float *scratch, float value, int is_max) {
     const int lid = (int)get_local_id(0);
     scratch[lid] = value;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int half_n = (int)get_local_size(0) / 2; half_n > 0; half_n /= 2) {
-        if (lid < half_n) scratch[lid] = fmax(scratch[lid], scratch[lid + half_n]);
+        if (lid < half_n) {
+            const float other = scratch[lid + half_n];
+            scratch[lid] = is_max ? fmax(scratch[lid], other) : scratch[lid] + other;
+        }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     const float result = scratch[0];
     barrier(CLK_LOCAL_MEM_FENCE); /* the scratch is free again */
-    return result;
-}
-
-inline float group_sum(__local float *scratch, float value) {
-    const int lid = (int)get_local_id(0);
-    scratch[lid] = value;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int half_n = (int)get_local_size(0) / 2; half_n > 0; half_n /= 2) {
-        if (lid < half_n) scratch[lid] += scratch[lid + half_n];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    const float result = scratch[0];
-    barrier(CLK_LOCAL_MEM_FENCE);
     return result;
 }
 
@@ -447,8 +438,8 @@ __kernel void attention_keys(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSO
         my_max = fmax(my_max, s);
         my_nan = isnan(s) ? 1.0f : my_nan;
     }
-    const float m = group_max(scratch, my_max);
-    const int nan_seen = group_max(scratch, my_nan) > 0.0f;
+    const float m = group_reduce(scratch, my_max, 1);
+    const int nan_seen = group_reduce(scratch, my_nan, 1) > 0.0f;
     /* the weights in place (each work-item its own keys), and their sum */
     float my_sum = 0.0f;
     for (int jj = lid; jj < count; jj += n) {
@@ -456,7 +447,7 @@ __kernel void attention_keys(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSO
         scores[jj] = w;
         my_sum += w;
     }
-    const float l = group_sum(scratch, my_sum); /* its barriers publish the weights */
+    const float l = group_reduce(scratch, my_sum, 0); /* its barriers publish the weights */
 
     /* the value dims, one per work-item at a time: consecutive work-items read a V row
      * together; a zero weight skips its row (invisible rows may hold NaN or Inf) */

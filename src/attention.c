@@ -261,11 +261,12 @@ static int enqueue_merge(const attention_args *a, const clattn__call *call, cl_m
     return status;
 }
 
-/* The fused kernel, and the merge after it when the keys are split; `part` is the scratch for
- * the partials (NULL when unsplit). */
-static int enqueue_attention(const attention_args *a, const clattn__call *call, cl_mem part) {
+/* The fused kernel with launch `l`, and the merge after it when the keys are split; `part` is
+ * the scratch for the partials (NULL when unsplit). */
+static int enqueue_attention(const attention_args *a, const attention_launch *launch,
+                             const clattn__call *call, cl_mem part) {
     static const char *const kernels[] = {"attention_blocks", "attention_tiles", "attention_keys"};
-    attention_launch l = pick_launch(call->device, a);
+    const attention_launch l = *launch;
     bool wide = attention_needs_wide_index(a) ||
                 partial_floats(a, &l) >= (size_t)clattn__narrow_index_limit;
     char options[1024];
@@ -309,11 +310,9 @@ static int resolve_path(const clattn_attention_options *options) {
 
 /* The kernels number work-items (blocks) and groups (tiles, keys) with int: a launch past
  * that, which only a split of keys past 2^30 can reach, is refused before anything runs. */
-static int check_launch_size(const attention_args *a, int path, cl_device_id device) {
-    if (path == CLATTN_PATH_COMPOSED) return CLATTN_SUCCESS;
-    attention_launch l = pick_launch(device, a);
-    size_t items = attention_items(a, &l, l.group);
-    size_t numbered = l.variant == CLATTN__ATTENTION_BLOCKS ? items : items / l.group;
+static int check_launch_size(const attention_args *a, const attention_launch *l) {
+    size_t items = attention_items(a, l, l->group);
+    size_t numbered = l->variant == CLATTN__ATTENTION_BLOCKS ? items : items / l->group;
     if (numbered > 0x7fffffff)
         return clattn__fail(CLATTN_ERR_DEVICE_LIMIT,
                             "the launch needs %zu work-groups or work-items; at most 2^31 - 1",
@@ -321,13 +320,7 @@ static int check_launch_size(const attention_args *a, int path, cl_device_id dev
     return CLATTN_SUCCESS;
 }
 
-static size_t workspace_bytes(const attention_args *a, int path, cl_device_id device) {
-    if (path == CLATTN_PATH_COMPOSED) return clattn__attention_composed_workspace(a);
-    attention_launch l = pick_launch(device, a);
-    return partial_floats(a, &l) * sizeof(float);
-}
-
-/* Everything a call checks before it enqueues: fills `a` and the path it takes. */
+/* Checks the arguments: fills `a` and the path the call takes. */
 static int prepare_attention(attention_args *a, const clattn_mask *mask,
                              const clattn_attention_options *options, cl_context context,
                              int *path) {
@@ -341,6 +334,27 @@ static int prepare_attention(attention_args *a, const clattn_mask *mask,
     if (status == CLATTN_SUCCESS && a->scale == 0.0f)
         a->scale = 1.0f / sqrtf((float)a->q->shape[3]);
     return status;
+}
+
+/* What a call runs, decided once: the path, the fused launch, the scratch bytes. */
+typedef struct attention_plan {
+    int path;
+    attention_launch launch; /* the fused path's */
+    size_t bytes;
+} attention_plan;
+
+/* Everything a call checks and decides before it enqueues. */
+static int plan_attention(attention_args *a, const clattn_attention_options *options,
+                          const clattn__call *call, attention_plan *plan) {
+    int status = prepare_attention(a, a->mask_desc, options, call->context, &plan->path);
+    if (status != CLATTN_SUCCESS) return status;
+    if (plan->path == CLATTN_PATH_COMPOSED) {
+        plan->bytes = clattn__attention_composed_workspace(a);
+        return CLATTN_SUCCESS;
+    }
+    plan->launch = pick_launch(call->device, a);
+    plan->bytes = partial_floats(a, &plan->launch) * sizeof(float);
+    return check_launch_size(a, &plan->launch);
 }
 
 /* The caller's workspace must be writable and apart from every tensor of the call: it is
@@ -396,19 +410,17 @@ int clattn_attention_ex(const clattn_tensor *q, const clattn_tensor *k, const cl
                         cl_event *event) {
     clattn__call call;
     attention_args a = {q, k, v, out, lse, options ? options->weights : NULL, mask, scale, {0}};
-    int path = CLATTN_PATH_FUSED;
+    attention_plan plan;
     int status = clattn__begin_call(&call, queue, num_wait, wait_list, event);
-    if (status == CLATTN_SUCCESS)
-        status = prepare_attention(&a, mask, options, call.context, &path);
-    if (status == CLATTN_SUCCESS) status = check_launch_size(&a, path, call.device);
+    if (status == CLATTN_SUCCESS) status = plan_attention(&a, options, &call, &plan);
     cl_mem workspace = NULL;
     bool owned = false;
     if (status == CLATTN_SUCCESS)
-        status = get_workspace(&a, options, workspace_bytes(&a, path, call.device), call.context,
-                               &workspace, &owned);
+        status = get_workspace(&a, options, plan.bytes, call.context, &workspace, &owned);
     if (status != CLATTN_SUCCESS) return status;
-    status = path == CLATTN_PATH_COMPOSED ? clattn__attention_composed(&a, &call, workspace)
-                                          : enqueue_attention(&a, &call, workspace);
+    status = plan.path == CLATTN_PATH_COMPOSED
+                 ? clattn__attention_composed(&a, &call, workspace)
+                 : enqueue_attention(&a, &plan.launch, &call, workspace);
     if (owned) clReleaseMemObject(workspace);
     return status;
 }
@@ -428,13 +440,11 @@ int clattn_attention_workspace_size(const clattn_tensor *q, const clattn_tensor 
                                     size_t *bytes) {
     clattn__call call;
     attention_args a = {q, k, v, out, lse, options ? options->weights : NULL, mask, 1.0f, {0}};
-    int path = CLATTN_PATH_FUSED;
+    attention_plan plan;
     int status = clattn__begin_call(&call, queue, 0, NULL, NULL);
     if (status == CLATTN_SUCCESS && !bytes)
         status = clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "bytes is NULL");
-    if (status == CLATTN_SUCCESS)
-        status = prepare_attention(&a, mask, options, call.context, &path);
-    if (status == CLATTN_SUCCESS) status = check_launch_size(&a, path, call.device);
-    if (status == CLATTN_SUCCESS) *bytes = workspace_bytes(&a, path, call.device);
+    if (status == CLATTN_SUCCESS) status = plan_attention(&a, options, &call, &plan);
+    if (status == CLATTN_SUCCESS) *bytes = plan.bytes;
     return status;
 }
