@@ -122,5 +122,7 @@ int bench_softmax(const bench_options *opt, clattn_env *env, bench_ceilings *cei
                   bench_report *report);
 int bench_attention(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
                     bench_report *report);
+int bench_linear(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
+                 bench_report *report);
 
 #endif

@@ -21,7 +21,9 @@ static void usage(FILE *out) {
                  "                    [--repeats N] [--peer-script PATH | --no-peers]\n"
                  "  SPEC: P:D or a name substring (as CLATTN_DEVICE); all: every device\n"
                  "  NAME: split_heads | merge_heads | split_qkv | softmax | softmax_masked |\n"
-                 "        attention | attention_causal | attention_memory | attention_decode\n");
+                 "        attention | attention_causal | attention_memory | attention_decode |\n"
+                 "        linear_attention | linear_attention_causal | linear_step |\n"
+                 "        linear_crossover\n");
 }
 
 typedef struct bench_args {
@@ -83,13 +85,15 @@ static int bench_device(const bench_args *a, const char *spec, bench_report *rep
         printf("ceilings: copy %.1f GB/s (float4 stream, %s each way), FMA %.1f GFLOP/s\n",
                ceilings->copy_gbs, a->opt.quick ? "16 MiB" : "64 MiB", ceilings->fma_gflops);
         printf("value: GB/s counts one read and one write of every element, GFLOP/s 4*B*H*Sq*Sk*D "
-               "(halved when causal);\nceiling: the copy (GB/s) or FMA (GFLOP/s) kernel timed "
+               "(halved when causal), linear attention\n4*B*H*S*D*Dv (causal too);\nceiling: the "
+               "copy (GB/s) or FMA (GFLOP/s) kernel timed "
                "alternately with the row; %%roof: value / ceiling;\ntorch/us: PyTorch median / "
                "ours (> 1: we are faster)\n\n");
         bench_print_header(stdout);
         status = bench_heads(&a->opt, env, ceilings, report);
         if (status == CLATTN_SUCCESS) status = bench_softmax(&a->opt, env, ceilings, report);
         if (status == CLATTN_SUCCESS) status = bench_attention(&a->opt, env, ceilings, report);
+        if (status == CLATTN_SUCCESS) status = bench_linear(&a->opt, env, ceilings, report);
         bench_ceilings_close(ceilings);
     }
     if (status != CLATTN_SUCCESS)

@@ -36,29 +36,11 @@
 #include "mask.cl"
 #endif
 
-#ifndef Q_T
-#define Q_T f32
-#endif
-#ifndef K_T
-#define K_T f32
-#endif
-#ifndef V_T
-#define V_T f32
-#endif
-#ifndef O_T
-#define O_T f32
-#endif
 #ifndef LSE_T
 #define LSE_T f32
 #endif
 #ifndef HAS_LSE
 #define HAS_LSE 0
-#endif
-#ifndef HEAD_DIM
-#define HEAD_DIM 64
-#endif
-#ifndef VALUE_DIM
-#define VALUE_DIM HEAD_DIM
 #endif
 #ifndef BM
 #define BM 4
@@ -84,14 +66,11 @@
 #ifndef EMPTY_NAN
 #define EMPTY_NAN 0
 #endif
-/* Lanes of the head-dim vectors; must divide HEAD_DIM and VALUE_DIM (1: scalar code). */
-#ifndef VEC
-#define VEC 1
+/* VEC, the lanes of the head-dim vectors (1: scalar code), must divide HEAD_DIM and VALUE_DIM;
+ * rows.cl holds its default and the dtype and head-dim defaults. */
+#ifndef CLATTN_ROWS_CL
+#include "rows.cl"
 #endif
-
-#define TENSOR_PARAMS(T, name)                                                                     \
-    __global const CAT(storage_, T) * name, IDX name##_off, IDX name##_s0, IDX name##_s1,          \
-        IDX name##_s2, IDX name##_s3
 
 #if HAS_LSE
 #define LSE_PARAMS                                                                                 \
@@ -109,34 +88,6 @@
 #define CLIP_TO_SPLIT(r, split) (void)0
 #endif
 
-/* The element at [b, h, i, d] of a tensor passed with TENSOR_PARAMS. */
-#define AT(name, b, h, i, d)                                                                       \
-    (name##_off + (IDX)(b)*name##_s0 + (IDX)(h)*name##_s1 + (IDX)(i)*name##_s2 + (IDX)(d)*name##_s3)
-
-/* A row of n (a multiple of VEC) elements from `at` with element stride `stride`, as vectors. */
-#if VEC > 1
-#define LOAD_ROW(T, p, at, stride, n, out)                                                         \
-    for (int c = 0; c < (n) / VEC; ++c) {                                                          \
-        if ((stride) == 1) {                                                                       \
-            out[c] = CAT(CAT(load, VEC), CAT(_, T))(p, (at) + (IDX)(c * VEC));                     \
-        } else {                                                                                   \
-            float lanes_[VEC];                                                                     \
-            for (int e = 0; e < VEC; ++e)                                                          \
-                lanes_[e] = CAT(load_, T)(p, (at) + (IDX)(c * VEC + e) * (stride));                \
-            out[c] = CAT(vload, VEC)(0, lanes_);                                                   \
-        }                                                                                          \
-    }
-#define LANES(n) ((n) / VEC)
-typedef floatV lane_t;
-#define DOT_FINISH(v) hsum(v)
-#else
-#define LOAD_ROW(T, p, at, stride, n, out)                                                         \
-    for (int c = 0; c < (n); ++c) out[c] = CAT(load_, T)(p, (at) + (IDX)c * (stride));
-#define LANES(n)      (n)
-typedef float lane_t;
-#define DOT_FINISH(v) (v)
-#endif
-
 /* Query row i's output (acc / l) and log-sum-exp from its online-softmax state. A row that saw
  * no key gets 0 (NaN with EMPTY_NAN) and -inf; a NaN score makes it NaN. Scalar stores: one per
  * output, any alignment. */
@@ -145,13 +96,6 @@ typedef float lane_t;
     CAT(store_, LSE_T)(lse, lse_off + (IDX)b * lse_s1 + (IDX)h * lse_s2 + (IDX)(i)*lse_s3, value)
 #else
 #define STORE_LSE(i, value) (void)0
-#endif
-#if VEC > 1
-#define STORE_LANES(i, c, value)                                                                   \
-    for (int e = 0; e < VEC; ++e)                                                                  \
-        CAT(store_, O_T)(o, AT(o, b, h, i, (c)*VEC + e), ((float *)&(value))[e]);
-#else
-#define STORE_LANES(i, c, value) CAT(store_, O_T)(o, AT(o, b, h, i, c), value);
 #endif
 #define STORE_QUERY_ROW(i, acc, m, l, nan_seen)                                                    \
     do {                                                                                           \

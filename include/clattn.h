@@ -395,6 +395,83 @@ CLATTN_API int clattn_attention_workspace_size(const clattn_tensor *q, const cla
                                                const clattn_attention_options *options,
                                                cl_command_queue queue, size_t *bytes);
 
+/* ---------------------------------------------------------------------------------------------
+ * Linear attention (cl/linear_attention.cl, src/linear_attention.c)
+ *
+ * Katharopoulos et al. (2020), with a feature map phi applied to every row of q and k:
+ *
+ *   out[b,h,i] = phi(q_i)^T S_i / (phi(q_i)^T z_i + eps)
+ *   S_i = sum_j phi(k_j) v_j^T    [D,Dv]        z_i = sum_j phi(k_j)    [D]
+ *
+ * where the sums run over the keys j visible to query i (kv head h / (Hq/Hkv)):
+ *   j < key_len[b] and i < query_len[b]   (each optional), and
+ *   j <= i + off when causal              (off as for the softmax mask: 0 top-left, key_len -
+ *                                          query_len bottom-right)
+ * A query that sees no key gets 0. The work is O(Sq + Sk) per head and no Sq x Sk matrix is
+ * formed: causal runs chunk-parallel (the state of whole chunks of keys, carried by running
+ * sums, plus the masked product within a chunk), which is exact, not an approximation.
+ * ------------------------------------------------------------------------------------------- */
+typedef enum clattn_feature_map {
+    CLATTN_FEATURE_ELU1 = 0,    /* elu(x) + 1: x + 1 above 0, exp(x) below (the default) */
+    CLATTN_FEATURE_RELU = 1,    /* max(x, 0) */
+    CLATTN_FEATURE_IDENTITY = 2 /* x (the denominator may then be 0 or negative: inf or NaN) */
+} clattn_feature_map;
+
+#define CLATTN_LINEAR_EPS 1e-6f
+
+/* Options of the linear-attention calls. NULL stands for CLATTN_LINEAR_OPTIONS_DEFAULT. */
+typedef struct clattn_linear_options {
+    clattn_feature_map feature_map;
+    float eps;        /* added to every denominator; finite and >= 0 */
+    cl_mem workspace; /* optional scratch, as for clattn_attention_options; NULL: allocated */
+} clattn_linear_options;
+
+#define CLATTN_LINEAR_OPTIONS_DEFAULT                                                              \
+    { CLATTN_FEATURE_ELU1, CLATTN_LINEAR_EPS, NULL }
+
+/* Linear attention over whole sequences.
+ *   q [B,Hq,Sq,D]   k [B,Hkv,Sk,D]   v [B,Hkv,Sk,Dv]   out [B,Hq,Sq,Dv]
+ *   Hq % Hkv == 0; D, Dv <= 256; f32/f16/bf16 storage, f32 math; any strides.
+ *   mask: NULL, or a clattn_mask using only causal, align, key_lengths and query_lengths (keys
+ *   past a length are left out of S and z, whatever they hold); the other fields must be zero.
+ * Scratch: B*Hkv*(ceil(Sk/chunk)+1)*(D*Dv+D) floats, plus B*Hkv*Sk*D floats when causal (the
+ * chunk is 64 keys causal, larger when not); clattn_linear_attention_workspace_size says how
+ * much exactly.
+ * Statuses: those of clattn_attention_ex, with CLATTN_ERR_INVALID_ARGUMENT also for a mask
+ * field linear attention has no meaning for, an unknown feature map or an eps that is negative
+ * or not finite. */
+CLATTN_API int clattn_linear_attention(const clattn_tensor *q, const clattn_tensor *k,
+                                       const clattn_tensor *v, const clattn_mask *mask,
+                                       const clattn_tensor *out,
+                                       const clattn_linear_options *options, cl_command_queue queue,
+                                       cl_uint num_wait, const cl_event *wait_list,
+                                       cl_event *event);
+
+/* The bytes of scratch the same clattn_linear_attention call needs, after the same validation.
+ * A clattn_linear_attention_step needs what the causal call on the same q, k, v needs. */
+CLATTN_API int clattn_linear_attention_workspace_size(
+    const clattn_tensor *q, const clattn_tensor *k, const clattn_tensor *v, const clattn_mask *mask,
+    const clattn_tensor *out, const clattn_linear_options *options, cl_command_queue queue,
+    size_t *bytes);
+
+/* The recurrent form, for token-by-token decoding: consumes n new tokens, outputs their rows,
+ * and adds them to the caller-owned running state (S, z), which starts at zero.
+ *   q [B,Hq,n,D]   k [B,Hkv,n,D]   v [B,Hkv,n,Dv]   out [B,Hq,n,Dv]
+ *   state [B,Hkv,D,Dv] f32 and z {1,B,Hkv,D} f32: read, then overwritten with the sums over
+ *   every token consumed so far. Token t sees the state plus the new tokens 0..t, so a run of
+ *   steps over a sequence equals the causal clattn_linear_attention over it.
+ *   lengths: NULL, or i32 {1,1,1,B}: batch b has lengths[b] (clamped to [0,n]) valid new
+ *   tokens; the others neither enter the state nor get output (their rows are 0).
+ * state and z must not overlap each other or any other tensor of the call.
+ * Statuses: those of clattn_linear_attention. */
+CLATTN_API int clattn_linear_attention_step(const clattn_tensor *q, const clattn_tensor *k,
+                                            const clattn_tensor *v, const clattn_tensor *lengths,
+                                            const clattn_tensor *state, const clattn_tensor *z,
+                                            const clattn_tensor *out,
+                                            const clattn_linear_options *options,
+                                            cl_command_queue queue, cl_uint num_wait,
+                                            const cl_event *wait_list, cl_event *event);
+
 /* The largest scratch buffer the library allocated for itself (a call without a workspace)
  * since the last reset; `reset` starts a new count after reading. For memory budgets and the
  * benchmark's "peak scratch" column. */

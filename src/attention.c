@@ -52,24 +52,9 @@ typedef struct attention_launch {
 typedef clattn__attention_args attention_args;
 
 static int check_dims(const attention_args *a) {
-    const int64_t *q = a->q->shape, *k = a->k->shape, *v = a->v->shape, *o = a->out->shape;
-    if (k[0] != q[0] || v[0] != q[0] || o[0] != q[0] || v[1] != k[1] || v[2] != k[2] ||
-        k[3] != q[3] || o[1] != q[1] || o[2] != q[2] || o[3] != v[3])
-        return clattn__fail(CLATTN_ERR_SHAPE_MISMATCH,
-                            "expected q [B,Hq,Sq,D], k [B,Hkv,Sk,D], v [B,Hkv,Sk,Dv], out "
-                            "[B,Hq,Sq,Dv]; got q [%lld,%lld,%lld,%lld] k [%lld,%lld,%lld,%lld] v "
-                            "[%lld,%lld,%lld,%lld] out [%lld,%lld,%lld,%lld]",
-                            (long long)q[0], (long long)q[1], (long long)q[2], (long long)q[3],
-                            (long long)k[0], (long long)k[1], (long long)k[2], (long long)k[3],
-                            (long long)v[0], (long long)v[1], (long long)v[2], (long long)v[3],
-                            (long long)o[0], (long long)o[1], (long long)o[2], (long long)o[3]);
-    if (q[1] % k[1] != 0)
-        return clattn__fail(CLATTN_ERR_SHAPE_MISMATCH,
-                            "Hq = %lld is not a multiple of Hkv = %lld (GQA groups query heads)",
-                            (long long)q[1], (long long)k[1]);
-    if (q[3] > CLATTN_MAX_HEAD_DIM || v[3] > CLATTN_MAX_HEAD_DIM)
-        return clattn__fail(CLATTN_ERR_DEVICE_LIMIT, "head dims D = %lld, Dv = %lld: at most %d",
-                            (long long)q[3], (long long)v[3], CLATTN_MAX_HEAD_DIM);
+    const int64_t *q = a->q->shape;
+    int status = clattn__check_attention_shapes(a->q, a->k, a->v, a->out, CLATTN_MAX_HEAD_DIM);
+    if (status != CLATTN_SUCCESS) return status;
     if (q[0] * q[1] * q[2] > 0x7fffffff)
         return clattn__fail(CLATTN_ERR_DEVICE_LIMIT, "B*Hq*Sq exceeds INT_MAX");
     return CLATTN_SUCCESS;
@@ -138,14 +123,6 @@ static int set_attention_args(cl_kernel kernel, const attention_args *a, bool wi
     return status;
 }
 
-/* Head-dim vector lanes: `width`, narrowed until it divides both head dims (1: scalar code, for
- * odd head dims). */
-static int head_lanes(cl_uint width, int64_t d, int64_t dv) {
-    int lanes = width >= 16 ? 16 : width >= 8 ? 8 : 4;
-    while (lanes > 1 && (d % lanes || dv % lanes)) lanes /= 2;
-    return lanes == 2 ? 1 : lanes;
-}
-
 /* Splits the keys when the launch has too few groups to fill the device (a few queries against
  * a long KV cache): chunks of at least SPLIT_MIN_CHUNK keys, whole 32-key tiles. */
 static void pick_splits(attention_launch *l, cl_device_id device, const attention_args *a) {
@@ -187,10 +164,14 @@ static attention_launch pick_launch(cl_device_id device, const attention_args *a
     clGetDeviceInfo(device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_bytes, &local_bytes, NULL);
     int64_t d = a->q->shape[3], dv = a->v->shape[3];
     attention_launch l = {
-        CLATTN__ATTENTION_TILES, head_lanes(4, d, dv), 0, ATTENTION_TILES_SIZE, 1, 0};
+        CLATTN__ATTENTION_TILES, clattn__head_lanes(4, d, dv), 0, ATTENTION_TILES_SIZE, 1, 0};
     if (type & CL_DEVICE_TYPE_CPU)
-        l = (attention_launch){
-            CLATTN__ATTENTION_BLOCKS, head_lanes(width, d, dv), 0, ATTENTION_BLOCKS_SIZE, 1, 0};
+        l = (attention_launch){CLATTN__ATTENTION_BLOCKS,
+                               clattn__head_lanes(width, d, dv),
+                               0,
+                               ATTENTION_BLOCKS_SIZE,
+                               1,
+                               0};
     if (!(type & CL_DEVICE_TYPE_CPU) && a->q->shape[2] <= KEYS_MAX_QUERIES)
         l.variant = CLATTN__ATTENTION_KEYS;
     if (clattn__attention_variant_override >= 0) l.variant = clattn__attention_variant_override;
@@ -357,14 +338,9 @@ static int plan_attention(attention_args *a, const clattn_attention_options *opt
     return check_launch_size(a, &plan->launch);
 }
 
-/* The caller's workspace must be writable and apart from every tensor of the call: it is
- * checked as an f32 view of the whole buffer. */
-static int check_workspace_apart(const attention_args *a, cl_mem workspace, size_t size) {
-    cl_mem_flags flags = 0;
-    clGetMemObjectInfo(workspace, CL_MEM_FLAGS, sizeof flags, &flags, NULL);
-    if (flags & CL_MEM_READ_ONLY)
-        return clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "the workspace is CL_MEM_READ_ONLY");
-    clattn_tensor whole = clattn_tensor_4d(workspace, CLATTN_F32, 1, 1, 1, (int64_t)(size / 4));
+/* The caller's workspace, checked against every tensor of the call, or a fresh one. */
+static int get_workspace(const attention_args *a, const clattn_attention_options *options,
+                         size_t bytes, cl_context context, cl_mem *workspace, bool *owned) {
     const clattn_mask *m = a->mask_desc;
     const char *names[11] = {"q",    "k",       "v",           "out",
                              "lse",  "weights", "key_lengths", "query_lengths",
@@ -374,33 +350,8 @@ static int check_workspace_apart(const attention_args *a, cl_mem workspace, size
         views[6] = m->key_lengths, views[7] = m->query_lengths, views[8] = m->keep;
         views[9] = m->bias, views[10] = m->alibi_slopes;
     }
-    int status = CLATTN_SUCCESS;
-    for (int i = 0; i < 11 && status == CLATTN_SUCCESS; ++i)
-        if (views[i] && views[i]->buffer)
-            status = clattn__check_no_alias("workspace", &whole, names[i], views[i]);
-    return status;
-}
-
-/* The caller's workspace, checked, or a fresh one; *owned says which. */
-static int get_workspace(const attention_args *a, const clattn_attention_options *options,
-                         size_t bytes, cl_context context, cl_mem *workspace, bool *owned) {
-    *workspace = options ? options->workspace : NULL;
-    *owned = false;
-    if (bytes == 0) return CLATTN_SUCCESS;
-    if (!*workspace) {
-        *owned = true;
-        return clattn__scratch_alloc(context, bytes, workspace);
-    }
-    size_t size = 0;
-    cl_context owner = NULL;
-    clGetMemObjectInfo(*workspace, CL_MEM_SIZE, sizeof size, &size, NULL);
-    clGetMemObjectInfo(*workspace, CL_MEM_CONTEXT, sizeof owner, &owner, NULL);
-    if (owner != context)
-        return clattn__fail(CLATTN_ERR_CONTEXT_MISMATCH, "the workspace is in another context");
-    if (size < bytes)
-        return clattn__fail(CLATTN_ERR_BUFFER_TOO_SMALL,
-                            "the workspace holds %zu bytes; this call needs %zu", size, bytes);
-    return check_workspace_apart(a, *workspace, size);
+    return clattn__get_workspace(options ? options->workspace : NULL, bytes, context, names, views,
+                                 11, workspace, owned);
 }
 
 int clattn_attention_ex(const clattn_tensor *q, const clattn_tensor *k, const clattn_tensor *v,

@@ -50,3 +50,39 @@ size_t clattn_scratch_peak_bytes(int reset) {
     pthread_mutex_unlock(&scratch_lock);
     return peak;
 }
+
+/* The caller's workspace must be writable and apart from every tensor of the call: it is
+ * checked as an f32 view of the whole buffer. */
+static int check_workspace(cl_mem workspace, size_t bytes, cl_context context,
+                           const char *const *names, const clattn_tensor *const *views, int count) {
+    size_t size = 0;
+    cl_context owner = NULL;
+    cl_mem_flags flags = 0;
+    clGetMemObjectInfo(workspace, CL_MEM_SIZE, sizeof size, &size, NULL);
+    clGetMemObjectInfo(workspace, CL_MEM_CONTEXT, sizeof owner, &owner, NULL);
+    clGetMemObjectInfo(workspace, CL_MEM_FLAGS, sizeof flags, &flags, NULL);
+    if (owner != context)
+        return clattn__fail(CLATTN_ERR_CONTEXT_MISMATCH, "the workspace is in another context");
+    if (size < bytes)
+        return clattn__fail(CLATTN_ERR_BUFFER_TOO_SMALL,
+                            "the workspace holds %zu bytes; this call needs %zu", size, bytes);
+    if (flags & CL_MEM_READ_ONLY)
+        return clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "the workspace is CL_MEM_READ_ONLY");
+    clattn_tensor whole = clattn_tensor_4d(workspace, CLATTN_F32, 1, 1, 1, (int64_t)(size / 4));
+    int status = CLATTN_SUCCESS;
+    for (int i = 0; i < count && status == CLATTN_SUCCESS; ++i)
+        if (views[i] && views[i]->buffer)
+            status = clattn__check_no_alias("workspace", &whole, names[i], views[i]);
+    return status;
+}
+
+int clattn__get_workspace(cl_mem workspace, size_t bytes, cl_context context,
+                          const char *const *names, const clattn_tensor *const *views, int count,
+                          cl_mem *out, bool *owned) {
+    *out = workspace;
+    *owned = false;
+    if (bytes == 0) return CLATTN_SUCCESS;
+    if (workspace) return check_workspace(workspace, bytes, context, names, views, count);
+    *owned = true;
+    return clattn__scratch_alloc(context, bytes, out);
+}

@@ -43,6 +43,12 @@ int clattn__check_tensor(const char *name, const clattn_tensor *t, cl_context co
 /* Both tensors have the same shape. */
 int clattn__check_same_shape(const char *name_a, const clattn_tensor *a, const char *name_b,
                              const clattn_tensor *b);
+/* The shapes of an attention-like op: q [B,Hq,Sq,D], k [B,Hkv,Sk,D], v [B,Hkv,Sk,Dv],
+ * out [B,Hq,Sq,Dv] with Hq % Hkv == 0 (CLATTN_ERR_SHAPE_MISMATCH), and D, Dv at most
+ * max_head_dim (CLATTN_ERR_DEVICE_LIMIT). */
+int clattn__check_attention_shapes(const clattn_tensor *q, const clattn_tensor *k,
+                                   const clattn_tensor *v, const clattn_tensor *out,
+                                   int64_t max_head_dim);
 /* An output's addressed byte range does not overlap an input's in the same buffer. */
 int clattn__check_no_alias(const char *out_name, const clattn_tensor *out, const char *in_name,
                            const clattn_tensor *in);
@@ -78,6 +84,11 @@ int clattn__set_idx_arg(cl_kernel kernel, cl_uint index, uint64_t value, bool wi
 /* The largest work-group size this kernel supports on this device (CL_KERNEL_WORK_GROUP_SIZE),
  * never more than the device's per-dimension limit for dimension 0. */
 int clattn__kernel_max_group(cl_kernel kernel, cl_device_id device, size_t *size);
+
+/* Head-dim vector lanes for the row kernels (cl/rows.cl): `width` (the device's preferred float
+ * width, or a GPU's 4) as 16, 8 or 4, narrowed until it divides both head dims; 1 (scalar code)
+ * for odd head dims. */
+int clattn__head_lanes(cl_uint width, int64_t d, int64_t dv);
 
 /* A tensor argument as the kernels take it: buffer, offset, then the strides of dims first..3. */
 int clattn__set_view_args(cl_kernel kernel, cl_uint *arg, const clattn_tensor *t, int first,

@@ -68,14 +68,22 @@ static int load_source(const char *name, const char **text, long *length, bool *
 }
 
 /* The files an op file is built after, in order. common.cl comes first for every op; an op
- * that masks scores needs mask.cl too. */
-#define CLATTN_MAX_PARTS 3
+ * that masks scores needs mask.cl too, and one that walks [B,H,S,D] rows rows.cl. */
+#define CLATTN_MAX_PARTS 4
+static bool op_in(const char *op_file, const char *const *ops, size_t count) {
+    for (size_t i = 0; i < count; ++i)
+        if (strcmp(op_file, ops[i]) == 0) return true;
+    return false;
+}
+
 static int program_parts(const char *op_file, const char *names[CLATTN_MAX_PARTS]) {
     static const char *const masked_ops[] = {"softmax.cl", "attention.cl", "linear_attention.cl"};
+    static const char *const row_ops[] = {"attention.cl", "linear_attention.cl"};
     int count = 0;
     names[count++] = "common.cl";
-    for (size_t i = 0; i < sizeof masked_ops / sizeof masked_ops[0]; ++i)
-        if (strcmp(op_file, masked_ops[i]) == 0) names[count++] = "mask.cl";
+    if (op_in(op_file, masked_ops, sizeof masked_ops / sizeof masked_ops[0]))
+        names[count++] = "mask.cl";
+    if (op_in(op_file, row_ops, sizeof row_ops / sizeof row_ops[0])) names[count++] = "rows.cl";
     names[count++] = op_file;
     return count;
 }
@@ -414,4 +422,10 @@ int clattn__enqueue(const clattn__call *call, cl_kernel kernel, cl_uint dims, co
         return clattn__cl_fail(err, "clEnqueueNDRangeKernel");
     }
     return CLATTN_SUCCESS;
+}
+
+int clattn__head_lanes(cl_uint width, int64_t d, int64_t dv) {
+    int lanes = width >= 16 ? 16 : width >= 8 ? 8 : 4;
+    while (lanes > 1 && (d % lanes || dv % lanes)) lanes /= 2;
+    return lanes == 2 ? 1 : lanes;
 }

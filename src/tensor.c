@@ -259,3 +259,27 @@ size_t clattn__pow2_at_least(size_t n, size_t cap) {
 size_t clattn__round_up(size_t n, size_t m) {
     return (n + m - 1) / m * m;
 }
+
+int clattn__check_attention_shapes(const clattn_tensor *qt, const clattn_tensor *kt,
+                                   const clattn_tensor *vt, const clattn_tensor *ot,
+                                   int64_t max_head_dim) {
+    const int64_t *q = qt->shape, *k = kt->shape, *v = vt->shape, *o = ot->shape;
+    if (k[0] != q[0] || v[0] != q[0] || o[0] != q[0] || v[1] != k[1] || v[2] != k[2] ||
+        k[3] != q[3] || o[1] != q[1] || o[2] != q[2] || o[3] != v[3])
+        return clattn__fail(CLATTN_ERR_SHAPE_MISMATCH,
+                            "expected q [B,Hq,Sq,D], k [B,Hkv,Sk,D], v [B,Hkv,Sk,Dv], out "
+                            "[B,Hq,Sq,Dv]; got q [%lld,%lld,%lld,%lld] k [%lld,%lld,%lld,%lld] v "
+                            "[%lld,%lld,%lld,%lld] out [%lld,%lld,%lld,%lld]",
+                            (long long)q[0], (long long)q[1], (long long)q[2], (long long)q[3],
+                            (long long)k[0], (long long)k[1], (long long)k[2], (long long)k[3],
+                            (long long)v[0], (long long)v[1], (long long)v[2], (long long)v[3],
+                            (long long)o[0], (long long)o[1], (long long)o[2], (long long)o[3]);
+    if (q[1] % k[1] != 0)
+        return clattn__fail(CLATTN_ERR_SHAPE_MISMATCH,
+                            "Hq = %lld is not a multiple of Hkv = %lld (GQA groups query heads)",
+                            (long long)q[1], (long long)k[1]);
+    if (q[3] > (int)max_head_dim || v[3] > (int)max_head_dim)
+        return clattn__fail(CLATTN_ERR_DEVICE_LIMIT, "head dims D = %lld, Dv = %lld: at most %d",
+                            (long long)q[3], (long long)v[3], (int)max_head_dim);
+    return CLATTN_SUCCESS;
+}

@@ -1,6 +1,7 @@
 /* The test runner: runs every suite (or those whose "suite.test" name contains argv[1]) on the
  * device CLATTN_DEVICE selects, and ends with the line `N passed, N failed, N skipped`. */
 #include "harness.h"
+#include "ref.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -9,10 +10,10 @@
 #include <time.h>
 
 extern const test_suite status_suite, tensor_suite, device_suite, cache_suite, heads_suite,
-    softmax_suite, attention_suite, attention_fuzz_suite;
-static const test_suite *const suites[] = {&status_suite,    &tensor_suite,        &device_suite,
-                                           &cache_suite,     &heads_suite,         &softmax_suite,
-                                           &attention_suite, &attention_fuzz_suite};
+    softmax_suite, attention_suite, attention_fuzz_suite, linear_attention_suite;
+static const test_suite *const suites[] = {
+    &status_suite,  &tensor_suite,    &device_suite,         &cache_suite,           &heads_suite,
+    &softmax_suite, &attention_suite, &attention_fuzz_suite, &linear_attention_suite};
 
 void test_fail_at(test_ctx *t, const char *file, int line, const char *fmt, ...) {
     int n = snprintf(t->message, sizeof t->message, "%s:%d: ", file, line);
@@ -85,8 +86,23 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+/* `clattn-tests --list [FILTER]`: the names of the tests the filter selects, one a line. */
+static int list_tests(const char *filter) {
+    for (size_t s = 0; s < sizeof suites / sizeof suites[0]; ++s)
+        for (size_t i = 0; i < suites[s]->count; ++i) {
+            char full[256];
+            snprintf(full, sizeof full, "%s.%s", suites[s]->name, suites[s]->cases[i].name);
+            if (!filter || strstr(full, filter)) printf("%s\n", full);
+        }
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--list") == 0) return list_tests(argc > 2 ? argv[2] : NULL);
+    /* FILTER selects the tests whose "suite.test" name contains it; "!FILTER" the others */
     const char *filter = argc > 1 ? argv[1] : NULL;
+    const bool exclude = filter && filter[0] == '!';
+    if (exclude) ++filter;
     int passed = 0, failed = 0, skipped = 0;
     clattn_env *env = NULL;
     int status = clattn_env_create(NULL, &env);
@@ -104,7 +120,7 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < suites[s]->count; ++i) {
             char full[256];
             snprintf(full, sizeof full, "%s.%s", suites[s]->name, suites[s]->cases[i].name);
-            if (filter && !strstr(full, filter)) continue;
+            if (filter && (strstr(full, filter) == NULL) != exclude) continue;
             test_ctx t = {env, false, false, ""};
             double start = now_ms();
             suites[s]->cases[i].fn(&t);
@@ -126,4 +142,36 @@ int main(int argc, char **argv) {
     clattn_cache_clear(NULL);
     printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
     return failed ? 1 : 0;
+}
+
+void test_fill_exact(float *x, size_t n, clattn_dtype dt, uint64_t *rng) {
+    for (size_t i = 0; i < n; ++i) {
+        uint16_t bits[2];
+        ref_store(bits, dt, 0, test_rand_uniform(rng, -2.0f, 2.0f));
+        x[i] = ref_load(bits, dt, 0);
+    }
+}
+
+/* A device tensor [B,H,S,D] holding `host` in dtype dt; stored as [B,S,H,D] when bshd. */
+clattn_tensor test_upload_bhsd(test_ctx *t, const float *host, int64_t B, int64_t H, int64_t S,
+                               int64_t D, clattn_dtype dt, int bshd) {
+    static const int swap[4] = {0, 2, 1, 3}, transpose[4] = {0, 1, 3, 2};
+    clattn_tensor v =
+        bshd == 1   ? clattn_tensor_permute(clattn_tensor_4d(NULL, dt, B, S, H, D), swap)
+        : bshd == 2 ? clattn_tensor_permute(clattn_tensor_4d(NULL, dt, B, H, D, S), transpose)
+                    : clattn_tensor_4d(NULL, dt, B, H, S, D);
+    size_t n = (size_t)(B * H * S * D);
+    void *stored = malloc(n * 4);
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h)
+            for (int64_t s = 0; s < S; ++s)
+                for (int64_t d = 0; d < D; ++d)
+                    ref_store(stored, dt,
+                              (uint64_t)(b * v.strides[0] + h * v.strides[1] + s * v.strides[2] +
+                                         d * v.strides[3]),
+                              host[(size_t)(((b * H + h) * S + s) * D + d)]);
+    v.buffer = test_buffer(t, n * clattn_dtype_size(dt));
+    if (v.buffer) test_write(t, v.buffer, stored, n * clattn_dtype_size(dt));
+    free(stored);
+    return v;
 }

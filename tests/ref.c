@@ -1,6 +1,7 @@
 #include "ref.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static uint32_t bits_of(float f) {
@@ -195,4 +196,99 @@ void ref_softmax(const double *x, int64_t B, int64_t H, int64_t Sq, int64_t Sk, 
                 }
                 if (lse) lse[(b * H + h) * Sq + i] = empty ? -INFINITY : nan ? NAN : max + log(sum);
             }
+}
+
+double ref_feature(int feature_map, double x) {
+    switch (feature_map) {
+    case CLATTN_FEATURE_ELU1:
+        return x > 0 ? x + 1 : exp(x);
+    case CLATTN_FEATURE_RELU:
+        return x > 0 ? x : 0;
+    default:
+        return x;
+    }
+}
+
+static double feature_dot(const ref_linear *p, const float *q, const float *k) {
+    double dot = 0;
+    for (int64_t d = 0; d < p->D; ++d)
+        dot += ref_feature(p->feature_map, q[d]) * ref_feature(p->feature_map, k[d]);
+    return dot;
+}
+
+void ref_linear_attention(const ref_linear *p, const float *q, const float *k, const float *v,
+                          double *out, double *scale) {
+    const int64_t group = p->Hq / p->Hkv;
+    double *num = malloc(sizeof(double) * (size_t)p->Dv);
+    double *mag = malloc(sizeof(double) * (size_t)p->Dv);
+    for (int64_t b = 0; b < p->B; ++b)
+        for (int64_t h = 0; h < p->Hq; ++h)
+            for (int64_t i = 0; i < p->Sq; ++i) {
+                const int64_t row = ((b * p->Hq + h) * p->Sq + i), kv = b * p->Hkv + h / group;
+                double den = 0;
+                bool seen = false;
+                for (int64_t e = 0; e < p->Dv; ++e) num[e] = mag[e] = 0;
+                for (int64_t j = 0; j < p->Sk; ++j) {
+                    if (!ref_visible(p->mask, b, h, i, j, p->Sq, p->Sk)) continue;
+                    const double w = feature_dot(p, q + row * p->D, k + (kv * p->Sk + j) * p->D);
+                    const float *vj = v + (kv * p->Sk + j) * p->Dv;
+                    for (int64_t e = 0; e < p->Dv; ++e) num[e] += w * vj[e];
+                    for (int64_t e = 0; e < p->Dv; ++e) mag[e] += fabs(w * vj[e]);
+                    den += w;
+                    seen = true;
+                }
+                for (int64_t e = 0; e < p->Dv; ++e) {
+                    out[row * p->Dv + e] = seen ? num[e] / (den + p->eps) : 0.0;
+                    if (scale) scale[row * p->Dv + e] = seen ? mag[e] / fabs(den + p->eps) : 0.0;
+                }
+            }
+    free(num);
+    free(mag);
+}
+
+/* Query i's visible keys [0, end): the end of the prefix, checked to be one. */
+static int64_t visible_end(const ref_linear *p, int64_t b, int64_t h, int64_t i) {
+    int64_t end = 0;
+    while (end < p->Sk && ref_visible(p->mask, b, h, i, end, p->Sq, p->Sk)) ++end;
+    for (int64_t j = end; j < p->Sk; ++j)
+        if (ref_visible(p->mask, b, h, i, j, p->Sq, p->Sk)) abort(); /* not a prefix: a test bug */
+    return end;
+}
+
+void ref_linear_attention_cumsum(const ref_linear *p, const float *q, const float *k,
+                                 const float *v, double *out) {
+    const int64_t group = p->Hq / p->Hkv, D = p->D, Dv = p->Dv;
+    double *S = malloc(sizeof(double) * (size_t)(D * Dv)), *z = malloc(sizeof(double) * (size_t)D);
+    for (int64_t b = 0; b < p->B; ++b)
+        for (int64_t h = 0; h < p->Hq; ++h) {
+            const int64_t kv = b * p->Hkv + h / group;
+            int64_t have = -1; /* keys [0, have) are in S and z; -1: not started */
+            for (int64_t i = 0; i < p->Sq; ++i) {
+                const int64_t row = (b * p->Hq + h) * p->Sq + i, end = visible_end(p, b, h, i);
+                if (end < have || have < 0) {
+                    memset(S, 0, sizeof(double) * (size_t)(D * Dv));
+                    memset(z, 0, sizeof(double) * (size_t)D);
+                    have = 0;
+                }
+                for (; have < end; ++have)
+                    for (int64_t d = 0; d < D; ++d) {
+                        const double f =
+                            ref_feature(p->feature_map, k[(kv * p->Sk + have) * D + d]);
+                        z[d] += f;
+                        for (int64_t e = 0; e < Dv; ++e)
+                            S[d * Dv + e] += f * v[(kv * p->Sk + have) * Dv + e];
+                    }
+                double den = p->eps;
+                for (int64_t d = 0; d < D; ++d)
+                    den += ref_feature(p->feature_map, q[row * D + d]) * z[d];
+                for (int64_t e = 0; e < Dv; ++e) {
+                    double num = 0;
+                    for (int64_t d = 0; d < D; ++d)
+                        num += ref_feature(p->feature_map, q[row * D + d]) * S[d * Dv + e];
+                    out[row * Dv + e] = end > 0 ? num / den : 0.0;
+                }
+            }
+        }
+    free(S);
+    free(z);
 }

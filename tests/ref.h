@@ -27,8 +27,6 @@ bool ref_same_element(const void *a, const void *b, clattn_dtype dtype, uint64_t
 void ref_copy(const void *src, const clattn_tensor *src_view, const void *bias,
               const clattn_tensor *bias_view, void *dst, const clattn_tensor *dst_view);
 
-#endif
-
 /* ---- the attention mask and softmax, straight from the design's formulas, in float64 ---- */
 
 typedef struct ref_mask {
@@ -53,3 +51,26 @@ double ref_score(const ref_mask *m, double scale, double x, int64_t b, int64_t h
  * NULL; visible (dense, may be NULL) receives the visibility of each entry. */
 void ref_softmax(const double *x, int64_t B, int64_t H, int64_t Sq, int64_t Sk, double scale,
                  const ref_mask *m, double *y, double *lse, uint8_t *visible);
+
+/* ---- linear attention, in float64: the naive masked O(S^2) form and the cumsum form ---- */
+
+typedef struct ref_linear {
+    int64_t B, Hq, Hkv, Sq, Sk, D, Dv;
+    int feature_map; /* clattn_feature_map */
+    double eps;
+    const ref_mask *mask; /* causal, alignment and lengths only */
+} ref_linear;
+
+double ref_feature(int feature_map, double x);
+/* out[b,h,i,:] = sum_j w_ij v_j / (sum_j w_ij + eps) over the visible j (ref_visible), with
+ * w_ij = phi(q_i).phi(k_j); 0 for a row that sees no key. q, k, v, out, scale are dense
+ * [B,H,S,D]. scale (may be NULL) receives each element's error scale, sum_j |w_ij v_j[e]| /
+ * |sum_j w_ij + eps|: what f32 rounding of the sums is relative to. */
+void ref_linear_attention(const ref_linear *p, const float *q, const float *k, const float *v,
+                          double *out, double *scale);
+/* The same from running sums: S and z over the keys in order, each query reading them at the
+ * end of its visible prefix (which the mask makes a prefix). */
+void ref_linear_attention_cumsum(const ref_linear *p, const float *q, const float *k,
+                                 const float *v, double *out);
+
+#endif

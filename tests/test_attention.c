@@ -39,14 +39,6 @@ static size_t at4(int64_t H, int64_t S, int64_t D, int64_t b, int64_t h, int64_t
     return (size_t)(((b * H + h) * S + s) * D + d);
 }
 
-static void fill(float *x, size_t n, clattn_dtype dt, uint64_t *rng) {
-    for (size_t i = 0; i < n; ++i) {
-        uint16_t bits[2];
-        ref_store(bits, dt, 0, test_rand_uniform(rng, -2.0f, 2.0f));
-        x[i] = ref_load(bits, dt, 0);
-    }
-}
-
 /* The float64 reference of the whole op. */
 static void reference(const at_spec *s, at_data *d) {
     size_t scores = (size_t)(s->B * s->Hq * s->Sq * s->Sk);
@@ -78,30 +70,6 @@ static void reference(const at_spec *s, at_data *d) {
     free(x);
 }
 
-/* A device tensor [B,H,S,D] holding `host` in dtype dt; stored as [B,S,H,D] when bshd. */
-static clattn_tensor upload_bhsd(test_ctx *t, const float *host, int64_t B, int64_t H, int64_t S,
-                                 int64_t D, clattn_dtype dt, int bshd) {
-    static const int swap[4] = {0, 2, 1, 3}, transpose[4] = {0, 1, 3, 2};
-    clattn_tensor v =
-        bshd == 1   ? clattn_tensor_permute(clattn_tensor_4d(NULL, dt, B, S, H, D), swap)
-        : bshd == 2 ? clattn_tensor_permute(clattn_tensor_4d(NULL, dt, B, H, D, S), transpose)
-                    : clattn_tensor_4d(NULL, dt, B, H, S, D);
-    size_t n = (size_t)(B * H * S * D);
-    void *stored = malloc(n * 4);
-    for (int64_t b = 0; b < B; ++b)
-        for (int64_t h = 0; h < H; ++h)
-            for (int64_t s = 0; s < S; ++s)
-                for (int64_t d = 0; d < D; ++d)
-                    ref_store(stored, dt,
-                              (uint64_t)(b * v.strides[0] + h * v.strides[1] + s * v.strides[2] +
-                                         d * v.strides[3]),
-                              host[at4(H, S, D, b, h, s, d)]);
-    v.buffer = test_buffer(t, n * clattn_dtype_size(dt));
-    if (v.buffer) test_write(t, v.buffer, stored, n * clattn_dtype_size(dt));
-    free(stored);
-    return v;
-}
-
 static bool prepare(test_ctx *t, const at_spec *s, at_data *d) {
     memset(d, 0, sizeof *d);
     uint64_t rng = s->seed * 31 + 7;
@@ -110,9 +78,9 @@ static bool prepare(test_ctx *t, const at_spec *s, at_data *d) {
     d->v = malloc(sizeof(float) * (size_t)(s->B * s->Hkv * s->Sk * s->Dv));
     d->ref = malloc(sizeof(double) * (size_t)(s->B * s->Hq * s->Sq * s->Dv));
     d->ref_lse = malloc(sizeof(double) * (size_t)(s->B * s->Hq * s->Sq));
-    fill(d->q, (size_t)(s->B * s->Hq * s->Sq * s->D), s->dt, &rng);
-    fill(d->k, (size_t)(s->B * s->Hkv * s->Sk * s->D), s->dt, &rng);
-    fill(d->v, (size_t)(s->B * s->Hkv * s->Sk * s->Dv), s->dt, &rng);
+    test_fill_exact(d->q, (size_t)(s->B * s->Hq * s->Sq * s->D), s->dt, &rng);
+    test_fill_exact(d->k, (size_t)(s->B * s->Hkv * s->Sk * s->D), s->dt, &rng);
+    test_fill_exact(d->v, (size_t)(s->B * s->Hkv * s->Sk * s->Dv), s->dt, &rng);
     d->rm = (ref_mask){
         s->causal,  s->bottom_right, s->window, 0,    s->left, s->right, s->global_stride,
         s->softcap, s->klen,         NULL,      NULL, {0},     NULL,     {0},
@@ -162,9 +130,9 @@ static float *last_weights;
 
 static bool run_variant(test_ctx *t, const at_spec *s, const at_data *d, int variant, float **out,
                         float **lse) {
-    clattn_tensor q = upload_bhsd(t, d->q, s->B, s->Hq, s->Sq, s->D, s->dt, s->bshd);
-    clattn_tensor k = upload_bhsd(t, d->k, s->B, s->Hkv, s->Sk, s->D, s->dt, s->bshd);
-    clattn_tensor v = upload_bhsd(t, d->v, s->B, s->Hkv, s->Sk, s->Dv, s->dt, s->bshd);
+    clattn_tensor q = test_upload_bhsd(t, d->q, s->B, s->Hq, s->Sq, s->D, s->dt, s->bshd);
+    clattn_tensor k = test_upload_bhsd(t, d->k, s->B, s->Hkv, s->Sk, s->D, s->dt, s->bshd);
+    clattn_tensor v = test_upload_bhsd(t, d->v, s->B, s->Hkv, s->Sk, s->Dv, s->dt, s->bshd);
     size_t n_out = (size_t)(s->B * s->Hq * s->Sq * s->Dv), n_lse = (size_t)(s->B * s->Hq * s->Sq);
     clattn_tensor o = clattn_tensor_4d(test_buffer(t, n_out * clattn_dtype_size(s->dt)), s->dt,
                                        s->B, s->Hq, s->Sq, s->Dv);
@@ -525,9 +493,9 @@ static void composed_converts_any_layout(test_ctx *t) {
     s.causal = 1;
     at_data d;
     if (!prepare(t, &s, &d)) return free_data(&d);
-    clattn_tensor q = upload_bhsd(t, d.q, s.B, s.Hq, s.Sq, s.D, s.dt, 1),
-                  k = upload_bhsd(t, d.k, s.B, s.Hkv, s.Sk, s.D, s.dt, 1),
-                  v = upload_bhsd(t, d.v, s.B, s.Hkv, s.Sk, s.Dv, s.dt, 1);
+    clattn_tensor q = test_upload_bhsd(t, d.q, s.B, s.Hq, s.Sq, s.D, s.dt, 1),
+                  k = test_upload_bhsd(t, d.k, s.B, s.Hkv, s.Sk, s.D, s.dt, 1),
+                  v = test_upload_bhsd(t, d.v, s.B, s.Hkv, s.Sk, s.Dv, s.dt, 1);
     size_t n_out = (size_t)(s.B * s.Hq * s.Sq * s.Dv), n_w = (size_t)(s.B * s.Hq * s.Sq * s.Sk);
     clattn_tensor o =
         clattn_tensor_4d(test_buffer(t, n_out * 2), CLATTN_BF16, s.B, s.Hq, s.Sq, s.Dv);

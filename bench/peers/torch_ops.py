@@ -16,6 +16,12 @@ when a case cannot run. DIMS is a comma-separated list whose meaning depends on 
   attention[_causal] B,H,S,D  softmax((q @ k^T) * scale [masked_fill]) @ v
   attention_decode B,H,Sq,Sk,D  the same, Sq queries against Sk cached keys, no mask
   (attention_memory is not here: its scores would need 8 GiB; the row reports n/a)
+  linear_attention B,H,S,D   phi = elu + 1; (phi(q) @ (phi(k)^T @ v)) / (phi(q) @ phi(k).sum + eps)
+  linear_attention_causal B,H,S,D  the cumsum form: cumsum of the [B,H,S,D,D] outer products
+                         phi(k_j) v_j^T and of phi(k), then the per-query contractions; refused
+                         past CUMSUM_LIMIT bytes of outer products (8 GiB at S=8192)
+  linear_step B,H,1,D   one token: S += phi(k)^T v, z += phi(k), phi(q) S / (phi(q) z + eps)
+A case whose first run takes over a second is repeated 3 times after one warm-up.
 """
 import argparse
 import os
@@ -94,10 +100,61 @@ def attention_causal(dtype, b, h, s, d):
     return _attention(dtype, b, h, s, d, True)
 
 
+CUMSUM_LIMIT = 5 << 30
+
+
+def _elu1(x):
+    return torch.nn.functional.elu(x) + 1
+
+
+def linear_attention(dtype, b, h, s, d):
+    q, k, v = (torch.randn(b, h, s, d).to(dtype) for _ in range(3))
+
+    def run():
+        fq, fk = _elu1(q), _elu1(k)
+        kv = fk.transpose(-1, -2) @ v
+        z = fk.sum(-2, keepdim=True)
+        return (fq @ kv) / (fq @ z.transpose(-1, -2) + 1e-6)
+
+    return run
+
+
+def linear_attention_causal(dtype, b, h, s, d):
+    outer = b * h * s * d * d * torch.finfo(dtype).bits // 8
+    if outer > CUMSUM_LIMIT:
+        raise MemoryError("the cumsum form needs two %.1f GiB tensors" % (outer / 2**30))
+    q, k, v = (torch.randn(b, h, s, d).to(dtype) for _ in range(3))
+
+    def run():
+        fq, fk = _elu1(q), _elu1(k)
+        kv = torch.einsum("bhsd,bhse->bhsde", fk, v).cumsum(2)
+        z = fk.cumsum(2)
+        num = torch.einsum("bhsd,bhsde->bhse", fq, kv)
+        return num / ((fq * z).sum(-1, keepdim=True) + 1e-6)
+
+    return run
+
+
+def linear_step(dtype, b, h, n, d):
+    q, k, v = (torch.randn(b, h, n, d).to(dtype) for _ in range(3))
+    state, z = torch.zeros(b, h, d, d, dtype=dtype), torch.zeros(b, h, 1, d, dtype=dtype)
+
+    def run():
+        fq, fk = _elu1(q), _elu1(k)
+        state.add_(fk.transpose(-1, -2) @ v)
+        z.add_(fk)
+        return (fq @ state) / ((fq * z).sum(-1, keepdim=True) + 1e-6)
+
+    return run
+
+
 OPS = {
     "attention": attention,
     "attention_causal": attention_causal,
     "attention_decode": attention_decode,
+    "linear_attention": linear_attention,
+    "linear_attention_causal": linear_attention_causal,
+    "linear_step": linear_step,
     "split_heads": split_heads,
     "merge_heads": merge_heads,
     "split_qkv": split_qkv,
@@ -107,7 +164,12 @@ OPS = {
 
 
 def time_case(fn, warmup, repeats):
-    for _ in range(warmup):
+    start = time.perf_counter()
+    fn()
+    sync()
+    if time.perf_counter() - start > 1.0:  # seconds a call: a few repeats tell enough
+        warmup, repeats = 0, min(repeats, 3)
+    for _ in range(warmup - 1):
         fn()
     sync()
     times = []

@@ -234,10 +234,7 @@ class Context:
                  "composed": _lib.PATH_COMPOSED}
         if path not in paths:
             raise ValueError('path: expected "auto", "fused" or "composed", got %r' % (path,))
-        arrays = [_float_array(name, a) for name, a in (("q", q), ("k", k), ("v", v))]
-        for name, a in zip("qkv", arrays):
-            if a.ndim != 4:
-                raise ValueError("%s: expected 4 dims [B,H,S,D], got shape %s" % (name, a.shape))
+        arrays = _qkv_arrays(q, k, v)
         q, k, v = arrays
         b, hq, sq, _ = q.shape
         out_shape = (b, hq, sq, v.shape[3])
@@ -263,11 +260,61 @@ class Context:
                 results.append(self._download(lse, (b, hq, sq), np.float32))
             return results[0] if len(results) == 1 else tuple(results)
 
-    def linear_attention(self, *args, **kwargs):
-        raise NotImplementedError("clattn_linear_attention is not built yet")
+    def linear_attention(self, q, k, v, causal=False, feature_map="elu1", eps=1e-6, *,
+                         key_lengths=None, query_lengths=None):
+        """Linear attention phi(q_i)^T S / (phi(q_i)^T z + eps), S = sum_j phi(k_j) v_j^T,
+        z = sum_j phi(k_j), over the visible keys (j <= i when causal; causal="bottom_right"
+        aligns the last query with the last key). q [B,Hq,Sq,D], k [B,Hkv,Sk,D],
+        v [B,Hkv,Sk,Dv] -> out [B,Hq,Sq,Dv]. feature_map: "elu1", "relu" or "identity"."""
+        arrays = _qkv_arrays(q, k, v)
+        q, k, v = arrays
+        out_shape = q.shape[:3] + (v.shape[3],)
+        with _Scope(self) as scope:
+            qt, kt, vt = (self._upload(scope, a, _FLOAT_DTYPES[a.dtype]) for a in arrays)
+            ot = self._alloc(scope, out_shape, _FLOAT_DTYPES[q.dtype])
+            m = _lib.Mask()
+            m.causal, m.align = _causal_mode(causal)
+            if key_lengths is not None:
+                m.key_lengths = ctypes.pointer(self._vector(scope, "key_lengths", key_lengths, q.shape[0]))
+            if query_lengths is not None:
+                m.query_lengths = ctypes.pointer(
+                    self._vector(scope, "query_lengths", query_lengths, q.shape[0]))
+            options = _linear_options(feature_map, eps)
+            _check(self._lib.clattn_linear_attention(
+                ctypes.byref(qt), ctypes.byref(kt), ctypes.byref(vt), ctypes.byref(m),
+                ctypes.byref(ot), ctypes.byref(options), self._queue(), 0, None, None))
+            return self._download(ot, out_shape, q.dtype)
 
-    def linear_attention_step(self, *args, **kwargs):
-        raise NotImplementedError("clattn_linear_attention_step is not built yet")
+    def linear_attention_step(self, q, k, v, state=None, feature_map="elu1", eps=1e-6, *,
+                              lengths=None):
+        """The recurrent form for decoding: n new tokens q [B,Hq,n,D], k [B,Hkv,n,D],
+        v [B,Hkv,n,Dv] against the running state (S [B,Hkv,D,Dv], z [B,Hkv,D], float32; None:
+        zero). Returns (out [B,Hq,n,Dv], new state); steps over a sequence equal the causal
+        linear_attention over it. lengths: valid new tokens per batch (the rest are left out)."""
+        arrays = _qkv_arrays(q, k, v)
+        q, k, v = arrays
+        b, hkv, d, dv = k.shape[0], k.shape[1], k.shape[3], v.shape[3]
+        if state is None:
+            state = (np.zeros((b, hkv, d, dv), np.float32), np.zeros((b, hkv, d), np.float32))
+        s_host, z_host = (np.ascontiguousarray(x, dtype=np.float32) for x in state)
+        if s_host.shape != (b, hkv, d, dv) or z_host.shape != (b, hkv, d):
+            raise ValueError("state: expected S %s and z %s, got %s and %s"
+                             % ((b, hkv, d, dv), (b, hkv, d), s_host.shape, z_host.shape))
+        out_shape = q.shape[:3] + (dv,)
+        with _Scope(self) as scope:
+            qt, kt, vt = (self._upload(scope, a, _FLOAT_DTYPES[a.dtype]) for a in arrays)
+            ot = self._alloc(scope, out_shape, _FLOAT_DTYPES[q.dtype])
+            st = self._upload(scope, s_host, _lib.F32)
+            zt = self._upload(scope, z_host.reshape(1, b, hkv, d), _lib.F32)
+            lt = self._vector(scope, "lengths", lengths, b) if lengths is not None else None
+            options = _linear_options(feature_map, eps)
+            _check(self._lib.clattn_linear_attention_step(
+                ctypes.byref(qt), ctypes.byref(kt), ctypes.byref(vt),
+                ctypes.byref(lt) if lt is not None else None, ctypes.byref(st), ctypes.byref(zt),
+                ctypes.byref(ot), ctypes.byref(options), self._queue(), 0, None, None))
+            out = self._download(ot, out_shape, q.dtype)
+            return out, (self._download(st, s_host.shape, np.float32),
+                         self._download(zt, z_host.shape, np.float32))
 
     def mha(self, *args, **kwargs):
         raise NotImplementedError("clattn_mha_forward is not built yet")
@@ -314,6 +361,20 @@ class Context:
         if array.shape != (n,):
             raise ValueError("%s: expected %d values (one per batch), got %d" % (name, n, array.size))
         return self._upload(scope, array, _lib.I32)
+
+
+def _qkv_arrays(q, k, v):
+    arrays = [_float_array(name, a) for name, a in (("q", q), ("k", k), ("v", v))]
+    for name, a in zip("qkv", arrays):
+        if a.ndim != 4:
+            raise ValueError("%s: expected 4 dims [B,H,S,D], got shape %s" % (name, a.shape))
+    return arrays
+
+
+def _linear_options(feature_map, eps):
+    if feature_map not in _lib.FEATURE_MAPS:
+        raise ValueError('feature_map: expected "elu1", "relu" or "identity", got %r' % (feature_map,))
+    return _lib.LinearOptions(_lib.FEATURE_MAPS[feature_map], float(eps), None)
 
 
 class _Scope(list):

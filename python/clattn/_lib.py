@@ -46,6 +46,17 @@ class AttentionOptions(ctypes.Structure):
 PATH_AUTO, PATH_FUSED, PATH_COMPOSED = 0, 1, 2
 
 
+class LinearOptions(ctypes.Structure):
+    _fields_ = [
+        ("feature_map", c_int),
+        ("eps", c_float),
+        ("workspace", c_void_p),
+    ]
+
+
+FEATURE_MAPS = {"elu1": 0, "relu": 1, "identity": 2}
+
+
 class DeviceDesc(ctypes.Structure):
     _fields_ = [
         ("platform_index", c_int),
@@ -118,6 +129,16 @@ def _declare(lib):
             [POINTER(Tensor)] * 3
             + [c_float, POINTER(Mask), POINTER(Tensor), POINTER(Tensor), POINTER(AttentionOptions)]
             + tail,
+        ),
+        "clattn_linear_attention": (
+            c_int,
+            [POINTER(Tensor)] * 3
+            + [POINTER(Mask), POINTER(Tensor), POINTER(LinearOptions)]
+            + tail,
+        ),
+        "clattn_linear_attention_step": (
+            c_int,
+            [POINTER(Tensor)] * 7 + [POINTER(LinearOptions)] + tail,
         ),
         "clattn_softmax_backward": (
             c_int,

@@ -136,7 +136,7 @@ def test_errors_name_the_argument():
 
 
 def test_ops_not_built_yet_raise():
-    for name in ("linear_attention", "linear_attention_step", "mha"):
+    for name in ("mha",):
         try:
             getattr(CTX, name)(None)
         except NotImplementedError as error:
@@ -228,3 +228,67 @@ def test_attention_matches_torch_with_gqa_and_masks():
                              return_lse=True)
     assert_close(got, want, 1e-4, 1e-6, "bottom-right causal + key lengths")
     assert lse.shape == (2, 4, 9)
+
+
+def torch_linear(q, k, v, causal, feature_map="elu1", eps=1e-6):
+    """The forms a PyTorch user writes, in float64: non-causal through phi(k)^T v, causal through
+    cumsum over the outer products; GQA by repeating the kv heads."""
+    phi = {"elu1": lambda t: torch.nn.functional.elu(t) + 1, "relu": torch.relu,
+           "identity": lambda t: t}[feature_map]
+    q, k, v = (torch.from_numpy(a.astype(np.float64)) for a in (q, k, v))
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    fq, fk = phi(q), phi(k)
+    if causal:
+        kv = torch.einsum("bhsd,bhse->bhsde", fk, v).cumsum(2)
+        num = torch.einsum("bhsd,bhsde->bhse", fq, kv)
+        den = (fq * fk.cumsum(2)).sum(-1, keepdim=True)
+    else:
+        num = fq @ (fk.transpose(-1, -2) @ v)
+        den = fq @ fk.sum(-2).unsqueeze(-1)
+    return (num / (den + eps)).numpy()
+
+
+def test_linear_attention_matches_torch_forms():
+    for causal in (False, True):
+        for feature_map in ("elu1", "relu", "identity"):
+            q = RNG.standard_normal((2, 4, 70, 16)).astype(np.float32)
+            k = RNG.standard_normal((2, 2, 70, 16)).astype(np.float32)
+            v = RNG.standard_normal((2, 2, 70, 24)).astype(np.float32)
+            if feature_map == "identity":  # positive denominators
+                q, k = np.abs(q), np.abs(k)
+            got = CTX.linear_attention(q, k, v, causal=causal, feature_map=feature_map)
+            want = torch_linear(q, k, v, causal, feature_map)
+            assert got.shape == want.shape and got.dtype == np.float32
+            assert_close(got, want, 2e-4, 2e-5, "linear %s causal=%s" % (feature_map, causal))
+    half = CTX.linear_attention(q.astype(np.float16), k.astype(np.float16), v.astype(np.float16))
+    assert half.dtype == np.float16
+
+
+def test_linear_attention_key_lengths_match_truncated_keys():
+    q, k, v = (RNG.standard_normal((2, 2, 40, 16)).astype(np.float32) for _ in range(3))
+    k[1, :, 25:] = np.nan  # padding past batch 1's length never reaches the output
+    got = CTX.linear_attention(q, k, v, key_lengths=[40, 25])
+    assert_close(got[0], torch_linear(q[:1], k[:1], v[:1], False)[0], 2e-4, 2e-5, "batch 0")
+    want = torch_linear(q[1:], k[1:, :, :25], v[1:, :, :25], False)[0]
+    assert_close(got[1], want, 2e-4, 2e-5, "batch 1 (25 keys)")
+
+
+def test_linear_attention_step_decodes_like_causal():
+    q, k, v = (RNG.standard_normal((1, 2, 20, 16)).astype(np.float32) for _ in range(3))
+    whole = CTX.linear_attention(q, k, v, causal=True)
+    state, rows = None, []
+    for t in range(0, 20, 4):  # four tokens a step
+        out, state = CTX.linear_attention_step(q[:, :, t:t + 4], k[:, :, t:t + 4],
+                                               v[:, :, t:t + 4], state)
+        rows.append(out)
+    assert_close(np.concatenate(rows, axis=2), whole, 2e-4, 2e-5, "steps vs causal")
+    phi_k = torch.nn.functional.elu(torch.from_numpy(k.astype(np.float64))) + 1
+    assert_close(state[1], phi_k.sum(2).numpy(), 1e-5, 1e-5, "z after 20 tokens")
+    try:
+        CTX.linear_attention(q, k, v, feature_map="softmax")
+    except ValueError as error:
+        assert "feature_map" in str(error)
+    else:
+        raise AssertionError("an unknown feature map was accepted")
+

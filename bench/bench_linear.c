@@ -1,0 +1,178 @@
+/* Rows for linear attention: GFLOP/s counting its two GEMM-like products, 4*B*H*S*D*Dv (the
+ * same count causal or not: the causal form does about 1.5x that work, the products within
+ * chunks), against the FMA kernel timed beside each row, and the ratio against PyTorch as its
+ * users write it: non-causal (phi(q) @ (phi(k)^T v)) / (phi(q) @ phi(k).sum), causal with
+ * cumsum over the [B,H,S,D,Dv] outer products. linear_step is one decoding token against the
+ * running state (a memory row: the state is read and written once). linear_crossover times
+ * causal linear attention beside causal fused softmax attention over a range of lengths and
+ * reports the shortest from which linear attention is the faster. */
+#include "bench.h"
+
+#include <string.h>
+
+typedef struct linear_case {
+    const char
+        *op; /* linear_attention | linear_attention_causal | linear_step | linear_crossover */
+    const char *variant; /* "linear", or "softmax" (the fused attention, crossover rows only) */
+    int64_t b, h, s, d;
+} linear_case;
+
+typedef struct linear_ctx {
+    const linear_case *c;
+    clattn_tensor q, k, v, out, state, z;
+    clattn_mask mask;
+} linear_ctx;
+
+static bool is_softmax(const linear_case *c) {
+    return strcmp(c->variant, "softmax") == 0;
+}
+
+static int run_linear(void *p, cl_command_queue queue) {
+    linear_ctx *x = p;
+    if (is_softmax(x->c))
+        return clattn_attention(&x->q, &x->k, &x->v, 0.0f, &x->mask, &x->out, NULL, queue, 0, NULL,
+                                NULL);
+    if (x->state.buffer)
+        return clattn_linear_attention_step(&x->q, &x->k, &x->v, NULL, &x->state, &x->z, &x->out,
+                                            NULL, queue, 0, NULL, NULL);
+    return clattn_linear_attention(&x->q, &x->k, &x->v, &x->mask, &x->out, NULL, queue, 0, NULL,
+                                   NULL);
+}
+
+static int alloc_zeroed(clattn_env *env, const int64_t shape[4], clattn_tensor *t) {
+    int status = clattn_env_alloc(env, CLATTN_F32, shape, t);
+    cl_uchar zero = 0;
+    if (status == CLATTN_SUCCESS)
+        status = clEnqueueFillBuffer(clattn_env_queue(env), t->buffer, &zero, 1, 0,
+                                     (size_t)clattn_tensor_numel(t) * sizeof(float), 0, NULL, NULL);
+    return status;
+}
+
+static int alloc_case(clattn_env *env, const linear_case *c, linear_ctx *x) {
+    memset(x, 0, sizeof *x);
+    x->c = c;
+    x->mask.causal = strcmp(c->op, "linear_attention") != 0;
+    const bool step = strcmp(c->op, "linear_step") == 0;
+    const int64_t rows[4] = {c->b, c->h, step ? 1 : c->s, c->d};
+    const int64_t state[4] = {c->b, c->h, c->d, c->d}, z[4] = {1, c->b, c->h, c->d};
+    clattn_tensor *all[4] = {&x->q, &x->k, &x->v, &x->out};
+    int status = CLATTN_SUCCESS;
+    for (int i = 0; i < 4 && status == CLATTN_SUCCESS; ++i)
+        status = alloc_zeroed(env, rows, all[i]);
+    if (status == CLATTN_SUCCESS && step) status = alloc_zeroed(env, state, &x->state);
+    if (status == CLATTN_SUCCESS && step) status = alloc_zeroed(env, z, &x->z);
+    return status;
+}
+
+static void free_case(linear_ctx *x) {
+    clattn_tensor *all[6] = {&x->q, &x->k, &x->v, &x->out, &x->state, &x->z};
+    for (int i = 0; i < 6; ++i) clattn_tensor_free(all[i]);
+}
+
+static const char *case_op(const void *cases, int i) {
+    return ((const linear_case *)cases)[i].op;
+}
+
+static void case_key(const void *cases, int i, char *key, size_t capacity) {
+    const linear_case *c = (const linear_case *)cases + i;
+    snprintf(key, capacity, "%s f32 %lld,%lld,%lld,%lld", c->op, (long long)c->b, (long long)c->h,
+             (long long)c->s, (long long)c->d);
+}
+
+/* The crossover rows' medians, by case index, for the closing line. */
+static double crossover_ms[BENCH_MAX_CASES];
+
+static int measure(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
+                   const void *cases, int i, double torch_ms, bench_report *report) {
+    const linear_case *c = (const linear_case *)cases + i;
+    const bool step = strcmp(c->op, "linear_step") == 0;
+    linear_ctx x;
+    bench_timing timing;
+    double ceiling = 0;
+    int status = alloc_case(env, c, &x);
+    cl_command_queue queue = clattn_env_queue(env);
+    if (status == CLATTN_SUCCESS)
+        status = step ? bench_time_vs_copy(opt, ceilings, run_linear, &x, queue, &timing, &ceiling)
+                      : bench_time_vs_fma(opt, ceilings, run_linear, &x, queue, &timing, &ceiling);
+    char shape[96];
+    const double bhd = (double)(c->b * c->h * c->d);
+    if (step)
+        snprintf(shape, sizeof shape, "B=%lld H=%lld n=1 D=%lld after any S", (long long)c->b,
+                 (long long)c->h, (long long)c->d);
+    else
+        snprintf(shape, sizeof shape, "B=%lld H=%lld S=%lld D=%lld%s", (long long)c->b,
+                 (long long)c->h, (long long)c->s, (long long)c->d,
+                 is_softmax(c)   ? " causal(flops/2)"
+                 : x.mask.causal ? " causal"
+                                 : "");
+    /* linear: 4*B*H*S*D*Dv; softmax attention: 4*B*H*S*S*D, halved under causal masking */
+    const double flops =
+        is_softmax(c) ? 2.0 * bhd * (double)(c->s * c->s) : 4.0 * bhd * (double)(c->s * c->d);
+    /* the step reads and writes the state, and reads q, k, v and writes out, once */
+    const double bytes = 4.0 * (2.0 * bhd * (double)(c->d + 1) + 4.0 * bhd);
+    if (status == CLATTN_SUCCESS && step)
+        status = bench_add_memory_row(report, env, c->op, c->variant, CLATTN_F32, shape, &timing,
+                                      bytes, ceiling, torch_ms);
+    else if (status == CLATTN_SUCCESS)
+        status = bench_add_compute_row(report, env, c->op, c->variant, CLATTN_F32, shape, &timing,
+                                       flops, ceiling, torch_ms);
+    if (status == CLATTN_SUCCESS && i < BENCH_MAX_CASES) crossover_ms[i] = timing.median_ms;
+    free_case(&x);
+    return status;
+}
+
+/* The shortest length from which causal linear attention beats the fused softmax attention at
+ * every measured length (cases come in softmax, linear pairs by increasing S). */
+static void print_crossover(const linear_case *cases, int count) {
+    int64_t from = -1;
+    for (int i = count - 2; i >= 0; i -= 2) {
+        if (strcmp(cases[i].op, "linear_crossover") != 0) break;
+        if (crossover_ms[i + 1] <= 0 || crossover_ms[i] <= 0) return;
+        if (crossover_ms[i + 1] >= crossover_ms[i]) break;
+        from = cases[i].s;
+    }
+    if (from > 0)
+        printf("crossover: causal linear attention is faster than causal fused attention from "
+               "S=%lld on (B=%lld H=%lld D=%lld)\n",
+               (long long)from, (long long)cases[count - 1].b, (long long)cases[count - 1].h,
+               (long long)cases[count - 1].d);
+    else
+        printf("crossover: causal linear attention is not faster than causal fused attention "
+               "up to S=%lld\n",
+               (long long)cases[count - 1].s);
+}
+
+int bench_linear(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
+                 bench_report *report) {
+    const int64_t b = opt->quick ? 1 : 4, s1 = opt->quick ? 256 : 1024,
+                  s2 = opt->quick ? 512 : 4096;
+    const int64_t s3 = opt->quick ? 1024 : 8192;
+    const linear_case cases[] = {
+        {"linear_attention", "linear", b, 8, s1, 64},
+        {"linear_attention", "linear", b, 8, s2, 64},
+        {"linear_attention", "linear", b, 8, s3, 64},
+        {"linear_attention_causal", "linear", b, 8, s1, 64},
+        {"linear_attention_causal", "linear", b, 8, s2, 64},
+        {"linear_attention_causal", "linear", b, 8, s3, 64},
+        {"linear_step", "linear", b, 8, 1, 64},
+        {"linear_crossover", "softmax", 1, 8, 128, 64},
+        {"linear_crossover", "linear", 1, 8, 128, 64},
+        {"linear_crossover", "softmax", 1, 8, 256, 64},
+        {"linear_crossover", "linear", 1, 8, 256, 64},
+        {"linear_crossover", "softmax", 1, 8, 512, 64},
+        {"linear_crossover", "linear", 1, 8, 512, 64},
+        {"linear_crossover", "softmax", 1, 8, 1024, 64},
+        {"linear_crossover", "linear", 1, 8, 1024, 64},
+        {"linear_crossover", "softmax", 1, 8, 2048, 64},
+        {"linear_crossover", "linear", 1, 8, 2048, 64},
+        {"linear_crossover", "softmax", 1, 8, 4096, 64},
+        {"linear_crossover", "linear", 1, 8, 4096, 64},
+    };
+    const int count = (int)(sizeof cases / sizeof cases[0]);
+    memset(crossover_ms, 0, sizeof crossover_ms);
+    const bench_family family = {count, case_op, case_key, measure};
+    int status = bench_run_family(opt, env, ceilings, report, &family, cases);
+    if (status == CLATTN_SUCCESS && (!opt->op || strcmp(opt->op, "linear_crossover") == 0))
+        print_crossover(cases, count);
+    return status;
+}

@@ -1,0 +1,295 @@
+/*
+ * Linear attention (Katharopoulos et al. 2020), shared/DESIGN.md section 3:
+ *
+ *   out_i = phi(q_i)^T S_i / (phi(q_i)^T z_i + eps),  S_i = sum_j phi(k_j) v_j^T,  z_i = sum_j
+ * phi(k_j)
+ *
+ * over the keys j visible to query i: j < end_i, where end_i is cl/mask.cl's row end (the key
+ * length, and i + off + 1 when causal; 0 for a query past its query length). A query that sees
+ * no key gets 0.
+ *
+ * Per (batch, kv head) the keys are cut into `nchunks` chunks of `chunk` keys, and a state is
+ * the pair (S, z): HEAD_DIM x VALUE_DIM floats of S, row-major, then HEAD_DIM of z (SLOT floats).
+ * The scratch `states` holds nchunks + 1 of them per (batch, kv head). Three kernels run:
+ *
+ *   linear_features CAUSAL only: one work-item per key row below the key length, phi(k_j) into
+ *                   f32 scratch `phik` [B,Hkv,Sk,HEAD_DIM] in VEC-wide vectors, so that the map
+ *                   runs once per key for both the states and the products within chunks.
+ *   linear_states   one work-item per ROWS state rows of one chunk: the chunk's own sums over
+ *                   its keys below the key length, into slot c + 1 (phi(k) from `phik` when
+ *                   CAUSAL, else applied here: each element of k serves one work-item).
+ *   linear_scan     one work-item per state element: slot c becomes the sum of the chunks before
+ *                   c (slot 0: zero, or the caller's state with HAS_STATE), and slot nchunks the
+ *                   total, which HAS_STATE writes back to the caller's state. A serial walk over
+ *                   the nchunks slots, parallel over everything else.
+ *   linear_outputs  one work-item per BM consecutive queries of one (batch, query head). Not
+ *                   CAUSAL: every query reads the total. CAUSAL: the block reads the state of
+ *                   the whole chunks its first query sees (slot end / chunk), then adds the rest
+ *                   of its keys one by one, each query its own ones (the masked quadratic
+ *                   product within a chunk): O(chunk) per query, so O(S) per head in all.
+ *
+ * Query head h reads kv head h / (Hq / Hkv) (MHA, GQA and MQA alike). Keys past a query's end
+ * are never read for it, so whatever they hold (NaN, Inf) cannot reach its output, and changing
+ * later keys changes no earlier output, bit for bit.
+ *
+ * Build options: Q_T, K_T, V_T, O_T (f32|f16|bf16), HEAD_DIM, VALUE_DIM, VEC (head-dim lanes),
+ * ROWS (linear_states; divides HEAD_DIM), BM (linear_outputs), FEATURE (0 elu(x)+1, 1 relu,
+ * 2 identity), CAUSAL, HAS_STATE, IDX, and the mask's (only the lengths are used).
+ */
+#ifndef CLATTN_COMMON_CL
+#include "common.cl"
+#endif
+#ifndef CLATTN_MASK_CL
+#include "mask.cl"
+#endif
+
+#ifndef ROWS
+#define ROWS 4
+#endif
+#ifndef BM
+#define BM 4
+#endif
+#ifndef FEATURE
+#define FEATURE 0
+#endif
+#ifndef CAUSAL
+#define CAUSAL 0
+#endif
+#ifndef HAS_STATE
+#define HAS_STATE 0
+#endif
+#ifndef CLATTN_ROWS_CL
+#include "rows.cl"
+#endif
+
+#define SLOT (HEAD_DIM * VALUE_DIM + HEAD_DIM)
+
+/* The feature map. elu(x) + 1 is x + 1 above 0 and exp(x) below (exp(x) - 1 + 1, without the
+ * cancellation). A NaN stays NaN under each map. */
+inline float feature(float x) {
+#if FEATURE == 0
+    return x > 0.0f ? x + 1.0f : exp(x);
+#elif FEATURE == 1
+    return x <= 0.0f ? 0.0f : x;
+#else
+    return x;
+#endif
+}
+
+/* Batch b's key length, clamped to [0, Sk] as the mask clamps it. */
+inline int key_length(const mask_params *p, int b, int Sk) {
+#if HAS_KLEN
+    return clamp(p->klen[p->klen_off + (IDX)b * p->klen_s], 0, Sk);
+#else
+    return Sk;
+#endif
+}
+
+/* The feature map on a vector of lanes (every lane computes exp, then the select). */
+#if VEC > 1
+inline floatV feature_lanes(floatV x) {
+#if FEATURE == 0
+    return select(exp(x), x + 1.0f, x > (floatV)0.0f);
+#elif FEATURE == 1
+    return select(x, (floatV)0.0f, x <= (floatV)0.0f);
+#else
+    return x;
+#endif
+}
+#else
+#define feature_lanes feature
+#endif
+
+/* Stores n (a multiple of VEC) floats of lane vectors to f32 scratch at `at`. */
+#if VEC > 1
+#define STORE_SCRATCH(p, at, n, in)                                                                \
+    for (int c = 0; c < (n) / VEC; ++c) CAT(vstore, VEC)(in[c], 0, (p) + (at) + (IDX)(c * VEC))
+#define PRIVATE_LANES(row, c)        CAT(vload, VEC)(c, row)
+#define STORE_PRIVATE(row, c, value) CAT(vstore, VEC)(value, c, row)
+#else
+#define STORE_SCRATCH(p, at, n, in)                                                                \
+    for (int c = 0; c < (n); ++c) (p)[(at) + (IDX)c] = in[c]
+#define PRIVATE_LANES(row, c)        (row)[c]
+#define STORE_PRIVATE(row, c, value) (row)[c] = (value)
+#endif
+
+/* The two key-side kernels take one argument list (linear_features ignores v, states and the
+ * chunks). */
+#define KEY_SIDE_PARAMS                                                                            \
+    TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v), __global float *states, __global float *phik,    \
+        IDX phik_off, int B, int H, int Sk, int chunk, int nchunks, MASK_PARAMS
+
+__kernel void linear_features(KEY_SIDE_PARAMS) {
+    const int item = (int)get_global_id(0);
+    if (item >= B * H * Sk) return;
+    const int j = item % Sk, bh = item / Sk, b = bh / H, h = bh % H;
+    MASK_PACK(p);
+    if (j >= key_length(&p, b, Sk)) return;
+    lane_t row[LANES(HEAD_DIM)];
+    LOAD_ROW(K_T, k, AT(k, b, h, j, 0), k_s3, HEAD_DIM, row);
+    for (int c = 0; c < LANES(HEAD_DIM); ++c) row[c] = feature_lanes(row[c]);
+    STORE_SCRATCH(phik, phik_off + (IDX)item * HEAD_DIM, HEAD_DIM, row);
+}
+
+__kernel void linear_states(KEY_SIDE_PARAMS) {
+    const int row_blocks = HEAD_DIM / ROWS;
+    const int item = (int)get_global_id(0);
+    if (item >= B * H * nchunks * row_blocks) return;
+    const int d0 = (item % row_blocks) * ROWS, unit = item / row_blocks;
+    const int part = unit % nchunks, bh = unit / nchunks, b = bh / H, h = bh % H;
+    MASK_PACK(p);
+    const int first = part * chunk, last = min(first + chunk, key_length(&p, b, Sk));
+
+    lane_t acc[ROWS][LANES(VALUE_DIM)];
+    float z[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+        z[r] = 0.0f;
+        for (int c = 0; c < LANES(VALUE_DIM); ++c) acc[r][c] = (lane_t)0.0f;
+    }
+    for (int j = first; j < last; ++j) {
+        float f[ROWS];
+        for (int r = 0; r < ROWS; ++r)
+#if CAUSAL
+            f[r] = phik[phik_off + ((IDX)bh * (IDX)Sk + (IDX)j) * HEAD_DIM + d0 + r];
+#else
+            f[r] = feature(CAT(load_, K_T)(k, AT(k, b, h, j, d0 + r)));
+#endif
+        lane_t row[LANES(VALUE_DIM)];
+        LOAD_ROW(V_T, v, AT(v, b, h, j, 0), v_s3, VALUE_DIM, row);
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+            z[r] += f[r];
+#pragma unroll
+            for (int c = 0; c < LANES(VALUE_DIM); ++c)
+                acc[r][c] = fma((lane_t)f[r], row[c], acc[r][c]);
+        }
+    }
+    __global float *slot = states + ((IDX)bh * (IDX)(nchunks + 1) + (IDX)(part + 1)) * SLOT;
+    for (int r = 0; r < ROWS; ++r) {
+        STORE_SCRATCH(slot, (IDX)(d0 + r) * VALUE_DIM, VALUE_DIM, acc[r]);
+        slot[HEAD_DIM * VALUE_DIM + d0 + r] = z[r];
+    }
+}
+
+#if HAS_STATE
+#define STATE_PARAMS                                                                               \
+    , __global float *s, IDX s_off, IDX s_s0, IDX s_s1, IDX s_s2, IDX s_s3, __global float *z,     \
+        IDX z_off, IDX z_s1, IDX z_s2, IDX z_s3, int H
+#else
+#define STATE_PARAMS
+#endif
+
+__kernel void linear_scan(__global float *states, int BH, int nchunks STATE_PARAMS) {
+    const int item = (int)get_global_id(0);
+    if (item >= BH * SLOT) return;
+    const int e = item % SLOT, bh = item / SLOT;
+    IDX at = (IDX)bh * (IDX)(nchunks + 1) * SLOT + (IDX)e;
+    float run = 0.0f;
+#if HAS_STATE
+    /* element e of the caller's state: S[b, h, d, e'] for e < SLOT - HEAD_DIM, else z[b, h, d] */
+    const int b = bh / H, h = bh % H;
+    const bool in_s = e < HEAD_DIM * VALUE_DIM;
+    __global float *own = in_s ? s : z;
+    const IDX own_at =
+        in_s ? s_off + (IDX)b * s_s0 + (IDX)h * s_s1 + (IDX)(e / VALUE_DIM) * s_s2 +
+                   (IDX)(e % VALUE_DIM) * s_s3
+             : z_off + (IDX)b * z_s1 + (IDX)h * z_s2 + (IDX)(e - HEAD_DIM * VALUE_DIM) * z_s3;
+    run = own[own_at];
+#endif
+    states[at] = run;
+    for (int c = 1; c <= nchunks; ++c) {
+        at += SLOT;
+        run += states[at];
+        states[at] = run;
+    }
+#if HAS_STATE
+    own[own_at] = run;
+#endif
+}
+
+__kernel void linear_outputs(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(V_T, v),
+                             __global CAT(storage_, O_T) * o, IDX o_off, IDX o_s0, IDX o_s1,
+                             IDX o_s2, IDX o_s3, __global const float *states,
+                             __global const float *phik, IDX phik_off, int B, int Hq, int Hkv,
+                             int Sq, int Sk, int chunk, int nchunks, float eps, MASK_PARAMS) {
+    const int blocks = (Sq + BM - 1) / BM;
+    const int item = (int)get_global_id(0);
+    if (item >= B * Hq * blocks) return;
+    const int i0 = (item % blocks) * BM, bh = item / blocks, h = bh % Hq, b = bh / Hq;
+    const int bhk = b * Hkv + h / (Hq / Hkv);
+    MASK_PACK(p);
+
+    /* each query's end, and the smallest and largest of those that see any key */
+    int end[BM], lo = Sk, hi = 0;
+#pragma unroll
+    for (int r = 0; r < BM; ++r) {
+        end[r] = i0 + r < Sq ? mask_row_start(&p, b, h, i0 + r, Sq, Sk).end : 0;
+        if (end[r] > 0) lo = min(lo, end[r]), hi = max(hi, end[r]);
+    }
+    float fq[BM][HEAD_DIM];
+#pragma unroll
+    for (int r = 0; r < BM; ++r) {
+        lane_t row[LANES(HEAD_DIM)];
+#pragma unroll
+        for (int c = 0; c < LANES(HEAD_DIM); ++c) row[c] = (lane_t)0.0f;
+        if (end[r] > 0) LOAD_ROW(Q_T, q, AT(q, b, h, i0 + r, 0), q_s3, HEAD_DIM, row);
+#pragma unroll
+        for (int c = 0; c < LANES(HEAD_DIM); ++c) STORE_PRIVATE(fq[r], c, feature_lanes(row[c]));
+    }
+
+    /* the state of the whole chunks before the block's first visible key past them */
+    const int whole = CAUSAL ? lo / chunk : nchunks;
+    __global const float *state = states + ((IDX)bhk * (IDX)(nchunks + 1) + (IDX)whole) * SLOT;
+    lane_t acc[BM][LANES(VALUE_DIM)];
+    float den[BM];
+#pragma unroll
+    for (int r = 0; r < BM; ++r) {
+        den[r] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < LANES(VALUE_DIM); ++c) acc[r][c] = (lane_t)0.0f;
+    }
+    for (int d = 0; d < HEAD_DIM; ++d) {
+        lane_t row[LANES(VALUE_DIM)];
+        LOAD_ROW(f32, state, (IDX)d * VALUE_DIM, 1, VALUE_DIM, row);
+        const float zd = state[HEAD_DIM * VALUE_DIM + d];
+#pragma unroll
+        for (int r = 0; r < BM; ++r) {
+            den[r] = fma(fq[r][d], zd, den[r]);
+#pragma unroll
+            for (int c = 0; c < LANES(VALUE_DIM); ++c)
+                acc[r][c] = fma((lane_t)fq[r][d], row[c], acc[r][c]);
+        }
+    }
+#if CAUSAL
+    /* the keys from there on, each query up to its own end */
+    for (int j = whole * chunk; j < hi; ++j) {
+        lane_t key[LANES(HEAD_DIM)], value[LANES(VALUE_DIM)];
+        LOAD_ROW(f32, phik, phik_off + ((IDX)bhk * (IDX)Sk + (IDX)j) * HEAD_DIM, 1, HEAD_DIM, key);
+        LOAD_ROW(V_T, v, AT(v, b, bhk % Hkv, j, 0), v_s3, VALUE_DIM, value);
+#pragma unroll
+        for (int r = 0; r < BM; ++r) {
+            if (j >= end[r]) continue;
+            lane_t dot = (lane_t)0.0f;
+#pragma unroll
+            for (int c = 0; c < LANES(HEAD_DIM); ++c)
+                dot = fma(PRIVATE_LANES(fq[r], c), key[c], dot);
+            const float weight = DOT_FINISH(dot);
+            den[r] += weight;
+#pragma unroll
+            for (int c = 0; c < LANES(VALUE_DIM); ++c)
+                acc[r][c] = fma((lane_t)weight, value[c], acc[r][c]);
+        }
+    }
+#endif
+#pragma unroll
+    for (int r = 0; r < BM && i0 + r < Sq; ++r) {
+        const int i = i0 + r;
+        const lane_t denominator = (lane_t)(den[r] + eps);
+#pragma unroll
+        for (int c = 0; c < LANES(VALUE_DIM); ++c) {
+            lane_t value = end[r] > 0 ? acc[r][c] / denominator : (lane_t)0.0f;
+            STORE_LANES(i, c, value)
+        }
+    }
+}

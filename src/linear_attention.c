@@ -1,0 +1,441 @@
+/*
+ * Linear attention (cl/linear_attention.cl): validation, the launch for the device, and the
+ * four kernels of a call (phi(k), chunk states, their running sums, the outputs), chained by
+ * events.
+ */
+#include "blas.h"
+#include "mask.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Head dims are compile-time sizes of the kernels' private arrays. */
+#define LINEAR_MAX_HEAD_DIM 256
+/* Keys per chunk of the causal form: each query adds up to this many keys one by one on top of
+ * the state of the whole chunks before it, so it trades that quadratic work against the
+ * (Sk / chunk) states the scratch holds and the scan walks. */
+#define LINEAR_CAUSAL_CHUNK 64
+/* The non-causal form needs only the total state: it cuts the keys into as few chunks (of
+ * LINEAR_MIN_CHUNK to LINEAR_MAX_CHUNK keys) as fill the device with the launch's work-items
+ * per compute unit. The cap keeps a chunk's values in cache while every work-item of its group
+ * reads them: with one chunk per head, PoCL's time per key doubled from S=1024 to S=8192. */
+#define LINEAR_MIN_CHUNK 64
+#define LINEAR_MAX_CHUNK 256
+
+/* One validated call. */
+typedef struct linear_args {
+    const clattn_tensor *q, *k, *v, *out;
+    const clattn_tensor *state, *z; /* the step's running state; NULL for whole sequences */
+    bool step;
+    const clattn_mask *mask_desc; /* the caller's (or the step's own) */
+    clattn_feature_map feature_map;
+    float eps;
+    cl_mem workspace;
+    clattn__mask_plan mask;
+} linear_args;
+
+/* The launch for a device class; these rows move to the tuning table when it lands. By device
+ * type, never by vendor name:
+ *  - CPUs (PoCL): head dims in vectors of the preferred float width; linear_states keeps ROWS
+ *    state rows per work-item and linear_outputs BM queries, each as many as keep 16 vector
+ *    accumulators (a register file's worth), in groups of 16.
+ *  - GPUs and the rest: float4 lanes, one state row or one query per work-item (registers are
+ *    occupancy there), groups of 64. Not yet measured on a GPU. */
+typedef struct linear_launch {
+    int lanes, rows, bm;
+    size_t group, items_per_unit;
+    int chunk, nchunks;
+    bool causal;
+} linear_launch;
+
+static int check_dims(const linear_args *a) {
+    return clattn__check_attention_shapes(a->q, a->k, a->v, a->out, LINEAR_MAX_HEAD_DIM);
+}
+
+/* Linear attention has no scores: of the mask it takes the lengths and causality only. */
+static int check_mask_fields(const clattn_mask *m) {
+    if (!m) return CLATTN_SUCCESS;
+    const char *field = m->window               ? "window"
+                        : m->global_stride != 0 ? "global_stride"
+                        : m->softcap != 0.0f    ? "softcap"
+                        : m->empty_rows_nan     ? "empty_rows_nan"
+                        : m->keep               ? "keep"
+                        : m->bias               ? "bias"
+                        : m->alibi_slopes       ? "alibi_slopes"
+                                                : NULL;
+    if (!field) return CLATTN_SUCCESS;
+    return clattn__fail(CLATTN_ERR_INVALID_ARGUMENT,
+                        "mask.%s: linear attention takes only causal, align, key_lengths and "
+                        "query_lengths (it forms no scores to mask)",
+                        field);
+}
+
+static int check_options(const clattn_linear_options *o, linear_args *a) {
+    const clattn_linear_options defaults = CLATTN_LINEAR_OPTIONS_DEFAULT;
+    if (!o) o = &defaults;
+    if (o->feature_map != CLATTN_FEATURE_ELU1 && o->feature_map != CLATTN_FEATURE_RELU &&
+        o->feature_map != CLATTN_FEATURE_IDENTITY)
+        return clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "unknown feature map %d",
+                            (int)o->feature_map);
+    if (!isfinite(o->eps) || o->eps < 0.0f)
+        return clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "eps = %g: must be finite and >= 0",
+                            (double)o->eps);
+    a->feature_map = o->feature_map;
+    a->eps = o->eps;
+    a->workspace = o->workspace;
+    return CLATTN_SUCCESS;
+}
+
+/* The step's state: f32 S [B,Hkv,D,Dv] and z {1,B,Hkv,D}, apart from each other and the rest. */
+static int check_state(const linear_args *a, cl_context context) {
+    const int64_t B = a->k->shape[0], H = a->k->shape[1], D = a->k->shape[3], Dv = a->v->shape[3];
+    const unsigned f32 = 1u << CLATTN_F32;
+    int status = clattn__check_tensor("state", a->state, context, f32, true);
+    if (status == CLATTN_SUCCESS) status = clattn__check_tensor("z", a->z, context, f32, true);
+    const int64_t *s = a->state->shape, *z = a->z->shape;
+    if (status == CLATTN_SUCCESS && (s[0] != B || s[1] != H || s[2] != D || s[3] != Dv))
+        status = clattn__fail(CLATTN_ERR_SHAPE_MISMATCH,
+                              "state must be [B,Hkv,D,Dv] = [%lld,%lld,%lld,%lld]", (long long)B,
+                              (long long)H, (long long)D, (long long)Dv);
+    if (status == CLATTN_SUCCESS && (z[0] != 1 || z[1] != B || z[2] != H || z[3] != D))
+        status =
+            clattn__fail(CLATTN_ERR_SHAPE_MISMATCH, "z must be {1,B,Hkv,D} = {1,%lld,%lld,%lld}",
+                         (long long)B, (long long)H, (long long)D);
+    const char *names[5] = {"q", "k", "v", "out", "z"};
+    const clattn_tensor *views[5] = {a->q, a->k, a->v, a->out, a->z};
+    for (int i = 0; i < 5 && status == CLATTN_SUCCESS; ++i)
+        status = clattn__check_no_alias("state", a->state, names[i], views[i]);
+    for (int i = 0; i < 4 && status == CLATTN_SUCCESS; ++i)
+        status = clattn__check_no_alias("z", a->z, names[i], views[i]);
+    if (status == CLATTN_SUCCESS) status = clattn__mask_check_output(&a->mask, "state", a->state);
+    if (status == CLATTN_SUCCESS) status = clattn__mask_check_output(&a->mask, "z", a->z);
+    return status;
+}
+
+static int check_linear(linear_args *a, const clattn_linear_options *options, cl_context context) {
+    const char *names[4] = {"q", "k", "v", "out"};
+    const clattn_tensor *views[4] = {a->q, a->k, a->v, a->out};
+    int status = check_options(options, a);
+    for (int i = 0; i < 4 && status == CLATTN_SUCCESS; ++i)
+        status = clattn__check_tensor(names[i], views[i], context, CLATTN__FLOAT_DTYPES, i == 3);
+    if (status == CLATTN_SUCCESS) status = check_dims(a);
+    if (status == CLATTN_SUCCESS) status = check_mask_fields(a->mask_desc);
+    const int64_t scores[4] = {a->q->shape[0], a->q->shape[1], a->q->shape[2], a->k->shape[2]};
+    if (status == CLATTN_SUCCESS)
+        status = clattn__mask_prepare(a->mask_desc, scores, context, &a->mask);
+    for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
+        status = clattn__check_no_alias("out", a->out, names[i], views[i]);
+    if (status == CLATTN_SUCCESS) status = clattn__mask_check_output(&a->mask, "out", a->out);
+    if (status == CLATTN_SUCCESS && a->step) status = check_state(a, context);
+    return status;
+}
+
+/* The largest power of two up to 8 that divides `d` and keeps `count` * that many vector
+ * accumulators of `width` lanes within 16 (at least 1). */
+static int register_tile(int64_t d, int64_t width_dims, int lanes) {
+    int64_t vectors = (width_dims + lanes - 1) / lanes;
+    int tile = 8;
+    while (tile > 1 && (d % tile || tile * vectors > 16)) tile /= 2;
+    return tile;
+}
+
+static size_t state_floats(const linear_args *a, const linear_launch *l) {
+    const size_t slot = (size_t)(a->k->shape[3] * (a->v->shape[3] + 1));
+    return (size_t)(a->k->shape[0] * a->k->shape[1]) * (size_t)(l->nchunks + 1) * slot;
+}
+
+static size_t phik_floats(const linear_args *a, const linear_launch *l) {
+    if (!l->causal) return 0;
+    return (size_t)(a->k->shape[0] * a->k->shape[1] * a->k->shape[2] * a->k->shape[3]);
+}
+
+/* Chunks: the causal form's fixed size; the non-causal one as few as fill the device. */
+static void pick_chunks(linear_launch *l, cl_device_id device, const linear_args *a) {
+    const int64_t Sk = a->k->shape[2];
+    int64_t chunk = LINEAR_CAUSAL_CHUNK;
+    if (!l->causal) {
+        cl_uint units = 1;
+        clGetDeviceInfo(device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL);
+        const int64_t per_chunk = a->k->shape[0] * a->k->shape[1] * (a->k->shape[3] / l->rows);
+        int64_t chunks = ((int64_t)units * (int64_t)l->items_per_unit + per_chunk - 1) / per_chunk;
+        const int64_t most = (Sk + LINEAR_MIN_CHUNK - 1) / LINEAR_MIN_CHUNK;
+        const int64_t least = (Sk + LINEAR_MAX_CHUNK - 1) / LINEAR_MAX_CHUNK;
+        if (chunks > most) chunks = most;
+        if (chunks < least) chunks = least;
+        chunk = (Sk + chunks - 1) / chunks;
+    }
+    if (chunk > Sk) chunk = Sk;
+    l->chunk = (int)chunk;
+    l->nchunks = (int)((Sk + chunk - 1) / chunk);
+}
+
+static linear_launch pick_launch(cl_device_id device, const linear_args *a) {
+    cl_device_type type = CL_DEVICE_TYPE_GPU;
+    cl_uint width = 4;
+    clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+    clGetDeviceInfo(device, CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT, sizeof width, &width, NULL);
+    const int64_t d = a->q->shape[3], dv = a->v->shape[3];
+    linear_launch l = {clattn__head_lanes(4, d, dv), 1, 1, 64, 2048, 0, 0, a->mask.causal != 0};
+    if (type & CL_DEVICE_TYPE_CPU) {
+        l.lanes = clattn__head_lanes(width, d, dv);
+        l.rows = register_tile(d, dv, l.lanes);
+        l.bm = register_tile(4, dv, l.lanes);
+        l.group = 16;
+        l.items_per_unit = 64;
+    }
+    pick_chunks(&l, device, a);
+    return l;
+}
+
+/* The kernels number work-items with int. */
+static int check_launch_size(const linear_args *a, const linear_launch *l) {
+    const int64_t B = a->q->shape[0], Hq = a->q->shape[1], Hkv = a->k->shape[1];
+    const int64_t D = a->q->shape[3], Dv = a->v->shape[3];
+    const int64_t outputs = B * Hq * ((a->q->shape[2] + l->bm - 1) / l->bm);
+    const int64_t states = B * Hkv * (int64_t)l->nchunks * (D / l->rows);
+    const int64_t scan = B * Hkv * (D * Dv + D), features = B * Hkv * a->k->shape[2];
+    int64_t most = outputs;
+    const int64_t others[3] = {states, scan, features};
+    for (int i = 0; i < 3; ++i) most = others[i] > most ? others[i] : most;
+    if (most > 0x7fffffff)
+        return clattn__fail(CLATTN_ERR_DEVICE_LIMIT,
+                            "the launch needs %lld work-items; at most 2^31 - 1", (long long)most);
+    return CLATTN_SUCCESS;
+}
+
+/* Everything a call checks and decides before it enqueues: the launch and the scratch bytes. */
+static int plan_linear(linear_args *a, const clattn_linear_options *options,
+                       const clattn__call *call, linear_launch *l, size_t *bytes) {
+    int status = check_linear(a, options, call->context);
+    if (status != CLATTN_SUCCESS) return status;
+    *l = pick_launch(call->device, a);
+    *bytes = (state_floats(a, l) + phik_floats(a, l)) * sizeof(float);
+    return check_launch_size(a, l);
+}
+
+static bool linear_needs_wide_index(const linear_args *a, const linear_launch *l) {
+    const clattn_tensor *views[6] = {a->q, a->k, a->v, a->out, a->state, a->z};
+    return clattn__needs_wide_index(views, 6) || clattn__mask_needs_wide_index(&a->mask) ||
+           state_floats(a, l) + phik_floats(a, l) >= (size_t)clattn__narrow_index_limit;
+}
+
+static void linear_options_string(const linear_args *a, const linear_launch *l, bool wide,
+                                  char *options, size_t size) {
+    snprintf(options, size,
+             "-cl-std=CL1.2 -DQ_T=%s -DK_T=%s -DV_T=%s -DO_T=%s -DHEAD_DIM=%lld -DVALUE_DIM=%lld "
+             "-DVEC=%d -DROWS=%d -DBM=%d -DFEATURE=%d -DCAUSAL=%d -DHAS_STATE=%d -DIDX=%s",
+             clattn_dtype_name(a->q->dtype), clattn_dtype_name(a->k->dtype),
+             clattn_dtype_name(a->v->dtype), clattn_dtype_name(a->out->dtype),
+             (long long)a->q->shape[3], (long long)a->v->shape[3], l->lanes, l->rows, l->bm,
+             (int)a->feature_map, l->causal, a->state != NULL, wide ? "ulong" : "uint");
+    clattn__mask_options(&a->mask, options, size);
+}
+
+/* One of the three kernels, after `wait` (NULL: the call's own wait list), into *done. */
+typedef struct linear_step {
+    const char *name;
+    size_t items;
+    cl_event wait;
+    cl_event *done;
+} linear_step;
+
+static int set_int_args(cl_kernel kernel, cl_uint *arg, const cl_int *values, int count) {
+    int status = CLATTN_SUCCESS;
+    for (int i = 0; i < count && status == CLATTN_SUCCESS; ++i)
+        status = clattn__set_arg(kernel, (*arg)++, sizeof values[i], &values[i]);
+    return status;
+}
+
+/* The scratch: the states, then phi(k) at an element offset. */
+static int set_scratch_args(cl_kernel kernel, cl_uint *arg, const linear_args *a,
+                            const linear_launch *l, cl_mem scratch, bool wide) {
+    int status = clattn__set_arg(kernel, (*arg)++, sizeof scratch, &scratch);
+    if (status == CLATTN_SUCCESS)
+        status = clattn__set_arg(kernel, (*arg)++, sizeof scratch, &scratch);
+    if (status == CLATTN_SUCCESS)
+        status = clattn__set_idx_arg(kernel, (*arg)++, state_floats(a, l), wide);
+    return status;
+}
+
+/* linear_features and linear_states: one argument list */
+static int set_key_side_args(cl_kernel kernel, const linear_args *a, const linear_launch *l,
+                             cl_mem scratch, bool wide) {
+    cl_uint arg = 0;
+    int status = clattn__set_view_args(kernel, &arg, a->k, 0, wide);
+    if (status == CLATTN_SUCCESS) status = clattn__set_view_args(kernel, &arg, a->v, 0, wide);
+    if (status == CLATTN_SUCCESS) status = set_scratch_args(kernel, &arg, a, l, scratch, wide);
+    const cl_int ints[5] = {(cl_int)a->k->shape[0], (cl_int)a->k->shape[1], (cl_int)a->k->shape[2],
+                            l->chunk, l->nchunks};
+    if (status == CLATTN_SUCCESS) status = set_int_args(kernel, &arg, ints, 5);
+    if (status == CLATTN_SUCCESS)
+        status = clattn__mask_set_args(kernel, &arg, &a->mask, 1.0f, wide);
+    return status;
+}
+
+static int set_scan_args(cl_kernel kernel, const linear_args *a, const linear_launch *l,
+                         cl_mem scratch, bool wide) {
+    cl_uint arg = 0;
+    const cl_int ints[2] = {(cl_int)(a->k->shape[0] * a->k->shape[1]), l->nchunks};
+    int status = clattn__set_arg(kernel, arg++, sizeof scratch, &scratch);
+    if (status == CLATTN_SUCCESS) status = set_int_args(kernel, &arg, ints, 2);
+    if (status == CLATTN_SUCCESS && a->state)
+        status = clattn__set_view_args(kernel, &arg, a->state, 0, wide);
+    if (status == CLATTN_SUCCESS && a->state)
+        status = clattn__set_view_args(kernel, &arg, a->z, 1, wide);
+    const cl_int heads = (cl_int)a->k->shape[1];
+    if (status == CLATTN_SUCCESS && a->state) status = set_int_args(kernel, &arg, &heads, 1);
+    return status;
+}
+
+static int set_outputs_args(cl_kernel kernel, const linear_args *a, const linear_launch *l,
+                            cl_mem scratch, bool wide) {
+    cl_uint arg = 0;
+    const clattn_tensor *views[3] = {a->q, a->v, a->out};
+    int status = CLATTN_SUCCESS;
+    for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
+        status = clattn__set_view_args(kernel, &arg, views[i], 0, wide);
+    if (status == CLATTN_SUCCESS) status = set_scratch_args(kernel, &arg, a, l, scratch, wide);
+    const cl_int ints[7] = {(cl_int)a->q->shape[0],
+                            (cl_int)a->q->shape[1],
+                            (cl_int)a->k->shape[1],
+                            (cl_int)a->q->shape[2],
+                            (cl_int)a->k->shape[2],
+                            l->chunk,
+                            l->nchunks};
+    if (status == CLATTN_SUCCESS) status = set_int_args(kernel, &arg, ints, 7);
+    if (status == CLATTN_SUCCESS) status = clattn__set_arg(kernel, arg++, sizeof a->eps, &a->eps);
+    if (status == CLATTN_SUCCESS)
+        status = clattn__mask_set_args(kernel, &arg, &a->mask, 1.0f, wide);
+    return status;
+}
+
+static int set_step_args(cl_kernel kernel, int step, const linear_args *a, const linear_launch *l,
+                         cl_mem scratch, bool wide) {
+    switch (step) {
+    case 0:
+    case 1:
+        return set_key_side_args(kernel, a, l, scratch, wide);
+    case 2:
+        return set_scan_args(kernel, a, l, scratch, wide);
+    default:
+        return set_outputs_args(kernel, a, l, scratch, wide);
+    }
+}
+
+static int enqueue_step(const clattn__call *call, cl_kernel kernel, const linear_step *step,
+                        size_t group) {
+    size_t max_group = 1;
+    int status = clattn__kernel_max_group(kernel, call->device, &max_group);
+    if (status != CLATTN_SUCCESS) return status;
+    size_t local = max_group < group ? max_group : group;
+    size_t global = clattn__round_up(step->items, local);
+    clattn__call c = *call;
+    if (step->wait) c.num_wait = 1, c.wait_list = &step->wait;
+    c.event = step->done;
+    return clattn__enqueue(&c, kernel, 1, &global, &local);
+}
+
+/* The kernels, each after the one before; the call's event is the last one's. */
+static int enqueue_linear(const linear_args *a, const linear_launch *l, const clattn__call *call,
+                          cl_mem scratch) {
+    const bool wide = linear_needs_wide_index(a, l);
+    char options[1024];
+    linear_options_string(a, l, wide, options, sizeof options);
+    const int64_t B = a->k->shape[0], Hkv = a->k->shape[1], D = a->k->shape[3];
+    const int64_t slot = D * (a->v->shape[3] + 1);
+    const int64_t blocks = (a->q->shape[2] + l->bm - 1) / l->bm;
+    const int64_t Sk = a->k->shape[2];
+    cl_event events[3] = {NULL, NULL, NULL};
+    const linear_step steps[4] = {
+        {"linear_features", (size_t)(B * Hkv * Sk), NULL, &events[0]},
+        {"linear_states", (size_t)(B * Hkv * l->nchunks * (D / l->rows)), NULL, &events[1]},
+        {"linear_scan", (size_t)(B * Hkv * slot), NULL, &events[2]},
+        {"linear_outputs", (size_t)(B * a->q->shape[1] * blocks), NULL, call->event}};
+    int status = CLATTN_SUCCESS;
+    /* phi(k) goes to scratch first only when causal (the products within chunks read it) */
+    for (int i = l->causal ? 0 : 1; i < 4 && status == CLATTN_SUCCESS; ++i) {
+        cl_kernel kernel = NULL;
+        linear_step step = steps[i];
+        step.wait = i > 0 ? events[i - 1] : NULL;
+        status = clattn__create_kernel(call->context, call->device, "linear_attention.cl", options,
+                                       step.name, &kernel);
+        if (status == CLATTN_SUCCESS) status = set_step_args(kernel, i, a, l, scratch, wide);
+        if (status == CLATTN_SUCCESS)
+            status = enqueue_step(call, kernel, &step, i == 2 ? 64 : l->group);
+        if (kernel) clReleaseKernel(kernel);
+    }
+    for (int i = 0; i < 3; ++i)
+        if (events[i]) clReleaseEvent(events[i]);
+    return status;
+}
+
+/* The caller's workspace, checked against every tensor of the call, or a fresh one. */
+static int get_workspace(const linear_args *a, size_t bytes, cl_context context, cl_mem *workspace,
+                         bool *owned) {
+    const clattn_mask *m = a->mask_desc;
+    const char *names[8] = {"q", "k", "v", "out", "state", "z", "key_lengths", "query_lengths"};
+    const clattn_tensor *views[8] = {a->q,
+                                     a->k,
+                                     a->v,
+                                     a->out,
+                                     a->state,
+                                     a->z,
+                                     m ? m->key_lengths : NULL,
+                                     m ? m->query_lengths : NULL};
+    return clattn__get_workspace(a->workspace, bytes, context, names, views, 8, workspace, owned);
+}
+
+static int run_linear(linear_args *a, const clattn_linear_options *options, cl_command_queue queue,
+                      cl_uint num_wait, const cl_event *wait_list, cl_event *event) {
+    clattn__call call;
+    linear_launch launch;
+    size_t bytes = 0;
+    int status = clattn__begin_call(&call, queue, num_wait, wait_list, event);
+    if (status == CLATTN_SUCCESS) status = plan_linear(a, options, &call, &launch, &bytes);
+    cl_mem scratch = NULL;
+    bool owned = false;
+    if (status == CLATTN_SUCCESS) status = get_workspace(a, bytes, call.context, &scratch, &owned);
+    if (status == CLATTN_SUCCESS) status = enqueue_linear(a, &launch, &call, scratch);
+    if (owned) clReleaseMemObject(scratch);
+    return status;
+}
+
+int clattn_linear_attention(const clattn_tensor *q, const clattn_tensor *k, const clattn_tensor *v,
+                            const clattn_mask *mask, const clattn_tensor *out,
+                            const clattn_linear_options *options, cl_command_queue queue,
+                            cl_uint num_wait, const cl_event *wait_list, cl_event *event) {
+    linear_args a = {q, k, v, out, NULL, NULL, false, mask, CLATTN_FEATURE_ELU1, 0.0f, NULL, {0}};
+    return run_linear(&a, options, queue, num_wait, wait_list, event);
+}
+
+int clattn_linear_attention_step(const clattn_tensor *q, const clattn_tensor *k,
+                                 const clattn_tensor *v, const clattn_tensor *lengths,
+                                 const clattn_tensor *state, const clattn_tensor *z,
+                                 const clattn_tensor *out, const clattn_linear_options *options,
+                                 cl_command_queue queue, cl_uint num_wait,
+                                 const cl_event *wait_list, cl_event *event) {
+    clattn_mask mask;
+    memset(&mask, 0, sizeof mask);
+    mask.causal = 1;
+    mask.key_lengths = mask.query_lengths = lengths;
+    linear_args a = {q, k, v, out, state, z, true, &mask, CLATTN_FEATURE_ELU1, 0.0f, NULL, {0}};
+    return run_linear(&a, options, queue, num_wait, wait_list, event);
+}
+
+int clattn_linear_attention_workspace_size(const clattn_tensor *q, const clattn_tensor *k,
+                                           const clattn_tensor *v, const clattn_mask *mask,
+                                           const clattn_tensor *out,
+                                           const clattn_linear_options *options,
+                                           cl_command_queue queue, size_t *bytes) {
+    clattn__call call;
+    linear_args a = {q, k, v, out, NULL, NULL, false, mask, CLATTN_FEATURE_ELU1, 0.0f, NULL, {0}};
+    linear_launch launch;
+    size_t need = 0;
+    int status = clattn__begin_call(&call, queue, 0, NULL, NULL);
+    if (status == CLATTN_SUCCESS && !bytes)
+        status = clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "bytes is NULL");
+    if (status == CLATTN_SUCCESS) status = plan_linear(&a, options, &call, &launch, &need);
+    if (status == CLATTN_SUCCESS) *bytes = need;
+    return status;
+}

@@ -1,0 +1,642 @@
+/* Tests of linear attention (src/linear_attention.c, cl/linear_attention.cl) against two float64
+ * references, the naive masked O(S^2) form and the cumsum form (tests/ref.c). Errors are
+ * measured against each element's own scale, sum_j |w_ij v_j| / |den|: what the f32 sums can
+ * get right, which a near-zero output of a cancelling sum is not a measure of. */
+#include "harness.h"
+#include "internal.h"
+#include "ref.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct la_spec {
+    int64_t B, Hq, Hkv, Sq, Sk, D, Dv;
+    clattn_dtype dt;
+    int causal, bottom_right, bshd;
+    clattn_feature_map map;
+    float eps;
+    float lo, hi; /* inputs uniform in [lo, hi) */
+    const int32_t *klen, *qlen;
+    uint64_t seed;
+} la_spec;
+
+typedef struct la_data {
+    float *q, *k, *v;
+    double *ref, *scale;
+    ref_mask rm;
+    clattn_mask mask;
+    clattn_tensor klen_t, qlen_t;
+} la_data;
+
+static la_spec spec(int64_t B, int64_t Hq, int64_t Hkv, int64_t S, int64_t D, int64_t Dv) {
+    la_spec s;
+    memset(&s, 0, sizeof s);
+    s.B = B, s.Hq = Hq, s.Hkv = Hkv, s.Sq = s.Sk = S, s.D = D, s.Dv = Dv;
+    s.dt = CLATTN_F32;
+    s.eps = CLATTN_LINEAR_EPS;
+    s.lo = -2.0f, s.hi = 2.0f;
+    s.seed = (uint64_t)(B * 3 + Hq * 5 + S * 7 + D * 11 + Dv);
+    return s;
+}
+
+/* The options of the calls under test. Under Oclgrind's uninitialized-value checker they carry
+ * a workspace that lives for the whole run: with scratch the library allocates and releases
+ * per call, that checker reports reads of phi(k) and of the running state that every device
+ * computes right (the results match; not root-caused, see README, Known limits). */
+static clattn_linear_options call_options(test_ctx *t, const la_spec *s) {
+    static cl_mem persistent;
+    clattn_linear_options options = {s->map, s->eps, NULL};
+    if (test_under_uninit_checker() && !persistent) persistent = test_buffer(t, 8 << 20);
+    if (test_under_uninit_checker()) options.workspace = persistent;
+    return options;
+}
+
+/* Values uniform in [lo, hi), exact in dt. */
+static float *random_values(const la_spec *s, size_t n, uint64_t *rng) {
+    float *x = malloc(n * sizeof(float));
+    test_fill_exact(x, n, s->dt, rng);
+    for (size_t i = 0; i < n; ++i) {
+        uint16_t bits[2];
+        ref_store(bits, s->dt, 0, s->lo + (x[i] + 2.0f) / 4.0f * (s->hi - s->lo));
+        x[i] = ref_load(bits, s->dt, 0);
+    }
+    return x;
+}
+
+static ref_linear ref_params(const la_spec *s, const la_data *d) {
+    return (ref_linear){s->B, s->Hq, s->Hkv,      s->Sq,  s->Sk,
+                        s->D, s->Dv, (int)s->map, s->eps, &d->rm};
+}
+
+static bool upload_lengths(test_ctx *t, const la_spec *s, const int32_t *host, clattn_tensor *out) {
+    *out = clattn_tensor_4d(test_buffer(t, 4 * (size_t)s->B), CLATTN_I32, 1, 1, 1, s->B);
+    return out->buffer && test_write(t, out->buffer, host, 4 * (size_t)s->B);
+}
+
+static bool prepare(test_ctx *t, const la_spec *s, la_data *d) {
+    memset(d, 0, sizeof *d);
+    uint64_t rng = s->seed * 131 + 17;
+    d->q = random_values(s, (size_t)(s->B * s->Hq * s->Sq * s->D), &rng);
+    d->k = random_values(s, (size_t)(s->B * s->Hkv * s->Sk * s->D), &rng);
+    d->v = random_values(s, (size_t)(s->B * s->Hkv * s->Sk * s->Dv), &rng);
+    const size_t n_out = (size_t)(s->B * s->Hq * s->Sq * s->Dv);
+    d->ref = malloc(n_out * sizeof(double));
+    d->scale = malloc(n_out * sizeof(double));
+    d->rm.causal = s->causal, d->rm.bottom_right = s->bottom_right;
+    d->rm.key_lengths = s->klen, d->rm.query_lengths = s->qlen;
+    d->mask.causal = s->causal;
+    d->mask.align = s->bottom_right ? CLATTN_ALIGN_BOTTOM_RIGHT : CLATTN_ALIGN_TOP_LEFT;
+    if (s->klen && !upload_lengths(t, s, s->klen, &d->klen_t)) return false;
+    if (s->qlen && !upload_lengths(t, s, s->qlen, &d->qlen_t)) return false;
+    if (s->klen) d->mask.key_lengths = &d->klen_t;
+    if (s->qlen) d->mask.query_lengths = &d->qlen_t;
+    const ref_linear p = ref_params(s, d);
+    ref_linear_attention(&p, d->q, d->k, d->v, d->ref, d->scale);
+    return true;
+}
+
+static void free_data(la_data *d) {
+    if (d->klen_t.buffer) clReleaseMemObject(d->klen_t.buffer);
+    if (d->qlen_t.buffer) clReleaseMemObject(d->qlen_t.buffer);
+    free(d->q);
+    free(d->k);
+    free(d->v);
+    free(d->ref);
+    free(d->scale);
+}
+
+/* Uploads k and v (stored as the spec says); the caller releases them. */
+static void upload_keys(test_ctx *t, const la_spec *s, const float *k, const float *v,
+                        clattn_tensor *kt, clattn_tensor *vt) {
+    *kt = test_upload_bhsd(t, k, s->B, s->Hkv, s->Sk, s->D, s->dt, s->bshd);
+    *vt = test_upload_bhsd(t, v, s->B, s->Hkv, s->Sk, s->Dv, s->dt, s->bshd);
+}
+
+/* Runs the op on the given host inputs; returns out as dense f32 (malloc'ed), NULL on failure. */
+static float *run_with(test_ctx *t, const la_spec *s, const la_data *d, const float *k,
+                       const float *v) {
+    clattn_tensor q = test_upload_bhsd(t, d->q, s->B, s->Hq, s->Sq, s->D, s->dt, s->bshd), kt, vt;
+    upload_keys(t, s, k, v, &kt, &vt);
+    const size_t n_out = (size_t)(s->B * s->Hq * s->Sq * s->Dv);
+    clattn_tensor o = clattn_tensor_4d(test_buffer(t, n_out * clattn_dtype_size(s->dt)), s->dt,
+                                       s->B, s->Hq, s->Sq, s->Dv);
+    const clattn_linear_options options = call_options(t, s);
+    float *out = NULL;
+    void *raw = malloc(n_out * 4);
+    if (q.buffer && kt.buffer && vt.buffer && o.buffer) {
+        int status = clattn_linear_attention(&q, &kt, &vt, &d->mask, &o, &options,
+                                             clattn_env_queue(t->env), 0, NULL, NULL);
+        if (status != CLATTN_SUCCESS)
+            test_fail_at(t, __FILE__, __LINE__, "clattn_linear_attention -> %s: %s",
+                         clattn_status_name(status), clattn_last_error());
+        else if (test_read(t, o.buffer, raw, n_out * clattn_dtype_size(s->dt))) {
+            out = malloc(n_out * sizeof(float));
+            for (size_t i = 0; i < n_out; ++i) out[i] = ref_load(raw, s->dt, i);
+        }
+    }
+    free(raw);
+    clattn_tensor *all[4] = {&q, &kt, &vt, &o};
+    for (int i = 0; i < 4; ++i)
+        if (all[i]->buffer) clReleaseMemObject(all[i]->buffer);
+    return out;
+}
+
+/* Element-wise: |out - ref| <= tol * scale + rtol * |ref| (storage rounding of the output). */
+static bool matches(test_ctx *t, const la_spec *s, const double *ref, const double *scale,
+                    const float *out, const char *what) {
+    const double tol = 2e-5 * fmax(1.0, sqrt((double)s->Sk / 64.0));
+    const double rtol = s->dt == CLATTN_F32 ? 0 : s->dt == CLATTN_F16 ? 1e-3 : 8e-3;
+    const size_t n = (size_t)(s->B * s->Hq * s->Sq * s->Dv);
+    for (size_t i = 0; i < n; ++i)
+        if (!(fabs(out[i] - ref[i]) <= tol * scale[i] + rtol * fabs(ref[i]) + 1e-30)) {
+            test_fail_at(t, __FILE__, __LINE__, "%s: out[%zu] = %.9g, expected %.9g (scale %.3g)",
+                         what, i, out[i], ref[i], scale[i]);
+            return false;
+        }
+    return true;
+}
+
+/* The op against the naive form, and the naive form against the cumsum form. */
+static void check_case(test_ctx *t, const la_spec *s, const char *what) {
+    if (t->failed) return;
+    la_data d;
+    if (prepare(t, s, &d)) {
+        const size_t n = (size_t)(s->B * s->Hq * s->Sq * s->Dv);
+        double *cumsum = malloc(n * sizeof(double));
+        const ref_linear p = ref_params(s, &d);
+        ref_linear_attention_cumsum(&p, d.q, d.k, d.v, cumsum);
+        for (size_t i = 0; i < n && !t->failed; ++i)
+            if (!(fabs(cumsum[i] - d.ref[i]) <= 1e-9 * (d.scale[i] + 1e-300)))
+                test_fail_at(t, __FILE__, __LINE__,
+                             "%s: the references disagree at %zu: %.17g %.17g", what, i, cumsum[i],
+                             d.ref[i]);
+        free(cumsum);
+        float *out = t->failed ? NULL : run_with(t, s, &d, d.k, d.v);
+        if (out) matches(t, s, d.ref, d.scale, out, what);
+        free(out);
+    }
+    free_data(&d);
+}
+
+static void feature_maps(test_ctx *t) {
+    static const char *const names[] = {"elu1", "relu", "identity"};
+    for (int map = 0; map < 3; ++map)
+        for (int causal = 0; causal < 2; ++causal) {
+            la_spec s = spec(1, 2, 1, 37, 16, 24);
+            s.map = (clattn_feature_map)map, s.causal = causal;
+            if (s.map == CLATTN_FEATURE_IDENTITY) s.lo = 0.0f; /* positive denominators */
+            char what[64];
+            snprintf(what, sizeof what, "%s%s", names[map], causal ? " causal" : "");
+            check_case(t, &s, what);
+        }
+}
+
+/* Lengths at the chunk size (64) minus one, at it and past it, and at twice it; 1; and the
+ * non-causal form's largest chunk (256) plus one. */
+static void chunk_boundaries(test_ctx *t) {
+    static const int64_t lengths[] = {1, 63, 64, 65, 127, 128, 129};
+    for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; ++i) {
+        la_spec s = spec(1, 2, 1, lengths[i], 16, 24);
+        s.causal = 1;
+        char what[48];
+        snprintf(what, sizeof what, "causal S=%lld", (long long)lengths[i]);
+        check_case(t, &s, what);
+    }
+    la_spec s = spec(1, 2, 1, 257, 16, 24);
+    check_case(t, &s, "non-causal S=257");
+    s.Sq = 3;
+    check_case(t, &s, "non-causal Sq=3 Sk=257");
+}
+
+static void long_sequence(test_ctx *t) {
+    if (!test_large_shapes(t)) {
+        test_skip(t, "large shapes are off (CLATTN_TEST_SMALL)");
+        return;
+    }
+    la_spec s = spec(1, 1, 1, 4097, 16, 16);
+    s.causal = 1;
+    check_case(t, &s, "causal S=4097");
+}
+
+/* elu(x) + 1 of x <= -8 is below 3.4e-4: the denominators are small, and eps matters. */
+static void very_negative_inputs(test_ctx *t) {
+    la_spec s = spec(1, 2, 1, 70, 16, 24);
+    s.lo = -12.0f, s.hi = -8.0f;
+    s.causal = 1;
+    check_case(t, &s, "inputs in [-12, -8) causal");
+    s.causal = 0;
+    s.eps = 1e-3f;
+    check_case(t, &s, "inputs in [-12, -8), eps 1e-3");
+}
+
+static void lengths_and_alignment(test_ctx *t) {
+    static const int32_t klen[3] = {37, 5, 0}, qlen[3] = {20, 37, 9};
+    la_spec s = spec(3, 2, 1, 37, 16, 24);
+    s.klen = klen;
+    check_case(t, &s, "key lengths (0: empty rows)");
+    s.causal = 1;
+    check_case(t, &s, "causal + key lengths");
+    s.qlen = qlen;
+    check_case(t, &s, "causal + key and query lengths");
+    s.bottom_right = 1;
+    check_case(t, &s, "causal bottom-right + lengths");
+    s = spec(2, 2, 2, 70, 16, 24);
+    s.Sq = 9;
+    s.causal = s.bottom_right = 1;
+    check_case(t, &s, "causal bottom-right Sq=9 Sk=70 (a KV cache)");
+    s.Sq = 90;
+    check_case(t, &s, "causal bottom-right Sq=90 Sk=70");
+}
+
+static void storage_and_layouts(test_ctx *t) {
+    static const clattn_dtype dtypes[] = {CLATTN_F16, CLATTN_BF16};
+    for (int i = 0; i < 2; ++i) {
+        la_spec s = spec(2, 4, 2, 45, 32, 32);
+        s.dt = dtypes[i];
+        s.causal = 1;
+        char what[32];
+        snprintf(what, sizeof what, "%s causal", clattn_dtype_name(dtypes[i]));
+        check_case(t, &s, what);
+    }
+    la_spec s = spec(2, 4, 2, 45, 32, 32);
+    s.bshd = 1;
+    s.causal = 1;
+    check_case(t, &s, "[B,S,H,D] views");
+    s.bshd = 2;
+    s.causal = 0;
+    check_case(t, &s, "[B,H,D,S] views");
+    s = spec(1, 1, 1, 20, 7, 5);
+    s.causal = 1;
+    check_case(t, &s, "odd head dims D=7 Dv=5");
+    const uint64_t saved = clattn__narrow_index_limit;
+    clattn__narrow_index_limit = 64;
+    s = spec(1, 2, 1, 70, 16, 24);
+    s.causal = 1;
+    check_case(t, &s, "64-bit indices");
+    clattn__narrow_index_limit = saved;
+}
+
+/* Changing keys and values from position p on, even to NaN and 1e30, changes no output row
+ * before p, bit for bit; padded keys past a key length never reach any output either. */
+static void causality_bit_exact(test_ctx *t) {
+    la_spec s = spec(1, 2, 1, 150, 16, 24);
+    s.causal = 1;
+    la_data d;
+    if (prepare(t, &s, &d)) {
+        float *before = run_with(t, &s, &d, d.k, d.v);
+        const int64_t p = 70;
+        for (int64_t j = p; j < s.Sk; ++j) {
+            for (int64_t e = 0; e < s.D; ++e) d.k[j * s.D + e] = j % 2 ? NAN : 1e30f;
+            for (int64_t e = 0; e < s.Dv; ++e) d.v[j * s.Dv + e] = j % 3 ? -INFINITY : NAN;
+        }
+        float *after = before ? run_with(t, &s, &d, d.k, d.v) : NULL;
+        for (int64_t h = 0; after && h < s.Hq && !t->failed; ++h)
+            for (int64_t i = 0; i < p && !t->failed; ++i)
+                CHECK(t,
+                      memcmp(before + (h * s.Sq + i) * s.Dv, after + (h * s.Sq + i) * s.Dv,
+                             sizeof(float) * (size_t)s.Dv) == 0,
+                      "head %lld row %lld changed when keys >= %lld did", (long long)h,
+                      (long long)i, (long long)p);
+        free(before);
+        free(after);
+    }
+    free_data(&d);
+}
+
+static void padded_keys_never_read(test_ctx *t) {
+    static const int32_t klen[2] = {30, 11};
+    for (int causal = 0; causal < 2 && !t->failed; ++causal) {
+        la_spec s = spec(2, 2, 1, 40, 16, 24);
+        s.klen = klen, s.causal = causal;
+        la_data d;
+        if (prepare(t, &s, &d)) {
+            for (int64_t b = 0; b < s.B; ++b)
+                for (int64_t j = klen[b]; j < s.Sk; ++j) {
+                    for (int64_t e = 0; e < s.D; ++e) d.k[(b * s.Sk + j) * s.D + e] = NAN;
+                    for (int64_t e = 0; e < s.Dv; ++e) d.v[(b * s.Sk + j) * s.Dv + e] = INFINITY;
+                }
+            float *out = run_with(t, &s, &d, d.k, d.v);
+            if (out) matches(t, &s, d.ref, d.scale, out, causal ? "causal" : "non-causal");
+            free(out);
+        }
+        free_data(&d);
+    }
+}
+
+/* ---- the recurrent step ---- */
+
+typedef struct step_state {
+    clattn_tensor s, z;
+} step_state;
+
+static bool zero_state(test_ctx *t, const la_spec *sp, step_state *st) {
+    const size_t ns = (size_t)(sp->B * sp->Hkv * sp->D * sp->Dv),
+                 nz = (size_t)(sp->B * sp->Hkv * sp->D);
+    float *zeros = calloc(ns, sizeof(float));
+    st->s = clattn_tensor_4d(test_buffer(t, ns * 4), CLATTN_F32, sp->B, sp->Hkv, sp->D, sp->Dv);
+    st->z = clattn_tensor_4d(test_buffer(t, nz * 4), CLATTN_F32, 1, sp->B, sp->Hkv, sp->D);
+    bool ok = st->s.buffer && st->z.buffer && test_write(t, st->s.buffer, zeros, ns * 4) &&
+              test_write(t, st->z.buffer, zeros, nz * 4);
+    free(zeros);
+    return ok;
+}
+
+/* Tokens [t0, t0 + n) of the dense [B,H,S,D] `host` as their own dense [B,H,n,D] array. */
+static float *token_slice(const float *host, int64_t B, int64_t H, int64_t S, int64_t D, int64_t t0,
+                          int64_t n) {
+    float *out = malloc(sizeof(float) * (size_t)(B * H * n * D));
+    for (int64_t bh = 0; bh < B * H; ++bh)
+        memcpy(out + bh * n * D, host + (bh * S + t0) * D, sizeof(float) * (size_t)(n * D));
+    return out;
+}
+
+/* One step over tokens [t0, t0 + n); their outputs land in `out` (dense [B,Hq,S,Dv]). */
+static bool run_step(test_ctx *t, const la_spec *s, const la_data *d, step_state *st,
+                     const clattn_tensor *lengths, int64_t t0, int64_t n, float *out) {
+    float *hq = token_slice(d->q, s->B, s->Hq, s->Sq, s->D, t0, n);
+    float *hk = token_slice(d->k, s->B, s->Hkv, s->Sk, s->D, t0, n);
+    float *hv = token_slice(d->v, s->B, s->Hkv, s->Sk, s->Dv, t0, n);
+    clattn_tensor q = test_upload_bhsd(t, hq, s->B, s->Hq, n, s->D, s->dt, 0);
+    clattn_tensor k = test_upload_bhsd(t, hk, s->B, s->Hkv, n, s->D, s->dt, 0);
+    clattn_tensor v = test_upload_bhsd(t, hv, s->B, s->Hkv, n, s->Dv, s->dt, 0);
+    const size_t n_out = (size_t)(s->B * s->Hq * n * s->Dv);
+    clattn_tensor o =
+        clattn_tensor_4d(test_buffer(t, n_out * 4), CLATTN_F32, s->B, s->Hq, n, s->Dv);
+    float *host_out = malloc(n_out * sizeof(float));
+    bool ok = q.buffer && k.buffer && v.buffer && o.buffer;
+    if (ok) {
+        const clattn_linear_options options = call_options(t, s);
+        int status = clattn_linear_attention_step(&q, &k, &v, lengths, &st->s, &st->z, &o, &options,
+                                                  clattn_env_queue(t->env), 0, NULL, NULL);
+        if (status != CLATTN_SUCCESS)
+            test_fail_at(t, __FILE__, __LINE__, "clattn_linear_attention_step -> %s: %s",
+                         clattn_status_name(status), clattn_last_error());
+        ok = status == CLATTN_SUCCESS && test_read(t, o.buffer, host_out, n_out * 4);
+    }
+    for (int64_t bh = 0; ok && bh < s->B * s->Hq; ++bh)
+        memcpy(out + (bh * s->Sq + t0) * s->Dv, host_out + bh * n * s->Dv,
+               sizeof(float) * (size_t)(n * s->Dv));
+    clattn_tensor *all[4] = {&q, &k, &v, &o};
+    for (int i = 0; i < 4; ++i)
+        if (all[i]->buffer) clReleaseMemObject(all[i]->buffer);
+    free(hq);
+    free(hk);
+    free(hv);
+    free(host_out);
+    return ok;
+}
+
+/* Decoding 64 tokens one at a time, and the same sequence in uneven steps (3, then 70 across
+ * chunk boundaries, then the rest), equals the causal op over the whole sequence; the final
+ * state is the sums over every token. */
+static void step_equals_causal(test_ctx *t) {
+    la_spec s = spec(2, 4, 2, 64, 16, 24);
+    s.causal = 1;
+    la_data d;
+    const size_t n_out = (size_t)(s.B * s.Hq * s.Sq * s.Dv);
+    float *out = calloc(n_out, sizeof(float));
+    step_state st = {{0}, {0}};
+    if (prepare(t, &s, &d) && zero_state(t, &s, &st)) {
+        for (int64_t tok = 0; tok < s.Sq && !t->failed; ++tok)
+            run_step(t, &s, &d, &st, NULL, tok, 1, out);
+        if (!t->failed) matches(t, &s, d.ref, d.scale, out, "64 single-token steps");
+        /* the state now holds S = sum_j phi(k_j) v_j^T over the 64 tokens */
+        float *host_s = malloc(sizeof(float) * (size_t)(s.B * s.Hkv * s.D * s.Dv));
+        if (!t->failed &&
+            test_read(t, st.s.buffer, host_s, sizeof(float) * (size_t)(s.B * s.Hkv * s.D * s.Dv))) {
+            double want = 0;
+            for (int64_t j = 0; j < s.Sk; ++j)
+                want += ref_feature(0, d.k[j * s.D + 3]) * d.v[j * s.Dv + 5];
+            CHECK(t, fabs(host_s[3 * s.Dv + 5] - want) <= 1e-5 * (1 + fabs(want)),
+                  "state S[0,0,3,5] = %.9g, expected %.9g", host_s[3 * s.Dv + 5], want);
+        }
+        free(host_s);
+    }
+    for (int i = 0; i < 2; ++i) {
+        clattn_tensor *x = i ? &st.z : &st.s;
+        if (x->buffer) clReleaseMemObject(x->buffer);
+    }
+    free(out);
+    free_data(&d);
+}
+
+static void uneven_steps_and_lengths(test_ctx *t) {
+    static const int32_t valid[2] = {3, 1};
+    la_spec s = spec(2, 2, 1, 150, 16, 24);
+    s.causal = 1;
+    la_data d;
+    const size_t n_out = (size_t)(s.B * s.Hq * s.Sq * s.Dv);
+    float *out = calloc(n_out, sizeof(float));
+    step_state st = {{0}, {0}};
+    clattn_tensor lengths = {0};
+    if (prepare(t, &s, &d) && zero_state(t, &s, &st) && upload_lengths(t, &s, valid, &lengths)) {
+        /* a step with lengths: batch 0 takes 3 tokens, batch 1 one; then each takes the rest
+         * from there as one step: the sequences stay whole, so this equals the causal op */
+        int64_t t0 = 0;
+        static const int64_t steps[] = {3, 70, 77};
+        for (size_t i = 0; i < 3 && !t->failed; ++i) {
+            run_step(t, &s, &d, &st, NULL, t0, steps[i], out);
+            t0 += steps[i];
+        }
+        if (!t->failed) matches(t, &s, d.ref, d.scale, out, "steps of 3, 70 and 77 tokens");
+        /* a padded step leaves the padded tokens out: their rows are 0, and batch 1's z holds
+         * phi(k) of its token 0 only */
+        step_state fresh = {{0}, {0}};
+        if (!t->failed && zero_state(t, &s, &fresh)) {
+            memset(out, 0, n_out * sizeof(float));
+            run_step(t, &s, &d, &fresh, &lengths, 0, 3, out);
+            for (int64_t h = 0; h < s.Hq && !t->failed; ++h)
+                for (int64_t i = 1; i < 3; ++i)
+                    for (int64_t e = 0; e < s.Dv; ++e)
+                        CHECK(t, out[((s.Hq + h) * s.Sq + i) * s.Dv + e] == 0.0f,
+                              "padded token %lld of batch 1 has an output", (long long)i);
+            CHECK(t, !t->failed, "padded step failed");
+            for (int64_t h = 0; h < s.Hq; ++h) /* batch 1, token 0 is valid */
+                for (int64_t e = 0; e < s.Dv; ++e) {
+                    const size_t i = (size_t)(((s.Hq + h) * s.Sq + 0) * s.Dv + e);
+                    CHECK(t, fabs(out[i] - d.ref[i]) <= 2e-5 * d.scale[i] + 1e-30,
+                          "batch 1 token 0: %.9g, expected %.9g", out[i], d.ref[i]);
+                }
+            size_t z_at = (size_t)(s.Hkv * s.D); /* batch 1, kv head 0 */
+            float zb[32];
+            if (test_read(t, fresh.z.buffer, zb, sizeof zb))
+                for (int64_t e = 0; e < s.D; ++e) {
+                    const double want = ref_feature(0, d.k[(size_t)((1 * s.Hkv * s.Sk) * s.D + e)]);
+                    CHECK(t, fabs(zb[z_at + (size_t)e] - want) <= 1e-6 * (1 + want),
+                          "batch 1 z[%lld] = %.9g, expected %.9g", (long long)e,
+                          zb[z_at + (size_t)e], want);
+                }
+        }
+        for (int i = 0; i < 2; ++i) {
+            clattn_tensor *x = i ? &fresh.z : &fresh.s;
+            if (x->buffer) clReleaseMemObject(x->buffer);
+        }
+    }
+    for (int i = 0; i < 2; ++i) {
+        clattn_tensor *x = i ? &st.z : &st.s;
+        if (x->buffer) clReleaseMemObject(x->buffer);
+    }
+    if (lengths.buffer) clReleaseMemObject(lengths.buffer);
+    free(out);
+    free_data(&d);
+}
+
+/* ---- invalid arguments: each status, nothing enqueued, *event NULL ---- */
+
+typedef struct bad_call {
+    clattn_tensor q, k, v, out, s, z;
+    clattn_mask mask;
+    clattn_linear_options options;
+} bad_call;
+
+static int call_op(test_ctx *t, bad_call *c, bool step) {
+    cl_event event = (cl_event)1;
+    int status =
+        step ? clattn_linear_attention_step(&c->q, &c->k, &c->v, NULL, &c->s, &c->z, &c->out,
+                                            &c->options, clattn_env_queue(t->env), 0, NULL, &event)
+             : clattn_linear_attention(&c->q, &c->k, &c->v, &c->mask, &c->out, &c->options,
+                                       clattn_env_queue(t->env), 0, NULL, &event);
+    if (status == CLATTN_SUCCESS && event) clReleaseEvent(event);
+    if (status != CLATTN_SUCCESS && event != NULL)
+        test_fail_at(t, __FILE__, __LINE__, "a failed call left *event set");
+    return status;
+}
+
+static void bad_arguments(test_ctx *t) {
+    cl_mem buf = test_buffer(t, 1 << 16), small = test_buffer(t, 64);
+    if (!buf || !small) return;
+    /* the good calls run: their inputs are zeros, not garbage (written, which Oclgrind's
+     * uninitialized-value checker follows, where it does not follow a fill) */
+    void *zeros = calloc(1, 1 << 16);
+    bool written = zeros && test_write(t, buf, zeros, 1 << 16);
+    free(zeros);
+    if (!written) return;
+    bad_call good;
+    memset(&good, 0, sizeof good);
+    good.q = clattn_tensor_4d(buf, CLATTN_F32, 1, 2, 8, 16);
+    good.k = good.q, good.k.offset = 1024;
+    good.k.shape[1] = 1;
+    good.v = good.k, good.v.offset = 2048;
+    good.out = good.q, good.out.offset = 4096;
+    good.s = clattn_tensor_4d(buf, CLATTN_F32, 1, 1, 16, 16), good.s.offset = 6144;
+    good.z = clattn_tensor_4d(buf, CLATTN_F32, 1, 1, 1, 16), good.z.offset = 8192;
+    good.options = (clattn_linear_options)CLATTN_LINEAR_OPTIONS_DEFAULT;
+    CHECK_OK(t, call_op(t, &good, false));
+    CHECK_OK(t, call_op(t, &good, true));
+    CHECK_OK(t, clFinish(clattn_env_queue(t->env)));
+    bad_call c = good;
+    c.k.shape[3] = 8;
+    CHECK_STATUS(t, call_op(t, &c, false), CLATTN_ERR_SHAPE_MISMATCH);
+    c = good, c.q.shape[1] = 3;
+    c.out.shape[1] = 3;
+    c.k.shape[1] = 2, c.v.shape[1] = 2;
+    CHECK_STATUS(t, call_op(t, &c, false), CLATTN_ERR_SHAPE_MISMATCH);
+    c = good, c.q.dtype = CLATTN_I32;
+    CHECK_STATUS(t, call_op(t, &c, false), CLATTN_ERR_UNSUPPORTED_DTYPE);
+    c = good, c.out.offset = 0; /* out over q */
+    CHECK_STATUS(t, call_op(t, &c, false), CLATTN_ERR_ALIASING);
+    c = good, c.v.buffer = small;
+    CHECK_STATUS(t, call_op(t, &c, false), CLATTN_ERR_BUFFER_TOO_SMALL);
+    c = good, c.options.feature_map = (clattn_feature_map)7;
+    CHECK_STATUS(t, call_op(t, &c, false), CLATTN_ERR_INVALID_ARGUMENT);
+    c = good, c.options.eps = -1.0f;
+    CHECK_STATUS(t, call_op(t, &c, false), CLATTN_ERR_INVALID_ARGUMENT);
+    c = good, c.options.eps = NAN;
+    CHECK_STATUS(t, call_op(t, &c, false), CLATTN_ERR_INVALID_ARGUMENT);
+    c = good, c.mask.softcap = 2.0f;
+    CHECK_STATUS(t, call_op(t, &c, false), CLATTN_ERR_INVALID_ARGUMENT);
+    c = good, c.mask.window = 1;
+    CHECK_STATUS(t, call_op(t, &c, false), CLATTN_ERR_INVALID_ARGUMENT);
+    c = good, c.mask.keep = &good.q;
+    CHECK_STATUS(t, call_op(t, &c, false), CLATTN_ERR_INVALID_ARGUMENT);
+    c = good, c.q.shape[3] = c.k.shape[3] = 300;
+    c.q.strides[2] = c.k.strides[2] = 300;
+    CHECK_STATUS(t, call_op(t, &c, false), CLATTN_ERR_DEVICE_LIMIT);
+    /* the step's state */
+    c = good, c.s.dtype = CLATTN_F16;
+    CHECK_STATUS(t, call_op(t, &c, true), CLATTN_ERR_UNSUPPORTED_DTYPE);
+    c = good, c.s.shape[2] = 8;
+    CHECK_STATUS(t, call_op(t, &c, true), CLATTN_ERR_SHAPE_MISMATCH);
+    c = good, c.z.shape[3] = 8;
+    CHECK_STATUS(t, call_op(t, &c, true), CLATTN_ERR_SHAPE_MISMATCH);
+    c = good, c.z.offset = 6144; /* z over the state */
+    CHECK_STATUS(t, call_op(t, &c, true), CLATTN_ERR_ALIASING);
+    c = good, c.s.offset = 1024; /* the state over k */
+    CHECK_STATUS(t, call_op(t, &c, true), CLATTN_ERR_ALIASING);
+    cl_event event = (cl_event)1;
+    CHECK_STATUS(t,
+                 clattn_linear_attention_step(&good.q, &good.k, &good.v, NULL, NULL, &good.z,
+                                              &good.out, NULL, clattn_env_queue(t->env), 0, NULL,
+                                              &event),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    CHECK(t, event == NULL, "*event is set after a failure");
+    clReleaseMemObject(buf);
+    clReleaseMemObject(small);
+}
+
+/* A caller's workspace: exactly the size asked for works; smaller, or over a tensor, fails. */
+static void caller_workspace(test_ctx *t) {
+    la_spec s = spec(1, 2, 1, 100, 16, 24);
+    s.causal = 1;
+    la_data d;
+    if (!prepare(t, &s, &d)) {
+        free_data(&d);
+        return;
+    }
+    clattn_tensor q = test_upload_bhsd(t, d.q, s.B, s.Hq, s.Sq, s.D, s.dt, 0), k, v;
+    upload_keys(t, &s, d.k, d.v, &k, &v);
+    const size_t n_out = (size_t)(s.B * s.Hq * s.Sq * s.Dv);
+    clattn_tensor o =
+        clattn_tensor_4d(test_buffer(t, n_out * 4), CLATTN_F32, s.B, s.Hq, s.Sq, s.Dv);
+    size_t bytes = 0;
+    cl_command_queue queue = clattn_env_queue(t->env);
+    if (q.buffer && k.buffer && v.buffer && o.buffer) {
+        CHECK_OK(t, clattn_linear_attention_workspace_size(&q, &k, &v, &d.mask, &o, NULL, queue,
+                                                           &bytes));
+        /* states: 2 chunks + 1 of 16*24+16 floats, and phi(k): 100*16 floats */
+        CHECK(t, bytes == 4 * (3 * (16 * 24 + 16) + 100 * 16), "workspace %zu bytes", bytes);
+        cl_mem ws = test_buffer(t, bytes), short_ws = test_buffer(t, bytes - 4);
+        clattn_linear_options options = CLATTN_LINEAR_OPTIONS_DEFAULT;
+        options.workspace = short_ws;
+        CHECK_STATUS(
+            t, clattn_linear_attention(&q, &k, &v, &d.mask, &o, &options, queue, 0, NULL, NULL),
+            CLATTN_ERR_BUFFER_TOO_SMALL);
+        options.workspace = q.buffer;
+        CHECK_STATUS(
+            t, clattn_linear_attention(&q, &k, &v, &d.mask, &o, &options, queue, 0, NULL, NULL),
+            CLATTN_ERR_ALIASING);
+        options.workspace = ws;
+        clattn_scratch_peak_bytes(1);
+        CHECK_OK(t,
+                 clattn_linear_attention(&q, &k, &v, &d.mask, &o, &options, queue, 0, NULL, NULL));
+        float *out = malloc(n_out * sizeof(float));
+        if (test_read(t, o.buffer, out, n_out * 4))
+            matches(t, &s, d.ref, d.scale, out, "workspace");
+        CHECK(t, clattn_scratch_peak_bytes(0) == 0, "the call allocated scratch of its own");
+        free(out);
+        clReleaseMemObject(ws);
+        clReleaseMemObject(short_ws);
+    }
+    clattn_tensor *all[4] = {&q, &k, &v, &o};
+    for (int i = 0; i < 4; ++i)
+        if (all[i]->buffer) clReleaseMemObject(all[i]->buffer);
+    free_data(&d);
+}
+
+static const test_case cases[] = {
+    {"feature_maps", feature_maps},
+    {"chunk_boundaries", chunk_boundaries},
+    {"long_sequence", long_sequence},
+    {"very_negative_inputs", very_negative_inputs},
+    {"lengths_and_alignment", lengths_and_alignment},
+    {"storage_and_layouts", storage_and_layouts},
+    {"causality_bit_exact", causality_bit_exact},
+    {"padded_keys_never_read", padded_keys_never_read},
+    {"step_equals_causal", step_equals_causal},
+    {"uneven_steps_and_lengths", uneven_steps_and_lengths},
+    {"bad_arguments", bad_arguments},
+    {"caller_workspace", caller_workspace},
+};
+SUITE(linear_attention_suite, "linear_attention", cases);
