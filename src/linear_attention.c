@@ -23,6 +23,8 @@
 #define LINEAR_MIN_CHUNK 64
 #define LINEAR_MAX_CHUNK 256
 
+int clattn__linear_launch_override = -1;
+
 /* One validated call. */
 typedef struct linear_args {
     const clattn_tensor *q, *k, *v, *out;
@@ -177,7 +179,10 @@ static linear_launch pick_launch(cl_device_id device, const linear_args *a) {
     clGetDeviceInfo(device, CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT, sizeof width, &width, NULL);
     const int64_t d = a->q->shape[3], dv = a->v->shape[3];
     linear_launch l = {clattn__head_lanes(4, d, dv), 1, 1, 64, 2048, 0, 0, a->mask.causal != 0};
-    if (type & CL_DEVICE_TYPE_CPU) {
+    bool cpu = (type & CL_DEVICE_TYPE_CPU) != 0;
+    if (clattn__linear_launch_override >= 0)
+        cpu = clattn__linear_launch_override == CLATTN__LINEAR_CPU;
+    if (cpu) {
         l.lanes = clattn__head_lanes(width, d, dv);
         l.rows = register_tile(d, dv, l.lanes);
         l.bm = register_tile(4, dv, l.lanes);

@@ -483,6 +483,25 @@ static void uneven_steps_and_lengths(test_ctx *t) {
     free_data(&d);
 }
 
+/* The GPU launch (one state row or query per work-item, float4 lanes, groups of 64) and the
+ * CPU one, whichever this device would pick, on causal, non-causal and step calls. */
+static void both_launches(test_ctx *t) {
+    static const int32_t klen[2] = {50, 17};
+    static const int launches[2] = {CLATTN__LINEAR_CPU, CLATTN__LINEAR_GPU};
+    for (int i = 0; i < 2 && !t->failed; ++i) {
+        clattn__linear_launch_override = launches[i];
+        la_spec s = spec(2, 4, 2, 70, 16, 24);
+        s.causal = 1, s.dt = CLATTN_BF16;
+        check_case(t, &s, i ? "gpu launch, causal bf16" : "cpu launch, causal bf16");
+        s = spec(2, 2, 1, 50, 32, 32);
+        s.klen = klen, s.bshd = 1;
+        check_case(t, &s, i ? "gpu launch, key lengths" : "cpu launch, key lengths");
+    }
+    clattn__linear_launch_override = CLATTN__LINEAR_GPU;
+    step_equals_causal(t);
+    clattn__linear_launch_override = -1;
+}
+
 /* ---- invalid arguments: each status, nothing enqueued, *event NULL ---- */
 
 typedef struct bad_call {
@@ -636,6 +655,7 @@ static const test_case cases[] = {
     {"padded_keys_never_read", padded_keys_never_read},
     {"step_equals_causal", step_equals_causal},
     {"uneven_steps_and_lengths", uneven_steps_and_lengths},
+    {"both_launches", both_launches},
     {"bad_arguments", bad_arguments},
     {"caller_workspace", caller_workspace},
 };
