@@ -21,6 +21,7 @@ typedef struct linear_ctx {
     const linear_case *c;
     clattn_tensor q, k, v, out, state, z;
     clattn_mask mask;
+    clattn_linear_options options; /* with a workspace the case allocates once */
 } linear_ctx;
 
 static bool is_softmax(const linear_case *c) {
@@ -34,9 +35,9 @@ static int run_linear(void *p, cl_command_queue queue) {
                                 NULL);
     if (x->state.buffer)
         return clattn_linear_attention_step(&x->q, &x->k, &x->v, NULL, &x->state, &x->z, &x->out,
-                                            NULL, queue, 0, NULL, NULL);
-    return clattn_linear_attention(&x->q, &x->k, &x->v, &x->mask, &x->out, NULL, queue, 0, NULL,
-                                   NULL);
+                                            &x->options, queue, 0, NULL, NULL);
+    return clattn_linear_attention(&x->q, &x->k, &x->v, &x->mask, &x->out, &x->options, queue, 0,
+                                   NULL, NULL);
 }
 
 static int alloc_zeroed(clattn_env *env, const int64_t shape[4], clattn_tensor *t) {
@@ -46,6 +47,23 @@ static int alloc_zeroed(clattn_env *env, const int64_t shape[4], clattn_tensor *
         status = clEnqueueFillBuffer(clattn_env_queue(env), t->buffer, &zero, 1, 0,
                                      (size_t)clattn_tensor_numel(t) * sizeof(float), 0, NULL, NULL);
     return status;
+}
+
+/* The scratch, allocated once like a caller who runs the op in a loop would: a fresh buffer
+ * per call pays the OS's page faults on first touch every time (at S=8192, 135 MB of them). */
+static int alloc_workspace(clattn_env *env, linear_ctx *x) {
+    clattn_linear_options causal = x->options;
+    clattn_mask step_mask = {0};
+    step_mask.causal = 1;
+    size_t bytes = 0;
+    int status = clattn_linear_attention_workspace_size(
+        &x->q, &x->k, &x->v, x->state.buffer ? &step_mask : &x->mask, &x->out, &causal,
+        clattn_env_queue(env), &bytes);
+    cl_int err = CL_SUCCESS;
+    if (status == CLATTN_SUCCESS)
+        x->options.workspace =
+            clCreateBuffer(clattn_env_context(env), CL_MEM_READ_WRITE, bytes, NULL, &err);
+    return status == CLATTN_SUCCESS ? err : status;
 }
 
 static int alloc_case(clattn_env *env, const linear_case *c, linear_ctx *x) {
@@ -61,12 +79,15 @@ static int alloc_case(clattn_env *env, const linear_case *c, linear_ctx *x) {
         status = alloc_zeroed(env, rows, all[i]);
     if (status == CLATTN_SUCCESS && step) status = alloc_zeroed(env, state, &x->state);
     if (status == CLATTN_SUCCESS && step) status = alloc_zeroed(env, z, &x->z);
+    x->options = (clattn_linear_options)CLATTN_LINEAR_OPTIONS_DEFAULT;
+    if (status == CLATTN_SUCCESS && !is_softmax(c)) status = alloc_workspace(env, x);
     return status;
 }
 
 static void free_case(linear_ctx *x) {
     clattn_tensor *all[6] = {&x->q, &x->k, &x->v, &x->out, &x->state, &x->z};
     for (int i = 0; i < 6; ++i) clattn_tensor_free(all[i]);
+    if (x->options.workspace) clReleaseMemObject(x->options.workspace);
 }
 
 static const char *case_op(const void *cases, int i) {
@@ -155,6 +176,12 @@ int bench_linear(const bench_options *opt, clattn_env *env, bench_ceilings *ceil
         {"linear_attention_causal", "linear", b, 8, s2, 64},
         {"linear_attention_causal", "linear", b, 8, s3, 64},
         {"linear_step", "linear", b, 8, 1, 64},
+        {"linear_crossover", "softmax", 1, 8, 16, 64},
+        {"linear_crossover", "linear", 1, 8, 16, 64},
+        {"linear_crossover", "softmax", 1, 8, 32, 64},
+        {"linear_crossover", "linear", 1, 8, 32, 64},
+        {"linear_crossover", "softmax", 1, 8, 64, 64},
+        {"linear_crossover", "linear", 1, 8, 64, 64},
         {"linear_crossover", "softmax", 1, 8, 128, 64},
         {"linear_crossover", "linear", 1, 8, 128, 64},
         {"linear_crossover", "softmax", 1, 8, 256, 64},

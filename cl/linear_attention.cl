@@ -18,15 +18,14 @@
  *   linear_states   one work-item per ROWS state rows of one chunk: the chunk's own sums over
  *                   its keys below the key length, into slot c + 1 (phi(k) from `phik` when
  *                   CAUSAL, else applied here: each element of k serves one work-item).
- *   linear_scan     one work-item per state element: slot c becomes the sum of the chunks before
- *                   c (slot 0: zero, or the caller's state with HAS_STATE), and slot nchunks the
- *                   total, which HAS_STATE writes back to the caller's state. A serial walk over
- *                   the nchunks slots, parallel over everything else.
- *   linear_outputs  one work-item per BM consecutive queries of one (batch, query head). Not
- *                   CAUSAL: every query reads the total. CAUSAL: the block reads the state of
- *                   the whole chunks its first query sees (slot end / chunk), then adds the rest
- *                   of its keys one by one, each query its own ones (the masked quadratic
- *                   product within a chunk): O(chunk) per query, so O(S) per head in all.
+ *   linear_scan     one work-item per VEC lanes of a state row: slot c becomes the sum of the
+ * chunks before c (slot 0: zero, or the caller's state with HAS_STATE), and slot nchunks the total,
+ * which HAS_STATE writes back to the caller's state. A serial walk over the nchunks slots, parallel
+ * over everything else. linear_outputs  one work-item per BM consecutive queries of one (batch,
+ * query head). Not CAUSAL: every query reads the total. CAUSAL: the block reads the state of the
+ * whole chunks its first query sees (slot end / chunk), then adds the rest of its keys one by one,
+ * each query its own ones (the masked quadratic product within a chunk): O(chunk) per query, so
+ * O(S) per head in all.
  *
  * Query head h reads kv head h / (Hq / Hkv) (MHA, GQA and MQA alike). Keys past a query's end
  * are never read for it, so whatever they hold (NaN, Inf) cannot reach its output, and changing
@@ -180,31 +179,40 @@ __kernel void linear_states(KEY_SIDE_PARAMS) {
 #define STATE_PARAMS
 #endif
 
+/* One work-item per VEC lanes of a state row (and, the first of a row, its z): the running
+ * sums over the slots, in vectors (an element per work-item ran the decoding step's scan at
+ * a fifth of the copy speed on PoCL). */
 __kernel void linear_scan(__global float *states, int BH, int nchunks STATE_PARAMS) {
     const int item = (int)get_global_id(0);
-    if (item >= BH * SLOT) return;
-    const int e = item % SLOT, bh = item / SLOT;
-    IDX at = (IDX)bh * (IDX)(nchunks + 1) * SLOT + (IDX)e;
-    float run = 0.0f;
+    if (item >= BH * HEAD_DIM * LANES(VALUE_DIM)) return;
+    const int c = item % LANES(VALUE_DIM), row = item / LANES(VALUE_DIM);
+    const int d = row % HEAD_DIM, bh = row / HEAD_DIM;
+    IDX at = (IDX)bh * (IDX)(nchunks + 1) * SLOT + (IDX)d * VALUE_DIM + (IDX)(c * VEC);
+    IDX z_at = (IDX)bh * (IDX)(nchunks + 1) * SLOT + HEAD_DIM * VALUE_DIM + (IDX)d;
+    lane_t run[1] = {(lane_t)0.0f};
+    float z_run = 0.0f;
 #if HAS_STATE
-    /* element e of the caller's state: S[b, h, d, e'] for e < SLOT - HEAD_DIM, else z[b, h, d] */
+    /* the caller's S[b, h, d, c*VEC ...] and z[b, h, d] */
     const int b = bh / H, h = bh % H;
-    const bool in_s = e < HEAD_DIM * VALUE_DIM;
-    __global float *own = in_s ? s : z;
     const IDX own_at =
-        in_s ? s_off + (IDX)b * s_s0 + (IDX)h * s_s1 + (IDX)(e / VALUE_DIM) * s_s2 +
-                   (IDX)(e % VALUE_DIM) * s_s3
-             : z_off + (IDX)b * z_s1 + (IDX)h * z_s2 + (IDX)(e - HEAD_DIM * VALUE_DIM) * z_s3;
-    run = own[own_at];
+        s_off + (IDX)b * s_s0 + (IDX)h * s_s1 + (IDX)d * s_s2 + (IDX)(c * VEC) * s_s3;
+    const IDX own_z = z_off + (IDX)b * z_s1 + (IDX)h * z_s2 + (IDX)d * z_s3;
+    LOAD_ROW(f32, s, own_at, s_s3, VEC, run);
+    z_run = z[own_z];
 #endif
-    states[at] = run;
-    for (int c = 1; c <= nchunks; ++c) {
-        at += SLOT;
-        run += states[at];
-        states[at] = run;
+    STORE_SCRATCH(states, at, VEC, run);
+    if (c == 0) states[z_at] = z_run;
+    for (int slot = 1; slot <= nchunks; ++slot) {
+        at += SLOT, z_at += SLOT;
+        lane_t part[1];
+        LOAD_ROW(f32, states, at, 1, VEC, part);
+        run[0] += part[0];
+        STORE_SCRATCH(states, at, VEC, run);
+        if (c == 0) z_run += states[z_at], states[z_at] = z_run;
     }
 #if HAS_STATE
-    own[own_at] = run;
+    for (int e = 0; e < VEC; ++e) s[own_at + (IDX)e * s_s3] = ((float *)run)[e];
+    if (c == 0) z[own_z] = z_run;
 #endif
 }
 

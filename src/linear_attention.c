@@ -199,7 +199,7 @@ static int check_launch_size(const linear_args *a, const linear_launch *l) {
     const int64_t D = a->q->shape[3], Dv = a->v->shape[3];
     const int64_t outputs = B * Hq * ((a->q->shape[2] + l->bm - 1) / l->bm);
     const int64_t states = B * Hkv * (int64_t)l->nchunks * (D / l->rows);
-    const int64_t scan = B * Hkv * (D * Dv + D), features = B * Hkv * a->k->shape[2];
+    const int64_t scan = B * Hkv * D * Dv, features = B * Hkv * a->k->shape[2];
     int64_t most = outputs;
     const int64_t others[3] = {states, scan, features};
     for (int i = 0; i < 3; ++i) most = others[i] > most ? others[i] : most;
@@ -348,14 +348,13 @@ static int enqueue_linear(const linear_args *a, const linear_launch *l, const cl
     char options[1024];
     linear_options_string(a, l, wide, options, sizeof options);
     const int64_t B = a->k->shape[0], Hkv = a->k->shape[1], D = a->k->shape[3];
-    const int64_t slot = D * (a->v->shape[3] + 1);
     const int64_t blocks = (a->q->shape[2] + l->bm - 1) / l->bm;
     const int64_t Sk = a->k->shape[2];
     cl_event events[3] = {NULL, NULL, NULL};
     const linear_step steps[4] = {
         {"linear_features", (size_t)(B * Hkv * Sk), NULL, &events[0]},
         {"linear_states", (size_t)(B * Hkv * l->nchunks * (D / l->rows)), NULL, &events[1]},
-        {"linear_scan", (size_t)(B * Hkv * slot), NULL, &events[2]},
+        {"linear_scan", (size_t)(B * Hkv * D * (a->v->shape[3] / l->lanes)), NULL, &events[2]},
         {"linear_outputs", (size_t)(B * a->q->shape[1] * blocks), NULL, call->event}};
     int status = CLATTN_SUCCESS;
     /* phi(k) goes to scratch first only when causal (the products within chunks read it) */

@@ -18,6 +18,21 @@ def reference_softmax(x, scale, visible):
     return np.where(total > 0, e / np.where(total > 0, total, 1.0), 0.0)
 
 
+def reference_attention(q, k, v, visible):
+    s = q.astype(np.float64) @ k.astype(np.float64).transpose(0, 1, 3, 2) / np.sqrt(q.shape[-1])
+    return reference_softmax(s, 1.0, visible) @ v.astype(np.float64)
+
+
+def reference_linear(q, k, v, visible, eps=1e-6):
+    phi = lambda t: np.where(t > 0, t + 1.0, np.exp(np.minimum(t, 0.0)))  # elu(x) + 1
+    w = (phi(q.astype(np.float64)) @ phi(k.astype(np.float64)).transpose(0, 1, 3, 2)) * visible
+    return (w @ v.astype(np.float64)) / (w.sum(-1, keepdims=True) + eps)
+
+
+def relative_error(got, want):
+    return np.abs(got - want).max() / max(np.abs(want).max(), 1e-30)
+
+
 def selftest(device):
     rng = np.random.default_rng(0)
     rows = []
@@ -40,12 +55,18 @@ def selftest(device):
         q, k, v = ctx.split_qkv(qkv, h)
         parts = qkv.reshape(b, 7, 3, h, 8).transpose(2, 0, 3, 1, 4)
         rows.append(("split_qkv", max(np.abs(t - p).max() for t, p in zip((q, k, v), parts)), 0.0))
+        q, k, v = (rng.standard_normal((b, h, 40, 16)).astype(np.float32) for _ in range(3))
+        causal = np.tril(np.ones((40, 40), bool))[None, None]
+        out = ctx.attention(q, k, v, causal=True)
+        rows.append(("attention (causal), relative", relative_error(out, reference_attention(q, k, v, causal)), 1e-5))
+        out = ctx.linear_attention(q, k, v, causal=True)
+        rows.append(("linear attention (causal), relative", relative_error(out, reference_linear(q, k, v, causal)), 1e-5))
     ok = True
-    print("%-32s %12s %10s" % ("op", "max error", "tolerance"))
+    print("%-36s %12s %10s" % ("op", "max error", "tolerance"))
     for name, err, tol in rows:
         good = err <= tol
         ok &= good
-        print("%-32s %12.3g %10.1g %s" % (name, err, tol, "ok" if good else "FAIL"))
+        print("%-36s %12.3g %10.1g %s" % (name, err, tol, "ok" if good else "FAIL"))
     return 0 if ok else 1
 
 
