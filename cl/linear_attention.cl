@@ -198,7 +198,7 @@ __kernel void linear_scan(__global float *states, int BH, int nchunks STATE_PARA
         s_off + (IDX)b * s_s0 + (IDX)h * s_s1 + (IDX)d * s_s2 + (IDX)(c * VEC) * s_s3;
     const IDX own_z = z_off + (IDX)b * z_s1 + (IDX)h * z_s2 + (IDX)d * z_s3;
     LOAD_ROW(f32, s, own_at, s_s3, VEC, run);
-    z_run = z[own_z];
+    if (c == 0) z_run = z[own_z]; /* the row's first work-item owns z (the others never read it) */
 #endif
     STORE_SCRATCH(states, at, VEC, run);
     if (c == 0) states[z_at] = z_run;
