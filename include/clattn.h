@@ -63,7 +63,8 @@ extern "C" {
     X(CLATTN_ERR_BUILD_FAILED, -3012, "the OpenCL program failed to build (see the build log)")    \
     X(CLATTN_ERR_DEVICE_LIMIT, -3013, "the call exceeds a limit of the device")                    \
     X(CLATTN_ERR_OUT_OF_HOST_MEMORY, -3014, "host memory allocation failed")                       \
-    X(CLATTN_ERR_BLAS, -3015, "CLBlast returned an error (its code is in clattn_last_error())")
+    X(CLATTN_ERR_BLAS, -3015, "CLBlast returned an error (its code is in clattn_last_error())")    \
+    X(CLATTN_ERR_INVALID_TUNING, -3016, "a tuning override is malformed or does not fit the device")
 
 typedef enum clattn_status {
 #define CLATTN_STATUS_ENUM(name, value, message) name = value,
@@ -471,6 +472,33 @@ CLATTN_API int clattn_linear_attention_step(const clattn_tensor *q, const clattn
                                             const clattn_linear_options *options,
                                             cl_command_queue queue, cl_uint num_wait,
                                             const cl_event *wait_list, cl_event *event);
+
+/* ---------------------------------------------------------------------------------------------
+ * Tuning (src/tuning.c, rows in src/tuning_table.def)
+ *
+ * Launch parameters (work-group sizes, vector widths, tiles, variants) come from a table of
+ * rows looked up per op, storage dtype and device: the exact device name, then its vendor and
+ * type, then its type, then the default row, which fits every device and is tuned for PoCL. A
+ * row that does not fit the device (work-group or local-memory limits) is skipped with a
+ * warning (the log callback). Overrides apply on top, the API's after the environment's:
+ *   CLATTN_TUNE="softmax:GROUP=32,VEC=8;linear_attention:CHUNK=32"
+ * Ops and parameters: softmax VARIANT, VEC, GROUP, SCRATCH; linear_attention LANES, ROWS,
+ * BM, GROUP, ITEMS, CHUNK (their meaning is in the table file). A malformed CLATTN_TUNE, or
+ * overrides that do not fit the device, make every call of that op fail with
+ * CLATTN_ERR_INVALID_TUNING and the reason in clattn_last_error().
+ * ------------------------------------------------------------------------------------------- */
+
+/* Sets the override of `op` ("softmax", "linear_attention") to `params`, "NAME=VALUE,..."; NULL
+ * or "" removes it. Applies to every later call in the process. Statuses: CLATTN_SUCCESS,
+ * CLATTN_ERR_INVALID_ARGUMENT (unknown op), CLATTN_ERR_INVALID_TUNING (unknown parameter, not
+ * an integer, out of its range; the old override stays). */
+CLATTN_API int clattn_tuning_override(const char *op, const char *params);
+
+/* The parameters `op` runs with on `device` for storage `dtype`, as "NAME=VALUE,..." in
+ * `params` (table row and overrides). Statuses: CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT,
+ * CLATTN_ERR_INVALID_TUNING. */
+CLATTN_API int clattn_tuning_lookup(cl_device_id device, const char *op, clattn_dtype dtype,
+                                    char *params, size_t capacity);
 
 /* The largest scratch buffer the library allocated for itself (a call without a workspace)
  * since the last reset; `reset` starts a new count after reading. For memory budgets and the

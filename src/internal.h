@@ -115,7 +115,8 @@ enum { CLATTN__ATTENTION_BLOCKS = 0, CLATTN__ATTENTION_TILES = 1, CLATTN__ATTENT
 extern int clattn__attention_variant_override; /* -1: chosen by device type and shape */
 extern int clattn__attention_splits_override;  /* > 0: split the keys that many ways */
 
-/* Linear attention launch rows (src/linear_attention.c); tests force each one on any device. */
+/* Linear attention launch rows (the tuning table's "default" and "type:gpu" rows); tests force
+ * each one on any device. */
 enum { CLATTN__LINEAR_CPU = 0, CLATTN__LINEAR_GPU = 1 };
 extern int clattn__linear_launch_override; /* -1: chosen by device type */
 

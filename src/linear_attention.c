@@ -5,6 +5,7 @@
  */
 #include "blas.h"
 #include "mask.h"
+#include "tuning.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -12,10 +13,6 @@
 
 /* Head dims are compile-time sizes of the kernels' private arrays. */
 #define LINEAR_MAX_HEAD_DIM 256
-/* Keys per chunk of the causal form: each query adds up to this many keys one by one on top of
- * the state of the whole chunks before it, so it trades that quadratic work against the
- * (Sk / chunk) states the scratch holds and the scan walks. */
-#define LINEAR_CAUSAL_CHUNK 64
 /* The non-causal form needs only the total state: it cuts the keys into as few chunks (of
  * LINEAR_MIN_CHUNK to LINEAR_MAX_CHUNK keys) as fill the device with the launch's work-items
  * per compute unit. The cap keeps a chunk's values in cache while every work-item of its group
@@ -37,13 +34,10 @@ typedef struct linear_args {
     clattn__mask_plan mask;
 } linear_args;
 
-/* The launch for a device class; these rows move to the tuning table when it lands. By device
- * type, never by vendor name:
- *  - CPUs (PoCL): head dims in vectors of the preferred float width; linear_states keeps ROWS
- *    state rows per work-item and linear_outputs BM queries, each as many as keep 16 vector
- *    accumulators (a register file's worth), in groups of 16.
- *  - GPUs and the rest: float4 lanes, one state row or one query per work-item (registers are
- *    occupancy there), groups of 64. Not yet measured on a GPU. */
+/* The launch of a call: head-dim lanes, ROWS state rows per linear_states work-item and BM
+ * queries per linear_outputs one, the group size, and the chunking. The causal chunk (the
+ * table's CHUNK) trades the quadratic work of the keys within a chunk against the
+ * (Sk / chunk) states the scratch holds and the scan walks. */
 typedef struct linear_launch {
     int lanes, rows, bm;
     size_t group, items_per_unit;
@@ -155,7 +149,7 @@ static size_t phik_floats(const linear_args *a, const linear_launch *l) {
 /* Chunks: the causal form's fixed size; the non-causal one as few as fill the device. */
 static void pick_chunks(linear_launch *l, cl_device_id device, const linear_args *a) {
     const int64_t Sk = a->k->shape[2];
-    int64_t chunk = LINEAR_CAUSAL_CHUNK;
+    int64_t chunk = l->chunk;
     if (!l->causal) {
         cl_uint units = 1;
         clGetDeviceInfo(device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL);
@@ -172,25 +166,33 @@ static void pick_chunks(linear_launch *l, cl_device_id device, const linear_args
     l->nchunks = (int)((Sk + chunk - 1) / chunk);
 }
 
-static linear_launch pick_launch(cl_device_id device, const linear_args *a) {
-    cl_device_type type = CL_DEVICE_TYPE_GPU;
-    cl_uint width = 4;
-    clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
-    clGetDeviceInfo(device, CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT, sizeof width, &width, NULL);
+/* The launch: the tuning table's row for the device (src/tuning_table.def says what each row
+ * is based on), with the lanes narrowed to divide the head dims and ROWS, BM 0 resolved to as
+ * many as keep 16 vector accumulators. */
+static int pick_launch(cl_device_id device, const linear_args *a, linear_launch *l) {
+    long v[CLATTN__TUNING_MAX_PARAMS];
+    const clattn__tuning_op *op = &clattn__tuning_linear_attention;
+    int status =
+        clattn__linear_launch_override < 0
+            ? clattn__tuning_get(device, op, a->q->dtype, v)
+            : clattn__tuning_row(
+                  op, a->q->dtype,
+                  clattn__linear_launch_override == CLATTN__LINEAR_GPU ? "type:gpu" : "default", v);
+    if (status != CLATTN_SUCCESS) return status;
     const int64_t d = a->q->shape[3], dv = a->v->shape[3];
-    linear_launch l = {clattn__head_lanes(4, d, dv), 1, 1, 64, 2048, 0, 0, a->mask.causal != 0};
-    bool cpu = (type & CL_DEVICE_TYPE_CPU) != 0;
-    if (clattn__linear_launch_override >= 0)
-        cpu = clattn__linear_launch_override == CLATTN__LINEAR_CPU;
-    if (cpu) {
-        l.lanes = clattn__head_lanes(width, d, dv);
-        l.rows = register_tile(d, dv, l.lanes);
-        l.bm = register_tile(4, dv, l.lanes);
-        l.group = 16;
-        l.items_per_unit = 64;
-    }
-    pick_chunks(&l, device, a);
-    return l;
+    *l = (linear_launch){clattn__head_lanes((cl_uint)v[0], d, dv),
+                         (int)v[1],
+                         (int)v[2],
+                         (size_t)v[3],
+                         (size_t)v[4],
+                         (int)v[5],
+                         0,
+                         a->mask.causal != 0};
+    if (v[0] == 1) l->lanes = 1;
+    if (l->rows == 0 || d % l->rows) l->rows = register_tile(d, dv, l->lanes);
+    if (l->bm == 0) l->bm = register_tile(4, dv, l->lanes);
+    pick_chunks(l, device, a);
+    return CLATTN_SUCCESS;
 }
 
 /* The kernels number work-items with int. */
@@ -214,7 +216,8 @@ static int plan_linear(linear_args *a, const clattn_linear_options *options,
                        const clattn__call *call, linear_launch *l, size_t *bytes) {
     int status = check_linear(a, options, call->context);
     if (status != CLATTN_SUCCESS) return status;
-    *l = pick_launch(call->device, a);
+    status = pick_launch(call->device, a, l);
+    if (status != CLATTN_SUCCESS) return status;
     *bytes = (state_floats(a, l) + phik_floats(a, l)) * sizeof(float);
     return check_launch_size(a, l);
 }

@@ -3,6 +3,7 @@
  * variant for the device, and enqueues.
  */
 #include "mask.h"
+#include "tuning.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -10,14 +11,8 @@
 
 int clattn__softmax_variant_override = -1;
 
-/* The launch of one row-wise softmax kernel for a device class; these rows move to the tuning
- * table when it lands. The choice is by device type, never by vendor name:
- *  - CPUs (PoCL): a work-item per row with vectors of the device's preferred float width (16
- *    on AVX-512: 43% of the copy bandwidth on an unmasked 2048-key row against 27% at 8), 16 rows
- *    per group so that group scheduling stays cheap; each row's exponentials are kept in 4096
- *    floats of local memory (PoCL has 1.25 MiB) rather than computed twice.
- *  - GPUs and the rest: a work-group of 128 per row, local-memory tree reductions. Not yet
- *    measured on a GPU. */
+/* The launch of one row-wise softmax kernel: the tuning table's row for the device
+ * (src/tuning_table.def says what each row is based on). */
 typedef struct softmax_params {
     int variant; /* CLATTN__SOFTMAX_ROWS or CLATTN__SOFTMAX_GROUP */
     int vec;     /* rows variant: vector width */
@@ -25,21 +20,17 @@ typedef struct softmax_params {
     int scratch; /* rows variant: floats of local memory per row for the exponentials (0: none) */
 } softmax_params;
 
-static softmax_params softmax_params_for(cl_device_id device) {
-    cl_device_type type = 0;
-    cl_uint width = 8;
+static int softmax_params_for(cl_device_id device, clattn_dtype dtype, softmax_params *p) {
+    long v[CLATTN__TUNING_MAX_PARAMS];
+    int status = clattn__tuning_get(device, &clattn__tuning_softmax, dtype, v);
+    if (status != CLATTN_SUCCESS) return status;
+    *p = (softmax_params){(int)v[0], (int)v[1], (size_t)v[2], (int)v[3]};
+    /* a default row too large for this device's local memory recomputes the exponentials */
     cl_ulong local_bytes = 0;
-    clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
-    clGetDeviceInfo(device, CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT, sizeof width, &width, NULL);
     clGetDeviceInfo(device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_bytes, &local_bytes, NULL);
-    int vec = width >= 16 ? 16 : width >= 8 ? 8 : 4;
-    softmax_params p = (type & CL_DEVICE_TYPE_CPU)
-                           ? (softmax_params){CLATTN__SOFTMAX_ROWS, vec, 16, 4096}
-                           : (softmax_params){CLATTN__SOFTMAX_GROUP, 1, 128, 0};
-    /* the scratch must fit the device's local memory, with room to spare */
-    if ((cl_ulong)p.group * (cl_ulong)p.scratch * 4 * 2 > local_bytes) p.scratch = 0;
-    if (clattn__softmax_variant_override >= 0) p.variant = clattn__softmax_variant_override;
-    return p;
+    if ((cl_ulong)p->group * (cl_ulong)p->scratch * 4 * 2 > local_bytes) p->scratch = 0;
+    if (clattn__softmax_variant_override >= 0) p->variant = clattn__softmax_variant_override;
+    return CLATTN_SUCCESS;
 }
 
 static int set_int_args(cl_kernel kernel, cl_uint *arg, const int64_t *values, int count) {
@@ -159,7 +150,9 @@ static int set_softmax_args(cl_kernel kernel, const softmax_args *a, bool wide) 
 }
 
 static int enqueue_softmax(const softmax_args *a, const clattn__call *call) {
-    softmax_params params = softmax_params_for(call->device);
+    softmax_params params;
+    int status = softmax_params_for(call->device, a->x->dtype, &params);
+    if (status != CLATTN_SUCCESS) return status;
     bool wide = softmax_needs_wide_index(a);
     char options[768];
     snprintf(options, sizeof options,
@@ -172,7 +165,7 @@ static int enqueue_softmax(const softmax_args *a, const clattn__call *call) {
     clattn__mask_options(&a->mask, options, sizeof options);
     const char *name = params.variant == CLATTN__SOFTMAX_GROUP ? "softmax_group" : "softmax_rows";
     cl_kernel kernel = NULL;
-    int status = build_kernel(call, options, &params, name, &kernel);
+    status = build_kernel(call, options, &params, name, &kernel);
     if (status == CLATTN_SUCCESS) status = set_softmax_args(kernel, a, wide);
     if (status == CLATTN_SUCCESS)
         status = enqueue_rows(call, kernel, &params,
@@ -217,7 +210,9 @@ static int check_backward(const backward_args *a, cl_context context) {
 }
 
 static int enqueue_backward(const backward_args *a, const clattn__call *call) {
-    softmax_params params = softmax_params_for(call->device);
+    softmax_params params;
+    int status = softmax_params_for(call->device, a->y->dtype, &params);
+    if (status != CLATTN_SUCCESS) return status;
     const clattn_tensor *views[3] = {a->y, a->dy, a->dz};
     bool wide = clattn__needs_wide_index(views, 3);
     char options[256];
@@ -227,7 +222,7 @@ static int enqueue_backward(const backward_args *a, const clattn__call *call) {
     const char *name = params.variant == CLATTN__SOFTMAX_GROUP ? "softmax_backward_group"
                                                                : "softmax_backward_rows";
     cl_kernel kernel = NULL;
-    int status = build_kernel(call, options, &params, name, &kernel);
+    status = build_kernel(call, options, &params, name, &kernel);
     cl_uint arg = 0;
     for (int v = 0; v < 3 && status == CLATTN_SUCCESS; ++v)
         status = clattn__set_view_args(kernel, &arg, views[v], 0, wide);

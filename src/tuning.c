@@ -1,0 +1,308 @@
+/*
+ * The tuning table's lookup (rows in src/tuning_table.def) and the overrides on top of it:
+ * clattn_tuning_override() and the CLATTN_TUNE environment variable,
+ * "op:NAME=VALUE,...;op:...". Malformed text is an error, never ignored.
+ */
+#include "tuning.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct tuning_row {
+    const char *op, *dtype, *device, *params;
+} tuning_row;
+
+static const tuning_row table[] = {
+#define TUNING_ROW(op, dtype, device, params) {op, dtype, device, params},
+#include "tuning_table.def"
+#undef TUNING_ROW
+};
+
+/* ---- the ops and their device limits ---- */
+
+static size_t device_max_group(cl_device_id device) {
+    size_t group = 1;
+    clGetDeviceInfo(device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof group, &group, NULL);
+    return group;
+}
+
+static cl_ulong device_local_bytes(cl_device_id device) {
+    cl_ulong bytes = 0;
+    clGetDeviceInfo(device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof bytes, &bytes, NULL);
+    return bytes;
+}
+
+static bool is_lane_width(long v) {
+    return v == 1 || v == 4 || v == 8 || v == 16;
+}
+
+/* VARIANT, VEC, GROUP, SCRATCH: the rows variant keeps SCRATCH floats per row of its group in
+ * local memory, with room to spare (half of it). */
+static const char *softmax_fits(cl_device_id device, const long *v) {
+    if ((size_t)v[2] > device_max_group(device))
+        return "GROUP exceeds the device's work-group size";
+    if (v[0] == 0 && !is_lane_width(v[1])) return "VEC must be 1, 4, 8 or 16";
+    if (v[0] == 0 && (cl_ulong)v[2] * (cl_ulong)v[3] * 4 * 2 > device_local_bytes(device))
+        return "GROUP x SCRATCH floats exceed half the device's local memory";
+    return NULL;
+}
+
+const clattn__tuning_op clattn__tuning_softmax = {
+    "softmax",   4, {"VARIANT", "VEC", "GROUP", "SCRATCH"}, {0, 1, 1, 0}, {1, 16, 1024, 65536},
+    softmax_fits};
+
+/* LANES, ROWS, BM, GROUP, ITEMS, CHUNK */
+static const char *linear_fits(cl_device_id device, const long *v) {
+    if (!is_lane_width(v[0])) return "LANES must be 1, 4, 8 or 16";
+    if ((size_t)v[3] > device_max_group(device))
+        return "GROUP exceeds the device's work-group size";
+    return NULL;
+}
+
+const clattn__tuning_op clattn__tuning_linear_attention = {
+    "linear_attention",
+    6,
+    {"LANES", "ROWS", "BM", "GROUP", "ITEMS", "CHUNK"},
+    {1, 0, 0, 1, 1, 1},
+    {16, 8, 8, 1024, 1 << 20, 4096},
+    linear_fits};
+
+static const clattn__tuning_op *const ops[] = {&clattn__tuning_softmax,
+                                               &clattn__tuning_linear_attention};
+
+static const clattn__tuning_op *find_op(const char *name, size_t length) {
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; ++i)
+        if (strlen(ops[i]->name) == length && strncmp(ops[i]->name, name, length) == 0)
+            return ops[i];
+    return NULL;
+}
+
+/* ---- "NAME=VALUE,..." ---- */
+
+/* Parses `length` characters of `text` into values[] (set[i] says which were given). */
+static int parse_params(const clattn__tuning_op *op, const char *text, size_t length,
+                        const char *what, long *values, bool *set) {
+    const char *p = text, *end = text + length;
+    while (p < end) {
+        const char *comma = memchr(p, ',', (size_t)(end - p)), *stop = comma ? comma : end;
+        const char *eq = memchr(p, '=', (size_t)(stop - p));
+        int index = -1;
+        for (int i = 0; eq && i < op->count; ++i)
+            if (strlen(op->params[i]) == (size_t)(eq - p) &&
+                strncmp(op->params[i], p, (size_t)(eq - p)) == 0)
+                index = i;
+        char *number_end = NULL;
+        errno = 0;
+        long value = eq ? strtol(eq + 1, &number_end, 10) : 0;
+        if (index < 0 || number_end == eq + 1 || number_end != stop || errno)
+            return clattn__fail(CLATTN_ERR_INVALID_TUNING,
+                                "%s: \"%.*s\" is not NAME=INTEGER for a parameter of %s", what,
+                                (int)(stop - p), p, op->name);
+        if (value < op->min[index] || value > op->max[index])
+            return clattn__fail(CLATTN_ERR_INVALID_TUNING, "%s: %s.%s = %ld is outside [%ld, %ld]",
+                                what, op->name, op->params[index], value, op->min[index],
+                                op->max[index]);
+        values[index] = value;
+        set[index] = true;
+        p = comma ? comma + 1 : end;
+    }
+    return CLATTN_SUCCESS;
+}
+
+/* ---- overrides ---- */
+
+static pthread_mutex_t override_lock = PTHREAD_MUTEX_INITIALIZER;
+static char overrides[sizeof ops / sizeof ops[0]][256];
+
+int clattn_tuning_override(const char *op_name, const char *params) {
+    clattn__clear_error();
+    const clattn__tuning_op *op = op_name ? find_op(op_name, strlen(op_name)) : NULL;
+    if (!op)
+        return clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "unknown tuning op \"%s\"",
+                            op_name ? op_name : "(null)");
+    long values[CLATTN__TUNING_MAX_PARAMS];
+    bool set[CLATTN__TUNING_MAX_PARAMS] = {false};
+    size_t length = params ? strlen(params) : 0;
+    int status = CLATTN_SUCCESS;
+    if (length >= sizeof overrides[0])
+        status = clattn__fail(CLATTN_ERR_INVALID_TUNING, "the override is over %zu characters",
+                              sizeof overrides[0] - 1);
+    if (status == CLATTN_SUCCESS)
+        status = parse_params(op, params ? params : "", length, "override", values, set);
+    if (status != CLATTN_SUCCESS) return status;
+    pthread_mutex_lock(&override_lock);
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; ++i)
+        if (ops[i] == op) snprintf(overrides[i], sizeof overrides[i], "%s", params ? params : "");
+    pthread_mutex_unlock(&override_lock);
+    return CLATTN_SUCCESS;
+}
+
+/* Applies CLATTN_TUNE's part for `op` ("op:NAME=VALUE,...;..."), after checking all of it. */
+static int apply_env(const clattn__tuning_op *op, long *values, bool *set) {
+    const char *text = getenv("CLATTN_TUNE");
+    int status = CLATTN_SUCCESS;
+    for (const char *p = text; p && *p && status == CLATTN_SUCCESS;) {
+        const char *semi = strchr(p, ';'), *stop = semi ? semi : p + strlen(p);
+        const char *colon = memchr(p, ':', (size_t)(stop - p));
+        const clattn__tuning_op *named = colon ? find_op(p, (size_t)(colon - p)) : NULL;
+        long scratch[CLATTN__TUNING_MAX_PARAMS];
+        bool scratch_set[CLATTN__TUNING_MAX_PARAMS] = {false};
+        if (!named)
+            status = clattn__fail(CLATTN_ERR_INVALID_TUNING,
+                                  "CLATTN_TUNE: \"%.*s\" is not OP:NAME=VALUE,... with a known OP",
+                                  (int)(stop - p), p);
+        else if (named == op)
+            status =
+                parse_params(op, colon + 1, (size_t)(stop - colon - 1), "CLATTN_TUNE", values, set);
+        else
+            status = parse_params(named, colon + 1, (size_t)(stop - colon - 1), "CLATTN_TUNE",
+                                  scratch, scratch_set);
+        p = semi ? semi + 1 : stop;
+    }
+    return status;
+}
+
+/* Applies the overrides for `op`; *any says whether one set a parameter. */
+static int apply_overrides(const clattn__tuning_op *op, long *values, bool *any) {
+    bool set[CLATTN__TUNING_MAX_PARAMS] = {false};
+    int status = apply_env(op, values, set);
+    char text[sizeof overrides[0]] = "";
+    pthread_mutex_lock(&override_lock);
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; ++i)
+        if (ops[i] == op) memcpy(text, overrides[i], sizeof text);
+    pthread_mutex_unlock(&override_lock);
+    if (status == CLATTN_SUCCESS)
+        status = parse_params(op, text, strlen(text), "clattn_tuning_override", values, set);
+    *any = false;
+    for (int i = 0; i < op->count; ++i) *any = *any || set[i];
+    return status;
+}
+
+/* ---- the lookup ---- */
+
+static const char *type_name(cl_device_type type) {
+    return type & CL_DEVICE_TYPE_GPU           ? "gpu"
+           : type & CL_DEVICE_TYPE_ACCELERATOR ? "accelerator"
+           : type & CL_DEVICE_TYPE_CPU         ? "cpu"
+                                               : "other";
+}
+
+/* The row's device key at lookup level 0 (name), 1 (vendor/type), 2 (type), 3 (default). */
+static bool row_matches_level(const tuning_row *row, int level, cl_device_id device) {
+    char name[256] = "", vendor[256] = "", key[600];
+    cl_device_type type = 0;
+    clGetDeviceInfo(device, CL_DEVICE_NAME, sizeof name, name, NULL);
+    clGetDeviceInfo(device, CL_DEVICE_VENDOR, sizeof vendor, vendor, NULL);
+    clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+    switch (level) {
+    case 0:
+        snprintf(key, sizeof key, "name:%s", name);
+        break;
+    case 1:
+        snprintf(key, sizeof key, "vendor:%s/%s", vendor, type_name(type));
+        break;
+    case 2:
+        snprintf(key, sizeof key, "type:%s", type_name(type));
+        break;
+    default:
+        snprintf(key, sizeof key, "default");
+    }
+    return strcmp(row->device, key) == 0;
+}
+
+/* The first row for op and dtype that `matches` (a level on a device, or one device key),
+ * parsed; *found says whether there was one. */
+typedef struct row_filter {
+    int level;
+    cl_device_id device;
+    const char *key; /* when set: this device key, exactly */
+} row_filter;
+
+const char *clattn__tuning_test_row[4];
+
+static int find_row(const row_filter *filter, const clattn__tuning_op *op, clattn_dtype dtype,
+                    long *values, bool *found) {
+    *found = false;
+    const size_t rows = sizeof table / sizeof table[0];
+    const tuning_row test_row = {clattn__tuning_test_row[0], clattn__tuning_test_row[1],
+                                 clattn__tuning_test_row[2], clattn__tuning_test_row[3]};
+    for (size_t i = test_row.op ? 0 : 1; i <= rows; ++i) {
+        const tuning_row *row = i == 0 ? &test_row : &table[i - 1];
+        const bool device_ok = filter->key ? strcmp(row->device, filter->key) == 0
+                                           : row_matches_level(row, filter->level, filter->device);
+        if (strcmp(row->op, op->name) != 0 || !device_ok) continue;
+        if (strcmp(row->dtype, "*") != 0 && strcmp(row->dtype, clattn_dtype_name(dtype)) != 0)
+            continue;
+        bool set[CLATTN__TUNING_MAX_PARAMS] = {false};
+        int status =
+            parse_params(op, row->params, strlen(row->params), "tuning table", values, set);
+        for (int p = 0; p < op->count && status == CLATTN_SUCCESS; ++p)
+            if (!set[p])
+                status = clattn__fail(CLATTN_ERR_INVALID_TUNING,
+                                      "tuning table: the %s row for %s lacks %s", op->name,
+                                      row->device, op->params[p]);
+        *found = status == CLATTN_SUCCESS;
+        return status;
+    }
+    return CLATTN_SUCCESS;
+}
+
+int clattn__tuning_get(cl_device_id device, const clattn__tuning_op *op, clattn_dtype dtype,
+                       long *values) {
+    int status = CLATTN_SUCCESS;
+    for (int level = 0; level < 4 && status == CLATTN_SUCCESS; ++level) {
+        bool found = false;
+        const row_filter filter = {level, device, NULL};
+        status = find_row(&filter, op, dtype, values, &found);
+        const char *why = found ? op->fits(device, values) : NULL;
+        if (found && why)
+            clattn__warn("tuning: the %s row of level %d does not fit this device (%s); %s",
+                         op->name, level, why,
+                         level < 3 ? "trying the next level" : "the op clamps it");
+        if (found && (!why || level == 3)) break;
+    }
+    bool overridden = false;
+    if (status == CLATTN_SUCCESS) status = apply_overrides(op, values, &overridden);
+    const char *why = status == CLATTN_SUCCESS && overridden ? op->fits(device, values) : NULL;
+    if (why)
+        status = clattn__fail(CLATTN_ERR_INVALID_TUNING,
+                              "the %s parameters after the overrides do not fit this device: %s",
+                              op->name, why);
+    return status;
+}
+
+int clattn__tuning_row(const clattn__tuning_op *op, clattn_dtype dtype, const char *key,
+                       long *values) {
+    const row_filter filter = {0, NULL, key};
+    bool found = false;
+    int status = find_row(&filter, op, dtype, values, &found);
+    if (status == CLATTN_SUCCESS && !found)
+        status = clattn__fail(CLATTN_ERR_INVALID_TUNING, "no %s row for %s", op->name, key);
+    return status;
+}
+
+int clattn_tuning_lookup(cl_device_id device, const char *op_name, clattn_dtype dtype, char *params,
+                         size_t capacity) {
+    clattn__clear_error();
+    const clattn__tuning_op *op = op_name ? find_op(op_name, strlen(op_name)) : NULL;
+    if (!op || !device || !params || capacity == 0)
+        return clattn__fail(CLATTN_ERR_INVALID_ARGUMENT,
+                            "clattn_tuning_lookup needs a device, a known op and a buffer");
+    long values[CLATTN__TUNING_MAX_PARAMS];
+    int status = clattn__tuning_get(device, op, dtype, values);
+    size_t used = 0;
+    params[0] = '\0';
+    for (int i = 0; i < op->count && status == CLATTN_SUCCESS; ++i) {
+        int n = snprintf(params + used, capacity - used, "%s%s=%ld", i ? "," : "", op->params[i],
+                         values[i]);
+        if (n < 0 || (size_t)n >= capacity - used)
+            status = clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "params: %zu bytes are too few",
+                                  capacity);
+        else
+            used += (size_t)n;
+    }
+    return status;
+}

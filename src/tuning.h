@@ -1,0 +1,39 @@
+/* The tuning table (src/tuning_table.def) and its overrides: the launch parameters of an op on a
+ * device. Not installed. */
+#ifndef CLATTN_TUNING_H
+#define CLATTN_TUNING_H
+
+#include "internal.h"
+
+#define CLATTN__TUNING_MAX_PARAMS 8
+
+/* An op's parameters: their names, the range each value must lie in, and the device limits a
+ * whole set must fit (NULL: fits; else why not, for the warning or the error). */
+typedef struct clattn__tuning_op {
+    const char *name;
+    int count;
+    const char *params[CLATTN__TUNING_MAX_PARAMS];
+    long min[CLATTN__TUNING_MAX_PARAMS], max[CLATTN__TUNING_MAX_PARAMS];
+    const char *(*fits)(cl_device_id device, const long *values);
+} clattn__tuning_op;
+
+/* The parameters `op` runs with on `device` for storage dtype `dtype`: the first table row, by
+ * level (exact name, vendor and type, type, default), that fits the device, then the overrides
+ * (clattn_tuning_override, CLATTN_TUNE) on top. A row that does not fit is skipped with a
+ * warning; the default row is used even then (the op clamps what it must). Fails with
+ * CLATTN_ERR_INVALID_TUNING when CLATTN_TUNE is malformed or an override does not fit. */
+int clattn__tuning_get(cl_device_id device, const clattn__tuning_op *op, clattn_dtype dtype,
+                       long *values);
+
+/* The row of `op` for one device key ("default", "type:gpu"), without overrides: tests run
+ * each class's row on any device. */
+int clattn__tuning_row(const clattn__tuning_op *op, clattn_dtype dtype, const char *key,
+                       long *values);
+
+/* A row the tests put before the table's ({op, dtype, device, parameters}; op NULL: none). */
+extern const char *clattn__tuning_test_row[4];
+
+/* The ops the table knows (for clattn_tuning_override and the tuner). */
+extern const clattn__tuning_op clattn__tuning_softmax, clattn__tuning_linear_attention;
+
+#endif
