@@ -482,16 +482,17 @@ CLATTN_API int clattn_linear_attention_step(const clattn_tensor *q, const clattn
  * row that does not fit the device (work-group or local-memory limits) is skipped with a
  * warning (the log callback). Overrides apply on top, the API's after the environment's:
  *   CLATTN_TUNE="softmax:GROUP=32,VEC=8;linear_attention:CHUNK=32"
- * Ops and parameters: softmax VARIANT, VEC, GROUP, SCRATCH; linear_attention LANES, ROWS,
- * BM, GROUP, ITEMS, CHUNK (their meaning is in the table file). A malformed CLATTN_TUNE, or
+ * Ops and parameters (their meaning is in the table file): copy VEC, RUN, GROUP; softmax
+ * VARIANT, VEC, GROUP, SCRATCH; attention PREFILL, DECODE, LANES, GROUP, TK, SPLIT_TARGET,
+ * SPLIT_MIN; linear_attention LANES, ROWS, BM, GROUP, ITEMS, CHUNK. A malformed CLATTN_TUNE, or
  * overrides that do not fit the device, make every call of that op fail with
  * CLATTN_ERR_INVALID_TUNING and the reason in clattn_last_error().
  * ------------------------------------------------------------------------------------------- */
 
-/* Sets the override of `op` ("softmax", "linear_attention") to `params`, "NAME=VALUE,..."; NULL
- * or "" removes it. Applies to every later call in the process. Statuses: CLATTN_SUCCESS,
- * CLATTN_ERR_INVALID_ARGUMENT (unknown op), CLATTN_ERR_INVALID_TUNING (unknown parameter, not
- * an integer, out of its range; the old override stays). */
+/* Sets the override of `op` ("copy", "softmax", "attention", "linear_attention") to `params`,
+ * "NAME=VALUE,..."; NULL or "" removes it. Applies to every later call in the process. Statuses:
+ * CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT (unknown op), CLATTN_ERR_INVALID_TUNING (unknown
+ * parameter, not an integer, out of its range; the old override stays). */
 CLATTN_API int clattn_tuning_override(const char *op, const char *params);
 
 /* The parameters `op` runs with on `device` for storage `dtype`, as "NAME=VALUE,..." in

@@ -4,6 +4,7 @@
  */
 #include "attention.h"
 #include "blas.h"
+#include "tuning.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -14,30 +15,19 @@
 
 int clattn__attention_variant_override = -1;
 
-/* The launch of the fused kernel for a device class; these rows move to the tuning table when it
- * lands. The choice is by device type, never by vendor name:
- *  - CPUs (PoCL): attention_blocks, BM = 4 queries per work-item against BN = 16-key tiles, head
- *    dims in vectors of the preferred float width; 16 work-items per group.
- *  - GPUs and the rest: attention_tiles, a query per work-item in groups of 64 sharing K/V tiles
- *    of TK keys in local memory (TK as large as half the device's local memory allows, up to
- *    32), head dims in float4 (wider vectors cost a GPU registers, and so occupancy). For
- *    decoding (Sq <= KEYS_MAX_QUERIES), attention_keys instead: a group of 128 per query row and
- *    chunk of at most 1024 keys.
- * Either splits the keys (the merge kernel combines the chunks) when the launch has too few
- * groups to fill the device. */
-#define ATTENTION_BM          4
-#define ATTENTION_BN          16
-#define ATTENTION_BLOCKS_SIZE 16
-#define ATTENTION_TILES_SIZE  64
-#define ATTENTION_KEYS_SIZE   128  /* = KEYS_GROUP in cl/attention.cl */
-#define ATTENTION_KEYS_CHUNK  1024 /* = KEYS_CHUNK */
-#define KEYS_MAX_QUERIES      8
-#define ATTENTION_MAX_TK      32
-/* Key splits (decoding): a launch with fewer groups than SPLIT_TARGET per compute unit splits
- * the keys into chunks of at least SPLIT_MIN_CHUNK, at most SPLIT_MAX ways. */
-#define ATTENTION_SPLIT_TARGET    8
-#define ATTENTION_SPLIT_MIN_CHUNK 128
-#define ATTENTION_SPLIT_MAX       128
+/* The launch of the fused kernel: the tuning table's row for the device (src/tuning_table.def
+ * says what each row is based on): the variant for prefill and for decoding (Sq <=
+ * KEYS_MAX_QUERIES), head-dim lanes, the group size, the largest key tile (TK, halved until two
+ * K/V tiles fit half the local memory), and when to split the keys (fewer than SPLIT_TARGET
+ * groups per compute unit: chunks of at least SPLIT_MIN keys; the merge kernel combines them).
+ * attention_keys always takes groups of 128 (its KEYS_GROUP) and chunks of at most 1024 keys;
+ * attention_blocks runs BM = 4 queries per work-item against BN = 16-key tiles. */
+#define ATTENTION_BM         4
+#define ATTENTION_BN         16
+#define ATTENTION_KEYS_SIZE  128  /* = KEYS_GROUP in cl/attention.cl */
+#define ATTENTION_KEYS_CHUNK 1024 /* = KEYS_CHUNK */
+#define KEYS_MAX_QUERIES     8
+#define ATTENTION_SPLIT_MAX  128
 
 int clattn__attention_splits_override = -1;
 
@@ -46,7 +36,8 @@ typedef struct attention_launch {
     int lanes;   /* head-dim vector width */
     int tk;      /* tiles: keys per local tile */
     size_t group;
-    int splits, chunk; /* the key axis in `splits` chunks of `chunk` keys (1: unsplit) */
+    int split_target, split_min; /* the table's SPLIT_TARGET and SPLIT_MIN */
+    int splits, chunk;           /* the key axis in `splits` chunks of `chunk` keys (1: unsplit) */
 } attention_launch;
 
 typedef clattn__attention_args attention_args;
@@ -133,8 +124,8 @@ static void pick_splits(attention_launch *l, cl_device_id device, const attentio
                         : l->variant == CLATTN__ATTENTION_TILES ? (int64_t)l->group
                                                                 : ATTENTION_BM * (int64_t)l->group;
     const int64_t groups = a->q->shape[0] * a->q->shape[1] * ((a->q->shape[2] + per - 1) / per);
-    const int64_t want = ((int64_t)units * ATTENTION_SPLIT_TARGET + groups - 1) / groups;
-    int64_t splits = want < Sk / ATTENTION_SPLIT_MIN_CHUNK ? want : Sk / ATTENTION_SPLIT_MIN_CHUNK;
+    const int64_t want = ((int64_t)units * l->split_target + groups - 1) / groups;
+    int64_t splits = want < Sk / l->split_min ? want : Sk / l->split_min;
     if (splits > ATTENTION_SPLIT_MAX) splits = ATTENTION_SPLIT_MAX;
     if (clattn__attention_splits_override > 0)
         splits = clattn__attention_splits_override < Sk ? clattn__attention_splits_override : Sk;
@@ -155,33 +146,28 @@ static size_t partial_floats(const attention_args *a, const attention_launch *l)
            (size_t)(a->v->shape[3] + 2);
 }
 
-static attention_launch pick_launch(cl_device_id device, const attention_args *a) {
-    cl_device_type type = CL_DEVICE_TYPE_GPU;
-    cl_uint width = 4;
+static int pick_launch(cl_device_id device, const attention_args *a, attention_launch *l) {
+    long v[CLATTN__TUNING_MAX_PARAMS]; /* PREFILL, DECODE, LANES, GROUP, TK, SPLIT_TARGET, _MIN */
+    int status = clattn__tuning_get(device, &clattn__tuning_attention, a->q->dtype, v);
+    if (status != CLATTN_SUCCESS) return status;
     cl_ulong local_bytes = 32768;
-    clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
-    clGetDeviceInfo(device, CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT, sizeof width, &width, NULL);
     clGetDeviceInfo(device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_bytes, &local_bytes, NULL);
-    int64_t d = a->q->shape[3], dv = a->v->shape[3];
-    attention_launch l = {
-        CLATTN__ATTENTION_TILES, clattn__head_lanes(4, d, dv), 0, ATTENTION_TILES_SIZE, 1, 0};
-    if (type & CL_DEVICE_TYPE_CPU)
-        l = (attention_launch){CLATTN__ATTENTION_BLOCKS,
-                               clattn__head_lanes(width, d, dv),
-                               0,
-                               ATTENTION_BLOCKS_SIZE,
-                               1,
-                               0};
-    if (!(type & CL_DEVICE_TYPE_CPU) && a->q->shape[2] <= KEYS_MAX_QUERIES)
-        l.variant = CLATTN__ATTENTION_KEYS;
-    if (clattn__attention_variant_override >= 0) l.variant = clattn__attention_variant_override;
-    if (l.variant == CLATTN__ATTENTION_KEYS) l.group = ATTENTION_KEYS_SIZE;
+    const int64_t d = a->q->shape[3], dv = a->v->shape[3];
+    *l = (attention_launch){(int)(a->q->shape[2] <= KEYS_MAX_QUERIES ? v[1] : v[0]),
+                            v[2] == 1 ? 1 : clattn__head_lanes((cl_uint)v[2], d, dv),
+                            (int)v[4],
+                            (size_t)v[3],
+                            (int)v[5],
+                            (int)v[6],
+                            1,
+                            0};
+    if (clattn__attention_variant_override >= 0) l->variant = clattn__attention_variant_override;
+    if (l->variant == CLATTN__ATTENTION_KEYS) l->group = ATTENTION_KEYS_SIZE;
     /* every variant a device runs is built with the same options, so that one program serves
      * them all (the tests run each variant on each device) */
-    l.tk = ATTENTION_MAX_TK;
-    while (l.tk > 1 && (uint64_t)l.tk * (uint64_t)(d + dv) * 4 > local_bytes / 2) l.tk /= 2;
-    pick_splits(&l, device, a);
-    return l;
+    while (l->tk > 1 && (uint64_t)l->tk * (uint64_t)(d + dv) * 4 > local_bytes / 2) l->tk /= 2;
+    pick_splits(l, device, a);
+    return CLATTN_SUCCESS;
 }
 
 static void attention_options(const attention_args *a, const attention_launch *l, bool wide,
@@ -333,7 +319,8 @@ static int plan_attention(attention_args *a, const clattn_attention_options *opt
         plan->bytes = clattn__attention_composed_workspace(a);
         return CLATTN_SUCCESS;
     }
-    plan->launch = pick_launch(call->device, a);
+    status = pick_launch(call->device, a, &plan->launch);
+    if (status != CLATTN_SUCCESS) return status;
     plan->bytes = partial_floats(a, &plan->launch) * sizeof(float);
     return check_launch_size(a, &plan->launch);
 }

@@ -3,29 +3,24 @@
  * packed-QKV split out of it. Kernel: cl/heads.cl (copy4d).
  */
 #include "internal.h"
+#include "tuning.h"
 
 #include <stdio.h>
 #include <string.h>
 
-/* Launch shape of the copy kernel for a device class (see cl/heads.cl); these rows move to the
- * tuning table when it lands. The choice is by device type, never by vendor name:
- *  - GPUs: one 4-element chunk per work-item, groups of 256 (coalesced; a multiple of every wave
- *    size). Not yet measured on a GPU.
- *  - CPUs (PoCL): one row per work-item, up to 4096 elements, moved with 16-element vectors
- *    (64 bytes: a cache line, an AVX-512 register), groups of up to 64 rows. On this project's
- *    2-core CI machine this reached the copy kernel's bandwidth where chunk-per-work-item
- *    launches stayed at 25-45% of it (clattn-bench --op split_heads). */
+/* Launch shape of the copy kernel (see cl/heads.cl): the tuning table's row for the device
+ * (src/tuning_table.def says what each row is based on). */
 typedef struct copy_params {
     int vec;        /* elements per vector access (the kernel's VEC) */
     size_t max_run; /* elements one work-item copies along the innermost dim */
     size_t group;   /* work-group size target */
 } copy_params;
 
-static copy_params copy_params_for(cl_device_id device) {
-    cl_device_type type = 0;
-    clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
-    if (type & CL_DEVICE_TYPE_CPU) return (copy_params){16, 4096, 64};
-    return (copy_params){4, 4, 256};
+static int copy_params_for(cl_device_id device, clattn_dtype dtype, copy_params *p) {
+    long v[CLATTN__TUNING_MAX_PARAMS];
+    int status = clattn__tuning_get(device, &clattn__tuning_copy, dtype, v);
+    if (status == CLATTN_SUCCESS) *p = (copy_params){(int)v[0], (size_t)v[1], (size_t)v[2]};
+    return status;
 }
 
 /* A copy after its views are simplified: the same element-wise map over at most 4 dims. */
@@ -190,7 +185,9 @@ static int enqueue_copy(const clattn_tensor *src, const clattn_tensor *bias,
     copy_plan plan;
     plan_copy(src, bias, dst, &plan);
     pair_16bit_elements(&plan);
-    copy_params params = copy_params_for(call->device);
+    copy_params params;
+    int status = copy_params_for(call->device, src->dtype, &params);
+    if (status != CLATTN_SUCCESS) return status;
     bool wide = plan_needs_wide_index(&plan);
     char options[256];
     plan_options(&plan, params.vec, wide, options, sizeof options);
@@ -200,7 +197,7 @@ static int enqueue_copy(const clattn_tensor *src, const clattn_tensor *bias,
     size_t runs = ((size_t)plan.n[3] + run - 1) / run;
 
     cl_kernel kernel = NULL;
-    int status =
+    status =
         clattn__create_kernel(call->context, call->device, "heads.cl", options, "copy4d", &kernel);
     if (status != CLATTN_SUCCESS) return status;
     size_t max_group = 1;

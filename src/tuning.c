@@ -39,6 +39,17 @@ static bool is_lane_width(long v) {
     return v == 1 || v == 4 || v == 8 || v == 16;
 }
 
+/* VEC, RUN, GROUP */
+static const char *copy_fits(cl_device_id device, const long *v) {
+    if (v[0] != 2 && v[0] != 4 && v[0] != 8 && v[0] != 16) return "VEC must be 2, 4, 8 or 16";
+    if ((size_t)v[2] > device_max_group(device))
+        return "GROUP exceeds the device's work-group size";
+    return NULL;
+}
+
+const clattn__tuning_op clattn__tuning_copy = {
+    "copy", 3, {"VEC", "RUN", "GROUP"}, {2, 1, 1}, {16, 1 << 20, 1024}, copy_fits};
+
 /* VARIANT, VEC, GROUP, SCRATCH: the rows variant keeps SCRATCH floats per row of its group in
  * local memory, with room to spare (half of it). */
 static const char *softmax_fits(cl_device_id device, const long *v) {
@@ -70,7 +81,28 @@ const clattn__tuning_op clattn__tuning_linear_attention = {
     {16, 8, 8, 1024, 1 << 20, 4096},
     linear_fits};
 
-static const clattn__tuning_op *const ops[] = {&clattn__tuning_softmax,
+/* PREFILL, DECODE (variants: 0 blocks, 1 tiles, 2 keys), LANES, GROUP, TK, SPLIT_TARGET,
+ * SPLIT_MIN */
+static const char *attention_fits(cl_device_id device, const long *v) {
+    if (v[0] == 2) return "PREFILL cannot be the keys variant (a group per query row)";
+    if (!is_lane_width(v[2])) return "LANES must be 1, 4, 8 or 16";
+    if ((size_t)v[3] > device_max_group(device))
+        return "GROUP exceeds the device's work-group size";
+    if ((v[1] == 2 || v[0] == 2) && device_max_group(device) < 128)
+        return "the keys variant needs groups of 128";
+    return NULL;
+}
+
+const clattn__tuning_op clattn__tuning_attention = {
+    "attention",
+    7,
+    {"PREFILL", "DECODE", "LANES", "GROUP", "TK", "SPLIT_TARGET", "SPLIT_MIN"},
+    {0, 0, 1, 1, 1, 1, 32},
+    {1, 2, 16, 1024, 32, 1024, 1 << 20},
+    attention_fits};
+
+static const clattn__tuning_op *const ops[] = {&clattn__tuning_copy, &clattn__tuning_softmax,
+                                               &clattn__tuning_attention,
                                                &clattn__tuning_linear_attention};
 
 static const clattn__tuning_op *find_op(const char *name, size_t length) {

@@ -34,6 +34,7 @@ int clattn__tuning_row(const clattn__tuning_op *op, clattn_dtype dtype, const ch
 extern const char *clattn__tuning_test_row[4];
 
 /* The ops the table knows (for clattn_tuning_override and the tuner). */
-extern const clattn__tuning_op clattn__tuning_softmax, clattn__tuning_linear_attention;
+extern const clattn__tuning_op clattn__tuning_copy, clattn__tuning_softmax,
+    clattn__tuning_attention, clattn__tuning_linear_attention;
 
 #endif

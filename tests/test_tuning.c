@@ -7,7 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const clattn__tuning_op *const ops[] = {&clattn__tuning_softmax,
+static const clattn__tuning_op *const ops[] = {&clattn__tuning_copy, &clattn__tuning_softmax,
+                                               &clattn__tuning_attention,
                                                &clattn__tuning_linear_attention};
 
 static cl_device_id device_of(test_ctx *t) {
@@ -42,6 +43,8 @@ static void malformed_overrides_are_errors(test_ctx *t) {
                                       "GROUP=0", "VEC=99", "GROUP=8,,VEC=4", "=8"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i)
         CHECK_STATUS(t, clattn_tuning_override("softmax", bad[i]), CLATTN_ERR_INVALID_TUNING);
+    CHECK_STATUS(t, clattn_tuning_override("attention", "DECODE=3"), CLATTN_ERR_INVALID_TUNING);
+    CHECK_STATUS(t, clattn_tuning_override("copy", "VEC=17"), CLATTN_ERR_INVALID_TUNING);
     CHECK_STATUS(t, clattn_tuning_override("gemm", "GROUP=8"), CLATTN_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(t, clattn_tuning_override(NULL, "GROUP=8"), CLATTN_ERR_INVALID_ARGUMENT);
     char params[8];
@@ -96,6 +99,15 @@ static void rows_that_do_not_fit(test_ctx *t) {
     clattn_tuning_override("softmax", NULL);
     CHECK(t, status == CLATTN_ERR_INVALID_TUNING, "an override past local memory gave %s",
           clattn_status_name(status));
+    /* the keys variant is a group per query row: it cannot run prefill */
+    char params[256];
+    CHECK_OK(t, clattn_tuning_override("attention", "PREFILL=1"));
+    CHECK_OK(t, clattn_tuning_lookup(device_of(t), "attention", CLATTN_F32, params, sizeof params));
+    CHECK_OK(t, clattn_tuning_override("attention", "LANES=4,GROUP=8"));
+    status = clattn_tuning_lookup(device_of(t), "attention", CLATTN_F32, params, sizeof params);
+    clattn_tuning_override("attention", NULL);
+    CHECK(t, status == CLATTN_SUCCESS && strstr(params, "LANES=4,GROUP=8"), "%s: %s",
+          clattn_status_name(status), params);
     char name[256] = "name:";
     clGetDeviceInfo(device_of(t), CL_DEVICE_NAME, sizeof name - 5, name + 5, NULL);
     const char *row[4] = {"softmax", "*", name, "VARIANT=0,VEC=16,GROUP=1024,SCRATCH=65536"};
