@@ -76,8 +76,9 @@ static int check_attention(attention_args *a, const clattn_mask *mask, cl_contex
     for (int i = 0; i < 4 && status == CLATTN_SUCCESS; ++i)
         status = clattn__check_tensor(names[i], views[i], context, CLATTN__FLOAT_DTYPES, i == 3);
     if (status == CLATTN_SUCCESS) status = check_dims(a);
+    if (status != CLATTN_SUCCESS) return status; /* the views below need q and k */
     const int64_t scores[4] = {a->q->shape[0], a->q->shape[1], a->q->shape[2], a->k->shape[2]};
-    if (status == CLATTN_SUCCESS) status = clattn__mask_prepare(mask, scores, context, &a->mask);
+    status = clattn__mask_prepare(mask, scores, context, &a->mask);
     for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
         status = clattn__check_no_alias("out", a->out, names[i], views[i]);
     if (status == CLATTN_SUCCESS) status = clattn__mask_check_output(&a->mask, "out", a->out);
@@ -359,7 +360,7 @@ int clattn_attention_ex(const clattn_tensor *q, const clattn_tensor *k, const cl
     status = plan.path == CLATTN_PATH_COMPOSED
                  ? clattn__attention_composed(&a, &call, workspace)
                  : enqueue_attention(&a, &plan.launch, &call, workspace);
-    if (owned) clReleaseMemObject(workspace);
+    if (owned && workspace) clReleaseMemObject(workspace);
     return status;
 }
 

@@ -89,6 +89,11 @@ static int check_state(const linear_args *a, cl_context context) {
     const unsigned f32 = 1u << CLATTN_F32;
     int status = clattn__check_tensor("state", a->state, context, f32, true);
     if (status == CLATTN_SUCCESS) status = clattn__check_tensor("z", a->z, context, f32, true);
+    if (status != CLATTN_SUCCESS) return status;
+    if (a->q->shape[2] != a->k->shape[2])
+        return clattn__fail(CLATTN_ERR_SHAPE_MISMATCH,
+                            "a step takes as many new queries as keys: q has %lld, k %lld",
+                            (long long)a->q->shape[2], (long long)a->k->shape[2]);
     const int64_t *s = a->state->shape, *z = a->z->shape;
     if (status == CLATTN_SUCCESS && (s[0] != B || s[1] != H || s[2] != D || s[3] != Dv))
         status = clattn__fail(CLATTN_ERR_SHAPE_MISMATCH,
@@ -117,9 +122,10 @@ static int check_linear(linear_args *a, const clattn_linear_options *options, cl
         status = clattn__check_tensor(names[i], views[i], context, CLATTN__FLOAT_DTYPES, i == 3);
     if (status == CLATTN_SUCCESS) status = check_dims(a);
     if (status == CLATTN_SUCCESS) status = check_mask_fields(a->mask_desc);
-    const int64_t scores[4] = {a->q->shape[0], a->q->shape[1], a->q->shape[2], a->k->shape[2]};
-    if (status == CLATTN_SUCCESS)
+    if (status == CLATTN_SUCCESS) {
+        const int64_t scores[4] = {a->q->shape[0], a->q->shape[1], a->q->shape[2], a->k->shape[2]};
         status = clattn__mask_prepare(a->mask_desc, scores, context, &a->mask);
+    }
     for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
         status = clattn__check_no_alias("out", a->out, names[i], views[i]);
     if (status == CLATTN_SUCCESS) status = clattn__mask_check_output(&a->mask, "out", a->out);
@@ -205,7 +211,7 @@ static int check_launch_size(const linear_args *a, const linear_launch *l) {
     int64_t most = outputs;
     const int64_t others[3] = {states, scan, features};
     for (int i = 0; i < 3; ++i) most = others[i] > most ? others[i] : most;
-    if (most > 0x7fffffff)
+    if (most > 0x7fffffff - 1024) /* rounded up to whole groups, the ids stay below 2^31 */
         return clattn__fail(CLATTN_ERR_DEVICE_LIMIT,
                             "the launch needs %lld work-items; at most 2^31 - 1", (long long)most);
     return CLATTN_SUCCESS;
@@ -344,7 +350,9 @@ static int enqueue_step(const clattn__call *call, cl_kernel kernel, const linear
     return clattn__enqueue(&c, kernel, 1, &global, &local);
 }
 
-/* The kernels, each after the one before; the call's event is the last one's. */
+/* The kernels, each after the one before; the call's event is the last one's. All of them are
+ * built and given their arguments before the first is enqueued, so that a build failure or a
+ * bad argument enqueues nothing (and a step leaves the caller's state as it was). */
 static int enqueue_linear(const linear_args *a, const linear_launch *l, const clattn__call *call,
                           cl_mem scratch) {
     const bool wide = linear_needs_wide_index(a, l);
@@ -359,19 +367,22 @@ static int enqueue_linear(const linear_args *a, const linear_launch *l, const cl
         {"linear_states", (size_t)(B * Hkv * l->nchunks * (D / l->rows)), NULL, &events[1]},
         {"linear_scan", (size_t)(B * Hkv * D * (a->v->shape[3] / l->lanes)), NULL, &events[2]},
         {"linear_outputs", (size_t)(B * a->q->shape[1] * blocks), NULL, call->event}};
-    int status = CLATTN_SUCCESS;
     /* phi(k) goes to scratch first only when causal (the products within chunks read it) */
-    for (int i = l->causal ? 0 : 1; i < 4 && status == CLATTN_SUCCESS; ++i) {
-        cl_kernel kernel = NULL;
-        linear_step step = steps[i];
-        step.wait = i > 0 ? events[i - 1] : NULL;
+    const int first = l->causal ? 0 : 1;
+    cl_kernel kernels[4] = {NULL, NULL, NULL, NULL};
+    int status = CLATTN_SUCCESS;
+    for (int i = first; i < 4 && status == CLATTN_SUCCESS; ++i) {
         status = clattn__create_kernel(call->context, call->device, "linear_attention.cl", options,
-                                       step.name, &kernel);
-        if (status == CLATTN_SUCCESS) status = set_step_args(kernel, i, a, l, scratch, wide);
-        if (status == CLATTN_SUCCESS)
-            status = enqueue_step(call, kernel, &step, i == 2 ? 64 : l->group);
-        if (kernel) clReleaseKernel(kernel);
+                                       steps[i].name, &kernels[i]);
+        if (status == CLATTN_SUCCESS) status = set_step_args(kernels[i], i, a, l, scratch, wide);
     }
+    for (int i = first; i < 4 && status == CLATTN_SUCCESS; ++i) {
+        linear_step step = steps[i];
+        step.wait = i > first ? events[i - 1] : NULL;
+        status = enqueue_step(call, kernels[i], &step, i == 2 ? 64 : l->group);
+    }
+    for (int i = 0; i < 4; ++i)
+        if (kernels[i]) clReleaseKernel(kernels[i]);
     for (int i = 0; i < 3; ++i)
         if (events[i]) clReleaseEvent(events[i]);
     return status;
@@ -404,7 +415,7 @@ static int run_linear(linear_args *a, const clattn_linear_options *options, cl_c
     bool owned = false;
     if (status == CLATTN_SUCCESS) status = get_workspace(a, bytes, call.context, &scratch, &owned);
     if (status == CLATTN_SUCCESS) status = enqueue_linear(a, &launch, &call, scratch);
-    if (owned) clReleaseMemObject(scratch);
+    if (owned && scratch) clReleaseMemObject(scratch);
     return status;
 }
 

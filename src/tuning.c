@@ -5,6 +5,7 @@
  */
 #include "tuning.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -128,11 +129,19 @@ static int parse_params(const clattn__tuning_op *op, const char *text, size_t le
                 index = i;
         char *number_end = NULL;
         errno = 0;
-        long value = eq ? strtol(eq + 1, &number_end, 10) : 0;
-        if (index < 0 || number_end == eq + 1 || number_end != stop || errno)
+        /* digits only: strtol alone would take a sign and leading blanks */
+        const bool digits = eq && eq + 1 < stop && isdigit((unsigned char)eq[1]);
+        long value = digits ? strtol(eq + 1, &number_end, 10) : 0;
+        if (index < 0 || !digits || number_end != stop || errno)
             return clattn__fail(CLATTN_ERR_INVALID_TUNING,
-                                "%s: \"%.*s\" is not NAME=INTEGER for a parameter of %s", what,
+                                "%s: \"%.*s\" is not NAME=DIGITS for a parameter of %s", what,
                                 (int)(stop - p), p, op->name);
+        if (set[index])
+            return clattn__fail(CLATTN_ERR_INVALID_TUNING, "%s: %s.%s is given twice", what,
+                                op->name, op->params[index]);
+        if (comma && comma + 1 == end)
+            return clattn__fail(CLATTN_ERR_INVALID_TUNING, "%s: a trailing comma after %.*s", what,
+                                (int)(stop - p), p);
         if (value < op->min[index] || value > op->max[index])
             return clattn__fail(CLATTN_ERR_INVALID_TUNING, "%s: %s.%s = %ld is outside [%ld, %ld]",
                                 what, op->name, op->params[index], value, op->min[index],
@@ -175,23 +184,28 @@ int clattn_tuning_override(const char *op_name, const char *params) {
 /* Applies CLATTN_TUNE's part for `op` ("op:NAME=VALUE,...;..."), after checking all of it. */
 static int apply_env(const clattn__tuning_op *op, long *values, bool *set) {
     const char *text = getenv("CLATTN_TUNE");
+    bool seen[sizeof ops / sizeof ops[0]] = {false};
     int status = CLATTN_SUCCESS;
     for (const char *p = text; p && *p && status == CLATTN_SUCCESS;) {
         const char *semi = strchr(p, ';'), *stop = semi ? semi : p + strlen(p);
         const char *colon = memchr(p, ':', (size_t)(stop - p));
         const clattn__tuning_op *named = colon ? find_op(p, (size_t)(colon - p)) : NULL;
+        size_t index = 0;
+        while (named && ops[index] != named) ++index;
         long scratch[CLATTN__TUNING_MAX_PARAMS];
         bool scratch_set[CLATTN__TUNING_MAX_PARAMS] = {false};
-        if (!named)
+        if (!named || colon + 1 == stop || (semi && semi[1] == '\0'))
             status = clattn__fail(CLATTN_ERR_INVALID_TUNING,
-                                  "CLATTN_TUNE: \"%.*s\" is not OP:NAME=VALUE,... with a known OP",
+                                  "CLATTN_TUNE: \"%.*s\" is not OP:NAME=VALUE,... with a known OP "
+                                  "(sections are separated by ';', none empty)",
                                   (int)(stop - p), p);
-        else if (named == op)
-            status =
-                parse_params(op, colon + 1, (size_t)(stop - colon - 1), "CLATTN_TUNE", values, set);
+        else if (seen[index])
+            status = clattn__fail(CLATTN_ERR_INVALID_TUNING, "CLATTN_TUNE: %s is given twice",
+                                  named->name);
         else
             status = parse_params(named, colon + 1, (size_t)(stop - colon - 1), "CLATTN_TUNE",
-                                  scratch, scratch_set);
+                                  named == op ? values : scratch, named == op ? set : scratch_set);
+        if (named) seen[index] = true;
         p = semi ? semi + 1 : stop;
     }
     return status;
@@ -285,6 +299,7 @@ static int find_row(const row_filter *filter, const clattn__tuning_op *op, clatt
 int clattn__tuning_get(cl_device_id device, const clattn__tuning_op *op, clattn_dtype dtype,
                        long *values) {
     int status = CLATTN_SUCCESS;
+    bool found_any = false;
     for (int level = 0; level < 4 && status == CLATTN_SUCCESS; ++level) {
         bool found = false;
         const row_filter filter = {level, device, NULL};
@@ -294,8 +309,12 @@ int clattn__tuning_get(cl_device_id device, const clattn__tuning_op *op, clattn_
             clattn__warn("tuning: the %s row of level %d does not fit this device (%s); %s",
                          op->name, level, why,
                          level < 3 ? "trying the next level" : "the op clamps it");
+        found_any = found_any || found;
         if (found && (!why || level == 3)) break;
     }
+    if (status == CLATTN_SUCCESS && !found_any)
+        status = clattn__fail(CLATTN_ERR_INVALID_TUNING, "the tuning table has no %s row for %s",
+                              op->name, clattn_dtype_name(dtype));
     bool overridden = false;
     if (status == CLATTN_SUCCESS) status = apply_overrides(op, values, &overridden);
     const char *why = status == CLATTN_SUCCESS && overridden ? op->fits(device, values) : NULL;

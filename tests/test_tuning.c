@@ -39,8 +39,10 @@ static void lookup_reflects_overrides(test_ctx *t) {
 }
 
 static void malformed_overrides_are_errors(test_ctx *t) {
-    static const char *const bad[] = {"GROUP",   "GROUP=", "GROUP=8x",       "WIDTH=4",
-                                      "GROUP=0", "VEC=99", "GROUP=8,,VEC=4", "=8"};
+    static const char *const bad[] = {"GROUP",           "GROUP=",   "GROUP=8x",       "WIDTH=4",
+                                      "GROUP=0",         "VEC=99",   "GROUP=8,,VEC=4", "=8",
+                                      "GROUP=8,",        "GROUP= 8", "GROUP=+8",       "GROUP=-8",
+                                      "GROUP=8,GROUP=16"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i)
         CHECK_STATUS(t, clattn_tuning_override("softmax", bad[i]), CLATTN_ERR_INVALID_TUNING);
     CHECK_STATUS(t, clattn_tuning_override("attention", "DECODE=3"), CLATTN_ERR_INVALID_TUNING);
@@ -73,14 +75,22 @@ static void environment_overrides(test_ctx *t) {
     setenv("CLATTN_TUNE", "softmax:GROUP", 1); /* malformed: every softmax call fails */
     cl_event event = (cl_event)1;
     int bad = small_softmax(t, &event);
-    setenv("CLATTN_TUNE", "attention_v2:GROUP=4", 1); /* an unknown op is an error too */
-    int unknown = clattn_tuning_lookup(device_of(t), "softmax", CLATTN_F32, params, sizeof params);
+    /* an unknown op, an empty section, a trailing ';' and an op given twice are errors too */
+    static const char *const malformed[] = {"attention_v2:GROUP=4", "softmax:", "softmax:GROUP=4;",
+                                            "softmax:GROUP=4;;copy:VEC=4",
+                                            "softmax:GROUP=4;softmax:VEC=4"};
+    int unknown = CLATTN_ERR_INVALID_TUNING;
+    for (size_t i = 0; i < sizeof malformed / sizeof malformed[0]; ++i) {
+        setenv("CLATTN_TUNE", malformed[i], 1);
+        int got = clattn_tuning_lookup(device_of(t), "softmax", CLATTN_F32, params, sizeof params);
+        if (got != CLATTN_ERR_INVALID_TUNING) unknown = got;
+    }
     unsetenv("CLATTN_TUNE");
     CHECK(t, status == CLATTN_SUCCESS, "CLATTN_TUNE's GROUP=4 did not reach softmax: %s", params);
     CHECK(t, bad == CLATTN_ERR_INVALID_TUNING, "a malformed CLATTN_TUNE gave %s",
           clattn_status_name(bad));
     CHECK(t, event == NULL, "*event is set after a failure");
-    CHECK(t, unknown == CLATTN_ERR_INVALID_TUNING, "an unknown op gave %s",
+    CHECK(t, unknown == CLATTN_ERR_INVALID_TUNING, "a malformed CLATTN_TUNE gave %s",
           clattn_status_name(unknown));
     CHECK_OK(t, small_softmax(t, NULL));
 }
