@@ -419,6 +419,10 @@ static void bad_arguments_are_rejected(test_ctx *t) {
     status = clattn_attention(&qt, &kt, &kt, INFINITY, NULL, &ot, NULL, q, 0, NULL, &ev);
     CHECK(t, status == CLATTN_ERR_INVALID_ARGUMENT, "infinite scale -> %s",
           clattn_status_name(status));
+    status = clattn_attention(NULL, &kt, &kt, 0.0f, NULL, &ot, NULL, q, 0, NULL, &ev);
+    CHECK(t, status == CLATTN_ERR_INVALID_ARGUMENT, "q NULL -> %s", clattn_status_name(status));
+    status = clattn_attention(&qt, NULL, &kt, 0.0f, NULL, &ot, NULL, q, 0, NULL, &ev);
+    CHECK(t, status == CLATTN_ERR_INVALID_ARGUMENT, "k NULL -> %s", clattn_status_name(status));
     clReleaseMemObject(a);
     clReleaseMemObject(b);
 }

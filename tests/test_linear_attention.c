@@ -580,7 +580,17 @@ static void bad_arguments(test_ctx *t) {
     CHECK_STATUS(t, call_op(t, &c, true), CLATTN_ERR_ALIASING);
     c = good, c.s.offset = 1024; /* the state over k */
     CHECK_STATUS(t, call_op(t, &c, true), CLATTN_ERR_ALIASING);
+    c = good, c.k.shape[2] = 4, c.v.shape[2] = 4; /* a step takes as many queries as keys */
+    CHECK_STATUS(t, call_op(t, &c, true), CLATTN_ERR_SHAPE_MISMATCH);
     cl_event event = (cl_event)1;
+    CHECK_STATUS(t,
+                 clattn_linear_attention(NULL, &good.k, &good.v, NULL, &good.out, NULL,
+                                         clattn_env_queue(t->env), 0, NULL, &event),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(t,
+                 clattn_linear_attention(&good.q, NULL, &good.v, NULL, &good.out, NULL,
+                                         clattn_env_queue(t->env), 0, NULL, &event),
+                 CLATTN_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(t,
                  clattn_linear_attention_step(&good.q, &good.k, &good.v, NULL, NULL, &good.z,
                                               &good.out, NULL, clattn_env_queue(t->env), 0, NULL,
