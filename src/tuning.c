@@ -236,50 +236,41 @@ static const char *type_name(cl_device_type type) {
                                                : "other";
 }
 
-/* The row's device key at lookup level 0 (name), 1 (vendor/type), 2 (type), 3 (default). */
-static bool row_matches_level(const tuning_row *row, int level, cl_device_id device) {
-    char name[256] = "", vendor[256] = "", key[600];
+/* The device's key at lookup level 0 (name), 1 (vendor/type), 2 (type), 3 (default). */
+static void device_key(cl_device_id device, int level, char *key, size_t capacity) {
+    char name[256] = "", vendor[256] = "";
     cl_device_type type = 0;
     clGetDeviceInfo(device, CL_DEVICE_NAME, sizeof name, name, NULL);
     clGetDeviceInfo(device, CL_DEVICE_VENDOR, sizeof vendor, vendor, NULL);
     clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
     switch (level) {
     case 0:
-        snprintf(key, sizeof key, "name:%s", name);
+        snprintf(key, capacity, "name:%s", name);
         break;
     case 1:
-        snprintf(key, sizeof key, "vendor:%s/%s", vendor, type_name(type));
+        snprintf(key, capacity, "vendor:%s/%s", vendor, type_name(type));
         break;
     case 2:
-        snprintf(key, sizeof key, "type:%s", type_name(type));
+        snprintf(key, capacity, "type:%s", type_name(type));
         break;
     default:
-        snprintf(key, sizeof key, "default");
+        snprintf(key, capacity, "default");
     }
-    return strcmp(row->device, key) == 0;
 }
-
-/* The first row for op and dtype that `matches` (a level on a device, or one device key),
- * parsed; *found says whether there was one. */
-typedef struct row_filter {
-    int level;
-    cl_device_id device;
-    const char *key; /* when set: this device key, exactly */
-} row_filter;
 
 const char *clattn__tuning_test_row[4];
 
-static int find_row(const row_filter *filter, const clattn__tuning_op *op, clattn_dtype dtype,
-                    long *values, bool *found) {
+/* The first row for op and dtype whose device key is `key`, parsed; *found says whether there
+ * was one. */
+static int find_row(const char *key, const clattn__tuning_op *op, clattn_dtype dtype, long *values,
+                    bool *found) {
     *found = false;
     const size_t rows = sizeof table / sizeof table[0];
     const tuning_row test_row = {clattn__tuning_test_row[0], clattn__tuning_test_row[1],
                                  clattn__tuning_test_row[2], clattn__tuning_test_row[3]};
     for (size_t i = test_row.op ? 0 : 1; i <= rows; ++i) {
         const tuning_row *row = i == 0 ? &test_row : &table[i - 1];
-        const bool device_ok = filter->key ? strcmp(row->device, filter->key) == 0
-                                           : row_matches_level(row, filter->level, filter->device);
-        if (strcmp(row->op, op->name) != 0 || !device_ok) continue;
+        if (strcmp(row->op, op->name) != 0 || strcmp(row->device, key) != 0) continue;
         if (strcmp(row->dtype, "*") != 0 && strcmp(row->dtype, clattn_dtype_name(dtype)) != 0)
             continue;
         bool set[CLATTN__TUNING_MAX_PARAMS] = {false};
@@ -302,8 +293,9 @@ int clattn__tuning_get(cl_device_id device, const clattn__tuning_op *op, clattn_
     bool found_any = false;
     for (int level = 0; level < 4 && status == CLATTN_SUCCESS; ++level) {
         bool found = false;
-        const row_filter filter = {level, device, NULL};
-        status = find_row(&filter, op, dtype, values, &found);
+        char key[600];
+        device_key(device, level, key, sizeof key);
+        status = find_row(key, op, dtype, values, &found);
         const char *why = found ? op->fits(device, values) : NULL;
         if (found && why)
             clattn__warn("tuning: the %s row of level %d does not fit this device (%s); %s",
@@ -327,9 +319,8 @@ int clattn__tuning_get(cl_device_id device, const clattn__tuning_op *op, clattn_
 
 int clattn__tuning_row(const clattn__tuning_op *op, clattn_dtype dtype, const char *key,
                        long *values) {
-    const row_filter filter = {0, NULL, key};
     bool found = false;
-    int status = find_row(&filter, op, dtype, values, &found);
+    int status = find_row(key, op, dtype, values, &found);
     if (status == CLATTN_SUCCESS && !found)
         status = clattn__fail(CLATTN_ERR_INVALID_TUNING, "no %s row for %s", op->name, key);
     return status;
