@@ -155,7 +155,7 @@ static int pick_launch(cl_device_id device, const attention_args *a, attention_l
     clGetDeviceInfo(device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_bytes, &local_bytes, NULL);
     const int64_t d = a->q->shape[3], dv = a->v->shape[3];
     *l = (attention_launch){(int)(a->q->shape[2] <= KEYS_MAX_QUERIES ? v[1] : v[0]),
-                            v[2] == 1 ? 1 : clattn__head_lanes((cl_uint)v[2], d, dv),
+                            clattn__head_lanes((cl_uint)v[2], d, dv),
                             (int)v[4],
                             (size_t)v[3],
                             (int)v[5],

@@ -85,9 +85,9 @@ int clattn__set_idx_arg(cl_kernel kernel, cl_uint index, uint64_t value, bool wi
  * never more than the device's per-dimension limit for dimension 0. */
 int clattn__kernel_max_group(cl_kernel kernel, cl_device_id device, size_t *size);
 
-/* Head-dim vector lanes for the row kernels (cl/rows.cl): `width` (the device's preferred float
- * width, or a GPU's 4) as 16, 8 or 4, narrowed until it divides both head dims; 1 (scalar code)
- * for odd head dims. */
+/* Head-dim vector lanes for the row kernels (cl/rows.cl): `width` (the tuning table's LANES)
+ * as 16, 8, 4 or 1, narrowed until it divides both head dims; 1 (scalar code) for odd head dims
+ * or a width below 4. */
 int clattn__head_lanes(cl_uint width, int64_t d, int64_t dv);
 
 /* A tensor argument as the kernels take it: buffer, offset, then the strides of dims first..3. */

@@ -194,7 +194,6 @@ static int pick_launch(cl_device_id device, const linear_args *a, linear_launch 
                          (int)v[5],
                          0,
                          a->mask.causal != 0};
-    if (v[0] == 1) l->lanes = 1;
     if (l->rows == 0 || d % l->rows) l->rows = register_tile(d, dv, l->lanes);
     if (l->bm == 0) l->bm = register_tile(4, dv, l->lanes);
     pick_chunks(l, device, a);

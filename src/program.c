@@ -425,7 +425,7 @@ int clattn__enqueue(const clattn__call *call, cl_kernel kernel, cl_uint dims, co
 }
 
 int clattn__head_lanes(cl_uint width, int64_t d, int64_t dv) {
-    int lanes = width >= 16 ? 16 : width >= 8 ? 8 : 4;
+    int lanes = width >= 16 ? 16 : width >= 8 ? 8 : width >= 4 ? 4 : 1;
     while (lanes > 1 && (d % lanes || dv % lanes)) lanes /= 2;
     return lanes == 2 ? 1 : lanes;
 }
