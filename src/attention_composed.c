@@ -119,8 +119,10 @@ int clattn__attention_composed(const clattn__attention_args *a, const clattn__ca
     const size_t d = (size_t)a->q->shape[3], dv = (size_t)a->v->shape[3],
                  sk = (size_t)a->k->shape[2];
 
-    int status = CLATTN_SUCCESS;
-    if (call->num_wait > 0) {
+    /* the gemm row is read (and given to CLBlast) before the first enqueue: a bad override
+     * fails the call with nothing enqueued */
+    int status = clattn__blas_prepare(call->device);
+    if (status == CLATTN_SUCCESS && call->num_wait > 0) {
         cl_int err =
             clEnqueueBarrierWithWaitList(call->queue, call->num_wait, call->wait_list, NULL);
         if (err != CL_SUCCESS) status = clattn__cl_fail(err, "clEnqueueBarrierWithWaitList");

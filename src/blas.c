@@ -2,14 +2,68 @@
  * The CLBlast bridge (src/blas.h) and the library's scratch allocations.
  */
 #include "blas.h"
+#include "tuning.h"
 
 #include <clblast_c.h>
 #include <pthread.h>
+#include <string.h>
+
+/* ---- the gemm row: CLBlast's Xgemm parameters, from clattn's tuning table ---- */
+
+/* The parameters last given to CLBlast, per device: CLBlast drops its compiled GEMM when they
+ * change, so they are given again only when they differ. Without a row (or an override) CLBlast
+ * keeps its own database; once given, parameters stay until others replace them (CLBlast's C
+ * API cannot restore its database's). */
+#define GEMM_DEVICES 16
+static pthread_mutex_t gemm_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    cl_device_id device;
+    long values[CLATTN__TUNING_MAX_PARAMS];
+} gemm_given[GEMM_DEVICES];
+
+static int give_clblast(cl_device_id device, const long *values) {
+    const clattn__tuning_op *op = &clattn__tuning_gemm;
+    /* the GEMMK=0 kernel, whose parameters the row holds; KREG is the other kernel's */
+    const char *names[CLATTN__TUNING_MAX_PARAMS + 2] = {"GEMMK", "KREG"};
+    size_t given[CLATTN__TUNING_MAX_PARAMS + 2] = {0, 1};
+    for (int i = 0; i < op->count; ++i) {
+        names[i + 2] = op->params[i];
+        given[i + 2] = (size_t)values[i];
+    }
+    CLBlastStatusCode status = CLBlastOverrideParameters(device, "Xgemm", CLBlastPrecisionSingle,
+                                                         (size_t)op->count + 2, names, given);
+    if (status == CLBlastSuccess) return CLATTN_SUCCESS;
+    return clattn__fail(CLATTN_ERR_BLAS, "CLBlastOverrideParameters (Xgemm) returned %d",
+                        (int)status);
+}
+
+int clattn__blas_prepare(cl_device_id device) {
+    long values[CLATTN__TUNING_MAX_PARAMS] = {0};
+    bool found = false;
+    int status = clattn__tuning_find(device, &clattn__tuning_gemm, CLATTN_F32, values, &found);
+    if (status != CLATTN_SUCCESS || !found) return status;
+    pthread_mutex_lock(&gemm_lock);
+    int slot = 0;
+    while (slot < GEMM_DEVICES - 1 && gemm_given[slot].device && gemm_given[slot].device != device)
+        ++slot;
+    if (gemm_given[slot].device != device ||
+        memcmp(gemm_given[slot].values, values, sizeof values) != 0) {
+        status = give_clblast(device, values);
+        if (status == CLATTN_SUCCESS) {
+            gemm_given[slot].device = device;
+            memcpy(gemm_given[slot].values, values, sizeof values);
+        }
+    }
+    pthread_mutex_unlock(&gemm_lock);
+    return status;
+}
 
 int clattn__sgemm_batched(const clattn__call *call, bool trans_b, size_t m, size_t n, size_t k,
                           const clattn__matrices *a, const clattn__matrices *b,
                           const clattn__matrices *c, size_t batch) {
     cl_command_queue queue = call->queue;
+    int applied = clattn__blas_prepare(call->device);
+    if (applied != CLATTN_SUCCESS) return applied;
     CLBlastStatusCode status = CLBlastSgemmStridedBatched(
         CLBlastLayoutRowMajor, CLBlastTransposeNo,
         trans_b ? CLBlastTransposeYes : CLBlastTransposeNo, m, n, k, 1.0f, a->buffer, a->offset,

@@ -20,6 +20,12 @@ int clattn__sgemm_batched(const clattn__call *call, bool trans_b, size_t m, size
                           const clattn__matrices *a, const clattn__matrices *b,
                           const clattn__matrices *c, size_t batch);
 
+/* Gives CLBlast the device's gemm row (Xgemm parameters from the tuning table and overrides)
+ * if it has one and CLBlast has other parameters; without one CLBlast keeps its own database.
+ * clattn__sgemm_batched does this itself; a caller with several enqueues calls it first, so a
+ * bad gemm override (CLATTN_ERR_INVALID_TUNING) fails before anything is enqueued. */
+int clattn__blas_prepare(cl_device_id device);
+
 /* Clears CLBlast's program cache (clattn_cache_clear(NULL)). */
 void clattn__blas_cache_clear(void);
 

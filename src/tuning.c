@@ -102,9 +102,43 @@ const clattn__tuning_op clattn__tuning_attention = {
     {1, 2, 16, 1024, 32, 1024, 1 << 20},
     attention_fits};
 
-static const clattn__tuning_op *const ops[] = {&clattn__tuning_copy, &clattn__tuning_softmax,
-                                               &clattn__tuning_attention,
-                                               &clattn__tuning_linear_attention};
+/* CLBlast's Xgemm kernel (its GEMMK=0 form, the one whose constraints these are): MWG, NWG,
+ * KWG tile sizes; MDIMC x NDIMC work-items a group; MDIMA, NDIMB the shapes A and B tiles are
+ * loaded in; KWI the unroll; VWM, VWN vector widths; STRM, STRN strided access; SA, SB local
+ * memory for A and B. */
+static const char *gemm_fits(cl_device_id device, const long *v) {
+    const long mwg = v[0], nwg = v[1], kwg = v[2], mdimc = v[3], ndimc = v[4], mdima = v[5],
+               ndimb = v[6], kwi = v[7], vwm = v[8], vwn = v[9], sa = v[12], sb = v[13];
+    if (!is_lane_width(vwm) && vwm != 2) return "VWM must be 1, 2, 4, 8 or 16";
+    if (!is_lane_width(vwn) && vwn != 2) return "VWN must be 1, 2, 4, 8 or 16";
+    if (kwg % kwi) return "KWG must be a multiple of KWI";
+    if (mwg % (mdimc * vwm) || mwg % (mdima * vwm))
+        return "MWG must be a multiple of MDIMC*VWM and MDIMA*VWM";
+    if (nwg % (ndimc * vwn) || nwg % (ndimb * vwn))
+        return "NWG must be a multiple of NDIMC*VWN and NDIMB*VWN";
+    if ((mdimc * ndimc) % mdima || (mdimc * ndimc) % ndimb)
+        return "MDIMA and NDIMB must divide MDIMC*NDIMC";
+    if (kwg % ((mdimc * ndimc) / mdima) || kwg % ((mdimc * ndimc) / ndimb))
+        return "KWG must be a multiple of MDIMC*NDIMC/MDIMA and of MDIMC*NDIMC/NDIMB";
+    if ((size_t)(mdimc * ndimc) > device_max_group(device))
+        return "MDIMC*NDIMC exceeds the device's work-group size";
+    if ((cl_ulong)(kwg * (sa * mwg + sb * nwg)) * 4 > device_local_bytes(device))
+        return "the A and B tiles exceed the device's local memory";
+    return NULL;
+}
+
+const clattn__tuning_op clattn__tuning_gemm = {
+    "gemm",
+    14,
+    {"MWG", "NWG", "KWG", "MDIMC", "NDIMC", "MDIMA", "NDIMB", "KWI", "VWM", "VWN", "STRM", "STRN",
+     "SA", "SB"},
+    {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0},
+    {256, 256, 256, 64, 64, 64, 64, 64, 16, 16, 1, 1, 1, 1},
+    gemm_fits};
+
+static const clattn__tuning_op *const ops[] = {
+    &clattn__tuning_copy, &clattn__tuning_softmax, &clattn__tuning_attention,
+    &clattn__tuning_linear_attention, &clattn__tuning_gemm};
 
 static const clattn__tuning_op *find_op(const char *name, size_t length) {
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; ++i)
@@ -211,8 +245,9 @@ static int apply_env(const clattn__tuning_op *op, long *values, bool *set) {
     return status;
 }
 
-/* Applies the overrides for `op`; *any says whether one set a parameter. */
-static int apply_overrides(const clattn__tuning_op *op, long *values, bool *any) {
+/* Applies the overrides for `op`; *any says whether one set a parameter, *all whether they set
+ * every one. */
+static int apply_overrides(const clattn__tuning_op *op, long *values, bool *any, bool *all) {
     bool set[CLATTN__TUNING_MAX_PARAMS] = {false};
     int status = apply_env(op, values, set);
     char text[sizeof overrides[0]] = "";
@@ -223,7 +258,11 @@ static int apply_overrides(const clattn__tuning_op *op, long *values, bool *any)
     if (status == CLATTN_SUCCESS)
         status = parse_params(op, text, strlen(text), "clattn_tuning_override", values, set);
     *any = false;
-    for (int i = 0; i < op->count; ++i) *any = *any || set[i];
+    *all = true;
+    for (int i = 0; i < op->count; ++i) {
+        *any = *any || set[i];
+        *all = *all && set[i];
+    }
     return status;
 }
 
@@ -287,33 +326,48 @@ static int find_row(const char *key, const clattn__tuning_op *op, clattn_dtype d
     return CLATTN_SUCCESS;
 }
 
-int clattn__tuning_get(cl_device_id device, const clattn__tuning_op *op, clattn_dtype dtype,
-                       long *values) {
+int clattn__tuning_find(cl_device_id device, const clattn__tuning_op *op, clattn_dtype dtype,
+                        long *values, bool *found) {
     int status = CLATTN_SUCCESS;
-    bool found_any = false;
+    *found = false;
     for (int level = 0; level < 4 && status == CLATTN_SUCCESS; ++level) {
-        bool found = false;
+        bool here = false;
         char key[600];
         device_key(device, level, key, sizeof key);
-        status = find_row(key, op, dtype, values, &found);
-        const char *why = found ? op->fits(device, values) : NULL;
-        if (found && why)
+        status = find_row(key, op, dtype, values, &here);
+        const char *why = here ? op->fits(device, values) : NULL;
+        if (here && why)
             clattn__warn("tuning: the %s row of level %d does not fit this device (%s); %s",
                          op->name, level, why,
                          level < 3 ? "trying the next level" : "the op clamps it");
-        found_any = found_any || found;
-        if (found && (!why || level == 3)) break;
+        /* a row that does not fit counts only at the last level (the default, which the op
+         * clamps); an op without a default row then has none */
+        *found = here && (!why || level == 3);
+        if (*found) break;
     }
-    if (status == CLATTN_SUCCESS && !found_any)
-        status = clattn__fail(CLATTN_ERR_INVALID_TUNING, "the tuning table has no %s row for %s",
-                              op->name, clattn_dtype_name(dtype));
-    bool overridden = false;
-    if (status == CLATTN_SUCCESS) status = apply_overrides(op, values, &overridden);
+    bool overridden = false, complete = false;
+    if (status == CLATTN_SUCCESS) status = apply_overrides(op, values, &overridden, &complete);
+    if (status == CLATTN_SUCCESS && overridden && !*found && !complete)
+        status = clattn__fail(CLATTN_ERR_INVALID_TUNING,
+                              "the %s override gives some parameters, and this device has no %s "
+                              "row for the others: give them all",
+                              op->name, op->name);
+    *found = *found || complete;
     const char *why = status == CLATTN_SUCCESS && overridden ? op->fits(device, values) : NULL;
     if (why)
         status = clattn__fail(CLATTN_ERR_INVALID_TUNING,
                               "the %s parameters after the overrides do not fit this device: %s",
                               op->name, why);
+    return status;
+}
+
+int clattn__tuning_get(cl_device_id device, const clattn__tuning_op *op, clattn_dtype dtype,
+                       long *values) {
+    bool found = false;
+    int status = clattn__tuning_find(device, op, dtype, values, &found);
+    if (status == CLATTN_SUCCESS && !found)
+        status = clattn__fail(CLATTN_ERR_INVALID_TUNING, "the tuning table has no %s row for %s",
+                              op->name, clattn_dtype_name(dtype));
     return status;
 }
 

@@ -5,7 +5,7 @@
 
 #include "internal.h"
 
-#define CLATTN__TUNING_MAX_PARAMS 8
+#define CLATTN__TUNING_MAX_PARAMS 16
 
 /* An op's parameters: their names, the range each value must lie in, and the device limits a
  * whole set must fit (NULL: fits; else why not, for the warning or the error). */
@@ -25,6 +25,12 @@ typedef struct clattn__tuning_op {
 int clattn__tuning_get(cl_device_id device, const clattn__tuning_op *op, clattn_dtype dtype,
                        long *values);
 
+/* clattn__tuning_get for an op whose rows are optional (gemm: without one, CLBlast keeps its
+ * own database): *found says whether a row or a complete override gave the values. An override
+ * that gives only some parameters with no row under it fails. */
+int clattn__tuning_find(cl_device_id device, const clattn__tuning_op *op, clattn_dtype dtype,
+                        long *values, bool *found);
+
 /* The row of `op` for one device key ("default", "type:gpu"), without overrides: tests run
  * each class's row on any device. */
 int clattn__tuning_row(const clattn__tuning_op *op, clattn_dtype dtype, const char *key,
@@ -35,6 +41,6 @@ extern const char *clattn__tuning_test_row[4];
 
 /* The ops the table knows (for clattn_tuning_override and the tuner). */
 extern const clattn__tuning_op clattn__tuning_copy, clattn__tuning_softmax,
-    clattn__tuning_attention, clattn__tuning_linear_attention;
+    clattn__tuning_attention, clattn__tuning_linear_attention, clattn__tuning_gemm;
 
 #endif

@@ -1,9 +1,13 @@
 /* Tests of the tuning table (src/tuning.c, src/tuning_table.def): lookup, fallback of a row that
  * does not fit the device, overrides through the API and CLATTN_TUNE, and their errors. */
+#include "blas.h"
 #include "harness.h"
 #include "internal.h"
 #include "tuning.h"
 
+#include <clblast_c.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,7 +51,8 @@ static void malformed_overrides_are_errors(test_ctx *t) {
         CHECK_STATUS(t, clattn_tuning_override("softmax", bad[i]), CLATTN_ERR_INVALID_TUNING);
     CHECK_STATUS(t, clattn_tuning_override("attention", "DECODE=3"), CLATTN_ERR_INVALID_TUNING);
     CHECK_STATUS(t, clattn_tuning_override("copy", "VEC=17"), CLATTN_ERR_INVALID_TUNING);
-    CHECK_STATUS(t, clattn_tuning_override("gemm", "GROUP=8"), CLATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(t, clattn_tuning_override("gemm", "GROUP=8"), CLATTN_ERR_INVALID_TUNING);
+    CHECK_STATUS(t, clattn_tuning_override("gemv", "GROUP=8"), CLATTN_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(t, clattn_tuning_override(NULL, "GROUP=8"), CLATTN_ERR_INVALID_ARGUMENT);
     char params[8];
     CHECK_STATUS(t, clattn_tuning_lookup(device_of(t), "softmax", CLATTN_F32, params, 8),
@@ -136,11 +141,83 @@ static void rows_that_do_not_fit(test_ctx *t) {
     CHECK_OK(t, small_softmax(t, NULL));
 }
 
+/* c = a b^T for a batch of 2 odd-sized matrices through the CLBlast bridge, against the host:
+ * |c - ref| <= 2 K 2^-24 sum_k |a_ik b_jk| (the bound on a float32 sum of K products). */
+static void check_small_gemm(test_ctx *t, const char *what) {
+    enum { M = 70, N = 33, K = 40, BATCH = 2 };
+    static float a[BATCH * M * K], b[BATCH * N * K], c[BATCH * M * N];
+    for (int i = 0; i < BATCH * M * K; ++i) a[i] = (float)((i * 37) % 101 - 50) / 50.0f;
+    for (int i = 0; i < BATCH * N * K; ++i) b[i] = (float)((i * 53) % 97 - 48) / 48.0f;
+    cl_mem ab = test_buffer(t, sizeof a), bb = test_buffer(t, sizeof b),
+           cb = test_buffer(t, sizeof c);
+    bool ok = ab && bb && cb && test_write(t, ab, a, sizeof a) && test_write(t, bb, b, sizeof b);
+    const clattn__call call = {
+        clattn_env_queue(t->env), clattn_env_context(t->env), device_of(t), 0, NULL, NULL};
+    const clattn__matrices am = {ab, 0, K, M * K}, bm = {bb, 0, K, N * K}, cm = {cb, 0, N, M * N};
+    int status = ok ? clattn__sgemm_batched(&call, true, M, N, K, &am, &bm, &cm, BATCH) : -1;
+    CHECK(t, status == CLATTN_SUCCESS, "%s: %s: %s", what, clattn_status_name(status),
+          clattn_last_error());
+    ok = ok && status == CLATTN_SUCCESS && test_read(t, cb, c, sizeof c);
+    for (int i = 0; ok && i < BATCH * M * N; ++i) {
+        const int batch = i / (M * N), row = i / N % M, col = i % N;
+        double want = 0, scale = 0;
+        for (int e = 0; e < K; ++e) {
+            double p = (double)a[(batch * M + row) * K + e] * b[(batch * N + col) * K + e];
+            want += p;
+            scale += fabs(p);
+        }
+        ok = fabs(c[i] - want) <= 2.0 * K * ldexp(1.0, -24) * scale;
+        CHECK(t, ok, "%s: c[%d] = %.9g, expected %.9g", what, i, c[i], want);
+    }
+    cl_mem all[3] = {ab, bb, cb};
+    for (int i = 0; i < 3; ++i)
+        if (all[i]) clReleaseMemObject(all[i]);
+}
+
+/* The gemm row reaches CLBlast: a partial override needs a row under it, a set past the Xgemm
+ * kernel's constraints is refused, and complete sets reach CLBlast's GEMM (CLBlast refuses a
+ * set with a name missing or wrong), whose results stay right. CLBlast is made to take its
+ * tiled (indirect) kernel, the one the parameters shape, for every size. */
+static void gemm_rows_reach_clblast(test_ctx *t) {
+    char params[256];
+    const bool has_row =
+        clattn_tuning_lookup(device_of(t), "gemm", CLATTN_F32, params, sizeof params) == 0;
+    CHECK_OK(t, clattn_tuning_override("gemm", "MWG=64"));
+    int partial = clattn_tuning_lookup(device_of(t), "gemm", CLATTN_F32, params, sizeof params);
+    CHECK(t, has_row ? partial == CLATTN_SUCCESS : partial == CLATTN_ERR_INVALID_TUNING,
+          "a partial gemm override (the device has %s row) gave %s", has_row ? "a" : "no",
+          clattn_status_name(partial));
+    /* one set that fits and differs from CLBlast's defaults everywhere it can (each set costs
+     * PoCL a half-minute build of CLBlast's GEMM program), one that breaks a constraint */
+    static const char *const sets[] = {
+        "MWG=32,NWG=64,KWG=32,MDIMC=8,NDIMC=16,MDIMA=8,NDIMB=16,KWI=2,VWM=4,VWN=4,STRM=1,STRN=1,"
+        "SA=1,SB=1",
+        /* MWG = 64 is no multiple of MDIMC * VWM = 128 */
+        "MWG=64,NWG=64,KWG=16,MDIMC=16,NDIMC=8,MDIMA=8,NDIMB=8,KWI=1,VWM=8,VWN=8,STRM=0,STRN=0,"
+        "SA=0,SB=0"};
+    const char *indirect_names[] = {"XGEMM_MIN_INDIRECT_SIZE"};
+    const size_t indirect_from[] = {1};
+    CHECK(t,
+          CLBlastOverrideParameters(device_of(t), "GemmRoutine", CLBlastPrecisionSingle, 1,
+                                    indirect_names, indirect_from) == CLBlastSuccess,
+          "CLBlast refused XGEMM_MIN_INDIRECT_SIZE");
+    CHECK_OK(t, clattn_tuning_override("gemm", sets[0]));
+    check_small_gemm(t, sets[0]);
+    CHECK_OK(t, clattn_tuning_override("gemm", sets[1]));
+    int unfit = clattn_tuning_lookup(device_of(t), "gemm", CLATTN_F32, params, sizeof params);
+    char why[512];
+    snprintf(why, sizeof why, "%s", clattn_last_error());
+    clattn_tuning_override("gemm", NULL);
+    CHECK(t, unfit == CLATTN_ERR_INVALID_TUNING && strstr(why, "MDIMC*VWM"),
+          "a gemm set past the kernel's constraints gave %s: %s", clattn_status_name(unfit), why);
+}
+
 static const test_case cases[] = {
     {"every_row_is_complete", every_row_is_complete},
     {"lookup_reflects_overrides", lookup_reflects_overrides},
     {"malformed_overrides_are_errors", malformed_overrides_are_errors},
     {"environment_overrides", environment_overrides},
     {"rows_that_do_not_fit", rows_that_do_not_fit},
+    {"gemm_rows_reach_clblast", gemm_rows_reach_clblast},
 };
 SUITE(tuning_suite, "tuning", cases);
