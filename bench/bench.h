@@ -124,5 +124,8 @@ int bench_attention(const bench_options *opt, clattn_env *env, bench_ceilings *c
                     bench_report *report);
 int bench_linear(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
                  bench_report *report);
+/* The tuning table's default row beside this device's own (bench/bench_tuning.c). */
+int bench_tuning(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
+                 bench_report *report);
 
 #endif

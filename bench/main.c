@@ -23,7 +23,7 @@ static void usage(FILE *out) {
                  "  NAME: split_heads | merge_heads | split_qkv | softmax | softmax_masked |\n"
                  "        attention | attention_causal | attention_memory | attention_decode |\n"
                  "        linear_attention | linear_attention_causal | linear_step |\n"
-                 "        linear_crossover\n");
+                 "        linear_crossover | tuning\n");
 }
 
 typedef struct bench_args {
@@ -94,6 +94,7 @@ static int bench_device(const bench_args *a, const char *spec, bench_report *rep
         if (status == CLATTN_SUCCESS) status = bench_softmax(&a->opt, env, ceilings, report);
         if (status == CLATTN_SUCCESS) status = bench_attention(&a->opt, env, ceilings, report);
         if (status == CLATTN_SUCCESS) status = bench_linear(&a->opt, env, ceilings, report);
+        if (status == CLATTN_SUCCESS) status = bench_tuning(&a->opt, env, ceilings, report);
         bench_ceilings_close(ceilings);
     }
     if (status != CLATTN_SUCCESS)

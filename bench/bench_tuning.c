@@ -1,0 +1,83 @@
+/* Tuning: each tuned op's cases (tune/) with the table's default row beside the row this
+ * device gets (its tuned row, if the table has one), timed alternately call by call, so the
+ * ratio holds on a machine whose speed drifts. The default row is what a device without a row
+ * of its own runs; --op tuning. */
+#include "bench.h"
+
+#include "../tune/tune.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct tuned_op {
+    const clattn__tuning_op *spec;
+    tune_cases_fn cases;
+} tuned_op;
+
+static const tuned_op tuned_ops[] = {
+    {&clattn__tuning_copy, tune_copy_cases},
+    {&clattn__tuning_softmax, tune_softmax_cases},
+    {&clattn__tuning_attention, tune_attention_cases},
+    {&clattn__tuning_linear_attention, tune_linear_cases},
+};
+
+static int add_row(bench_report *report, clattn_env *env, const bench_ceilings *ceilings,
+                   const tune_case *c, const char *op, const char *variant,
+                   const bench_timing *timing) {
+    if (c->compute)
+        return bench_add_compute_row(report, env, op, variant, CLATTN_F32, c->shape, timing,
+                                     c->work, ceilings->fma_gflops, -1.0);
+    return bench_add_memory_row(report, env, op, variant, CLATTN_F32, c->shape, timing, c->work,
+                                ceilings->copy_gbs, -1.0);
+}
+
+/* The two rows of one case, and the ratio. */
+static int measure_case(const bench_options *opt, clattn_env *env, const bench_ceilings *ceilings,
+                        tune_case *c, const char *op, const char *defaults, const char *tuned,
+                        bench_report *report) {
+    tune_run with_default = {c, op, defaults}, with_tuned = {c, op, tuned};
+    bench_timing t_default, t_tuned;
+    int status = bench_time_beside(opt, tune_run_with, &with_default, tune_run_with, &with_tuned,
+                                   clattn_env_queue(env), &t_default, &t_tuned);
+    if (status == CLATTN_SUCCESS)
+        status = add_row(report, env, ceilings, c, op, "default", &t_default);
+    if (status == CLATTN_SUCCESS) status = add_row(report, env, ceilings, c, op, "tuned", &t_tuned);
+    if (status == CLATTN_SUCCESS)
+        printf("  %s %s: tuned/default time %.2fx\n", op, c->shape,
+               t_tuned.median_ms / t_default.median_ms);
+    return status;
+}
+
+static int measure_op(const bench_options *opt, clattn_env *env, const bench_ceilings *ceilings,
+                      const tuned_op *t, bench_report *report) {
+    long defaults[CLATTN__TUNING_MAX_PARAMS], tuned[CLATTN__TUNING_MAX_PARAMS];
+    char default_text[256], tuned_text[256];
+    const char *op = t->spec->name;
+    int status = clattn_tuning_override(op, NULL);
+    if (status == CLATTN_SUCCESS)
+        status = clattn__tuning_row(t->spec, CLATTN_F32, "default", defaults);
+    if (status == CLATTN_SUCCESS)
+        status = clattn__tuning_get(clattn_env_device(env), t->spec, CLATTN_F32, tuned);
+    if (status != CLATTN_SUCCESS) return status;
+    tune_format(t->spec, defaults, default_text, sizeof default_text);
+    tune_format(t->spec, tuned, tuned_text, sizeof tuned_text);
+    printf("  %s: default %s, tuned %s%s\n", op, default_text, tuned_text,
+           strcmp(default_text, tuned_text) == 0 ? " (the same: no row of its own)" : "");
+    tune_case cases[TUNE_MAX_CASES];
+    int count = 0;
+    status = t->cases(env, false, cases, &count);
+    for (int i = 0; i < count && status == CLATTN_SUCCESS; ++i)
+        status = measure_case(opt, env, ceilings, &cases[i], op, default_text, tuned_text, report);
+    clattn_tuning_override(op, NULL);
+    tune_cases_free(cases, count);
+    return status;
+}
+
+int bench_tuning(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
+                 bench_report *report) {
+    if (opt->op && strcmp(opt->op, "tuning") != 0) return CLATTN_SUCCESS;
+    int status = CLATTN_SUCCESS;
+    for (size_t i = 0; i < sizeof tuned_ops / sizeof tuned_ops[0] && status == CLATTN_SUCCESS; ++i)
+        status = measure_op(opt, env, ceilings, &tuned_ops[i], report);
+    return status;
+}
