@@ -245,10 +245,11 @@ static int apply_env(const clattn__tuning_op *op, long *values, bool *set) {
     return status;
 }
 
-/* Applies the overrides for `op`; *any says whether one set a parameter, *all whether they set
+/* Applies the overrides for `op`, CLATTN_TUNE's then clattn_tuning_override's (which wins
+ * where both name a parameter); *any says whether one set a parameter, *all whether they set
  * every one. */
 static int apply_overrides(const clattn__tuning_op *op, long *values, bool *any, bool *all) {
-    bool set[CLATTN__TUNING_MAX_PARAMS] = {false};
+    bool set[CLATTN__TUNING_MAX_PARAMS] = {false}, set_by_api[CLATTN__TUNING_MAX_PARAMS] = {false};
     int status = apply_env(op, values, set);
     char text[sizeof overrides[0]] = "";
     pthread_mutex_lock(&override_lock);
@@ -256,10 +257,11 @@ static int apply_overrides(const clattn__tuning_op *op, long *values, bool *any,
         if (ops[i] == op) memcpy(text, overrides[i], sizeof text);
     pthread_mutex_unlock(&override_lock);
     if (status == CLATTN_SUCCESS)
-        status = parse_params(op, text, strlen(text), "clattn_tuning_override", values, set);
+        status = parse_params(op, text, strlen(text), "clattn_tuning_override", values, set_by_api);
     *any = false;
     *all = true;
     for (int i = 0; i < op->count; ++i) {
+        set[i] = set[i] || set_by_api[i];
         *any = *any || set[i];
         *all = *all && set[i];
     }

@@ -91,6 +91,15 @@ static void environment_overrides(test_ctx *t) {
         if (got != CLATTN_ERR_INVALID_TUNING) unknown = got;
     }
     unsetenv("CLATTN_TUNE");
+    /* the API's override wins over CLATTN_TUNE where both name a parameter */
+    setenv("CLATTN_TUNE", "softmax:GROUP=4,VEC=8", 1);
+    clattn_tuning_override("softmax", "GROUP=8");
+    int both = clattn_tuning_lookup(device_of(t), "softmax", CLATTN_F32, params, sizeof params);
+    clattn_tuning_override("softmax", NULL);
+    unsetenv("CLATTN_TUNE");
+    CHECK(t, both == CLATTN_SUCCESS && strstr(params, "VEC=8,GROUP=8,"),
+          "CLATTN_TUNE's VEC=8 under the API's GROUP=8 gave %s: %s", clattn_status_name(both),
+          params);
     CHECK(t, status == CLATTN_SUCCESS, "CLATTN_TUNE's GROUP=4 did not reach softmax: %s", params);
     CHECK(t, bad == CLATTN_ERR_INVALID_TUNING, "a malformed CLATTN_TUNE gave %s",
           clattn_status_name(bad));
