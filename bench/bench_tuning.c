@@ -59,6 +59,12 @@ static int measure_op(const bench_options *opt, clattn_env *env, const bench_cei
     if (status == CLATTN_SUCCESS)
         status = clattn__tuning_get(clattn_env_device(env), t->spec, CLATTN_F32, tuned);
     if (status != CLATTN_SUCCESS) return status;
+    /* the default row is used as it is only where it fits (elsewhere the op clamps it) */
+    const char *unfit = t->spec->fits(clattn_env_device(env), defaults);
+    if (unfit) {
+        printf("  %s: the default row does not fit this device (%s): no comparison\n", op, unfit);
+        return CLATTN_SUCCESS;
+    }
     tune_format(t->spec, defaults, default_text, sizeof default_text);
     tune_format(t->spec, tuned, tuned_text, sizeof tuned_text);
     printf("  %s: default %s, tuned %s%s\n", op, default_text, tuned_text,
@@ -68,6 +74,10 @@ static int measure_op(const bench_options *opt, clattn_env *env, const bench_cei
     status = t->cases(env, false, cases, &count);
     for (int i = 0; i < count && status == CLATTN_SUCCESS; ++i)
         status = measure_case(opt, env, ceilings, &cases[i], op, default_text, tuned_text, report);
+    /* said here: clearing the override below clears the last error too */
+    if (status != CLATTN_SUCCESS)
+        fprintf(stderr, "clattn-bench: tuning %s: %s: %s\n", op, clattn_status_name(status),
+                clattn_last_error());
     clattn_tuning_override(op, NULL);
     tune_cases_free(cases, count);
     return status;

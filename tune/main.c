@@ -99,20 +99,23 @@ static int parse_args(int argc, char **argv, tune_args *a) {
 }
 
 /* The row, with a comment saying what it was measured against. A gain within the noise
- * (TUNE_MARGIN) keeps the row the device has. */
+ * (TUNE_MARGIN) keeps the row the device has; a gemm search that does not beat CLBlast's own
+ * parameters prints its best commented out (no row: CLBlast keeps its database). */
 static void print_row(const tune_space *space, const tune_result *r, const char *device,
                       const char *key) {
     char start[256] = "CLBlast's own parameters", best[256];
     if (r->start_known) tune_format(space->spec, r->start, start, sizeof start);
     tune_format(space->spec, r->best, best, sizeof best);
-    const bool keep = r->start_known && r->ratio >= TUNE_MARGIN;
+    const bool no_gain = r->ratio >= TUNE_MARGIN, keep = r->start_known && no_gain;
     printf("/* %s: clattn-tune on %s, %.0f s; %.2fx the time of %s (", space->spec->name, device,
            r->seconds, r->ratio, start);
     for (int i = 0; i < r->cases; ++i)
         printf("%s%s %.2fx", i ? ", " : "", r->case_shape[i], r->case_ratio[i]);
-    printf(")%s%s */\n", keep ? ": within the noise, the row stays" : "",
+    printf(")%s%s%s */\n", keep ? ": within the noise, the row stays" : "",
+           no_gain && !r->start_known ? ": no row, CLBlast's own stay" : "",
            r->out_of_time ? "; the budget ran out before the grid" : "");
-    printf("TUNING_ROW(\"%s\", \"%s\", \"%s\", \"%s\")\n", space->spec->name,
+    printf("%sTUNING_ROW(\"%s\", \"%s\", \"%s\", \"%s\")\n",
+           no_gain && !r->start_known ? "// " : "", space->spec->name,
            space->sequential ? "f32" : "*", key, keep ? start : best);
 }
 
