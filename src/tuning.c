@@ -303,6 +303,18 @@ const char *clattn__tuning_test_row[4];
 
 /* The first row for op and dtype whose device key is `key`, parsed; *found says whether there
  * was one. */
+/* A row's parameters, every one of them given. */
+static int parse_row(const clattn__tuning_op *op, const tuning_row *row, long *values) {
+    bool set[CLATTN__TUNING_MAX_PARAMS] = {false};
+    int status = parse_params(op, row->params, strlen(row->params), "tuning table", values, set);
+    for (int p = 0; p < op->count && status == CLATTN_SUCCESS; ++p)
+        if (!set[p])
+            status =
+                clattn__fail(CLATTN_ERR_INVALID_TUNING, "tuning table: the %s row for %s lacks %s",
+                             op->name, row->device, op->params[p]);
+    return status;
+}
+
 static int find_row(const char *key, const clattn__tuning_op *op, clattn_dtype dtype, long *values,
                     bool *found) {
     *found = false;
@@ -314,18 +326,23 @@ static int find_row(const char *key, const clattn__tuning_op *op, clattn_dtype d
         if (strcmp(row->op, op->name) != 0 || strcmp(row->device, key) != 0) continue;
         if (strcmp(row->dtype, "*") != 0 && strcmp(row->dtype, clattn_dtype_name(dtype)) != 0)
             continue;
-        bool set[CLATTN__TUNING_MAX_PARAMS] = {false};
-        int status =
-            parse_params(op, row->params, strlen(row->params), "tuning table", values, set);
-        for (int p = 0; p < op->count && status == CLATTN_SUCCESS; ++p)
-            if (!set[p])
-                status = clattn__fail(CLATTN_ERR_INVALID_TUNING,
-                                      "tuning table: the %s row for %s lacks %s", op->name,
-                                      row->device, op->params[p]);
+        int status = parse_row(op, row, values);
         *found = status == CLATTN_SUCCESS;
         return status;
     }
     return CLATTN_SUCCESS;
+}
+
+int clattn__tuning_check_table(void) {
+    int status = CLATTN_SUCCESS;
+    for (size_t i = 0; i < sizeof table / sizeof table[0] && status == CLATTN_SUCCESS; ++i) {
+        const clattn__tuning_op *op = find_op(table[i].op, strlen(table[i].op));
+        long values[CLATTN__TUNING_MAX_PARAMS];
+        status = op ? parse_row(op, &table[i], values)
+                    : clattn__fail(CLATTN_ERR_INVALID_TUNING, "tuning table: unknown op \"%s\"",
+                                   table[i].op);
+    }
+    return status;
 }
 
 int clattn__tuning_find(cl_device_id device, const clattn__tuning_op *op, clattn_dtype dtype,

@@ -36,6 +36,10 @@ int clattn__tuning_find(cl_device_id device, const clattn__tuning_op *op, clattn
 int clattn__tuning_row(const clattn__tuning_op *op, clattn_dtype dtype, const char *key,
                        long *values);
 
+/* Parses every row of the table: each names a known op and gives all its parameters within
+ * their ranges (whether a row fits a device is checked at lookup). */
+int clattn__tuning_check_table(void);
+
 /* A row the tests put before the table's ({op, dtype, device, parameters}; op NULL: none). */
 extern const char *clattn__tuning_test_row[4];
 

@@ -27,6 +27,7 @@ static void every_row_is_complete(test_ctx *t) {
             long values[CLATTN__TUNING_MAX_PARAMS];
             CHECK_OK(t, clattn__tuning_row(ops[o], CLATTN_F32, keys[k], values));
         }
+    CHECK_OK(t, clattn__tuning_check_table()); /* and every other row (name:, type:cpu, gemm) */
 }
 
 static void lookup_reflects_overrides(test_ctx *t) {

@@ -1,6 +1,8 @@
 /* clattn-tune's search (tune/search.h). Timing is relative: each candidate runs alternately
  * with the row the device has now, call by call, so a shared machine's drift (its bandwidth
- * moves by half from one second to the next) cancels out of the ratio. */
+ * moves by half from one second to the next) cancels out of the ratio. A sequential space
+ * (CLBlast's GEMM, which rebuilds on every change of parameters) is timed against the FMA
+ * kernel run beside it instead. */
 #include "search.h"
 
 #include "../bench/bench.h"
