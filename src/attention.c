@@ -21,9 +21,7 @@ int clattn__attention_variant_override = -1;
  * K/V tiles fit half the local memory), and when to split the keys (fewer than SPLIT_TARGET
  * groups per compute unit: chunks of at least SPLIT_MIN keys; the merge kernel combines them).
  * attention_keys always takes groups of 128 (its KEYS_GROUP) and chunks of at most 1024 keys;
- * attention_blocks runs BM = 4 queries per work-item against BN = 16-key tiles. */
-#define ATTENTION_BM         4
-#define ATTENTION_BN         16
+ * attention_blocks runs the table's BM queries per work-item against BN-key tiles. */
 #define ATTENTION_KEYS_SIZE  128  /* = KEYS_GROUP in cl/attention.cl */
 #define ATTENTION_KEYS_CHUNK 1024 /* = KEYS_CHUNK */
 #define KEYS_MAX_QUERIES     8
@@ -35,6 +33,7 @@ typedef struct attention_launch {
     int variant; /* CLATTN__ATTENTION_BLOCKS, _TILES or _KEYS */
     int lanes;   /* head-dim vector width */
     int tk;      /* tiles: keys per local tile */
+    int bm, bn;  /* blocks: queries per work-item, keys per tile */
     size_t group;
     int split_target, split_min; /* the table's SPLIT_TARGET and SPLIT_MIN */
     int splits, chunk;           /* the key axis in `splits` chunks of `chunk` keys (1: unsplit) */
@@ -123,7 +122,7 @@ static void pick_splits(attention_launch *l, cl_device_id device, const attentio
     const int64_t Sk = a->k->shape[2];
     const int64_t per = l->variant == CLATTN__ATTENTION_KEYS    ? 1
                         : l->variant == CLATTN__ATTENTION_TILES ? (int64_t)l->group
-                                                                : ATTENTION_BM * (int64_t)l->group;
+                                                                : l->bm * (int64_t)l->group;
     const int64_t groups = a->q->shape[0] * a->q->shape[1] * ((a->q->shape[2] + per - 1) / per);
     const int64_t want = ((int64_t)units * l->split_target + groups - 1) / groups;
     int64_t splits = want < Sk / l->split_min ? want : Sk / l->split_min;
@@ -148,7 +147,8 @@ static size_t partial_floats(const attention_args *a, const attention_launch *l)
 }
 
 static int pick_launch(cl_device_id device, const attention_args *a, attention_launch *l) {
-    long v[CLATTN__TUNING_MAX_PARAMS]; /* PREFILL, DECODE, LANES, GROUP, TK, SPLIT_TARGET, _MIN */
+    /* PREFILL, DECODE, LANES, GROUP, TK, SPLIT_TARGET, SPLIT_MIN, BM, BN */
+    long v[CLATTN__TUNING_MAX_PARAMS];
     int status = clattn__tuning_get(device, &clattn__tuning_attention, a->q->dtype, v);
     if (status != CLATTN_SUCCESS) return status;
     cl_ulong local_bytes = 32768;
@@ -157,6 +157,8 @@ static int pick_launch(cl_device_id device, const attention_args *a, attention_l
     *l = (attention_launch){(int)(a->q->shape[2] <= KEYS_MAX_QUERIES ? v[1] : v[0]),
                             clattn__head_lanes((cl_uint)v[2], d, dv),
                             (int)v[4],
+                            (int)v[7],
+                            (int)v[8],
                             (size_t)v[3],
                             (int)v[5],
                             (int)v[6],
@@ -180,8 +182,8 @@ static void attention_options(const attention_args *a, const attention_launch *l
              clattn_dtype_name(a->q->dtype), clattn_dtype_name(a->k->dtype),
              clattn_dtype_name(a->v->dtype), clattn_dtype_name(a->out->dtype), a->lse != NULL,
              clattn_dtype_name(a->lse ? a->lse->dtype : CLATTN_F32), (long long)a->q->shape[3],
-             (long long)a->v->shape[3], l->lanes, ATTENTION_BM, ATTENTION_BN, l->tk,
-             wide ? "ulong" : "uint", a->mask.empty_rows_nan, l->splits);
+             (long long)a->v->shape[3], l->lanes, l->bm, l->bn, l->tk, wide ? "ulong" : "uint",
+             a->mask.empty_rows_nan, l->splits);
     clattn__mask_options(&a->mask, options, size);
 }
 
@@ -196,8 +198,8 @@ static size_t attention_items(const attention_args *a, const attention_launch *l
     case CLATTN__ATTENTION_TILES:
         return rows * ((sq + group - 1) / group) * (size_t)l->splits * group;
     default:
-        return clattn__round_up(rows * ((sq + ATTENTION_BM - 1) / ATTENTION_BM) * (size_t)l->splits,
-                                group);
+        return clattn__round_up(
+            rows * ((sq + (size_t)l->bm - 1) / (size_t)l->bm) * (size_t)l->splits, group);
     }
 }
 

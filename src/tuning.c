@@ -83,7 +83,7 @@ const clattn__tuning_op clattn__tuning_linear_attention = {
     linear_fits};
 
 /* PREFILL, DECODE (variants: 0 blocks, 1 tiles, 2 keys), LANES, GROUP, TK, SPLIT_TARGET,
- * SPLIT_MIN */
+ * SPLIT_MIN, BM, BN (the blocks' queries per work-item and keys per tile) */
 static const char *attention_fits(cl_device_id device, const long *v) {
     if (v[0] == 2) return "PREFILL cannot be the keys variant (a group per query row)";
     if (!is_lane_width(v[2])) return "LANES must be 1, 4, 8 or 16";
@@ -91,15 +91,16 @@ static const char *attention_fits(cl_device_id device, const long *v) {
         return "GROUP exceeds the device's work-group size";
     if ((v[1] == 2 || v[0] == 2) && device_max_group(device) < 128)
         return "the keys variant needs groups of 128";
+    if (v[8] != 4 && v[8] != 8 && v[8] != 16 && v[8] != 32) return "BN must be 4, 8, 16 or 32";
     return NULL;
 }
 
 const clattn__tuning_op clattn__tuning_attention = {
     "attention",
-    7,
-    {"PREFILL", "DECODE", "LANES", "GROUP", "TK", "SPLIT_TARGET", "SPLIT_MIN"},
-    {0, 0, 1, 1, 1, 1, 32},
-    {1, 2, 16, 1024, 32, 1024, 1 << 20},
+    9,
+    {"PREFILL", "DECODE", "LANES", "GROUP", "TK", "SPLIT_TARGET", "SPLIT_MIN", "BM", "BN"},
+    {0, 0, 1, 1, 1, 1, 32, 1, 4},
+    {1, 2, 16, 1024, 32, 1024, 1 << 20, 8, 32},
     attention_fits};
 
 /* CLBlast's Xgemm kernel (its GEMMK=0 form, the one whose constraints these are): MWG, NWG,

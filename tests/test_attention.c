@@ -300,6 +300,23 @@ static void masks(test_ctx *t) {
     check_case(t, &s, "window + global + alibi + softcap");
 }
 
+/* attention_blocks with other BM x BN blocks than the table's (clattn-tune tries them): odd
+ * query counts, a tile of 4 keys in float4 lanes (the vector path, VEC == BN), 32-key tiles. */
+static void blocks_of_other_shapes(test_ctx *t) {
+    static const char *const shapes[] = {"BM=3,BN=8", "BM=1,BN=4,LANES=4", "BM=8,BN=32,LANES=8"};
+    static const int32_t klen[2] = {19, 6};
+    at_spec s = base(2, 2, 1, 11, 37, 16);
+    s.causal = 1, s.bottom_right = 1, s.klen = klen, s.lse = 1;
+    at_data d;
+    const bool ready = prepare(t, &s, &d);
+    for (size_t i = 0; ready && i < sizeof shapes / sizeof shapes[0] && !t->failed; ++i) {
+        CHECK_OK(t, clattn_tuning_override("attention", shapes[i]));
+        check_variant(t, &s, &d, 0 /* blocks */, shapes[i]);
+    }
+    clattn_tuning_override("attention", NULL);
+    free_data(&d);
+}
+
 static void storage_and_layouts(test_ctx *t) {
     at_spec s = base(2, 2, 2, 7, 19, 40);
     s.dt = CLATTN_F16;
@@ -618,6 +635,7 @@ static const test_case cases[] = {
     {"head_dims_and_lengths", head_dims_and_lengths},
     {"gqa_and_mqa", gqa_and_mqa},
     {"masks", masks},
+    {"blocks_of_other_shapes", blocks_of_other_shapes},
     {"storage_and_layouts", storage_and_layouts},
     {"causality_is_bit_exact", causality_is_bit_exact},
     {"padded_keys_holding_nan_change_nothing", padded_keys_holding_nan_change_nothing},

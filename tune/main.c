@@ -30,6 +30,12 @@ static bool softmax_redundant(const long *v) {
     return v[0] == 1 && (v[1] != 4 || v[3] != 0);
 }
 
+/* BM and BN shape attention_blocks only: while neither variant is blocks, one value stands for
+ * all. */
+static bool attention_redundant(const long *v) {
+    return v[0] != 0 && v[1] != 0 && (v[7] != 4 || v[8] != 16);
+}
+
 /* The Xgemm kernel's A and B tiles load in the shape of the work-group (MDIMA = MDIMC, NDIMB
  * = NDIMC): the other shapes multiply the grid for little (CLBlast's own first tuning pass
  * makes the same cut). */
@@ -48,8 +54,9 @@ static const tune_space spaces[] = {
      .redundant = softmax_redundant,
      .cases = tune_softmax_cases},
     {.spec = &clattn__tuning_attention,
-     .stages = {"PREFILL=0|1 LANES=4|8|16 GROUP=16|32|64|128 TK=16|32",
+     .stages = {"PREFILL=0|1 LANES=4|8|16 GROUP=16|32|64|128 TK=16|32", "BM=2|4|8 BN=8|16|32",
                 "DECODE=0|1|2 SPLIT_TARGET=2|8|32 SPLIT_MIN=64|256|1024"},
+     .redundant = attention_redundant,
      .cases = tune_attention_cases},
     {.spec = &clattn__tuning_linear_attention,
      .stages = {"LANES=4|8|16 ROWS=0|1|4 GROUP=16|64 ITEMS=64|512|2048",
