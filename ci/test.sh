@@ -13,6 +13,8 @@
 #                  the uninitialized-value checker, with the paths the first run leaves out
 #   device         only when CLATTN_DEVICE is set: the suite on that device (a GPU, say)
 #   python         the Python binding against PyTorch (tests/python), on PoCL pthread
+#   tools          clattn-tune's search over two ops (every candidate checked against the
+#                  reference) and clattn-bench's default-vs-tuned rows, on PoCL pthread
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -74,6 +76,25 @@ POCL_DEVICES=pthread CLATTN_DEVICE=pthread CLATTN_LIBRARY="$root/$build/libclatt
   timeout 1200 /usr/bin/python3 "$root/tests/python/run.py" >"$log" 2>&1
 grep -E '^(FAIL|skip)' "$log" | sed 's/^/[python] /'
 count python "$log"
+
+# The tools, run as a user runs them, each one test: it passes when it exits 0 and prints
+# what it exists to print (for the tuner: its row, with no candidate missing the reference).
+tool_check() {
+  local name=$1 expect=$2 log="$root/$build/test-logs/tools-$1.log"; shift 2
+  if POCL_DEVICES=pthread CLATTN_DEVICE=pthread timeout 600 "$@" >"$log" 2>&1 &&
+    grep -qE "$expect" "$log" && ! grep -qE '\([1-9][0-9]* missed the reference\)' "$log"; then
+    passed=$((passed + 1))
+  else
+    echo "[tools] FAIL $name; see $log"
+    failed=$((failed + 1))
+  fi
+}
+echo "== lane tools"
+tool_check tune-copy '^TUNING_ROW\("copy"' "$root/$build/tune/clattn-tune" --op copy --repeats 1
+tool_check tune-softmax '^TUNING_ROW\("softmax"' \
+  "$root/$build/tune/clattn-tune" --op softmax --repeats 1
+tool_check bench-tuning 'linear_attention .*tuned/default time' \
+  "$root/$build/bench/clattn-bench" --op tuning --quick --repeats 2 --no-peers
 
 # Oclgrind reports problems in its log and still exits 0: its log is read for them.
 # An API error report counts unless it is the build failure that a test provokes on purpose.

@@ -212,7 +212,8 @@ static void gemm_rows_reach_clblast(test_ctx *t) {
                                     indirect_names, indirect_from) == CLBlastSuccess,
           "CLBlast refused XGEMM_MIN_INDIRECT_SIZE");
     CHECK_OK(t, clattn_tuning_override("gemm", sets[0]));
-    check_small_gemm(t, sets[0]);
+    /* Oclgrind's uninitialized-value checker misreads CLBlast's GEMM (harness.h) */
+    if (!test_under_uninit_checker()) check_small_gemm(t, sets[0]);
     CHECK_OK(t, clattn_tuning_override("gemm", sets[1]));
     int unfit = clattn_tuning_lookup(device_of(t), "gemm", CLATTN_F32, params, sizeof params);
     char why[512];
