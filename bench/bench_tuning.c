@@ -1,7 +1,11 @@
 /* Tuning: each tuned op's cases (tune/) with the table's default row beside the row this
  * device gets (its tuned row, if the table has one), timed alternately call by call, so the
  * ratio holds on a machine whose speed drifts. The default row is what a device without a row
- * of its own runs; --op tuning. */
+ * of its own runs; --op tuning. An op without a row of its own is timed all the same: the row
+ * against itself shows the noise. The rows' ceiling is the one measured at the start (the two
+ * rows alternate with each other, not with a ceiling). The gemm row is not here: CLBlast
+ * rebuilds its GEMM on each change of parameters, so they cannot alternate; clattn-tune
+ * reports its gain. */
 #include "bench.h"
 
 #include "../tune/tune.h"

@@ -135,9 +135,8 @@ static int tune_op(clattn_env *env, const tune_args *a, const tune_space *space,
                 clattn_last_error());
     else if (a->settings.log)
         fprintf(a->settings.log,
-                " %d candidates tried (%d rejected: a wrong result or a failed call), %d past the "
-                "device's limits, "
-                "%.1f s%s\n",
+                " %d candidates tried (%d rejected: a wrong result or a failed call), "
+                "%d past the device's limits, %.1f s%s\n",
                 result->tried, result->rejected, result->unfit, result->seconds,
                 result->out_of_time ? " (the budget ran out before the grid)" : "");
     return status;
