@@ -198,6 +198,43 @@ void ref_softmax(const double *x, int64_t B, int64_t H, int64_t Sq, int64_t Sk, 
             }
 }
 
+void ref_attention_scores(const float *q, const float *k, int64_t B, int64_t Hq, int64_t Hkv,
+                          int64_t Sq, int64_t Sk, int64_t D, double *x) {
+    const int64_t group = Hq / Hkv;
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < Hq; ++h)
+            for (int64_t i = 0; i < Sq; ++i)
+                for (int64_t j = 0; j < Sk; ++j) {
+                    const float *qi = q + ((b * Hq + h) * Sq + i) * D;
+                    const float *kj = k + ((b * Hkv + h / group) * Sk + j) * D;
+                    double dot = 0;
+                    for (int64_t e = 0; e < D; ++e) dot += (double)qi[e] * kj[e];
+                    x[((b * Hq + h) * Sq + i) * Sk + j] = dot;
+                }
+}
+
+bool ref_attention(const float *q, const float *k, const float *v, int64_t B, int64_t Hq,
+                   int64_t Hkv, int64_t Sq, int64_t Sk, int64_t D, int64_t Dv, double scale,
+                   const ref_mask *m, double *out, double *p, double *lse) {
+    double *x = malloc((size_t)(B * Hq * Sq * Sk) * sizeof *x);
+    if (!x) return false;
+    ref_attention_scores(q, k, B, Hq, Hkv, Sq, Sk, D, x);
+    ref_softmax(x, B, Hq, Sq, Sk, scale, m, p, lse, NULL);
+    free(x);
+    const int64_t group = Hq / Hkv;
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < Hq; ++h)
+            for (int64_t i = 0; i < Sq; ++i)
+                for (int64_t e = 0; e < Dv; ++e) {
+                    const double *pi = p + ((b * Hq + h) * Sq + i) * Sk;
+                    double sum = 0;
+                    for (int64_t j = 0; j < Sk; ++j)
+                        sum += pi[j] * v[((b * Hkv + h / group) * Sk + j) * Dv + e];
+                    out[((b * Hq + h) * Sq + i) * Dv + e] = sum;
+                }
+    return true;
+}
+
 double ref_feature(int feature_map, double x) {
     switch (feature_map) {
     case CLATTN_FEATURE_ELU1:

@@ -52,6 +52,19 @@ double ref_score(const ref_mask *m, double scale, double x, int64_t b, int64_t h
 void ref_softmax(const double *x, int64_t B, int64_t H, int64_t Sq, int64_t Sk, double scale,
                  const ref_mask *m, double *y, double *lse, uint8_t *visible);
 
+/* ---- attention, in float64 ---- */
+
+/* The raw scores x [B,Hq,Sq,Sk] = q k^T of dense q [B,Hq,Sq,D] and k [B,Hkv,Sk,D]; query head h
+ * reads key head h / (Hq / Hkv). */
+void ref_attention_scores(const float *q, const float *k, int64_t B, int64_t Hq, int64_t Hkv,
+                          int64_t Sq, int64_t Sk, int64_t D, double *x);
+/* out [B,Hq,Sq,Dv] = softmax(mask(scale q k^T)) v over dense tensors (v [B,Hkv,Sk,Dv]); p
+ * [B,Hq,Sq,Sk] receives the probabilities, lse [B,Hq,Sq] (may be NULL) the log-sum-exp, as
+ * ref_softmax gives them. False when host memory runs out. */
+bool ref_attention(const float *q, const float *k, const float *v, int64_t B, int64_t Hq,
+                   int64_t Hkv, int64_t Sq, int64_t Sk, int64_t D, int64_t Dv, double scale,
+                   const ref_mask *m, double *out, double *p, double *lse);
+
 /* ---- linear attention, in float64: the naive masked O(S^2) form and the cumsum form ---- */
 
 typedef struct ref_linear {

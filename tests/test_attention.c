@@ -41,33 +41,11 @@ static size_t at4(int64_t H, int64_t S, int64_t D, int64_t b, int64_t h, int64_t
 
 /* The float64 reference of the whole op. */
 static void reference(const at_spec *s, at_data *d) {
-    size_t scores = (size_t)(s->B * s->Hq * s->Sq * s->Sk);
-    double *x = malloc(scores * sizeof(double)), *p = malloc(scores * sizeof(double));
-    d->ref_p = p;
-    int64_t group = s->Hq / s->Hkv;
-    for (int64_t b = 0; b < s->B; ++b)
-        for (int64_t h = 0; h < s->Hq; ++h)
-            for (int64_t i = 0; i < s->Sq; ++i)
-                for (int64_t j = 0; j < s->Sk; ++j) {
-                    double dot = 0;
-                    for (int64_t e = 0; e < s->D; ++e)
-                        dot += (double)d->q[at4(s->Hq, s->Sq, s->D, b, h, i, e)] *
-                               d->k[at4(s->Hkv, s->Sk, s->D, b, h / group, j, e)];
-                    x[at4(s->Hq, s->Sq, s->Sk, b, h, i, j)] = dot;
-                }
+    d->ref_p = malloc((size_t)(s->B * s->Hq * s->Sq * s->Sk) * sizeof(double));
     double scale = s->scale != 0.0f ? s->scale : 1.0 / sqrt((double)s->D);
-    ref_softmax(x, s->B, s->Hq, s->Sq, s->Sk, scale, &d->rm, p, d->ref_lse, NULL);
-    for (int64_t b = 0; b < s->B; ++b)
-        for (int64_t h = 0; h < s->Hq; ++h)
-            for (int64_t i = 0; i < s->Sq; ++i)
-                for (int64_t e = 0; e < s->Dv; ++e) {
-                    double sum = 0;
-                    for (int64_t j = 0; j < s->Sk; ++j)
-                        sum += p[at4(s->Hq, s->Sq, s->Sk, b, h, i, j)] *
-                               d->v[at4(s->Hkv, s->Sk, s->Dv, b, h / group, j, e)];
-                    d->ref[at4(s->Hq, s->Sq, s->Dv, b, h, i, e)] = sum;
-                }
-    free(x);
+    if (d->ref_p)
+        ref_attention(d->q, d->k, d->v, s->B, s->Hq, s->Hkv, s->Sq, s->Sk, s->D, s->Dv, scale,
+                      &d->rm, d->ref, d->ref_p, d->ref_lse);
 }
 
 static bool prepare(test_ctx *t, const at_spec *s, at_data *d) {

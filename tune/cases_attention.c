@@ -29,35 +29,17 @@ static int enqueue(tune_case *c, cl_command_queue queue) {
     return status;
 }
 
-/* softmax(q k^T / sqrt(D)) v in float64, per (batch, head). */
+/* softmax(q k^T / sqrt(D)) v in float64 (tests/ref.c). */
 static double *reference(const attention_shape *s, const float *q, const float *k, const float *v) {
-    const int64_t rows = s->B * s->H, Sq = s->Sq, Sk = s->Sk, D = s->D;
-    double *x = malloc((size_t)(rows * Sq * Sk) * sizeof *x);
-    double *p = malloc((size_t)(rows * Sq * Sk) * sizeof *p);
-    double *out = malloc((size_t)(rows * Sq * D) * sizeof *out);
     const ref_mask mask = {.causal = s->causal};
-    for (int64_t r = 0; x && p && out && r < rows; ++r)
-        for (int64_t i = 0; i < Sq; ++i)
-            for (int64_t j = 0; j < Sk; ++j) {
-                double dot = 0;
-                for (int64_t e = 0; e < D; ++e)
-                    dot += (double)q[(r * Sq + i) * D + e] * k[(r * Sk + j) * D + e];
-                x[(r * Sq + i) * Sk + j] = dot;
-            }
-    if (x && p && out)
-        ref_softmax(x, s->B, s->H, Sq, Sk, 1.0 / sqrt((double)D), &mask, p, NULL, NULL);
-    for (int64_t r = 0; x && p && out && r < rows; ++r)
-        for (int64_t i = 0; i < Sq; ++i)
-            for (int64_t e = 0; e < D; ++e) {
-                double sum = 0;
-                for (int64_t j = 0; j < Sk; ++j)
-                    sum += p[(r * Sq + i) * Sk + j] * v[(r * Sk + j) * D + e];
-                out[(r * Sq + i) * D + e] = sum;
-            }
-    if (!x || !p) free(out);
-    free(x);
+    double *out = malloc((size_t)(s->B * s->H * s->Sq * s->D) * sizeof *out);
+    double *p = malloc((size_t)(s->B * s->H * s->Sq * s->Sk) * sizeof *p);
+    bool done = out && p &&
+                ref_attention(q, k, v, s->B, s->H, s->H, s->Sq, s->Sk, s->D, s->D,
+                              1.0 / sqrt((double)s->D), &mask, out, p, NULL);
     free(p);
-    return x && p ? out : NULL;
+    if (!done) free(out);
+    return done ? out : NULL;
 }
 
 static int make(tune_case *c, bool with_reference, int index) {
