@@ -21,19 +21,30 @@ static struct {
     long values[CLATTN__TUNING_MAX_PARAMS];
 } gemm_given[GEMM_DEVICES];
 
+/* The row's first 14 parameters are the Xgemm kernel's, the last the GEMM routine's. */
+#define GEMM_KERNEL_PARAMS 14
+
 static int give_clblast(cl_device_id device, const long *values) {
     const clattn__tuning_op *op = &clattn__tuning_gemm;
     /* the GEMMK=0 kernel, whose parameters the row holds; KREG is the other kernel's */
-    const char *names[CLATTN__TUNING_MAX_PARAMS + 2] = {"GEMMK", "KREG"};
-    size_t given[CLATTN__TUNING_MAX_PARAMS + 2] = {0, 1};
-    for (int i = 0; i < op->count; ++i) {
+    const char *names[GEMM_KERNEL_PARAMS + 2] = {"GEMMK", "KREG"};
+    size_t given[GEMM_KERNEL_PARAMS + 2] = {0, 1};
+    for (int i = 0; i < GEMM_KERNEL_PARAMS; ++i) {
         names[i + 2] = op->params[i];
         given[i + 2] = (size_t)values[i];
     }
+    const char *routine_name[1] = {"XGEMM_MIN_INDIRECT_SIZE"};
+    const size_t routine_value[1] = {(size_t)values[GEMM_KERNEL_PARAMS]};
+    const char *what = "Xgemm";
     CLBlastStatusCode status = CLBlastOverrideParameters(device, "Xgemm", CLBlastPrecisionSingle,
-                                                         (size_t)op->count + 2, names, given);
+                                                         GEMM_KERNEL_PARAMS + 2, names, given);
+    if (status == CLBlastSuccess) {
+        what = "GemmRoutine";
+        status = CLBlastOverrideParameters(device, "GemmRoutine", CLBlastPrecisionSingle, 1,
+                                           routine_name, routine_value);
+    }
     if (status == CLBlastSuccess) return CLATTN_SUCCESS;
-    return clattn__fail(CLATTN_ERR_BLAS, "CLBlastOverrideParameters (Xgemm) returned %d",
+    return clattn__fail(CLATTN_ERR_BLAS, "CLBlastOverrideParameters (%s) returned %d", what,
                         (int)status);
 }
 

@@ -106,7 +106,9 @@ const clattn__tuning_op clattn__tuning_attention = {
 /* CLBlast's Xgemm kernel (its GEMMK=0 form, the one whose constraints these are): MWG, NWG,
  * KWG tile sizes; MDIMC x NDIMC work-items a group; MDIMA, NDIMB the shapes A and B tiles are
  * loaded in; KWI the unroll; VWM, VWN vector widths; STRM, STRN strided access; SA, SB local
- * memory for A and B. */
+ * memory for A and B. MIN_INDIRECT: CLBlast's XGEMM_MIN_INDIRECT_SIZE, from which size
+ * (m*n*k >= MIN_INDIRECT^3) a GEMM takes the Xgemm kernel rather than the direct one, whose
+ * parameters the row does not hold. */
 static const char *gemm_fits(cl_device_id device, const long *v) {
     const long mwg = v[0], nwg = v[1], kwg = v[2], mdimc = v[3], ndimc = v[4], mdima = v[5],
                ndimb = v[6], kwi = v[7], vwm = v[8], vwn = v[9], sa = v[12], sb = v[13];
@@ -130,11 +132,11 @@ static const char *gemm_fits(cl_device_id device, const long *v) {
 
 const clattn__tuning_op clattn__tuning_gemm = {
     "gemm",
-    14,
+    15,
     {"MWG", "NWG", "KWG", "MDIMC", "NDIMC", "MDIMA", "NDIMB", "KWI", "VWM", "VWN", "STRM", "STRN",
-     "SA", "SB"},
-    {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0},
-    {256, 256, 256, 64, 64, 64, 64, 64, 16, 16, 1, 1, 1, 1},
+     "SA", "SB", "MIN_INDIRECT"},
+    {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1},
+    {256, 256, 256, 64, 64, 64, 64, 64, 16, 16, 1, 1, 1, 1, 1 << 16},
     gemm_fits};
 
 static const clattn__tuning_op *const ops[] = {

@@ -5,7 +5,6 @@
 #include "internal.h"
 #include "tuning.h"
 
-#include <clblast_c.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -186,8 +185,8 @@ static void check_small_gemm(test_ctx *t, const char *what) {
 
 /* The gemm row reaches CLBlast: a partial override needs a row under it, a set past the Xgemm
  * kernel's constraints is refused, and complete sets reach CLBlast's GEMM (CLBlast refuses a
- * set with a name missing or wrong), whose results stay right. CLBlast is made to take its
- * tiled (indirect) kernel, the one the parameters shape, for every size. */
+ * set with a name missing or wrong), whose results stay right. MIN_INDIRECT=1 makes CLBlast
+ * take its tiled (indirect) kernel, the one the other parameters shape, for every size. */
 static void gemm_rows_reach_clblast(test_ctx *t) {
     char params[256];
     const bool has_row =
@@ -201,16 +200,10 @@ static void gemm_rows_reach_clblast(test_ctx *t) {
      * PoCL a half-minute build of CLBlast's GEMM program), one that breaks a constraint */
     static const char *const sets[] = {
         "MWG=32,NWG=64,KWG=32,MDIMC=8,NDIMC=16,MDIMA=8,NDIMB=16,KWI=2,VWM=4,VWN=4,STRM=1,STRN=1,"
-        "SA=1,SB=1",
+        "SA=1,SB=1,MIN_INDIRECT=1",
         /* MWG = 64 is no multiple of MDIMC * VWM = 128 */
         "MWG=64,NWG=64,KWG=16,MDIMC=16,NDIMC=8,MDIMA=8,NDIMB=8,KWI=1,VWM=8,VWN=8,STRM=0,STRN=0,"
-        "SA=0,SB=0"};
-    const char *indirect_names[] = {"XGEMM_MIN_INDIRECT_SIZE"};
-    const size_t indirect_from[] = {1};
-    CHECK(t,
-          CLBlastOverrideParameters(device_of(t), "GemmRoutine", CLBlastPrecisionSingle, 1,
-                                    indirect_names, indirect_from) == CLBlastSuccess,
-          "CLBlast refused XGEMM_MIN_INDIRECT_SIZE");
+        "SA=0,SB=0,MIN_INDIRECT=1"};
     CHECK_OK(t, clattn_tuning_override("gemm", sets[0]));
     /* Oclgrind's uninitialized-value checker misreads CLBlast's GEMM (harness.h) */
     if (!test_under_uninit_checker()) check_small_gemm(t, sets[0]);

@@ -70,7 +70,7 @@ static const tune_space spaces[] = {
      .cases = tune_gemm_cases,
      .sequential = true,
      .seed = "MWG=64 NWG=64 KWG=16 MDIMC=8 NDIMC=8 MDIMA=8 NDIMB=8 KWI=1 VWM=8 VWN=8 STRM=0 "
-             "STRN=0 SA=0 SB=0"},
+             "STRN=0 SA=0 SB=0 MIN_INDIRECT=256"},
 };
 #define SPACES (int)(sizeof spaces / sizeof spaces[0])
 
