@@ -477,6 +477,87 @@ CLATTN_API int clattn_linear_attention_step(const clattn_tensor *q, const clattn
                                             const cl_event *wait_list, cl_event *event);
 
 /* ---------------------------------------------------------------------------------------------
+ * Multi-head attention forward (src/mha.c, cl/mha.cl)
+ *
+ * torch.nn.MultiheadAttention(batch_first=True) in eval mode (no dropout), E = embed_dim,
+ * H = num_heads, D = E / H:
+ *
+ *   q = query Wq^T + bq     k = key Wk^T + bk     v = value Wv^T + bv
+ *   head h of each: columns h*D .. h*D+D-1 (a strided view; the heads are never copied apart)
+ *   o_h = softmax(mask(q_h k_h^T / sqrt(D))) v_h        (clattn_attention, f32 math)
+ *   out = concat_h(o_h) Wo^T + bo
+ *
+ * The four projections are CLBlast SGEMMs (the gemm row of the tuning table tunes them), the
+ * biases are added by starting each GEMM's output from the broadcast bias; the attention is the
+ * fused kernel, or the composed path when the weights are asked for.
+ *
+ * Tensors (numpy-style shapes, right-aligned into the 4 dims; any strides; f32/f16/bf16 storage
+ * unless said otherwise):
+ *   query {1,B,Sq,E}   key {1,B,Sk,kdim}   value {1,B,Sk,vdim}   out {1,B,Sq,E}
+ *   Self-attention passes the same view three times: its three projections are then one GEMM.
+ *   in_proj_weight {1,1,3E,E} (rows of Wq, then Wk, then Wv) when kdim = vdim = E, or else
+ *   q_proj_weight {1,1,E,E}, k_proj_weight {1,1,E,kdim}, v_proj_weight {1,1,E,vdim};
+ *   in_proj_bias {1,1,1,3E} or NULL; out_proj_weight {1,1,E,E}; out_proj_bias {1,1,1,E} or NULL.
+ * Masks (clattn_mha_options), combined as torch combines them:
+ *   key_padding_mask {1,1,B,Sk}: u8, non-zero = attend, or float, added to the scores
+ *   attn_mask broadcastable to [B,H,Sq,Sk] (torch's [Sq,Sk] is {1,1,Sq,Sk}; its [B*H,Sq,Sk] is
+ *     the same memory as {B,H,Sq,Sk}): u8, non-zero = attend, or float, added to the scores
+ *   is_causal: key j is hidden from query i when j > i (added to the masks above)
+ * The u8 polarity is clattn's (True attends, as in scaled_dot_product_attention); torch's
+ * nn.MultiheadAttention takes the inverse (True hides), which the Python binding's mha inverts.
+ * A query row that sees no key gets attention output 0, so its out row is out_proj_bias (torch
+ * 1.13 gives NaN there).
+ * weights (optional output, need_weights): the attention probabilities, {1,B,Sq,Sk} averaged
+ * over the heads (average_attn_weights) or {B,H,Sq,Sk} per head.
+ * Not supported (torch's rarer options): dropout, add_bias_kv, add_zero_attn, unbatched input.
+ * ------------------------------------------------------------------------------------------- */
+
+/* The module's parameters. Exactly one of in_proj_weight and the three separate weights. */
+typedef struct clattn_mha_params {
+    int num_heads;
+    const clattn_tensor *in_proj_weight;
+    const clattn_tensor *q_proj_weight, *k_proj_weight, *v_proj_weight;
+    const clattn_tensor *in_proj_bias;
+    const clattn_tensor *out_proj_weight;
+    const clattn_tensor *out_proj_bias;
+} clattn_mha_params;
+
+/* The forward call's options; all-zero is no mask, no weights, allocated scratch. */
+typedef struct clattn_mha_options {
+    const clattn_tensor *key_padding_mask;
+    const clattn_tensor *attn_mask;
+    int is_causal;
+    const clattn_tensor *weights; /* NULL: need_weights=False */
+    int average_attn_weights;     /* non-zero: weights is {1,B,Sq,Sk}, else {B,H,Sq,Sk} */
+    /* optional scratch of at least clattn_mha_workspace_size bytes, as for
+     * clattn_attention_options (NULL: allocated and released by the call) */
+    cl_mem workspace;
+} clattn_mha_options;
+
+/* The forward pass above. Scratch: the projected q, k, v and the attention output (f32,
+ * B*(2*Sq + 2*Sk)*E floats), plus f32 images of inputs and weights that CLBlast cannot read as
+ * they are (not f32, or rows not contiguous), plus the attention's own (B*H*Sq*Sk floats when
+ * the weights are asked for), plus a merged [B,*,Sq,Sk] mask when both masks are u8 or both
+ * float. clattn_mha_workspace_size says how much exactly.
+ * Statuses: those of clattn_attention_ex, plus CLATTN_ERR_INVALID_ARGUMENT for NULL params,
+ * num_heads <= 0 or not dividing E, both or neither weight form; CLATTN_ERR_SHAPE_MISMATCH for
+ * a tensor whose shape disagrees with the others; CLATTN_ERR_UNSUPPORTED_DTYPE for a mask that
+ * is neither u8 nor float. Everything is checked before the first of its several enqueues; a
+ * runtime failure of a later one (OpenCL, CLBlast) leaves the earlier ones enqueued. */
+CLATTN_API int clattn_mha_forward(const clattn_tensor *query, const clattn_tensor *key,
+                                  const clattn_tensor *value, const clattn_mha_params *params,
+                                  const clattn_tensor *out, const clattn_mha_options *options,
+                                  cl_command_queue queue, cl_uint num_wait,
+                                  const cl_event *wait_list, cl_event *event);
+
+/* The bytes of scratch the same clattn_mha_forward call needs, after the same validation. */
+CLATTN_API int clattn_mha_workspace_size(const clattn_tensor *query, const clattn_tensor *key,
+                                         const clattn_tensor *value,
+                                         const clattn_mha_params *params, const clattn_tensor *out,
+                                         const clattn_mha_options *options, cl_command_queue queue,
+                                         size_t *bytes);
+
+/* ---------------------------------------------------------------------------------------------
  * Tuning (src/tuning.c, rows in src/tuning_table.def)
  *
  * Launch parameters (work-group sizes, vector widths, tiles, variants) come from a table of

@@ -389,3 +389,18 @@ int clattn_attention_workspace_size(const clattn_tensor *q, const clattn_tensor 
     if (status == CLATTN_SUCCESS) *bytes = plan.bytes;
     return status;
 }
+
+int clattn__attention_scratch_bytes(const clattn_tensor *q, const clattn_tensor *k,
+                                    const clattn_tensor *v, const clattn_tensor *out,
+                                    const clattn_tensor *weights, cl_device_id device,
+                                    size_t *bytes) {
+    attention_args a = {q, k, v, out, NULL, weights, NULL, 1.0f, {0}};
+    attention_launch launch;
+    if (weights) {
+        *bytes = clattn__attention_composed_workspace(&a);
+        return CLATTN_SUCCESS;
+    }
+    int status = pick_launch(device, &a, &launch);
+    *bytes = status == CLATTN_SUCCESS ? partial_floats(&a, &launch) * sizeof(float) : 0;
+    return status;
+}

@@ -21,4 +21,13 @@ size_t clattn__attention_composed_workspace(const clattn__attention_args *a);
 int clattn__attention_composed(const clattn__attention_args *a, const clattn__call *call,
                                cl_mem workspace);
 
+/* The scratch bytes clattn_attention_ex needs for these views on `device` with the automatic
+ * path (composed when `weights` is given, else fused), from the views' shapes, strides and
+ * dtypes alone: no validation, and the buffers may be NULL. For a caller that places the
+ * views in scratch of its own before it can make them (src/mha.c). */
+int clattn__attention_scratch_bytes(const clattn_tensor *q, const clattn_tensor *k,
+                                    const clattn_tensor *v, const clattn_tensor *out,
+                                    const clattn_tensor *weights, cl_device_id device,
+                                    size_t *bytes);
+
 #endif

@@ -76,18 +76,9 @@ static int gemm_over_heads(const clattn__call *call, bool trans_w, const clattn_
                                          (size_t)ws[1]};
             const clattn__matrices cm = {c->buffer, c->offset + (size_t)(b * cs[0] + r * cs[1]),
                                          (size_t)cs[2], (size_t)(ratio * cs[1])};
-            status = clattn__sgemm_batched(call, trans_w, m, n, k, &am, &wm, &cm, count);
+            status = clattn__sgemm_batched(call, trans_w, m, n, k, &am, &wm, 0.0f, &cm, count);
         }
     return status;
-}
-
-/* Orders the next step after the last one: an in-order queue does that already; an
- * out-of-order one gets a barrier. */
-static int step_boundary(const clattn__call *call, bool out_of_order) {
-    if (!out_of_order) return CLATTN_SUCCESS;
-    cl_int err = clEnqueueBarrierWithWaitList(call->queue, 0, NULL, NULL);
-    return err == CL_SUCCESS ? CLATTN_SUCCESS
-                             : clattn__cl_fail(err, "clEnqueueBarrierWithWaitList");
 }
 
 /* clattn_copy from `src` into `dst` unless they are the same view. */
@@ -97,16 +88,10 @@ static int convert(const clattn__call *call, const clattn_tensor *src, const cla
     return clattn_copy(src, NULL, dst, call->queue, 0, NULL, NULL);
 }
 
-static bool queue_is_out_of_order(cl_command_queue queue) {
-    cl_command_queue_properties props = 0;
-    clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL);
-    return (props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE) != 0;
-}
-
 int clattn__attention_composed(const clattn__attention_args *a, const clattn__call *call,
                                cl_mem workspace) {
     const composed_plan plan = plan_composed(a);
-    const bool ooo = queue_is_out_of_order(call->queue);
+    const bool ooo = clattn__queue_out_of_order(call->queue);
     const clattn_tensor q = operand(a->q, plan.q_at, workspace),
                         k = operand(a->k, plan.k_at, workspace),
                         v = operand(a->v, plan.v_at, workspace),
@@ -122,27 +107,20 @@ int clattn__attention_composed(const clattn__attention_args *a, const clattn__ca
     /* the gemm row is read (and given to CLBlast) before the first enqueue: a bad override
      * fails the call with nothing enqueued */
     int status = clattn__blas_prepare(call->device);
-    if (status == CLATTN_SUCCESS && call->num_wait > 0) {
-        cl_int err =
-            clEnqueueBarrierWithWaitList(call->queue, call->num_wait, call->wait_list, NULL);
-        if (err != CL_SUCCESS) status = clattn__cl_fail(err, "clEnqueueBarrierWithWaitList");
-    }
+    if (status == CLATTN_SUCCESS) status = clattn__steps_begin(call);
     if (status == CLATTN_SUCCESS) status = convert(call, a->q, &q);
     if (status == CLATTN_SUCCESS) status = convert(call, a->k, &k);
     if (status == CLATTN_SUCCESS) status = convert(call, a->v, &v);
-    if (status == CLATTN_SUCCESS) status = step_boundary(call, ooo);
+    if (status == CLATTN_SUCCESS) status = clattn__steps_boundary(call, ooo);
     if (status == CLATTN_SUCCESS) status = gemm_over_heads(call, true, &q, &k, &p, sk, d);
-    if (status == CLATTN_SUCCESS) status = step_boundary(call, ooo);
+    if (status == CLATTN_SUCCESS) status = clattn__steps_boundary(call, ooo);
     if (status == CLATTN_SUCCESS)
         status = clattn_softmax(&p, a->scale, a->mask_desc, &p, a->lse, call->queue, 0, NULL, NULL);
-    if (status == CLATTN_SUCCESS) status = step_boundary(call, ooo);
+    if (status == CLATTN_SUCCESS) status = clattn__steps_boundary(call, ooo);
     if (status == CLATTN_SUCCESS) status = gemm_over_heads(call, false, &p, &v, &o, dv, sk);
-    if (status == CLATTN_SUCCESS) status = step_boundary(call, ooo);
+    if (status == CLATTN_SUCCESS) status = clattn__steps_boundary(call, ooo);
     if (status == CLATTN_SUCCESS) status = convert(call, &o, a->out);
     if (status == CLATTN_SUCCESS && a->weights) status = convert(call, &p, a->weights);
-    if (status == CLATTN_SUCCESS && call->event) {
-        cl_int err = clEnqueueMarkerWithWaitList(call->queue, 0, NULL, call->event);
-        if (err != CL_SUCCESS) status = clattn__cl_fail(err, "clEnqueueMarkerWithWaitList");
-    }
+    if (status == CLATTN_SUCCESS) status = clattn__steps_end(call);
     return status;
 }

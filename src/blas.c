@@ -70,21 +70,27 @@ int clattn__blas_prepare(cl_device_id device) {
 }
 
 int clattn__sgemm_batched(const clattn__call *call, bool trans_b, size_t m, size_t n, size_t k,
-                          const clattn__matrices *a, const clattn__matrices *b,
+                          const clattn__matrices *a, const clattn__matrices *b, float beta,
                           const clattn__matrices *c, size_t batch) {
     cl_command_queue queue = call->queue;
     int applied = clattn__blas_prepare(call->device);
     if (applied != CLATTN_SUCCESS) return applied;
-    CLBlastStatusCode status = CLBlastSgemmStridedBatched(
-        CLBlastLayoutRowMajor, CLBlastTransposeNo,
-        trans_b ? CLBlastTransposeYes : CLBlastTransposeNo, m, n, k, 1.0f, a->buffer, a->offset,
-        a->ld, a->stride, b->buffer, b->offset, b->ld, b->stride, 0.0f, c->buffer, c->offset, c->ld,
-        c->stride, batch, &queue, NULL);
+    const CLBlastTranspose tb = trans_b ? CLBlastTransposeYes : CLBlastTransposeNo;
+    /* one matrix takes CLBlast's plain GEMM, whose checks do not ask for batch strides */
+    CLBlastStatusCode status =
+        batch == 1
+            ? CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, tb, m, n, k, 1.0f, a->buffer,
+                           a->offset, a->ld, b->buffer, b->offset, b->ld, beta, c->buffer,
+                           c->offset, c->ld, &queue, NULL)
+            : CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, CLBlastTransposeNo, tb, m, n, k,
+                                         1.0f, a->buffer, a->offset, a->ld, a->stride, b->buffer,
+                                         b->offset, b->ld, b->stride, beta, c->buffer, c->offset,
+                                         c->ld, c->stride, batch, &queue, NULL);
     if (status == CLBlastSuccess) return CLATTN_SUCCESS;
     /* OpenCL's codes run from -1 to -72 (and extensions' below -1000 are not CLBlast's) */
-    if (status < 0 && status > -100) return clattn__cl_fail(status, "CLBlastSgemmStridedBatched");
-    return clattn__fail(CLATTN_ERR_BLAS,
-                        "CLBlastSgemmStridedBatched (m %zu n %zu k %zu, batch %zu) returned %d", m,
+    const char *what = batch == 1 ? "CLBlastSgemm" : "CLBlastSgemmStridedBatched";
+    if (status < 0 && status > -100) return clattn__cl_fail(status, what);
+    return clattn__fail(CLATTN_ERR_BLAS, "%s (m %zu n %zu k %zu, batch %zu) returned %d", what, m,
                         n, k, batch, (int)status);
 }
 

@@ -12,12 +12,12 @@ typedef struct clattn__matrices {
     size_t offset, ld, stride;
 } clattn__matrices;
 
-/* For each of `batch` matrices, c = a b (b transposed when trans_b): a is m x k, b is k x n
- * (n x k stored when trans_b), c is m x n. Enqueues on call->queue after everything enqueued
+/* For each of `batch` matrices, c = a b + beta c (b transposed when trans_b): a is m x k, b is
+ * k x n (n x k stored when trans_b), c is m x n. Enqueues on call->queue after everything enqueued
  * before it (the caller orders out-of-order queues); sets no event. An OpenCL error passes
  * through; CLBlast's own codes become CLATTN_ERR_BLAS with the code in the detail. */
 int clattn__sgemm_batched(const clattn__call *call, bool trans_b, size_t m, size_t n, size_t k,
-                          const clattn__matrices *a, const clattn__matrices *b,
+                          const clattn__matrices *a, const clattn__matrices *b, float beta,
                           const clattn__matrices *c, size_t batch);
 
 /* Gives CLBlast the device's gemm row (Xgemm parameters from the tuning table and overrides)

@@ -99,6 +99,15 @@ int clattn__set_view_args(cl_kernel kernel, cl_uint *arg, const clattn_tensor *t
 int clattn__enqueue(const clattn__call *call, cl_kernel kernel, cl_uint dims, const size_t *global,
                     const size_t *local);
 
+/* Calls that enqueue several steps (the composed attention path, MHA) wrap them so: a barrier
+ * on the call's wait list first (nothing when it is empty), a barrier between dependent steps
+ * on an out-of-order queue (an in-order one orders them already), and a marker into the call's
+ * event last (nothing when event is NULL). Each records its failure. */
+bool clattn__queue_out_of_order(cl_command_queue queue);
+int clattn__steps_begin(const clattn__call *call);
+int clattn__steps_boundary(const clattn__call *call, bool out_of_order);
+int clattn__steps_end(const clattn__call *call);
+
 /* Kernels index with 32-bit integers when every element offset of a call is below this limit
  * (2^31, so that an offset plus a run or a size still fits in 32 bits), and with 64-bit ones
  * otherwise. Tests lower it to exercise the 64-bit path on small tensors. */

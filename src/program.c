@@ -424,6 +424,34 @@ int clattn__enqueue(const clattn__call *call, cl_kernel kernel, cl_uint dims, co
     return CLATTN_SUCCESS;
 }
 
+bool clattn__queue_out_of_order(cl_command_queue queue) {
+    cl_command_queue_properties props = 0;
+    clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL);
+    return (props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE) != 0;
+}
+
+int clattn__steps_begin(const clattn__call *call) {
+    if (call->num_wait == 0) return CLATTN_SUCCESS;
+    cl_int err = clEnqueueBarrierWithWaitList(call->queue, call->num_wait, call->wait_list, NULL);
+    return err == CL_SUCCESS ? CLATTN_SUCCESS
+                             : clattn__cl_fail(err, "clEnqueueBarrierWithWaitList");
+}
+
+int clattn__steps_boundary(const clattn__call *call, bool out_of_order) {
+    if (!out_of_order) return CLATTN_SUCCESS;
+    cl_int err = clEnqueueBarrierWithWaitList(call->queue, 0, NULL, NULL);
+    return err == CL_SUCCESS ? CLATTN_SUCCESS
+                             : clattn__cl_fail(err, "clEnqueueBarrierWithWaitList");
+}
+
+int clattn__steps_end(const clattn__call *call) {
+    if (!call->event) return CLATTN_SUCCESS;
+    cl_int err = clEnqueueMarkerWithWaitList(call->queue, 0, NULL, call->event);
+    if (err == CL_SUCCESS) return CLATTN_SUCCESS;
+    *call->event = NULL;
+    return clattn__cl_fail(err, "clEnqueueMarkerWithWaitList");
+}
+
 int clattn__head_lanes(cl_uint width, int64_t d, int64_t dv) {
     int lanes = width >= 16 ? 16 : width >= 8 ? 8 : width >= 4 ? 4 : 1;
     while (lanes > 1 && (d % lanes || dv % lanes)) lanes /= 2;

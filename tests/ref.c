@@ -329,3 +329,87 @@ void ref_linear_attention_cumsum(const ref_linear *p, const float *q, const floa
     free(S);
     free(z);
 }
+
+/* ---- multi-head attention ---- */
+
+/* y [rows, n] = x [rows, k] w^T (w [n, k]) + bias, in float64. */
+static void ref_linear_rows(const double *x, const float *w, const float *bias, int64_t rows,
+                            int64_t n, int64_t k, double *y) {
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < n; ++c) {
+            double sum = bias ? bias[c] : 0.0;
+            for (int64_t e = 0; e < k; ++e) sum += x[r * k + e] * (double)w[c * k + e];
+            y[r * n + c] = sum;
+        }
+}
+
+static double *ref_widen(const float *x, int64_t n) {
+    double *y = malloc((size_t)n * sizeof(double));
+    for (int64_t i = 0; y && i < n; ++i) y[i] = x[i];
+    return y;
+}
+
+/* torch's merged additive mask for score (b, h, i, j). */
+static double ref_mha_mask(const ref_mha *p, int64_t b, int64_t h, int64_t i, int64_t j) {
+    double m = 0.0;
+    const int64_t *s = p->attn_strides, at = b * s[0] + h * s[1] + i * s[2] + j * s[3];
+    if (p->kpm_keep && !p->kpm_keep[b * p->Sk + j]) m = -INFINITY;
+    if (p->kpm_add) m += p->kpm_add[b * p->Sk + j];
+    if (p->attn_keep && !p->attn_keep[at]) m = -INFINITY;
+    if (p->attn_add) m += p->attn_add[at];
+    if (p->causal && j > i) m = -INFINITY;
+    return m;
+}
+
+/* One head's attention for query i: probabilities into w [Sk], output into ctx row. */
+static void ref_mha_row(const ref_mha *p, const double *q, const double *k, const double *v,
+                        int64_t b, int64_t h, int64_t i, double *w, double *ctx) {
+    const int64_t D = p->E / p->H, E = p->E;
+    const double scale = 1.0 / sqrt((double)D);
+    double top = -INFINITY, sum = 0.0;
+    for (int64_t j = 0; j < p->Sk; ++j) {
+        double dot = 0.0;
+        for (int64_t d = 0; d < D; ++d)
+            dot += q[(b * p->Sq + i) * E + h * D + d] * k[(b * p->Sk + j) * E + h * D + d];
+        w[j] = dot * scale + ref_mha_mask(p, b, h, i, j);
+        if (w[j] > top) top = w[j];
+    }
+    for (int64_t j = 0; j < p->Sk; ++j) {
+        w[j] = top == -INFINITY ? 0.0 : exp(w[j] - top);
+        sum += w[j];
+    }
+    for (int64_t j = 0; j < p->Sk; ++j) w[j] = sum > 0 ? w[j] / sum : 0.0;
+    for (int64_t d = 0; d < D; ++d) {
+        double acc = 0.0;
+        for (int64_t j = 0; j < p->Sk; ++j) acc += w[j] * v[(b * p->Sk + j) * E + h * D + d];
+        ctx[(b * p->Sq + i) * E + h * D + d] = acc;
+    }
+}
+
+bool ref_mha_forward(const ref_mha *p, double *out, double *weights) {
+    const int64_t E = p->E, rq = p->B * p->Sq, rk = p->B * p->Sk;
+    double *xq = ref_widen(p->query, rq * E), *xk = ref_widen(p->key, rk * p->kdim),
+           *xv = ref_widen(p->value, rk * p->vdim);
+    double *q = malloc((size_t)(rq * E) * sizeof(double)),
+           *k = malloc((size_t)(rk * E) * sizeof(double)),
+           *v = malloc((size_t)(rk * E) * sizeof(double)),
+           *ctx = malloc((size_t)(rq * E) * sizeof(double)),
+           *w = malloc((size_t)p->Sk * sizeof(double));
+    const bool ok = xq && xk && xv && q && k && v && ctx && w;
+    if (ok) {
+        ref_linear_rows(xq, p->wq, p->bq, rq, E, E, q);
+        ref_linear_rows(xk, p->wk, p->bk, rk, E, p->kdim, k);
+        ref_linear_rows(xv, p->wv, p->bv, rk, E, p->vdim, v);
+        for (int64_t b = 0; b < p->B; ++b)
+            for (int64_t h = 0; h < p->H; ++h)
+                for (int64_t i = 0; i < p->Sq; ++i) {
+                    ref_mha_row(p, q, k, v, b, h, i, w, ctx);
+                    if (weights)
+                        memcpy(weights + ((b * p->H + h) * p->Sq + i) * p->Sk, w,
+                               (size_t)p->Sk * sizeof(double));
+                }
+        ref_linear_rows(ctx, p->wo, p->bo, rq, E, E, out);
+    }
+    free(xq), free(xk), free(xv), free(q), free(k), free(v), free(ctx), free(w);
+    return ok;
+}

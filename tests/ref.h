@@ -86,4 +86,25 @@ void ref_linear_attention(const ref_linear *p, const float *q, const float *k, c
 void ref_linear_attention_cumsum(const ref_linear *p, const float *q, const float *k,
                                  const float *v, double *out);
 
+/* ---- multi-head attention: torch.nn.MultiheadAttention's forward (eval), in float64 ---- */
+
+typedef struct ref_mha {
+    int64_t B, Sq, Sk, E, H, kdim, vdim;
+    const float *query, *key, *value; /* dense [B,Sq,E], [B,Sk,kdim], [B,Sk,vdim] */
+    const float *wq, *wk, *wv, *wo;   /* dense [E,E], [E,kdim], [E,vdim], [E,E] */
+    const float *bq, *bk, *bv, *bo;   /* [E] each, or NULL */
+    const uint8_t *kpm_keep;          /* [B,Sk], non-zero attends; or NULL */
+    const float *kpm_add;             /* [B,Sk] added to the scores; or NULL */
+    const uint8_t *attn_keep;         /* indexed [b,h,i,j] with attn_strides; or NULL */
+    const float *attn_add;            /* likewise, added to the scores; or NULL */
+    int64_t attn_strides[4];
+    int causal; /* key j hidden from query i when j > i */
+} ref_mha;
+
+/* out [B,Sq,E] and (when not NULL) the per-head weights [B,H,Sq,Sk], the way torch computes
+ * them: the masks become one additive mask (a hidden key adds -inf), softmax of
+ * q k^T / sqrt(D) + mask per head; a row whose keys are all hidden gets weights 0 (clattn's
+ * semantics; torch 1.13 gives NaN). False when host memory runs out. */
+bool ref_mha_forward(const ref_mha *p, double *out, double *weights);
+
 #endif

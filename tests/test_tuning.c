@@ -163,7 +163,7 @@ static void check_small_gemm(test_ctx *t, const char *what) {
     const clattn__call call = {
         clattn_env_queue(t->env), clattn_env_context(t->env), device_of(t), 0, NULL, NULL};
     const clattn__matrices am = {ab, 0, K, M * K}, bm = {bb, 0, K, N * K}, cm = {cb, 0, N, M * N};
-    int status = ok ? clattn__sgemm_batched(&call, true, M, N, K, &am, &bm, &cm, BATCH) : -1;
+    int status = ok ? clattn__sgemm_batched(&call, true, M, N, K, &am, &bm, 0.0f, &cm, BATCH) : -1;
     CHECK(t, status == CLATTN_SUCCESS, "%s: %s: %s", what, clattn_status_name(status),
           clattn_last_error());
     ok = ok && status == CLATTN_SUCCESS && test_read(t, cb, c, sizeof c);

@@ -20,7 +20,7 @@ static int enqueue(tune_case *c, cl_command_queue queue) {
         queue, clattn_env_context(c->env), clattn_env_device(c->env), 0, NULL, NULL};
     const clattn__matrices x = {c->in[0].buffer, 0, k, m * k}, w = {c->in[1].buffer, 0, k, n * k};
     const clattn__matrices y = {c->out.buffer, 0, n, m * n};
-    return clattn__sgemm_batched(&call, true, m, n, k, &x, &w, &y, 1);
+    return clattn__sgemm_batched(&call, true, m, n, k, &x, &w, 0.0f, &y, 1);
 }
 
 static int reference(tune_case *c, const int64_t *s, const float *x, const float *w) {

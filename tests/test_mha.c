@@ -1,0 +1,557 @@
+/* Tests of the multi-head attention forward (src/mha.c, cl/mha.cl) against the float64
+ * reference of torch.nn.MultiheadAttention (tests/ref.c), and of the CLBlast bridge it runs
+ * its projections on (src/blas.c). */
+#include "blas.h"
+#include "harness.h"
+#include "internal.h"
+#include "ref.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { NO_MASK = 0, KEEP_MASK = 1, ADD_MASK = 2 };
+
+typedef struct mha_spec {
+    int64_t B, Sq, Sk, E, H, kdim, vdim;
+    bool self;      /* key = value = query: one view */
+    bool shared_kv; /* key = value: one view */
+    bool separate;  /* q/k/v_proj_weight instead of in_proj_weight */
+    bool in_bias, out_bias;
+    int kpm, attn;      /* NO_MASK, KEEP_MASK (u8) or ADD_MASK (f32) */
+    bool per_head_attn; /* attn_mask {B,H,Sq,Sk} (torch's [B*H,Sq,Sk]); else {1,1,Sq,Sk} */
+    int causal;
+    int weights;     /* 0: none, 1: averaged, 2: per head */
+    bool hide_batch; /* the padding mask hides every key of the last batch */
+    bool strided;    /* query and out as views with a row stride past E */
+    bool workspace;  /* a caller workspace of exactly the size asked for */
+    clattn_dtype dt;
+    uint64_t seed;
+} mha_spec;
+
+static mha_spec self_spec(int64_t B, int64_t S, int64_t E, int64_t H) {
+    mha_spec s;
+    memset(&s, 0, sizeof s);
+    s.B = B, s.Sq = s.Sk = S, s.E = s.kdim = s.vdim = E, s.H = H;
+    s.self = s.shared_kv = true;
+    s.in_bias = s.out_bias = true;
+    s.dt = CLATTN_F32;
+    s.seed = (uint64_t)(B * 7 + S * 13 + E * 17 + H);
+    return s;
+}
+
+static mha_spec cross_spec(int64_t B, int64_t Sq, int64_t Sk, int64_t E, int64_t H) {
+    mha_spec s = self_spec(B, Sq, E, H);
+    s.Sk = Sk, s.self = s.shared_kv = false;
+    s.seed += 1000;
+    return s;
+}
+
+/* n values exact in dt, uniform in [-2, 2) times `scale` (a power of two). */
+static float *values(size_t n, clattn_dtype dt, float scale, uint64_t *rng) {
+    float *x = malloc(n * sizeof(float));
+    if (!x) return NULL;
+    test_fill_exact(x, n, dt, rng);
+    uint16_t bits;
+    for (size_t i = 0; i < n; ++i) {
+        ref_store(&bits, dt == CLATTN_F32 ? CLATTN_F16 : dt, 0, x[i] * scale);
+        x[i] = dt == CLATTN_F32 ? x[i] * scale : ref_load(&bits, dt, 0);
+    }
+    return x;
+}
+
+/* About 1/sqrt(fan_in), a power of two, so that projections stay near 1. */
+static float weight_scale(int64_t fan_in) {
+    return (float)ldexp(1.0, -(int)ceil(log2(sqrt((double)fan_in))));
+}
+
+/* Everything one case allocates, on the host and the device. */
+typedef struct mha_case {
+    float *query, *key, *value, *w[4], *bias[2], *kpm_add, *attn_add;
+    uint8_t *kpm_keep, *attn_keep;
+    cl_mem buffers[16];
+    int nbuffers;
+    clattn_tensor t_query, t_key, t_value, t_w[4], t_bias[2], t_kpm, t_attn, t_out, t_weights;
+} mha_case;
+
+static void free_case(mha_case *c) {
+    if (c->value != c->key) free(c->value);
+    if (c->key != c->query) free(c->key);
+    float *host[8] = {c->query, c->w[0],    c->w[1],    c->w[2],
+                      c->w[3],  c->bias[0], c->bias[1], c->kpm_add};
+    for (int i = 0; i < 8; ++i) free(host[i]);
+    free(c->attn_add), free(c->kpm_keep), free(c->attn_keep);
+    for (int i = 0; i < c->nbuffers; ++i)
+        if (c->buffers[i]) clReleaseMemObject(c->buffers[i]);
+}
+
+/* A dense device tensor {1, rows, S, cols} (rows=1: a matrix) holding `host` in dt. */
+static clattn_tensor upload(test_ctx *t, mha_case *c, const float *host, int64_t rows, int64_t S,
+                            int64_t cols, clattn_dtype dt) {
+    clattn_tensor x = test_upload_bhsd(t, host, 1, rows, S, cols, dt, 0);
+    c->buffers[c->nbuffers++] = x.buffer;
+    return x;
+}
+
+static clattn_tensor upload_u8(test_ctx *t, mha_case *c, const uint8_t *host, const int64_t n[4]) {
+    const size_t bytes = (size_t)(n[0] * n[1] * n[2] * n[3]);
+    cl_mem buffer = test_buffer(t, bytes);
+    c->buffers[c->nbuffers++] = buffer;
+    if (buffer) test_write(t, buffer, host, bytes);
+    return clattn_tensor_4d(buffer, CLATTN_U8, n[0], n[1], n[2], n[3]);
+}
+
+/* A zero-filled device tensor of shape n in dt. */
+static clattn_tensor fresh(test_ctx *t, mha_case *c, const int64_t n[4], clattn_dtype dt) {
+    const size_t bytes = (size_t)(n[0] * n[1] * n[2] * n[3]) * clattn_dtype_size(dt);
+    void *zeros = calloc(bytes, 1);
+    cl_mem buffer = test_buffer(t, bytes);
+    c->buffers[c->nbuffers++] = buffer;
+    if (buffer && zeros) test_write(t, buffer, zeros, bytes);
+    free(zeros);
+    return clattn_tensor_4d(buffer, dt, n[0], n[1], n[2], n[3]);
+}
+
+/* A mask of n entries: u8 keep (about 1 in 4 hidden) or f32 additive (about 1 in 8 -inf). */
+static void make_mask(int kind, size_t n, uint64_t *rng, uint8_t **keep, float **add) {
+    if (kind == KEEP_MASK) *keep = malloc(n);
+    if (kind == ADD_MASK) *add = values(n, CLATTN_F32, 1.0f, rng);
+    for (size_t i = 0; i < n; ++i) {
+        const uint64_t r = test_rand_u64(rng) % 8;
+        if (kind == KEEP_MASK) (*keep)[i] = r >= 2;
+        if (kind == ADD_MASK && r == 0) (*add)[i] = -INFINITY;
+    }
+}
+
+static void make_host(const mha_spec *s, mha_case *c) {
+    uint64_t rng = s->seed;
+    const int64_t E = s->E, cols[3] = {E, s->kdim, s->vdim};
+    c->query = values((size_t)(s->B * s->Sq * E), s->dt, 1.0f, &rng);
+    c->key = s->self ? c->query : values((size_t)(s->B * s->Sk * s->kdim), s->dt, 1.0f, &rng);
+    c->value = s->shared_kv ? c->key : values((size_t)(s->B * s->Sk * s->vdim), s->dt, 1.0f, &rng);
+    for (int i = 0; i < 4; ++i) {
+        const int64_t k = i < 3 ? cols[i] : E;
+        c->w[i] = values((size_t)(E * k), s->dt, weight_scale(k), &rng);
+    }
+    c->bias[0] = s->in_bias ? values((size_t)(3 * E), s->dt, 0.5f, &rng) : NULL;
+    c->bias[1] = s->out_bias ? values((size_t)E, s->dt, 0.5f, &rng) : NULL;
+    make_mask(s->kpm, (size_t)(s->B * s->Sk), &rng, &c->kpm_keep, &c->kpm_add);
+    const int64_t planes = s->per_head_attn ? s->B * s->H : 1;
+    make_mask(s->attn, (size_t)(planes * s->Sq * s->Sk), &rng, &c->attn_keep, &c->attn_add);
+    for (int64_t j = 0; s->hide_batch && j < s->Sk; ++j) {
+        if (c->kpm_keep) c->kpm_keep[(s->B - 1) * s->Sk + j] = 0;
+        if (c->kpm_add) c->kpm_add[(s->B - 1) * s->Sk + j] = -INFINITY;
+    }
+}
+
+/* The same packed weight [3E,E] from the three: rows of Wq, Wk, Wv. */
+static float *packed_weight(const mha_spec *s, const mha_case *c) {
+    const size_t block = (size_t)(s->E * s->E);
+    float *w = malloc(3 * block * sizeof(float));
+    for (int i = 0; w && i < 3; ++i) memcpy(w + i * block, c->w[i], block * sizeof(float));
+    return w;
+}
+
+/* query (and out) as views into rows of E + 3 elements: not rows CLBlast can read in place. */
+static clattn_tensor strided_query(test_ctx *t, mha_case *c, const mha_spec *s) {
+    const int64_t rows = s->B * s->Sq, ld = s->E + 3;
+    float *wide = calloc((size_t)(rows * ld), sizeof(float));
+    for (int64_t r = 0; wide && r < rows; ++r)
+        memcpy(wide + r * ld, c->query + r * s->E, (size_t)s->E * sizeof(float));
+    clattn_tensor x = upload(t, c, wide, s->B, s->Sq, ld, s->dt);
+    free(wide);
+    x.shape[3] = s->E;
+    return x;
+}
+
+static void make_device(test_ctx *t, const mha_spec *s, mha_case *c) {
+    const int64_t E = s->E;
+    c->t_query =
+        s->strided ? strided_query(t, c, s) : upload(t, c, c->query, s->B, s->Sq, E, s->dt);
+    c->t_key = s->self ? c->t_query : upload(t, c, c->key, s->B, s->Sk, s->kdim, s->dt);
+    c->t_value = s->shared_kv ? c->t_key : upload(t, c, c->value, s->B, s->Sk, s->vdim, s->dt);
+    if (s->separate) {
+        const int64_t cols[3] = {E, s->kdim, s->vdim};
+        for (int i = 0; i < 3; ++i) c->t_w[i] = upload(t, c, c->w[i], 1, E, cols[i], s->dt);
+    } else {
+        float *packed = packed_weight(s, c);
+        c->t_w[0] = upload(t, c, packed, 1, 3 * E, E, s->dt);
+        free(packed);
+    }
+    c->t_w[3] = upload(t, c, c->w[3], 1, E, E, s->dt);
+    if (s->in_bias) c->t_bias[0] = upload(t, c, c->bias[0], 1, 1, 3 * E, s->dt);
+    if (s->out_bias) c->t_bias[1] = upload(t, c, c->bias[1], 1, 1, E, s->dt);
+    const int64_t kpm[4] = {1, 1, s->B, s->Sk};
+    const int64_t attn[4] = {s->per_head_attn ? s->B : 1, s->per_head_attn ? s->H : 1, s->Sq,
+                             s->Sk};
+    if (c->kpm_keep) c->t_kpm = upload_u8(t, c, c->kpm_keep, kpm);
+    if (c->kpm_add) c->t_kpm = upload(t, c, c->kpm_add, 1, s->B, s->Sk, CLATTN_F32);
+    if (c->attn_keep) c->t_attn = upload_u8(t, c, c->attn_keep, attn);
+    if (c->attn_add) {
+        c->t_attn = upload(t, c, c->attn_add, attn[0] * attn[1], s->Sq, s->Sk, CLATTN_F32);
+        c->t_attn = clattn_tensor_4d(c->t_attn.buffer, CLATTN_F32, attn[0], attn[1], s->Sq, s->Sk);
+    }
+    const int64_t out[4] = {1, s->B, s->Sq, s->strided ? E + 3 : E};
+    c->t_out = fresh(t, c, out, s->dt);
+    c->t_out.shape[3] = E;
+    const int64_t per_head[4] = {s->B, s->H, s->Sq, s->Sk}, mean[4] = {1, s->B, s->Sq, s->Sk};
+    if (s->weights) c->t_weights = fresh(t, c, s->weights == 2 ? per_head : mean, s->dt);
+}
+
+/* The reference's view of the case. */
+static ref_mha reference_of(const mha_spec *s, const mha_case *c) {
+    ref_mha r;
+    memset(&r, 0, sizeof r);
+    r.B = s->B, r.Sq = s->Sq, r.Sk = s->Sk, r.E = s->E, r.H = s->H, r.kdim = s->kdim;
+    r.vdim = s->vdim;
+    r.query = c->query, r.key = c->key, r.value = c->value;
+    r.wq = c->w[0], r.wk = c->w[1], r.wv = c->w[2], r.wo = c->w[3];
+    if (c->bias[0]) r.bq = c->bias[0], r.bk = c->bias[0] + s->E, r.bv = c->bias[0] + 2 * s->E;
+    r.bo = c->bias[1];
+    r.kpm_keep = c->kpm_keep, r.kpm_add = c->kpm_add;
+    r.attn_keep = c->attn_keep, r.attn_add = c->attn_add;
+    const int64_t plane = s->Sq * s->Sk;
+    r.attn_strides[0] = s->per_head_attn ? s->H * plane : 0;
+    r.attn_strides[1] = s->per_head_attn ? plane : 0;
+    r.attn_strides[2] = s->Sk, r.attn_strides[3] = 1;
+    r.causal = s->causal;
+    return r;
+}
+
+/* |got - want| <= atol + rtol |want| everywhere: the f32 error of sums of E products, plus the
+ * rounding of the stored dtype. */
+static bool close_to(test_ctx *t, const char *what, const float *got, const double *want, size_t n,
+                     clattn_dtype dt) {
+    const double rtol = dt == CLATTN_F32 ? 1e-4 : dt == CLATTN_F16 ? 1e-3 : 8e-3, atol = 2e-5;
+    for (size_t i = 0; i < n; ++i)
+        if (!(fabs(got[i] - want[i]) <= atol + rtol * fabs(want[i]))) {
+            test_fail_at(t, __FILE__, __LINE__, "%s[%zu] = %.7g, expected %.7g", what, i,
+                         (double)got[i], want[i]);
+            return false;
+        }
+    return true;
+}
+
+/* Reads a {1,R,S,C} or 4-D view (rows possibly strided) into dense floats. */
+static float *download(test_ctx *t, const clattn_tensor *v) {
+    const int64_t *n = v->shape;
+    const size_t count = (size_t)(n[0] * n[1] * n[2] * n[3]);
+    const size_t extent = (size_t)clattn__tensor_last_element(v) + 1;
+    void *raw = malloc(extent * clattn_dtype_size(v->dtype));
+    float *dense = malloc(count * sizeof(float));
+    if (!raw || !dense || !test_read(t, v->buffer, raw, extent * clattn_dtype_size(v->dtype))) {
+        free(raw), free(dense);
+        return NULL;
+    }
+    size_t at = 0;
+    for (int64_t a = 0; a < n[0]; ++a)
+        for (int64_t b = 0; b < n[1]; ++b)
+            for (int64_t i = 0; i < n[2]; ++i)
+                for (int64_t j = 0; j < n[3]; ++j)
+                    dense[at++] =
+                        ref_load(raw, v->dtype,
+                                 (uint64_t)(v->offset + a * v->strides[0] + b * v->strides[1] +
+                                            i * v->strides[2] + j * v->strides[3]));
+    free(raw);
+    return dense;
+}
+
+static int run_forward(test_ctx *t, const mha_spec *s, mha_case *c) {
+    clattn_mha_params p = {(int)s->H, NULL, NULL, NULL, NULL, NULL, &c->t_w[3], NULL};
+    if (s->separate) p.q_proj_weight = &c->t_w[0], p.k_proj_weight = &c->t_w[1];
+    if (s->separate)
+        p.v_proj_weight = &c->t_w[2];
+    else
+        p.in_proj_weight = &c->t_w[0];
+    if (s->in_bias) p.in_proj_bias = &c->t_bias[0];
+    if (s->out_bias) p.out_proj_bias = &c->t_bias[1];
+    clattn_mha_options o;
+    memset(&o, 0, sizeof o);
+    o.key_padding_mask = s->kpm ? &c->t_kpm : NULL;
+    o.attn_mask = s->attn ? &c->t_attn : NULL;
+    o.is_causal = s->causal;
+    o.weights = s->weights ? &c->t_weights : NULL;
+    o.average_attn_weights = s->weights == 1;
+    cl_command_queue queue = clattn_env_queue(t->env);
+    if (s->workspace) {
+        size_t bytes = 0;
+        int status = clattn_mha_workspace_size(&c->t_query, &c->t_key, &c->t_value, &p, &c->t_out,
+                                               &o, queue, &bytes);
+        if (status != CLATTN_SUCCESS) return status;
+        o.workspace = test_buffer(t, bytes);
+        c->buffers[c->nbuffers++] = o.workspace;
+    }
+    cl_event done = NULL;
+    int status = clattn_mha_forward(&c->t_query, &c->t_key, &c->t_value, &p, &c->t_out, &o, queue,
+                                    0, NULL, &done);
+    if (done) clWaitForEvents(1, &done), clReleaseEvent(done);
+    return status;
+}
+
+/* Runs the case and compares out (and the weights) with the reference. */
+static void check_case(test_ctx *t, const mha_spec *s) {
+    mha_case c;
+    memset(&c, 0, sizeof c);
+    make_host(s, &c);
+    make_device(t, s, &c);
+    const ref_mha r = reference_of(s, &c);
+    const size_t n_out = (size_t)(s->B * s->Sq * s->E), n_w = (size_t)(s->B * s->H * s->Sq * s->Sk);
+    double *want = malloc(n_out * sizeof(double)), *want_w = malloc(n_w * sizeof(double));
+    float *got = NULL, *got_w = NULL;
+    bool ok = !t->failed && want && want_w && ref_mha_forward(&r, want, want_w);
+    int status = ok ? run_forward(t, s, &c) : CLATTN_SUCCESS;
+    if (status != CLATTN_SUCCESS)
+        test_fail_at(t, __FILE__, __LINE__, "clattn_mha_forward -> %s: %s",
+                     clattn_status_name(status), clattn_last_error());
+    ok = ok && status == CLATTN_SUCCESS && (got = download(t, &c.t_out)) != NULL;
+    ok = ok && close_to(t, "out", got, want, n_out, s->dt);
+    if (ok && s->weights == 1) /* the heads' mean, as torch takes it: sum, then divide */
+        for (size_t e = 0; e < n_w / (size_t)s->H; ++e) {
+            const size_t b = e / (size_t)(s->Sq * s->Sk), rest = e % (size_t)(s->Sq * s->Sk);
+            double sum = 0;
+            for (int64_t h = 0; h < s->H; ++h)
+                sum += want_w[(b * (size_t)s->H + (size_t)h) * (size_t)(s->Sq * s->Sk) + rest];
+            want_w[e] = sum / (double)s->H;
+        }
+    if (ok && s->weights) {
+        got_w = download(t, &c.t_weights);
+        ok = got_w && close_to(t, "weights", got_w, want_w,
+                               s->weights == 1 ? n_w / (size_t)s->H : n_w, s->dt);
+    }
+    free(want), free(want_w), free(got), free(got_w);
+    free_case(&c);
+}
+
+/* CLBlast's GEMMs are misread by Oclgrind's uninitialized-value checker (harness.h); the
+ * oclgrind-mha lane runs these tests without it. */
+static bool skip_gemms(test_ctx *t) {
+    if (test_under_uninit_checker()) test_skip(t, "CLBlast GEMMs under the uninitialized checker");
+    return t->skipped;
+}
+
+/* ---- parity with the reference ---- */
+
+static void self_attention_one_head(test_ctx *t) {
+    if (skip_gemms(t)) return;
+    mha_spec s = self_spec(2, 7, 24, 1);
+    s.weights = 1, s.workspace = true;
+    check_case(t, &s);
+}
+
+static void self_attention_u8_masks(test_ctx *t) {
+    if (skip_gemms(t)) return;
+    mha_spec s = self_spec(2, 9, 40, 2);
+    s.kpm = s.attn = KEEP_MASK, s.weights = 2;
+    check_case(t, &s);
+}
+
+static void self_attention_float_masks_causal(test_ctx *t) {
+    if (skip_gemms(t)) return;
+    mha_spec s = self_spec(2, 8, 64, 8);
+    s.kpm = s.attn = ADD_MASK, s.per_head_attn = true, s.causal = 1, s.weights = 1;
+    check_case(t, &s);
+}
+
+static void cross_attention_separate_weights(test_ctx *t) {
+    if (skip_gemms(t)) return;
+    mha_spec s = cross_spec(2, 5, 11, 40, 8);
+    s.kdim = 24, s.vdim = 33, s.separate = true, s.in_bias = false, s.out_bias = false;
+    s.kpm = ADD_MASK, s.attn = KEEP_MASK, s.per_head_attn = true, s.weights = 2;
+    check_case(t, &s);
+}
+
+static void cross_attention_shared_key_value(test_ctx *t) {
+    if (skip_gemms(t)) return;
+    mha_spec s = cross_spec(3, 6, 13, 24, 2);
+    s.shared_kv = true, s.kpm = KEEP_MASK, s.attn = ADD_MASK, s.causal = 1;
+    check_case(t, &s);
+}
+
+static void cross_attention_separate_inputs(test_ctx *t) {
+    if (skip_gemms(t)) return;
+    mha_spec s = cross_spec(2, 7, 7, 40, 2);
+    s.in_bias = false, s.attn = ADD_MASK, s.weights = 1;
+    check_case(t, &s);
+}
+
+/* Rows with every key hidden: out is out_proj_bias there, the weights 0 (torch 1.13: NaN). */
+static void hidden_rows_give_the_bias(test_ctx *t) {
+    if (skip_gemms(t)) return;
+    mha_spec s = self_spec(2, 6, 24, 2);
+    s.kpm = KEEP_MASK, s.hide_batch = true, s.weights = 2;
+    check_case(t, &s);
+    mha_spec f = self_spec(2, 5, 24, 1);
+    f.kpm = f.attn = ADD_MASK, f.hide_batch = true, f.weights = 1;
+    check_case(t, &f);
+}
+
+/* f16 and bf16 storage of every tensor, query and out with rows CLBlast cannot take as they
+ * are (f32 images in the workspace). */
+static void half_storage_and_strided_rows(test_ctx *t) {
+    if (skip_gemms(t)) return;
+    mha_spec s = self_spec(2, 7, 40, 2);
+    s.dt = CLATTN_F16, s.strided = true, s.kpm = KEEP_MASK, s.weights = 1, s.self = false;
+    s.shared_kv = false;
+    check_case(t, &s);
+    mha_spec b = cross_spec(2, 6, 9, 24, 2);
+    b.dt = CLATTN_BF16, b.separate = true, b.kdim = 17, b.causal = 1, b.weights = 2;
+    check_case(t, &b);
+    mha_spec f = self_spec(1, 5, 24, 2);
+    f.strided = true, f.self = f.shared_kv = false;
+    check_case(t, &f);
+}
+
+/* ---- the CLBlast bridge ---- */
+
+/* One strided batch of c = a op(b) + beta c against float64, with offsets, row strides past the
+ * columns and odd sizes: |c - ref| <= 2 (K + 1) 2^-24 sum |terms|. */
+static void check_gemm(test_ctx *t, bool trans_b, float beta) {
+    enum { M = 13, N = 9, K = 21, BATCH = 2, LDA = K + 3, LDC = N + 4 };
+    const size_t ldb = trans_b ? K + 1 : N + 2, rows_b = trans_b ? N : K;
+    const size_t sa = M * LDA + 3, sb = rows_b * ldb + 1, sc = M * LDC + 5;
+    const size_t oa = 5, ob = 2, oc = 7;
+    const size_t na = oa + BATCH * sa, nb = ob + BATCH * sb, nc = oc + BATCH * sc;
+    uint64_t rng = trans_b ? 11 : 12;
+    float *a = values(na, CLATTN_F32, 1.0f, &rng), *b = values(nb, CLATTN_F32, 1.0f, &rng),
+          *c = values(nc, CLATTN_F32, 1.0f, &rng), *got = malloc(nc * sizeof(float));
+    cl_mem ab = test_buffer(t, na * 4), bb = test_buffer(t, nb * 4), cb = test_buffer(t, nc * 4);
+    bool ok = a && b && c && got && ab && bb && cb && test_write(t, ab, a, na * 4) &&
+              test_write(t, bb, b, nb * 4) && test_write(t, cb, c, nc * 4);
+    const clattn__call call = {clattn_env_queue(t->env),
+                               clattn_env_context(t->env),
+                               clattn_env_device(t->env),
+                               0,
+                               NULL,
+                               NULL};
+    const clattn__matrices am = {ab, oa, LDA, sa}, bm = {bb, ob, ldb, sb}, cm = {cb, oc, LDC, sc};
+    int status = ok ? clattn__sgemm_batched(&call, trans_b, M, N, K, &am, &bm, beta, &cm, BATCH)
+                    : CLATTN_SUCCESS;
+    if (status != CLATTN_SUCCESS)
+        test_fail_at(t, __FILE__, __LINE__, "sgemm: %s: %s", clattn_status_name(status),
+                     clattn_last_error());
+    ok = ok && status == CLATTN_SUCCESS && test_read(t, cb, got, nc * 4);
+    for (size_t at = 0; ok && at < nc; ++at) {
+        const size_t rel = at - oc, batch = rel / sc, r = rel % sc / LDC, col = rel % sc % LDC;
+        const bool inside = at >= oc && batch < BATCH && r < M && col < N;
+        double want = c[at], scale = fabs(beta * c[at]);
+        if (inside) {
+            want = beta * c[at];
+            for (size_t e = 0; e < K; ++e) {
+                const size_t ib = ob + batch * sb + (trans_b ? col * ldb + e : e * ldb + col);
+                const double term = (double)a[oa + batch * sa + r * LDA + e] * b[ib];
+                want += term, scale += fabs(term);
+            }
+        }
+        ok = fabs(got[at] - want) <= 2.0 * (K + 1) * ldexp(1.0, -24) * scale;
+        if (!ok)
+            test_fail_at(t, __FILE__, __LINE__, "trans_b %d beta %g: c[%zu] = %.8g, expected %.8g",
+                         trans_b, (double)beta, at, (double)got[at], want);
+    }
+    cl_mem all[3] = {ab, bb, cb};
+    for (int i = 0; i < 3; ++i)
+        if (all[i]) clReleaseMemObject(all[i]);
+    free(a), free(b), free(c), free(got);
+}
+
+static void gemm_bridge_matches_host(test_ctx *t) {
+    if (skip_gemms(t)) return;
+    check_gemm(t, false, 0.0f);
+    if (!t->failed) check_gemm(t, true, 1.0f);
+}
+
+/* CLBlast's own failures come back as CLATTN_ERR_BLAS with its code in the message. */
+static void gemm_bridge_reports_clblast_codes(test_ctx *t) {
+    cl_mem buffer = test_buffer(t, 4096);
+    const clattn__call call = {clattn_env_queue(t->env),
+                               clattn_env_context(t->env),
+                               clattn_env_device(t->env),
+                               0,
+                               NULL,
+                               NULL};
+    const clattn__matrices a = {buffer, 0, 8, 0}, c = {buffer, 512, 4, 0}; /* ldc 4 < n 8 */
+    int status = buffer ? clattn__sgemm_batched(&call, true, 8, 8, 8, &a, &a, 0.0f, &c, 1) : 0;
+    char message[512];
+    snprintf(message, sizeof message, "%s", clattn_last_error());
+    if (buffer) clReleaseMemObject(buffer);
+    CHECK(t, status == CLATTN_ERR_BLAS, "a row stride below the columns gave %s: %s",
+          clattn_status_name(status), message);
+    CHECK(t, strstr(message, "returned -1014") != NULL, "no CLBlast code in \"%s\"", message);
+}
+
+/* ---- invalid arguments: each refused with its status, *event NULL, nothing enqueued ---- */
+
+typedef struct bad_call {
+    clattn_tensor query, key, value, out;
+    clattn_mha_params p;
+    clattn_mha_options o;
+} bad_call;
+
+static int call_bad(test_ctx *t, bad_call *b) {
+    cl_event event = (cl_event)&event; /* not NULL: the call must clear it */
+    int status = clattn_mha_forward(&b->query, &b->key, &b->value, &b->p, &b->out, &b->o,
+                                    clattn_env_queue(t->env), 0, NULL, &event);
+    return event == NULL ? status : CLATTN_SUCCESS; /* a set event fails the check below */
+}
+
+static void invalid_arguments(test_ctx *t) {
+    mha_spec s = cross_spec(2, 5, 6, 24, 2);
+    s.kpm = KEEP_MASK, s.weights = 1;
+    mha_case c;
+    memset(&c, 0, sizeof c);
+    make_host(&s, &c);
+    make_device(t, &s, &c);
+    const bad_call good = {c.t_query,
+                           c.t_key,
+                           c.t_value,
+                           c.t_out,
+                           {2, &c.t_w[0], NULL, NULL, NULL, &c.t_bias[0], &c.t_w[3], &c.t_bias[1]},
+                           {&c.t_kpm, NULL, 0, &c.t_weights, 1, NULL}};
+    bad_call b = good;
+    int status[12];
+    int n = 0;
+    b.p.num_heads = 5, status[n++] = call_bad(t, &b), b = good; /* 5 does not divide 24 */
+    b.p.q_proj_weight = &c.t_w[3], status[n++] = call_bad(t, &b), b = good;   /* both forms */
+    b.key.shape[1] = 1, status[n++] = call_bad(t, &b), b = good;              /* B disagrees */
+    b.o.key_padding_mask = &c.t_out, status[n++] = call_bad(t, &b), b = good; /* kpm shape */
+    clattn_tensor lengths = c.t_kpm;
+    lengths.dtype = CLATTN_I32, lengths.shape[3] = 1;
+    b.o.attn_mask = &lengths, status[n++] = call_bad(t, &b), b = good;     /* i32 mask */
+    b.o.average_attn_weights = 0, status[n++] = call_bad(t, &b), b = good; /* weights shape */
+    b.out = c.t_query, status[n++] = call_bad(t, &b), b = good;            /* out = query */
+    cl_mem small = test_buffer(t, 64);
+    b.o.workspace = small, status[n++] = call_bad(t, &b), b = good; /* workspace too small */
+    b.value.shape[3] = 23, status[n++] = call_bad(t, &b), b = good; /* packed needs vdim = E */
+    status[n++] = clattn_mha_forward(&b.query, &b.key, &b.value, NULL, &b.out, &b.o,
+                                     clattn_env_queue(t->env), 0, NULL, NULL);
+    const int expected[10] = {CLATTN_ERR_INVALID_ARGUMENT,  CLATTN_ERR_INVALID_ARGUMENT,
+                              CLATTN_ERR_SHAPE_MISMATCH,    CLATTN_ERR_SHAPE_MISMATCH,
+                              CLATTN_ERR_UNSUPPORTED_DTYPE, CLATTN_ERR_SHAPE_MISMATCH,
+                              CLATTN_ERR_ALIASING,          CLATTN_ERR_BUFFER_TOO_SMALL,
+                              CLATTN_ERR_SHAPE_MISMATCH,    CLATTN_ERR_INVALID_ARGUMENT};
+    float *out = download(t, &c.t_out);
+    bool untouched = out != NULL;
+    for (int64_t i = 0; out && i < s.B * s.Sq * s.E; ++i) untouched = untouched && out[i] == 0.0f;
+    free(out);
+    if (small) clReleaseMemObject(small);
+    free_case(&c);
+    for (int i = 0; i < n; ++i)
+        CHECK(t, status[i] == expected[i], "bad call %d gave %s, expected %s", i,
+              clattn_status_name(status[i]), clattn_status_name(expected[i]));
+    CHECK(t, untouched, "a refused call wrote out");
+}
+
+static const test_case cases[] = {
+    {"self_attention_one_head", self_attention_one_head},
+    {"self_attention_u8_masks", self_attention_u8_masks},
+    {"self_attention_float_masks_causal", self_attention_float_masks_causal},
+    {"cross_attention_separate_weights", cross_attention_separate_weights},
+    {"cross_attention_shared_key_value", cross_attention_shared_key_value},
+    {"cross_attention_separate_inputs", cross_attention_separate_inputs},
+    {"hidden_rows_give_the_bias", hidden_rows_give_the_bias},
+    {"half_storage_and_strided_rows", half_storage_and_strided_rows},
+    {"gemm_bridge_matches_host", gemm_bridge_matches_host},
+    {"gemm_bridge_reports_clblast_codes", gemm_bridge_reports_clblast_codes},
+    {"invalid_arguments", invalid_arguments},
+};
+SUITE(mha_suite, "mha", cases);
