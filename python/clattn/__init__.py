@@ -316,8 +316,76 @@ class Context:
             return out, (self._download(st, s_host.shape, np.float32),
                          self._download(zt, z_host.shape, np.float32))
 
-    def mha(self, *args, **kwargs):
-        raise NotImplementedError("clattn_mha_forward is not built yet")
+    def mha(self, query, key, value, num_heads, in_proj_weight, in_proj_bias, out_proj_weight,
+            out_proj_bias, key_padding_mask=None, attn_mask=None, is_causal=False,
+            need_weights=True, average_attn_weights=True, *, q_proj_weight=None,
+            k_proj_weight=None, v_proj_weight=None):
+        """torch.nn.MultiheadAttention(batch_first=True).forward in eval mode, with the
+        module's parameters as arrays: query [B,Sq,E], key [B,Sk,kdim], value [B,Sk,vdim];
+        in_proj_weight [3E,E] (None when q/k/v_proj_weight are given), in_proj_bias [3E],
+        out_proj_weight [E,E], out_proj_bias [E] (biases may be None). Masks take torch's
+        polarity: a bool key_padding_mask [B,Sk] or attn_mask [Sq,Sk] / [B*H,Sq,Sk] is True
+        where a key is hidden; float masks are added to the scores. Passing the same array as
+        query, key and value runs self-attention's single input GEMM. Returns (out [B,Sq,E],
+        weights): weights [B,Sq,Sk] averaged over heads, [B,H,Sq,Sk] per head, or None when
+        need_weights is False. A query row that sees no key gets out_proj_bias (torch 1.13:
+        NaN)."""
+        self_attention = key is query and value is query
+        query = _float_array("query", query)
+        arrays = [query] if self_attention else [query, _float_array("key", key),
+                                                 _float_array("value", value)]
+        for name, a in zip(("query", "key", "value"), arrays):
+            if a.ndim != 3:
+                raise ValueError("%s: expected 3 dims [B,S,E], got shape %s" % (name, a.shape))
+        b, sq, e = query.shape
+        sk = arrays[-1].shape[1]
+        heads = int(num_heads)
+        with _Scope(self) as scope:
+            inputs = [self._upload(scope, a.reshape((1,) + a.shape), _FLOAT_DTYPES[a.dtype])
+                      for a in arrays]
+            qt, kt, vt = inputs * 3 if self_attention else inputs
+            params = _lib.MhaParams(heads)
+            for name, array in (("in_proj_weight", in_proj_weight), ("q_proj_weight", q_proj_weight),
+                                ("k_proj_weight", k_proj_weight), ("v_proj_weight", v_proj_weight),
+                                ("in_proj_bias", in_proj_bias), ("out_proj_weight", out_proj_weight),
+                                ("out_proj_bias", out_proj_bias)):
+                if array is not None:
+                    w = _float_array(name, array)
+                    setattr(params, name, ctypes.pointer(
+                        self._upload(scope, w.reshape(_as_4d(name, w.shape)), _FLOAT_DTYPES[w.dtype])))
+            ot = self._alloc(scope, (1, b, sq, e), _FLOAT_DTYPES[query.dtype])
+            options = _lib.MhaOptions()
+            options.is_causal = int(bool(is_causal))
+            if key_padding_mask is not None:
+                options.key_padding_mask = ctypes.pointer(
+                    self._torch_mask(scope, "key_padding_mask", key_padding_mask, (1, 1, b, sk)))
+            if attn_mask is not None:
+                m = np.asarray(attn_mask)
+                shape = (1, 1) + m.shape if m.ndim == 2 else (b, heads) + m.shape[1:]
+                if m.ndim not in (2, 3) or (m.ndim == 3 and m.shape[0] != b * heads):
+                    raise ValueError("attn_mask: expected [Sq,Sk] or [B*H,Sq,Sk], got shape %s"
+                                     % (m.shape,))
+                options.attn_mask = ctypes.pointer(self._torch_mask(scope, "attn_mask", m, shape))
+            weights_shape = None
+            if need_weights:
+                weights_shape = (b, sq, sk) if average_attn_weights else (b, heads, sq, sk)
+                wt = self._alloc(scope, _as_4d("weights", weights_shape), _FLOAT_DTYPES[query.dtype])
+                options.weights = ctypes.pointer(wt)
+                options.average_attn_weights = int(bool(average_attn_weights))
+            _check(self._lib.clattn_mha_forward(
+                ctypes.byref(qt), ctypes.byref(kt), ctypes.byref(vt), ctypes.byref(params),
+                ctypes.byref(ot), ctypes.byref(options), self._queue(), 0, None, None))
+            out = self._download(ot, (b, sq, e), query.dtype)
+            weights = self._download(wt, weights_shape, query.dtype) if need_weights else None
+            return out, weights
+
+    def _torch_mask(self, scope, name, mask, shape4):
+        """A torch-polarity mask as clattn takes it: bool inverted to u8 keep, float as is."""
+        m = np.asarray(mask)
+        if m.dtype == np.bool_:
+            return self._upload(scope, (~m).astype(np.uint8).reshape(shape4), _lib.U8)
+        m = _float_array(name, m)
+        return self._upload(scope, m.reshape(shape4), _FLOAT_DTYPES[m.dtype])
 
     # ---- the mask keywords ----
 

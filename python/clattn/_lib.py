@@ -57,6 +57,25 @@ class LinearOptions(ctypes.Structure):
 FEATURE_MAPS = {"elu1": 0, "relu": 1, "identity": 2}
 
 
+class MhaParams(ctypes.Structure):
+    _fields_ = [("num_heads", c_int)] + [
+        (name, POINTER(Tensor))
+        for name in ("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight",
+                     "in_proj_bias", "out_proj_weight", "out_proj_bias")
+    ]
+
+
+class MhaOptions(ctypes.Structure):
+    _fields_ = [
+        ("key_padding_mask", POINTER(Tensor)),
+        ("attn_mask", POINTER(Tensor)),
+        ("is_causal", c_int),
+        ("weights", POINTER(Tensor)),
+        ("average_attn_weights", c_int),
+        ("workspace", c_void_p),
+    ]
+
+
 class DeviceDesc(ctypes.Structure):
     _fields_ = [
         ("platform_index", c_int),
@@ -139,6 +158,12 @@ def _declare(lib):
         "clattn_linear_attention_step": (
             c_int,
             [POINTER(Tensor)] * 7 + [POINTER(LinearOptions)] + tail,
+        ),
+        "clattn_mha_forward": (
+            c_int,
+            [POINTER(Tensor)] * 3
+            + [POINTER(MhaParams), POINTER(Tensor), POINTER(MhaOptions)]
+            + tail,
         ),
         "clattn_softmax_backward": (
             c_int,

@@ -135,16 +135,6 @@ def test_errors_name_the_argument():
         assert error.status == "CLATTN_ERR_SHAPE_MISMATCH", error.status
 
 
-def test_ops_not_built_yet_raise():
-    for name in ("mha",):
-        try:
-            getattr(CTX, name)(None)
-        except NotImplementedError as error:
-            assert "clattn_" in str(error)
-        else:
-            raise AssertionError(name + " returned")
-
-
 def test_softmax_alibi_softcap_and_global_positions():
     x = RNG.standard_normal((1, 3, 10, 10)).astype(np.float32) * 4
     slopes = np.array([0.5, 0.25, 0.125], np.float32)
@@ -292,3 +282,84 @@ def test_linear_attention_step_decodes_like_causal():
     else:
         raise AssertionError("an unknown feature map was accepted")
 
+
+
+def torch_mha(query, key, value, heads, weights, kdim=None, vdim=None, **kwargs):
+    """torch.nn.MultiheadAttention(batch_first=True) in float64, eval, with the given parameters."""
+    e = query.shape[-1]
+    module = torch.nn.MultiheadAttention(e, heads, batch_first=True, kdim=kdim, vdim=vdim,
+                                         dtype=torch.float64).eval()
+    with torch.no_grad():
+        for name, array in weights.items():
+            target = module.out_proj if name.startswith("out_proj") else module
+            getattr(target, name.replace("out_proj_", "")).copy_(torch.from_numpy(array))
+        t = lambda a: None if a is None else torch.from_numpy(a if a.dtype == np.bool_ else a.astype(np.float64))
+        out, w = module(t(query), t(key), t(value), **{k: t(v) if isinstance(v, np.ndarray) else v
+                                                      for k, v in kwargs.items()})
+    return out.numpy(), None if w is None else w.numpy()
+
+
+def mha_weights(rng, e, kdim=None, vdim=None):
+    w = lambda *shape: (rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32)
+    if kdim is None:
+        params = {"in_proj_weight": w(3 * e, e)}
+    else:
+        params = {"q_proj_weight": w(e, e), "k_proj_weight": w(e, kdim), "v_proj_weight": w(e, vdim)}
+    params.update(in_proj_bias=w(3 * e), out_proj_weight=w(e, e), out_proj_bias=w(e))
+    return params
+
+
+def call_mha(x, key, value, heads, params, **kwargs):
+    return CTX.mha(x, key, value, heads, params.get("in_proj_weight"), params["in_proj_bias"],
+                   params["out_proj_weight"], params["out_proj_bias"],
+                   q_proj_weight=params.get("q_proj_weight"),
+                   k_proj_weight=params.get("k_proj_weight"),
+                   v_proj_weight=params.get("v_proj_weight"), **kwargs)
+
+
+def test_mha_self_attention_matches_torch_module():
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 9, 40)).astype(np.float32)
+    params = mha_weights(rng, 40)
+    padding = np.zeros((2, 9), bool)
+    padding[1, 6:] = True  # torch polarity: True hides the key
+    attn = rng.random((9, 9)) < 0.2
+    np.fill_diagonal(attn, False)
+    want, want_w = torch_mha(x, x, x, 2, params, key_padding_mask=padding, attn_mask=attn)
+    got, got_w = call_mha(x, x, x, 2, params, key_padding_mask=padding, attn_mask=attn)
+    assert_close(got, want, 1e-4, 1e-5, "out")
+    assert_close(got_w, want_w, 1e-4, 1e-6, "averaged weights")
+
+
+def test_mha_cross_attention_kdim_vdim_float_mask_per_head():
+    rng = np.random.default_rng(8)
+    q = rng.standard_normal((2, 5, 24)).astype(np.float32)
+    k = rng.standard_normal((2, 7, 16)).astype(np.float32)
+    v = rng.standard_normal((2, 7, 20)).astype(np.float32)
+    params = mha_weights(rng, 24, 16, 20)
+    attn = rng.standard_normal((2 * 3, 5, 7)).astype(np.float32)
+    want, want_w = torch_mha(q, k, v, 3, params, kdim=16, vdim=20, attn_mask=attn,
+                             average_attn_weights=False)
+    got, got_w = call_mha(q, k, v, 3, params, attn_mask=attn, average_attn_weights=False)
+    assert_close(got, want, 1e-4, 1e-5, "out")
+    assert_close(got_w, want_w, 1e-4, 1e-6, "per-head weights")
+
+
+def test_mha_causal_and_fully_padded_batch():
+    """is_causal equals torch's causal bool mask; a batch with every key padded gives
+    out_proj_bias where torch 1.13 gives NaN."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((2, 6, 24)).astype(np.float32)
+    params = mha_weights(rng, 24)
+    padding = np.zeros((2, 6), bool)
+    padding[1] = True
+    causal = ~causal_mask(6, 6)
+    want, _ = torch_mha(x, x, x, 4, params, key_padding_mask=padding, attn_mask=causal,
+                        need_weights=False)
+    got, got_w = call_mha(x, x, x, 4, params, key_padding_mask=padding, is_causal=True,
+                          need_weights=False)
+    assert got_w is None
+    assert_close(got[0], want[0], 1e-4, 1e-5, "causal batch")
+    assert np.isnan(want[1]).all(), "torch 1.13 was expected to give NaN on fully masked rows"
+    assert_close(got[1], np.broadcast_to(params["out_proj_bias"], got[1].shape), 1e-6, 1e-7,
+                 "fully padded batch")
