@@ -124,6 +124,10 @@ int bench_attention(const bench_options *opt, clattn_env *env, bench_ceilings *c
                     bench_report *report);
 int bench_linear(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
                  bench_report *report);
+/* GEMMs (CLBlast's database, then the tuning table's gemm row) and the MHA forward
+ * (bench/bench_mha.c); it runs first, while CLBlast still has its own parameters. */
+int bench_mha(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
+              bench_report *report);
 /* The tuning table's default row beside this device's own (bench/bench_tuning.c). */
 int bench_tuning(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
                  bench_report *report);

@@ -23,7 +23,7 @@ static void usage(FILE *out) {
                  "  NAME: split_heads | merge_heads | split_qkv | softmax | softmax_masked |\n"
                  "        attention | attention_causal | attention_memory | attention_decode |\n"
                  "        linear_attention | linear_attention_causal | linear_step |\n"
-                 "        linear_crossover | tuning\n");
+                 "        linear_crossover | gemm | mha | tuning\n");
 }
 
 typedef struct bench_args {
@@ -90,7 +90,8 @@ static int bench_device(const bench_args *a, const char *spec, bench_report *rep
                "alternately with the row; %%roof: value / ceiling;\ntorch/us: PyTorch median / "
                "ours (> 1: we are faster)\n\n");
         bench_print_header(stdout);
-        status = bench_heads(&a->opt, env, ceilings, report);
+        status = bench_mha(&a->opt, env, ceilings, report);
+        if (status == CLATTN_SUCCESS) status = bench_heads(&a->opt, env, ceilings, report);
         if (status == CLATTN_SUCCESS) status = bench_softmax(&a->opt, env, ceilings, report);
         if (status == CLATTN_SUCCESS) status = bench_attention(&a->opt, env, ceilings, report);
         if (status == CLATTN_SUCCESS) status = bench_linear(&a->opt, env, ceilings, report);

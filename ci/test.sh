@@ -11,6 +11,7 @@
 #   oclgrind-linear  the linear attention tests under the same checks, one process each
 #   oclgrind-attention  the attention suites (linear attention's too) under Oclgrind without
 #                  the uninitialized-value checker, with the paths the first run leaves out
+#   oclgrind-mha   the MHA suite the same way (its CLBlast GEMMs are such a path)
 #   device         only when CLATTN_DEVICE is set: the suite on that device (a GPU, say)
 #   python         the Python binding against PyTorch (tests/python), on PoCL pthread
 #   tools          clattn-tune's search over two ops (every candidate checked against the
@@ -151,13 +152,18 @@ grep -E '^(FAIL|skip)' "$log" | sed 's/^/[oclgrind-linear] /'
 count oclgrind-linear "$log"
 oclgrind_reports oclgrind-linear "$log"
 
-echo "== lane oclgrind-attention"
-log="$root/$build/test-logs/oclgrind-attention.log"
-CLATTN_DEVICE=oclgrind CLATTN_TEST_SMALL=1 \
-  timeout 1200 oclgrind --data-races --check-api \
-  "$root/$build/tests/clattn-tests" attention >"$log" 2>&1
-grep -E '^(FAIL|skip|device)' "$log" | sed 's/^/[oclgrind-attention] /'
-count oclgrind-attention "$log"
-oclgrind_reports oclgrind-attention "$log"
+# A suite under Oclgrind without the uninitialized-value checker (see the lanes above).
+plain_oclgrind() {
+  local lane=$1 filter=$2 log="$root/$build/test-logs/$1.log"
+  echo "== lane $lane"
+  CLATTN_DEVICE=oclgrind CLATTN_TEST_SMALL=1 \
+    timeout 1200 oclgrind --data-races --check-api \
+    "$root/$build/tests/clattn-tests" "$filter" >"$log" 2>&1
+  grep -E '^(FAIL|skip|device)' "$log" | sed "s/^/[$lane] /"
+  count "$lane" "$log"
+  oclgrind_reports "$lane" "$log"
+}
+plain_oclgrind oclgrind-attention attention
+plain_oclgrind oclgrind-mha mha
 
 finish

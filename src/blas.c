@@ -69,6 +69,15 @@ int clattn__blas_prepare(cl_device_id device) {
     return status;
 }
 
+bool clattn__blas_overridden(cl_device_id device) {
+    pthread_mutex_lock(&gemm_lock);
+    bool given = false;
+    for (int slot = 0; slot < GEMM_DEVICES && !given; ++slot)
+        given = gemm_given[slot].device == device;
+    pthread_mutex_unlock(&gemm_lock);
+    return given;
+}
+
 int clattn__sgemm_batched(const clattn__call *call, bool trans_b, size_t m, size_t n, size_t k,
                           const clattn__matrices *a, const clattn__matrices *b, float beta,
                           const clattn__matrices *c, size_t batch) {

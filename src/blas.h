@@ -26,6 +26,10 @@ int clattn__sgemm_batched(const clattn__call *call, bool trans_b, size_t m, size
  * bad gemm override (CLATTN_ERR_INVALID_TUNING) fails before anything is enqueued. */
 int clattn__blas_prepare(cl_device_id device);
 
+/* Whether clattn has given CLBlast parameters for `device` in this process: from then on
+ * CLBlast's own database is out of reach (clattn-bench measures it before). */
+bool clattn__blas_overridden(cl_device_id device);
+
 /* Clears CLBlast's program cache (clattn_cache_clear(NULL)). */
 void clattn__blas_cache_clear(void);
 

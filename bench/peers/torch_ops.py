@@ -20,6 +20,9 @@ when a case cannot run. DIMS is a comma-separated list whose meaning depends on 
   linear_attention_causal B,H,S,D  the cumsum form: cumsum of the [B,H,S,D,D] outer products
                          phi(k_j) v_j^T and of phi(k), then the per-query contractions; refused
                          past CUMSUM_LIMIT bytes of outer products (8 GiB at S=8192)
+  gemm M,N,K            a @ w.T, a [M,K], w [N,K] (OpenBLAS on the CPU)
+  mha B,S,E,H           nn.MultiheadAttention(E, H, batch_first=True).eval(), no grad,
+                        module(x, x, x, need_weights=False)
   linear_step B,H,1,D   one token: S += phi(k)^T v, z += phi(k), phi(q) S / (phi(q) z + eps)
 A case whose first run takes over a second is repeated 3 times after one warm-up.
 """
@@ -148,7 +151,25 @@ def linear_step(dtype, b, h, n, d):
     return run
 
 
+def gemm(dtype, m, n, k):
+    a, w = torch.randn(m, k).to(dtype), torch.randn(n, k).to(dtype)
+    return lambda: a @ w.T
+
+
+def mha(dtype, b, s, e, h):
+    module = torch.nn.MultiheadAttention(e, h, batch_first=True).to(dtype).eval()
+    x = torch.randn(b, s, e).to(dtype)
+
+    def run():
+        with torch.no_grad():
+            return module(x, x, x, need_weights=False)[0]
+
+    return run
+
+
 OPS = {
+    "gemm": gemm,
+    "mha": mha,
     "attention": attention,
     "attention_causal": attention_causal,
     "attention_decode": attention_decode,
