@@ -112,6 +112,9 @@ typedef struct bench_family {
                    const void *cases, int i, double torch_ms, bench_report *report);
 } bench_family;
 
+/* A caller workspace of `bytes` for the ops that take one (an OpenCL status). */
+int bench_workspace(clattn_env *env, size_t bytes, cl_mem *out);
+
 int bench_run_family(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
                      bench_report *report, const bench_family *family, const void *cases);
 

@@ -59,11 +59,7 @@ static int alloc_workspace(clattn_env *env, linear_ctx *x) {
     int status = clattn_linear_attention_workspace_size(
         &x->q, &x->k, &x->v, x->state.buffer ? &step_mask : &x->mask, &x->out, &causal,
         clattn_env_queue(env), &bytes);
-    cl_int err = CL_SUCCESS;
-    if (status == CLATTN_SUCCESS)
-        x->options.workspace =
-            clCreateBuffer(clattn_env_context(env), CL_MEM_READ_WRITE, bytes, NULL, &err);
-    return status == CLATTN_SUCCESS ? err : status;
+    return status == CLATTN_SUCCESS ? bench_workspace(env, bytes, &x->options.workspace) : status;
 }
 
 static int alloc_case(clattn_env *env, const linear_case *c, linear_ctx *x) {

@@ -219,11 +219,7 @@ static int set_forward(mha_ctx *x, clattn_env *env) {
     size_t bytes = 0;
     int status = clattn_mha_workspace_size(&x->x, &x->x, &x->x, &x->params, &x->out, &x->options,
                                            clattn_env_queue(env), &bytes);
-    cl_int err = CL_SUCCESS;
-    if (status == CLATTN_SUCCESS)
-        x->options.workspace =
-            clCreateBuffer(clattn_env_context(env), CL_MEM_READ_WRITE, bytes, NULL, &err);
-    return status == CLATTN_SUCCESS ? err : status;
+    return status == CLATTN_SUCCESS ? bench_workspace(env, bytes, &x->options.workspace) : status;
 }
 
 static const char *mha_op(const void *cases, int i) {

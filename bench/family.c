@@ -24,3 +24,9 @@ int bench_run_family(const bench_options *opt, clattn_env *env, bench_ceilings *
                                      bench_peer_median(&peers, keys[i]), report);
     return status;
 }
+
+int bench_workspace(clattn_env *env, size_t bytes, cl_mem *out) {
+    cl_int err = CL_SUCCESS;
+    *out = clCreateBuffer(clattn_env_context(env), CL_MEM_READ_WRITE, bytes, NULL, &err);
+    return err;
+}
