@@ -43,8 +43,9 @@ struct bench_ceiling_run {
 };
 typedef struct bench_ceilings {
     double copy_gbs, fma_gflops; /* measured at the start */
-    bench_timing copy, fma;
-    bench_ceiling_run copy_run, fma_run;
+    double launch_us;            /* one empty kernel, enqueue to clFinish (median) */
+    bench_timing copy, fma, launch;
+    bench_ceiling_run copy_run, fma_run, nop_run;
 } bench_ceilings;
 
 int bench_ceilings_open(const bench_options *opt, clattn_env *env, bench_ceilings *out);
@@ -73,6 +74,7 @@ double bench_peer_median(const bench_peer_results *peers, const char *key);
 
 typedef struct bench_record {
     char op[32], variant[32], device[160], shape[96], dtype[8], metric[16];
+    char check[8]; /* "ok", "wrong" (then not timed) or "-" (not checked) */
     bench_timing timing;
     double value;        /* in `metric` units */
     double ceiling;      /* the device's ceiling in the same units, timed beside this row */
@@ -83,6 +85,9 @@ typedef struct bench_record {
 typedef struct bench_report {
     bench_record *records;
     int count, capacity;
+    /* the verdict of the check before the next row (bench_run_checked), and its first
+     * mismatch */
+    char check[8], check_detail[256];
 } bench_report;
 
 bench_record *bench_report_add(bench_report *report);
@@ -97,10 +102,52 @@ int bench_add_compute_row(bench_report *report, const clattn_env *env, const cha
                           const char *variant, clattn_dtype dtype, const char *shape,
                           const bench_timing *timing, double flops, double fma_gflops,
                           double torch_ms);
+/* Adds and prints a row whose result was wrong: no timing, no value. */
+int bench_add_wrong_row(bench_report *report, const clattn_env *env, const char *op,
+                        const char *variant, clattn_dtype dtype, const char *shape);
 void bench_print_header(FILE *out);
 void bench_print_record(FILE *out, const bench_record *r);
-int bench_write_json(const char *path, const bench_report *report, const char *const *devices,
-                     const bench_ceilings *ceilings, int num_devices);
+int bench_write_json(const char *path, const bench_report *report,
+                     const clattn_device_desc *devices, const bench_ceilings *ceilings,
+                     int num_devices);
+
+/* ---- the correctness check before each row (bench/check.c) ---- */
+
+/* Fills a contiguous tensor with uniform values in [-scale, scale) from `seed`, rounded to its
+ * dtype; *host (when not NULL) receives them as floats, dense, for the caller to free. */
+int bench_fill_random(clattn_env *env, const clattn_tensor *t, uint64_t seed, float scale,
+                      float **host);
+/* A contiguous tensor's values as dense floats (*host malloc'ed). */
+int bench_read(clattn_env *env, const clattn_tensor *t, float **host);
+/* The relative tolerance of a sampled output stored in `dtype` (f32 math inside). */
+double bench_tolerance(clattn_dtype dtype);
+/* |got - want| <= tol (|want| + scale): scale is the size of the terms a sum cancelled. False
+ * records the mismatch in report->check_detail. */
+bool bench_close(bench_report *report, const char *what, size_t index, double got, double want,
+                 double scale, clattn_dtype dtype);
+/* A random index below n. */
+size_t bench_sample(uint64_t *state, size_t n);
+/* Checks the output of the call just made: *ok says whether it matched; a status otherwise. */
+typedef int (*bench_check_fn)(void *ctx, clattn_env *env, bench_report *report, bool *ok);
+/* Runs fn once, waits, and checks its result: report->check becomes "ok" or "wrong" (the row
+ * is then added with bench_add_wrong_row, untimed); the first mismatch goes to stderr. */
+int bench_run_checked(bench_report *report, bench_fn fn, void *ctx, cl_command_queue queue,
+                      bench_check_fn check, clattn_env *env);
+
+/* One query row of attention in float64: out = softmax(q k_j / sqrt(d)) v over the first
+ * `keys` rows of k and v (d wide each); w holds `keys` scratch doubles. */
+void bench_attention_row(const float *q, const float *k, const float *v, int64_t d, int64_t keys,
+                         double *w, double *out);
+
+/* What names a row in the table. */
+typedef struct bench_row_name {
+    const char *op, *variant;
+    clattn_dtype dtype;
+    const char *shape;
+} bench_row_name;
+/* bench_run_checked, and for a wrong result the untimed row: *wrong says to skip the timing. */
+int bench_check_row(bench_report *report, clattn_env *env, bench_fn fn, void *ctx,
+                    bench_check_fn check, const bench_row_name *row, bool *wrong);
 
 /* One op family: its cases by index, how --op and the peer name them, and how one is measured
  * (allocate, time beside a ceiling, add the row, free). */

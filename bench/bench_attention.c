@@ -6,6 +6,8 @@
  * attention_decode is one query against a long KV cache (the split-key kernel). */
 #include "bench.h"
 
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct attention_case {
@@ -20,6 +22,7 @@ typedef struct attention_ctx {
     clattn_tensor q, k, v, out;
     clattn_mask mask;
     clattn_attention_options options;
+    float *host[3]; /* the host images of q, k, v */
 } attention_ctx;
 
 static int run_attention(void *p, cl_command_queue queue) {
@@ -43,11 +46,9 @@ static int alloc_case(clattn_env *env, const attention_case *c, attention_ctx *x
     for (int i = 0; i < 4 && status == CLATTN_SUCCESS; ++i) {
         const int64_t *shape = i == 1 || i == 2 ? keys : queries;
         status = clattn_env_alloc(env, c->dtype, shape, all[i]);
-        cl_uchar zero = 0;
         if (status == CLATTN_SUCCESS)
-            status = clEnqueueFillBuffer(
-                clattn_env_queue(env), all[i]->buffer, &zero, 1, 0,
-                (size_t)clattn_tensor_numel(all[i]) * clattn_dtype_size(c->dtype), 0, NULL, NULL);
+            status = bench_fill_random(env, all[i], (uint64_t)(i + 20), 1.0f,
+                                       i < 3 ? &x->host[i] : NULL);
     }
     return status;
 }
@@ -55,6 +56,38 @@ static int alloc_case(clattn_env *env, const attention_case *c, attention_ctx *x
 static void free_case(attention_ctx *x) {
     clattn_tensor *all[4] = {&x->q, &x->k, &x->v, &x->out};
     for (int i = 0; i < 4; ++i) clattn_tensor_free(all[i]);
+    for (int i = 0; i < 3; ++i) free(x->host[i]);
+}
+
+/* Query row (b, h, i) in float64: keys j <= i when causal (Sq = Sk), else every key. */
+static void reference_row(const attention_ctx *x, int64_t b, int64_t h, int64_t i, double *w,
+                          double *out) {
+    const attention_case *c = x->c;
+    const int64_t d = c->d, head = b * c->h + h;
+    bench_attention_row(x->host[0] + (head * c->sq + i) * d, x->host[1] + head * c->sk * d,
+                        x->host[2] + head * c->sk * d, d, x->mask.causal ? i + 1 : c->sk, w, out);
+}
+
+/* 8 sampled query rows, every output dim, against the reference (|v| < 1: errors are taken
+ * against 1). */
+static int check_attention(void *p, clattn_env *env, bench_report *report, bool *ok) {
+    attention_ctx *x = p;
+    const attention_case *c = x->c;
+    float *out = NULL;
+    double *w = malloc((size_t)c->sk * sizeof *w), *want = malloc((size_t)c->d * sizeof *want);
+    int status = w && want ? bench_read(env, &x->out, &out) : CLATTN_ERR_OUT_OF_HOST_MEMORY;
+    uint64_t state = 13;
+    *ok = status == CLATTN_SUCCESS;
+    for (int n = 0; n < 8 && *ok; ++n) {
+        const size_t row = bench_sample(&state, (size_t)(c->b * c->h * c->sq));
+        const int64_t i = (int64_t)row % c->sq, bh = (int64_t)row / c->sq;
+        reference_row(x, bh / c->h, bh % c->h, i, w, want);
+        for (int64_t e = 0; e < c->d && *ok; ++e)
+            *ok = bench_close(report, "out", row * (size_t)c->d + (size_t)e,
+                              out[row * (size_t)c->d + (size_t)e], want[e], 1.0, c->dtype);
+    }
+    free(out), free(w), free(want);
+    return status;
 }
 
 static const char *case_op(const void *cases, int i) {
@@ -105,22 +138,27 @@ static int measure(const bench_options *opt, clattn_env *env, bench_ceilings *ce
     int status = alloc_case(env, c, &x);
     clattn_scratch_peak_bytes(1);
     cl_command_queue queue = clattn_env_queue(env);
+    char shape[160], scratch[64] = "";
+    case_shape(c, "", shape, sizeof shape);
+    const bench_row_name row = {c->op, variant, c->dtype, shape};
+    bool wrong = false;
     if (status == CLATTN_SUCCESS)
+        status = bench_check_row(report, env, run_attention, &x, check_attention, &row, &wrong);
+    if (status == CLATTN_SUCCESS && !wrong)
         status =
             decode ? bench_time_vs_copy(opt, ceilings, run_attention, &x, queue, &timing, &ceiling)
                    : bench_time_vs_fma(opt, ceilings, run_attention, &x, queue, &timing, &ceiling);
-    char shape[160], scratch[64] = "";
-    if (status == CLATTN_SUCCESS && strcmp(c->op, "attention_memory") == 0)
+    if (status == CLATTN_SUCCESS && !wrong && strcmp(c->op, "attention_memory") == 0)
         scratch_note(&x, env, clattn_scratch_peak_bytes(0), scratch, sizeof scratch);
     case_shape(c, scratch, shape, sizeof shape);
     const double elements = (double)(c->b * c->h * (2 * c->sq + 2 * c->sk) * c->d);
     const double flops =
         4.0 * (double)(c->b * c->h * c->sq * c->sk * c->d) * (x.mask.causal ? 0.5 : 1.0);
-    if (status == CLATTN_SUCCESS && decode)
+    if (status == CLATTN_SUCCESS && !wrong && decode)
         status =
             bench_add_memory_row(report, env, c->op, variant, c->dtype, shape, &timing,
                                  elements * (double)clattn_dtype_size(c->dtype), ceiling, torch_ms);
-    else if (status == CLATTN_SUCCESS)
+    else if (status == CLATTN_SUCCESS && !wrong)
         status = bench_add_compute_row(report, env, c->op, variant, c->dtype, shape, &timing, flops,
                                        ceiling, torch_ms);
     free_case(&x);

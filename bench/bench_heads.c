@@ -3,6 +3,7 @@
  * x.view(B,S,H,D).transpose(1,2).contiguous() and its inverse. */
 #include "bench.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct heads_case {
@@ -14,6 +15,7 @@ typedef struct heads_case {
 typedef struct heads_ctx {
     const heads_case *c;
     clattn_tensor packed, heads[3];
+    float *input; /* the host image of the op's input: packed, or heads[0] for merge_heads */
 } heads_ctx;
 
 static int run_heads(void *p, cl_command_queue queue) {
@@ -49,13 +51,12 @@ static int alloc_case(clattn_env *env, const heads_case *c, heads_ctx *x) {
     int status = clattn_env_alloc(env, c->dtype, packed, &x->packed);
     for (int p = 0; p < parts && status == CLATTN_SUCCESS; ++p)
         status = clattn_env_alloc(env, c->dtype, heads, &x->heads[p]);
-    /* fill the inputs, so no driver sees untouched pages */
-    cl_uchar zero = 0;
+    /* fill every tensor, so no driver sees untouched pages; the input's values are checked */
+    const bool merge = strcmp(c->op, "merge_heads") == 0;
     for (int p = -1; p < parts && status == CLATTN_SUCCESS; ++p) {
         clattn_tensor *t = p < 0 ? &x->packed : &x->heads[p];
-        size_t bytes = (size_t)clattn_tensor_numel(t) * clattn_dtype_size(t->dtype);
-        status = clEnqueueFillBuffer(clattn_env_queue(env), t->buffer, &zero, 1, 0, bytes, 0, NULL,
-                                     NULL);
+        const bool input = merge ? p == 0 : p < 0;
+        status = bench_fill_random(env, t, (uint64_t)(p + 2), 1.0f, input ? &x->input : NULL);
     }
     return status;
 }
@@ -63,6 +64,34 @@ static int alloc_case(clattn_env *env, const heads_case *c, heads_ctx *x) {
 static void free_case(heads_ctx *x) {
     clattn_tensor_free(&x->packed);
     for (int p = 0; p < 3; ++p) clattn_tensor_free(&x->heads[p]);
+    free(x->input);
+}
+
+/* Sampled elements of each output are the input's, bit for bit (the same dtype). */
+static int check_heads(void *p, clattn_env *env, bench_report *report, bool *ok) {
+    heads_ctx *x = p;
+    const heads_case *c = x->c;
+    const bool merge = strcmp(c->op, "merge_heads") == 0;
+    const int64_t d = c->e / c->h, width = parts_of(c) * c->e, n = c->b * c->h * c->s * d;
+    uint64_t state = 7;
+    int status = CLATTN_SUCCESS;
+    *ok = true;
+    for (int part = 0; part < parts_of(c) && *ok && status == CLATTN_SUCCESS; ++part) {
+        float *out = NULL;
+        status = bench_read(env, merge ? &x->packed : &x->heads[part], &out);
+        for (int k = 0; k < 256 && status == CLATTN_SUCCESS && *ok; ++k) {
+            const int64_t at = (int64_t)bench_sample(&state, (size_t)n); /* in [B,H,S,D] order */
+            const int64_t dd = at % d, ss = at / d % c->s, hh = at / (d * c->s) % c->h,
+                          bb = at / (d * c->s * c->h);
+            const int64_t packed = (bb * c->s + ss) * width + part * c->e + hh * d + dd;
+            const float got = merge ? out[packed] : out[at],
+                        want = merge ? x->input[at] : x->input[packed];
+            *ok = bench_close(report, merge ? "packed" : "heads", (size_t)(merge ? packed : at),
+                              got, want, 0.0, CLATTN_F32);
+        }
+        free(out);
+    }
+    return status;
 }
 
 static int measure(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
@@ -71,14 +100,18 @@ static int measure(const bench_options *opt, clattn_env *env, bench_ceilings *ce
     heads_ctx x;
     bench_timing timing;
     double copy_gbs = 0;
+    char shape[96];
+    snprintf(shape, sizeof shape, "B=%lld S=%lld H=%lld D=%lld", (long long)c->b, (long long)c->s,
+             (long long)c->h, (long long)(c->e / c->h));
     int status = alloc_case(env, c, &x);
+    const bench_row_name row = {c->op, "copy4d", c->dtype, shape};
+    bool wrong = false;
     if (status == CLATTN_SUCCESS)
+        status = bench_check_row(report, env, run_heads, &x, check_heads, &row, &wrong);
+    if (status == CLATTN_SUCCESS && !wrong)
         status = bench_time_vs_copy(opt, ceilings, run_heads, &x, clattn_env_queue(env), &timing,
                                     &copy_gbs);
-    if (status == CLATTN_SUCCESS) {
-        char shape[96];
-        snprintf(shape, sizeof shape, "B=%lld S=%lld H=%lld D=%lld", (long long)c->b,
-                 (long long)c->s, (long long)c->h, (long long)(c->e / c->h));
+    if (status == CLATTN_SUCCESS && !wrong) {
         double bytes =
             2.0 * parts_of(c) * (double)(c->b * c->s * c->e) * (double)clattn_dtype_size(c->dtype);
         status = bench_add_memory_row(report, env, c->op, "copy4d", c->dtype, shape, &timing, bytes,

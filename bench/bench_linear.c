@@ -8,6 +8,8 @@
  * reports the shortest from which linear attention is the faster. */
 #include "bench.h"
 
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct linear_case {
@@ -22,6 +24,7 @@ typedef struct linear_ctx {
     clattn_tensor q, k, v, out, state, z;
     clattn_mask mask;
     clattn_linear_options options; /* with a workspace the case allocates once */
+    float *host[3];                /* q, k, v for the check */
 } linear_ctx;
 
 static bool is_softmax(const linear_case *c) {
@@ -40,13 +43,18 @@ static int run_linear(void *p, cl_command_queue queue) {
                                    NULL, NULL);
 }
 
-static int alloc_zeroed(clattn_env *env, const int64_t shape[4], clattn_tensor *t) {
+/* An f32 tensor, random in [-1, 1) (host: its values, or NULL); the state starts at 0. */
+static int alloc_filled(clattn_env *env, const int64_t shape[4], clattn_tensor *t, uint64_t seed,
+                        float **host) {
     int status = clattn_env_alloc(env, CLATTN_F32, shape, t);
-    cl_uchar zero = 0;
-    if (status == CLATTN_SUCCESS)
-        status = clEnqueueFillBuffer(clattn_env_queue(env), t->buffer, &zero, 1, 0,
-                                     (size_t)clattn_tensor_numel(t) * sizeof(float), 0, NULL, NULL);
+    if (status == CLATTN_SUCCESS) status = bench_fill_random(env, t, seed, 1.0f, host);
     return status;
+}
+
+static int zero_fill(clattn_env *env, const clattn_tensor *t) {
+    const cl_uchar zero = 0;
+    return clEnqueueFillBuffer(clattn_env_queue(env), t->buffer, &zero, 1, 0,
+                               (size_t)clattn_tensor_numel(t) * sizeof(float), 0, NULL, NULL);
 }
 
 /* The scratch, allocated once like a caller who runs the op in a loop would: a fresh buffer
@@ -72,9 +80,12 @@ static int alloc_case(clattn_env *env, const linear_case *c, linear_ctx *x) {
     clattn_tensor *all[4] = {&x->q, &x->k, &x->v, &x->out};
     int status = CLATTN_SUCCESS;
     for (int i = 0; i < 4 && status == CLATTN_SUCCESS; ++i)
-        status = alloc_zeroed(env, rows, all[i]);
-    if (status == CLATTN_SUCCESS && step) status = alloc_zeroed(env, state, &x->state);
-    if (status == CLATTN_SUCCESS && step) status = alloc_zeroed(env, z, &x->z);
+        status = alloc_filled(env, rows, all[i], (uint64_t)(i + 30), i < 3 ? &x->host[i] : NULL);
+    if (status == CLATTN_SUCCESS && step)
+        status = clattn_env_alloc(env, CLATTN_F32, state, &x->state);
+    if (status == CLATTN_SUCCESS && step) status = zero_fill(env, &x->state);
+    if (status == CLATTN_SUCCESS && step) status = clattn_env_alloc(env, CLATTN_F32, z, &x->z);
+    if (status == CLATTN_SUCCESS && step) status = zero_fill(env, &x->z);
     x->options = (clattn_linear_options)CLATTN_LINEAR_OPTIONS_DEFAULT;
     if (status == CLATTN_SUCCESS && !is_softmax(c)) status = alloc_workspace(env, x);
     return status;
@@ -83,7 +94,58 @@ static int alloc_case(clattn_env *env, const linear_case *c, linear_ctx *x) {
 static void free_case(linear_ctx *x) {
     clattn_tensor *all[6] = {&x->q, &x->k, &x->v, &x->out, &x->state, &x->z};
     for (int i = 0; i < 6; ++i) clattn_tensor_free(all[i]);
+    for (int i = 0; i < 3; ++i) free(x->host[i]);
     if (x->options.workspace) clReleaseMemObject(x->options.workspace);
+}
+
+static double elu1(double v) {
+    return v > 0 ? v + 1.0 : exp(v);
+}
+
+/* Query row (b, h, i) of linear attention in float64 over keys j <= i (causal; a step's state
+ * starts at 0, so its one token sees itself) or every key. */
+static void linear_row(const linear_ctx *x, int64_t b, int64_t h, int64_t i, double *out) {
+    const linear_case *c = x->c;
+    const int64_t d = c->d, s = x->q.shape[2], head = b * c->h + h;
+    const float *q = x->host[0] + (head * s + i) * d, *k = x->host[1] + head * s * d;
+    const float *v = x->host[2] + head * s * d;
+    const int64_t keys = x->mask.causal || x->state.buffer ? i + 1 : s;
+    double den = 0;
+    for (int64_t e = 0; e < d; ++e) out[e] = 0;
+    for (int64_t j = 0; j < keys; ++j) {
+        double w = 0;
+        for (int64_t e = 0; e < d; ++e) w += elu1(q[e]) * elu1(k[j * d + e]);
+        den += w;
+        for (int64_t e = 0; e < d; ++e) out[e] += w * v[j * d + e];
+    }
+    for (int64_t e = 0; e < d; ++e) out[e] /= den + CLATTN_LINEAR_EPS;
+}
+
+/* 8 sampled query rows, every output dim (outputs are weighted means of |v| < 1: errors are
+ * taken against 1); the crossover's softmax rows against causal softmax attention. */
+static int check_linear(void *p, clattn_env *env, bench_report *report, bool *ok) {
+    linear_ctx *x = p;
+    const linear_case *c = x->c;
+    const int64_t d = c->d, s = x->q.shape[2];
+    float *out = NULL;
+    double *want = malloc((size_t)d * sizeof *want), *w = malloc((size_t)s * sizeof *w);
+    int status = want && w ? bench_read(env, &x->out, &out) : CLATTN_ERR_OUT_OF_HOST_MEMORY;
+    uint64_t state = 23;
+    *ok = status == CLATTN_SUCCESS;
+    for (int n = 0; n < 8 && *ok; ++n) {
+        const size_t row = bench_sample(&state, (size_t)(c->b * c->h * s));
+        const int64_t i = (int64_t)row % s, head = (int64_t)row / s;
+        if (is_softmax(c))
+            bench_attention_row(x->host[0] + (size_t)row * (size_t)d, x->host[1] + head * s * d,
+                                x->host[2] + head * s * d, d, i + 1, w, want);
+        else
+            linear_row(x, head / c->h, head % c->h, i, want);
+        for (int64_t e = 0; e < d && *ok; ++e)
+            *ok = bench_close(report, "out", row * (size_t)d + (size_t)e,
+                              out[row * (size_t)d + (size_t)e], want[e], 1.0, CLATTN_F32);
+    }
+    free(out), free(want), free(w);
+    return status;
 }
 
 static const char *case_op(const void *cases, int i) {
@@ -108,9 +170,6 @@ static int measure(const bench_options *opt, clattn_env *env, bench_ceilings *ce
     double ceiling = 0;
     int status = alloc_case(env, c, &x);
     cl_command_queue queue = clattn_env_queue(env);
-    if (status == CLATTN_SUCCESS)
-        status = step ? bench_time_vs_copy(opt, ceilings, run_linear, &x, queue, &timing, &ceiling)
-                      : bench_time_vs_fma(opt, ceilings, run_linear, &x, queue, &timing, &ceiling);
     char shape[96];
     const double bhd = (double)(c->b * c->h * c->d);
     if (step)
@@ -122,18 +181,26 @@ static int measure(const bench_options *opt, clattn_env *env, bench_ceilings *ce
                  is_softmax(c)   ? " causal(flops/2)"
                  : x.mask.causal ? " causal"
                                  : "");
+    const bench_row_name row = {c->op, c->variant, CLATTN_F32, shape};
+    bool wrong = false;
+    if (status == CLATTN_SUCCESS)
+        status = bench_check_row(report, env, run_linear, &x, check_linear, &row, &wrong);
+    if (status == CLATTN_SUCCESS && !wrong)
+        status = step ? bench_time_vs_copy(opt, ceilings, run_linear, &x, queue, &timing, &ceiling)
+                      : bench_time_vs_fma(opt, ceilings, run_linear, &x, queue, &timing, &ceiling);
     /* linear: 4*B*H*S*D*Dv; softmax attention: 4*B*H*S*S*D, halved under causal masking */
     const double flops =
         is_softmax(c) ? 2.0 * bhd * (double)(c->s * c->s) : 4.0 * bhd * (double)(c->s * c->d);
     /* the step reads and writes the state, and reads q, k, v and writes out, once */
     const double bytes = 4.0 * (2.0 * bhd * (double)(c->d + 1) + 4.0 * bhd);
-    if (status == CLATTN_SUCCESS && step)
+    if (status == CLATTN_SUCCESS && !wrong && step)
         status = bench_add_memory_row(report, env, c->op, c->variant, CLATTN_F32, shape, &timing,
                                       bytes, ceiling, torch_ms);
-    else if (status == CLATTN_SUCCESS)
+    else if (status == CLATTN_SUCCESS && !wrong)
         status = bench_add_compute_row(report, env, c->op, c->variant, CLATTN_F32, shape, &timing,
                                        flops, ceiling, torch_ms);
-    if (status == CLATTN_SUCCESS && i < BENCH_MAX_CASES) crossover_ms[i] = timing.median_ms;
+    if (status == CLATTN_SUCCESS && !wrong && i < BENCH_MAX_CASES)
+        crossover_ms[i] = timing.median_ms;
     free_case(&x);
     return status;
 }

@@ -18,6 +18,8 @@
 #include "blas.h"
 
 #include <clblast_c.h>
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- gemm ---- */
@@ -37,6 +39,7 @@ typedef struct gemm_ctx {
     const gemm_case *c;
     clattn_tensor a, w, out;
     clattn__call call;
+    float *host_a, *host_w; /* for the check (NULL in the MHA's split) */
 } gemm_ctx;
 
 /* CLBlast as it comes: its database's parameters for the device. */
@@ -59,18 +62,43 @@ static int gemm_tuned(void *p, cl_command_queue queue) {
     return clattn__sgemm_batched(&x->call, true, m, n, k, &a, &w, 0.0f, &c, 1);
 }
 
-/* Zero-filled f32 tensors of the given shapes (zeros: the timing does not depend on values). */
-static int alloc_zeroed(clattn_env *env, const int64_t (*shapes)[4], clattn_tensor **tensors,
-                        int count) {
+/* f32 tensors of the given shapes, uniform in [-scales[i], scales[i]); hosts[i] receives
+ * tensor i's values. */
+static int alloc_random(clattn_env *env, const int64_t (*shapes)[4], clattn_tensor **tensors,
+                        const float *scales, float **hosts, int count) {
     int status = CLATTN_SUCCESS;
     for (int i = 0; i < count && status == CLATTN_SUCCESS; ++i) {
         status = clattn_env_alloc(env, CLATTN_F32, shapes[i], tensors[i]);
-        const cl_uchar zero = 0;
         if (status == CLATTN_SUCCESS)
-            status =
-                clEnqueueFillBuffer(clattn_env_queue(env), tensors[i]->buffer, &zero, 1, 0,
-                                    (size_t)clattn_tensor_numel(tensors[i]) * 4, 0, NULL, NULL);
+            status = bench_fill_random(env, tensors[i], (uint64_t)(i + 40), scales[i], &hosts[i]);
     }
+    return status;
+}
+
+/* About 1/sqrt(fan_in): projections of unit-sized inputs stay unit-sized. */
+static float weight_scale(int64_t fan_in) {
+    return 1.0f / sqrtf((float)fan_in);
+}
+
+/* 64 sampled elements of c = a w^T against float64. */
+static int check_gemm(void *p, clattn_env *env, bench_report *report, bool *ok) {
+    gemm_ctx *x = p;
+    const gemm_case *c = x->c;
+    float *out = NULL;
+    int status = bench_read(env, &x->out, &out);
+    uint64_t state = 17;
+    *ok = status == CLATTN_SUCCESS;
+    for (int n = 0; n < 64 && *ok; ++n) {
+        const size_t at = bench_sample(&state, (size_t)(c->m * c->n));
+        const size_t r = at / (size_t)c->n, col = at % (size_t)c->n, k = (size_t)c->k;
+        double want = 0, scale = 0;
+        for (size_t e = 0; e < k; ++e) {
+            const double term = (double)x->host_a[r * k + e] * x->host_w[col * k + e];
+            want += term, scale += fabs(term);
+        }
+        *ok = bench_close(report, "c", at, out[at], want, scale, CLATTN_F32);
+    }
+    free(out);
     return status;
 }
 
@@ -111,8 +139,9 @@ static void print_gemm_ratio(const gemm_case *c, double relative) {
 static int measure_gemm(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
                         const void *cases, int i, double torch_ms, bench_report *report) {
     const gemm_case *c = (const gemm_case *)cases + i;
-    gemm_ctx x = {
-        c, {0}, {0}, {0}, {NULL, clattn_env_context(env), clattn_env_device(env), 0, NULL, NULL}};
+    const clattn__call call = {NULL, clattn_env_context(env), clattn_env_device(env), 0, NULL,
+                               NULL};
+    gemm_ctx x = {c, {0}, {0}, {0}, call, NULL, NULL};
     if (!c->tuned && clattn__blas_overridden(x.call.device)) return CLATTN_SUCCESS;
     const int64_t shapes[3][4] = {{1, 1, c->m, c->k}, {1, 1, c->n, c->k}, {1, 1, c->m, c->n}};
     clattn_tensor *tensors[3] = {&x.a, &x.w, &x.out};
@@ -121,17 +150,27 @@ static int measure_gemm(const bench_options *opt, clattn_env *env, bench_ceiling
     const double flops = 2.0 * (double)c->m * (double)c->n * (double)c->k;
     bench_timing t;
     double fma = 0;
-    int status = alloc_zeroed(env, shapes, tensors, 3);
+    const float scales[3] = {1.0f, 1.0f, 1.0f};
+    float *hosts[3] = {NULL, NULL, NULL};
+    int status = alloc_random(env, shapes, tensors, scales, hosts, 3);
+    x.host_a = hosts[0], x.host_w = hosts[1];
+    const bench_fn fn = c->tuned ? gemm_tuned : gemm_clblast_db;
+    const bench_row_name row = {"gemm", c->tuned ? "tuned-row" : "clblast-db", CLATTN_F32, shape};
+    bool wrong = false;
     if (status == CLATTN_SUCCESS)
-        status = bench_time_vs_fma(opt, ceilings, c->tuned ? gemm_tuned : gemm_clblast_db, &x,
-                                   clattn_env_queue(env), &t, &fma);
-    if (status == CLATTN_SUCCESS)
-        status = bench_add_compute_row(report, env, "gemm", c->tuned ? "tuned-row" : "clblast-db",
-                                       CLATTN_F32, shape, &t, flops, fma, torch_ms);
-    const double relative = flops / t.median_ms * 1e-6 / fma;
-    if (status == CLATTN_SUCCESS && !c->tuned) db_relative[c->shape] = relative;
-    if (status == CLATTN_SUCCESS && c->tuned) print_gemm_ratio(c, relative);
+        status = bench_check_row(report, env, fn, &x, check_gemm, &row, &wrong);
+    if (status == CLATTN_SUCCESS && !wrong)
+        status = bench_time_vs_fma(opt, ceilings, fn, &x, clattn_env_queue(env), &t, &fma);
+    if (status == CLATTN_SUCCESS && !wrong)
+        status = bench_add_compute_row(report, env, row.op, row.variant, CLATTN_F32, shape, &t,
+                                       flops, fma, torch_ms);
+    if (status == CLATTN_SUCCESS && !wrong) {
+        const double relative = flops / t.median_ms * 1e-6 / fma;
+        if (!c->tuned) db_relative[c->shape] = relative;
+        if (c->tuned) print_gemm_ratio(c, relative);
+    }
     free_tensors(tensors, 3);
+    for (int k = 0; k < 3; ++k) free(hosts[k]);
     return status;
 }
 
@@ -149,6 +188,7 @@ typedef struct mha_ctx {
     clattn_mha_params params;
     clattn_mha_options options;
     gemm_ctx qkv, proj;     /* the two projection GEMMs alone */
+    float *hosts[6];        /* x, in_w, in_b, out_w, out_b, out: the check's inputs */
     clattn_tensor heads[4]; /* q, k, v views of the packed projection; the attention output */
 } mha_ctx;
 
@@ -185,8 +225,8 @@ static clattn_tensor head_view(const clattn_tensor *t, const mha_case *c, int64_
 static void set_split(mha_ctx *x, const mha_case *c, clattn_env *env, const gemm_case *g) {
     const clattn__call call = {NULL, clattn_env_context(env), clattn_env_device(env), 0, NULL,
                                NULL};
-    x->qkv = (gemm_ctx){&g[0], x->x, x->in_w, x->in_b, call};
-    x->proj = (gemm_ctx){&g[1], x->out, x->out_w, x->out_b, call};
+    x->qkv = (gemm_ctx){&g[0], x->x, x->in_w, x->in_b, call, NULL, NULL};
+    x->proj = (gemm_ctx){&g[1], x->out, x->out_w, x->out_b, call, NULL, NULL};
     for (int i = 0; i < 3; ++i) x->heads[i] = head_view(&x->in_b, c, i * c->e, 3 * c->e);
     x->heads[3] = head_view(&x->out_b, c, 0, c->e);
 }
@@ -199,14 +239,92 @@ static int alloc_mha(clattn_env *env, const mha_case *c, mha_ctx *x) {
     const int64_t shapes[6][4] = {{1, c->b, c->s, e}, {1, 1, 3 * e, e}, {1, 1, rows, 3 * e},
                                   {1, 1, e, e},       {1, 1, rows, e},  {1, c->b, c->s, e}};
     clattn_tensor *tensors[6] = {&x->x, &x->in_w, &x->in_b, &x->out_w, &x->out_b, &x->out};
-    int status = alloc_zeroed(env, shapes, tensors, 6);
-    return status;
+    const float scales[6] = {1.0f, weight_scale(e), 0.5f, weight_scale(e), 0.5f, 1.0f};
+    return alloc_random(env, shapes, tensors, scales, x->hosts, 6);
 }
 
 static void free_mha(mha_ctx *x) {
     clattn_tensor *tensors[6] = {&x->x, &x->in_w, &x->in_b, &x->out_w, &x->out_b, &x->out};
     free_tensors(tensors, 6);
+    for (int i = 0; i < 6; ++i) free(x->hosts[i]);
     if (x->options.workspace) clReleaseMemObject(x->options.workspace);
+}
+
+/* rows x [n, k] w^T + bias, in float64 */
+static void project(const float *x, const float *w, const float *bias, int64_t rows, int64_t n,
+                    int64_t k, double *y) {
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < n; ++c) {
+            double sum = bias[c];
+            for (int64_t e = 0; e < k; ++e) sum += (double)x[r * k + e] * w[c * k + e];
+            y[r * n + c] = sum;
+        }
+}
+
+/* One head's context for query projection q against the batch's k and v (kv: rows of k then v,
+ * 2E wide), in float64; p receives the scores. */
+static void head_context(const mha_case *c, int64_t h, const double *q, const double *kv, double *p,
+                         double *ctx) {
+    const int64_t e = c->e, d = e / c->h;
+    double top = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < c->s; ++j) {
+        double dot = 0;
+        for (int64_t t = 0; t < d; ++t) dot += q[h * d + t] * kv[j * 2 * e + h * d + t];
+        p[j] = dot / sqrt((double)d);
+        top = fmax(top, p[j]);
+    }
+    for (int64_t j = 0; j < c->s; ++j) sum += (p[j] = exp(p[j] - top));
+    for (int64_t t = 0; t < d; ++t) {
+        double acc = 0;
+        for (int64_t j = 0; j < c->s; ++j) acc += p[j] / sum * kv[j * 2 * e + e + h * d + t];
+        ctx[h * d + t] = acc;
+    }
+}
+
+/* Output row i of batch b in float64 (self-attention: q, k, v from the same x); scale[] gets
+ * the size of each output's last sum, sum |ctx_t wo_t| + |bo|. ctx holds 2E doubles (q, then
+ * the context). */
+static void reference_row(const mha_ctx *x, int64_t b, int64_t i, const double *kv, double *ctx,
+                          double *p, double *out, double *scale) {
+    const mha_case *c = x->c;
+    const int64_t e = c->e;
+    project(x->hosts[0] + (b * c->s + i) * e, x->hosts[1], x->hosts[2], 1, e, e, ctx);
+    for (int64_t h = 0; h < c->h; ++h) head_context(c, h, ctx, kv, p, ctx + e);
+    for (int64_t o = 0; o < e; ++o) {
+        const float *wo = x->hosts[3] + o * e;
+        out[o] = x->hosts[4][o], scale[o] = fabs(x->hosts[4][o]);
+        for (int64_t t = 0; t < e; ++t)
+            out[o] += ctx[e + t] * wo[t], scale[o] += fabs(ctx[e + t] * wo[t]);
+    }
+}
+
+/* Two sampled rows of one sampled batch, every output column, against the reference (the
+ * batch's k and v projections computed once). */
+static int check_mha(void *p, clattn_env *env, bench_report *report, bool *ok) {
+    mha_ctx *x = p;
+    const mha_case *c = x->c;
+    const int64_t e = c->e, s = c->s;
+    uint64_t state = 19;
+    const int64_t b = (int64_t)bench_sample(&state, (size_t)c->b);
+    double *kv = malloc((size_t)(s * 2 * e) * sizeof *kv);
+    double *ctx = malloc((size_t)(2 * e) * sizeof *ctx), *w = malloc((size_t)s * sizeof *w);
+    double *want = malloc((size_t)(2 * e) * sizeof *want);
+    float *out = NULL;
+    int status =
+        kv && ctx && w && want ? bench_read(env, &x->out, &out) : CLATTN_ERR_OUT_OF_HOST_MEMORY;
+    *ok = status == CLATTN_SUCCESS;
+    if (*ok) /* rows E..3E of in_proj_weight: k, then v */
+        project(x->hosts[0] + b * s * e, x->hosts[1] + e * e, x->hosts[2] + e, s, 2 * e, e, kv);
+    for (int n = 0; n < 2 && *ok; ++n) {
+        const int64_t i = (int64_t)bench_sample(&state, (size_t)s);
+        reference_row(x, b, i, kv, ctx, w, want, want + e);
+        for (int64_t o = 0; o < e && *ok; ++o) {
+            const size_t at = (size_t)((b * s + i) * e + o);
+            *ok = bench_close(report, "out", at, out[at], want[o], want[e + o], CLATTN_F32);
+        }
+    }
+    free(kv), free(ctx), free(w), free(want), free(out);
+    return status;
 }
 
 /* The forward's parameters: the biases are the first row of the larger split buffers. */
@@ -264,17 +382,21 @@ static int measure_mha(const bench_options *opt, clattn_env *env, bench_ceilings
     if (status == CLATTN_SUCCESS) status = set_forward(&x, env);
     set_split(&x, c, env, g);
     cl_command_queue queue = clattn_env_queue(env);
-    if (status == CLATTN_SUCCESS)
-        status = bench_time_vs_fma(opt, ceilings, run_mha, &x, queue, &timing, &fma);
     char shape[96];
     snprintf(shape, sizeof shape, "B=%lld S=%lld E=%lld H=%lld self, no mask", (long long)c->b,
              (long long)c->s, (long long)c->e, (long long)c->h);
+    const bench_row_name row = {"mha", "fused", CLATTN_F32, shape};
+    bool wrong = false;
+    if (status == CLATTN_SUCCESS)
+        status = bench_check_row(report, env, run_mha, &x, check_mha, &row, &wrong);
+    if (status == CLATTN_SUCCESS && !wrong)
+        status = bench_time_vs_fma(opt, ceilings, run_mha, &x, queue, &timing, &fma);
     const double e = (double)c->e,
                  flops = 8.0 * (double)rows * e * e + 4.0 * (double)rows * (double)c->s * e;
-    if (status == CLATTN_SUCCESS)
+    if (status == CLATTN_SUCCESS && !wrong)
         status = bench_add_compute_row(report, env, "mha", "fused", CLATTN_F32, shape, &timing,
                                        flops, fma, torch_ms);
-    if (status == CLATTN_SUCCESS) status = print_split(opt, &x, queue, timing.median_ms);
+    if (status == CLATTN_SUCCESS && !wrong) status = print_split(opt, &x, queue, timing.median_ms);
     free_mha(&x);
     return status;
 }

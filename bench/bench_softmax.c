@@ -3,6 +3,7 @@
  * followed by softmax (mask built once, outside the timing, as users do). */
 #include "bench.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +17,7 @@ typedef struct softmax_ctx {
     const softmax_case *c;
     clattn_tensor x, y, lengths;
     clattn_mask mask;
+    float *scores; /* the host image of x */
 } softmax_ctx;
 
 static int run_softmax(void *p, cl_command_queue queue) {
@@ -49,11 +51,7 @@ static int alloc_case(clattn_env *env, const softmax_case *c, softmax_ctx *x) {
         status =
             lengths ? clattn_env_upload(env, &x->lengths, lengths) : CLATTN_ERR_OUT_OF_HOST_MEMORY;
     free(lengths);
-    cl_uchar zero = 0;
-    size_t bytes = (size_t)clattn_tensor_numel(&x->x) * clattn_dtype_size(c->dtype);
-    if (status == CLATTN_SUCCESS)
-        status = clEnqueueFillBuffer(clattn_env_queue(env), x->x.buffer, &zero, 1, 0, bytes, 0,
-                                     NULL, NULL);
+    if (status == CLATTN_SUCCESS) status = bench_fill_random(env, &x->x, 3, 1.0f, &x->scores);
     x->mask.causal = 1;
     x->mask.key_lengths = &x->lengths;
     return status;
@@ -63,6 +61,48 @@ static void free_case(softmax_ctx *x) {
     clattn_tensor_free(&x->x);
     clattn_tensor_free(&x->y);
     clattn_tensor_free(&x->lengths);
+    free(x->scores);
+}
+
+/* One row of probabilities in float64: exp(0.125 x_j - max) / sum over the visible j (j <= i
+ * and j below the batch's key length when masked), 0 elsewhere. */
+static void reference_row(const softmax_ctx *x, int64_t b, int64_t i, const float *row, double *p) {
+    const softmax_case *c = x->c;
+    const bool masked = strcmp(c->op, "softmax_masked") == 0;
+    const int64_t visible =
+        masked ? (i + 1 < c->s - b * c->s / 8 ? i + 1 : c->s - b * c->s / 8) : c->s;
+    double top = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < visible; ++j) top = fmax(top, 0.125 * row[j]);
+    for (int64_t j = 0; j < c->s; ++j) {
+        p[j] = j < visible ? exp(0.125 * row[j] - top) : 0.0;
+        sum += p[j];
+    }
+    for (int64_t j = 0; j < c->s; ++j) p[j] /= sum;
+}
+
+/* 16 sampled rows, every entry, against the reference; errors relative to the row's largest
+ * probability (a 16-bit store of a tiny one is off by its spacing, not by a relative bit). */
+static int check_softmax(void *p, clattn_env *env, bench_report *report, bool *ok) {
+    softmax_ctx *x = p;
+    const softmax_case *c = x->c;
+    float *y = NULL;
+    double *want = malloc((size_t)c->s * sizeof *want);
+    int status = want ? bench_read(env, &x->y, &y) : CLATTN_ERR_OUT_OF_HOST_MEMORY;
+    uint64_t state = 11;
+    *ok = status == CLATTN_SUCCESS;
+    for (int k = 0; k < 16 && *ok; ++k) {
+        const size_t row = bench_sample(&state, (size_t)(c->b * c->h * c->s));
+        const int64_t i = (int64_t)row % c->s, b = (int64_t)row / (c->s * c->h);
+        reference_row(x, b, i, x->scores + row * (size_t)c->s, want);
+        double top = 0;
+        for (int64_t j = 0; j < c->s; ++j) top = fmax(top, want[j]);
+        for (int64_t j = 0; j < c->s && *ok; ++j)
+            *ok = bench_close(report, "y", row * (size_t)c->s + (size_t)j,
+                              y[row * (size_t)c->s + (size_t)j], want[j], top, c->dtype);
+    }
+    free(y);
+    free(want);
+    return status;
 }
 
 static int measure(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
@@ -71,15 +111,19 @@ static int measure(const bench_options *opt, clattn_env *env, bench_ceilings *ce
     softmax_ctx x;
     bench_timing timing;
     double copy_gbs = 0;
+    char shape[96];
+    snprintf(shape, sizeof shape, "%lldx%lldx%lldx%lld%s", (long long)c->b, (long long)c->h,
+             (long long)c->s, (long long)c->s,
+             strcmp(c->op, "softmax_masked") == 0 ? " causal+klen" : "");
+    const bench_row_name row = {c->op, "auto", c->dtype, shape};
+    bool wrong = false;
     int status = alloc_case(env, c, &x);
     if (status == CLATTN_SUCCESS)
+        status = bench_check_row(report, env, run_softmax, &x, check_softmax, &row, &wrong);
+    if (status == CLATTN_SUCCESS && !wrong)
         status = bench_time_vs_copy(opt, ceilings, run_softmax, &x, clattn_env_queue(env), &timing,
                                     &copy_gbs);
-    if (status == CLATTN_SUCCESS) {
-        char shape[96];
-        snprintf(shape, sizeof shape, "%lldx%lldx%lldx%lld%s", (long long)c->b, (long long)c->h,
-                 (long long)c->s, (long long)c->s,
-                 strcmp(c->op, "softmax_masked") == 0 ? " causal+klen" : "");
+    if (status == CLATTN_SUCCESS && !wrong) {
         double bytes =
             2.0 * (double)(c->b * c->h * c->s * c->s) * (double)clattn_dtype_size(c->dtype);
         status = bench_add_memory_row(report, env, c->op, "auto", c->dtype, shape, &timing, bytes,

@@ -35,16 +35,33 @@ static int add_row(bench_report *report, clattn_env *env, const bench_ceilings *
                                 ceilings->copy_gbs, -1.0);
 }
 
-/* The two rows of one case, and the ratio. */
+/* The case's whole output against its float64 reference, at the tuner's tolerance. */
+static int check_run(void *p, clattn_env *env, bench_report *report, bool *ok) {
+    (void)env;
+    tune_run *r = p;
+    return tune_check(r->c, ok, report->check_detail, sizeof report->check_detail);
+}
+
+/* The two rows of one case, each checked first, and the ratio. */
 static int measure_case(const bench_options *opt, clattn_env *env, const bench_ceilings *ceilings,
                         tune_case *c, const char *op, const char *defaults, const char *tuned,
                         bench_report *report) {
-    tune_run with_default = {c, op, defaults}, with_tuned = {c, op, tuned};
+    tune_run runs[2] = {{c, op, defaults}, {c, op, tuned}};
+    const char *variants[2] = {"default", "tuned"};
+    bool wrong[2] = {false, false};
+    int status = CLATTN_SUCCESS;
+    for (int v = 0; v < 2 && status == CLATTN_SUCCESS; ++v) {
+        const bench_row_name row = {op, variants[v], CLATTN_F32, c->shape};
+        status = bench_check_row(report, env, tune_run_with, &runs[v], check_run, &row, &wrong[v]);
+    }
+    if (status != CLATTN_SUCCESS || wrong[0] || wrong[1]) return status;
     bench_timing t_default, t_tuned;
-    int status = bench_time_beside(opt, tune_run_with, &with_default, tune_run_with, &with_tuned,
-                                   clattn_env_queue(env), &t_default, &t_tuned);
+    status = bench_time_beside(opt, tune_run_with, &runs[0], tune_run_with, &runs[1],
+                               clattn_env_queue(env), &t_default, &t_tuned);
+    snprintf(report->check, sizeof report->check, "ok");
     if (status == CLATTN_SUCCESS)
         status = add_row(report, env, ceilings, c, op, "default", &t_default);
+    snprintf(report->check, sizeof report->check, "ok");
     if (status == CLATTN_SUCCESS) status = add_row(report, env, ceilings, c, op, "tuned", &t_tuned);
     if (status == CLATTN_SUCCESS)
         printf("  %s %s: tuned/default time %.2fx\n", op, c->shape,
@@ -75,7 +92,7 @@ static int measure_op(const bench_options *opt, clattn_env *env, const bench_cei
            strcmp(default_text, tuned_text) == 0 ? " (the same: no row of its own)" : "");
     tune_case cases[TUNE_MAX_CASES];
     int count = 0;
-    status = t->cases(env, false, cases, &count);
+    status = t->cases(env, true, cases, &count); /* with references: each row is checked */
     for (int i = 0; i < count && status == CLATTN_SUCCESS; ++i)
         status = measure_case(opt, env, ceilings, &cases[i], op, default_text, tuned_text, report);
     /* said here: clearing the override below clears the last error too */

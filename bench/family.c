@@ -19,9 +19,11 @@ int bench_run_family(const bench_options *opt, clattn_env *env, bench_ceilings *
     if (peers.error[0] && opt->peer_script) fprintf(stderr, "torch peer: %s\n", peers.error);
     int status = CLATTN_SUCCESS;
     for (int i = 0; i < family->count && i < BENCH_MAX_CASES && status == CLATTN_SUCCESS; ++i)
-        if (!opt->op || strcmp(opt->op, family->op(cases, i)) == 0)
+        if (!opt->op || strcmp(opt->op, family->op(cases, i)) == 0) {
+            fprintf(stderr, "clattn-bench: %s\n", keys[i]); /* progress, apart from the table */
             status = family->measure(opt, env, ceilings, cases, i,
                                      bench_peer_median(&peers, keys[i]), report);
+        }
     return status;
 }
 

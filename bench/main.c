@@ -69,7 +69,7 @@ static int parse_args(int argc, char **argv, bench_args *a) {
 }
 
 static int bench_device(const bench_args *a, const char *spec, bench_report *report,
-                        bench_ceilings *ceilings, char *name, size_t name_capacity) {
+                        bench_ceilings *ceilings, clattn_device_desc *desc) {
     clattn_env *env = NULL;
     int status = clattn_env_create(spec, &env);
     if (status != CLATTN_SUCCESS) {
@@ -78,12 +78,14 @@ static int bench_device(const bench_args *a, const char *spec, bench_report *rep
         return status;
     }
     const clattn_device_desc *d = clattn_env_device_desc(env);
-    snprintf(name, name_capacity, "%s", d->name);
+    *desc = *d;
     printf("\n== %s / %s (%s, driver %s)\n", d->platform_name, d->name, d->version, d->driver);
     status = bench_ceilings_open(&a->opt, env, ceilings);
     if (status == CLATTN_SUCCESS) {
-        printf("ceilings: copy %.1f GB/s (float4 stream, %s each way), FMA %.1f GFLOP/s\n",
-               ceilings->copy_gbs, a->opt.quick ? "16 MiB" : "64 MiB", ceilings->fma_gflops);
+        printf("ceilings: copy %.1f GB/s (float4 stream, %s each way), FMA %.1f GFLOP/s, launch "
+               "%.0f us (an empty kernel, enqueue to finish)\n",
+               ceilings->copy_gbs, a->opt.quick ? "16 MiB" : "64 MiB", ceilings->fma_gflops,
+               ceilings->launch_us);
         printf("value: GB/s counts one read and one write of every element, GFLOP/s 4*B*H*Sq*Sk*D "
                "(halved when causal), linear attention\n4*B*H*S*D*Dv (causal too);\nceiling: the "
                "copy (GB/s) or FMA (GFLOP/s) kernel timed "
@@ -113,8 +115,8 @@ int main(int argc, char **argv) {
         return rc == 1 ? 0 : 2;
     }
     enum { MAX_DEVICES = 16 };
-    char specs[MAX_DEVICES][32], names[MAX_DEVICES][160];
-    const char *name_ptrs[MAX_DEVICES];
+    char specs[MAX_DEVICES][32];
+    clattn_device_desc descs[MAX_DEVICES];
     bench_ceilings ceilings[MAX_DEVICES];
     int num_devices = 0;
     if (a.device && strcmp(a.device, "all") == 0) {
@@ -130,16 +132,17 @@ int main(int argc, char **argv) {
     } else {
         snprintf(specs[num_devices++], sizeof specs[0], "%s", a.device ? a.device : "");
     }
-    bench_report report = {NULL, 0, 0};
+    bench_report report;
+    memset(&report, 0, sizeof report);
     int failures = 0;
     for (int i = 0; i < num_devices; ++i) {
-        name_ptrs[i] = names[i];
-        names[i][0] = '\0';
-        if (bench_device(&a, specs[i][0] ? specs[i] : NULL, &report, &ceilings[i], names[i],
-                         sizeof names[i]) != CLATTN_SUCCESS)
+        memset(&descs[i], 0, sizeof descs[i]);
+        memset(&ceilings[i], 0, sizeof ceilings[i]);
+        if (bench_device(&a, specs[i][0] ? specs[i] : NULL, &report, &ceilings[i], &descs[i]) !=
+            CLATTN_SUCCESS)
             ++failures;
     }
-    if (a.json && bench_write_json(a.json, &report, name_ptrs, ceilings, num_devices) != 0) {
+    if (a.json && bench_write_json(a.json, &report, descs, ceilings, num_devices) != 0) {
         fprintf(stderr, "clattn-bench: cannot write %s\n", a.json);
         ++failures;
     }

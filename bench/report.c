@@ -30,12 +30,21 @@ static int add_row(bench_report *report, const clattn_env *env, const char *op, 
     snprintf(r->shape, sizeof r->shape, "%s", shape);
     snprintf(r->metric, sizeof r->metric, "%s", metric);
     r->timing = *timing;
-    r->value = work / (timing->median_ms * 1e6);
+    r->value = timing->median_ms > 0 ? work / (timing->median_ms * 1e6) : 0.0;
     r->ceiling = ceiling;
     r->roofline_pct = 100.0 * r->value / ceiling;
     r->torch_ms = torch_ms;
+    snprintf(r->check, sizeof r->check, "%s", report->check[0] ? report->check : "-");
+    report->check[0] = '\0';
     bench_print_record(stdout, r);
     return CLATTN_SUCCESS;
+}
+
+int bench_add_wrong_row(bench_report *report, const clattn_env *env, const char *op,
+                        const char *variant, clattn_dtype dtype, const char *shape) {
+    const bench_timing none = {0, 0, 0};
+    snprintf(report->check, sizeof report->check, "wrong");
+    return add_row(report, env, op, variant, dtype, shape, &none, "-", 0.0, 1.0, -1.0);
 }
 
 int bench_add_memory_row(bench_report *report, const clattn_env *env, const char *op,
@@ -55,21 +64,27 @@ int bench_add_compute_row(bench_report *report, const clattn_env *env, const cha
 }
 
 void bench_print_header(FILE *out) {
-    fprintf(out, "%-13s %-8s %-5s %-24s %9s %9s %9s %11s %11s %6s %9s %8s\n", "op", "variant",
-            "dtype", "shape", "median_ms", "min_ms", "first_ms", "value", "ceiling", "%roof",
-            "torch_ms", "torch/us");
+    fprintf(out, "%-13s %-8s %-5s %-24s %-5s %9s %9s %9s %11s %11s %6s %9s %8s\n", "op", "variant",
+            "dtype", "shape", "check", "median_ms", "min_ms", "first_ms", "value", "ceiling",
+            "%roof", "torch_ms", "torch/us");
 }
 
 void bench_print_record(FILE *out, const bench_record *r) {
     char value[32], ceiling[32], torch[16] = "n/a", ratio[16] = "n/a";
     snprintf(value, sizeof value, "%.1f %s", r->value, r->metric);
     snprintf(ceiling, sizeof ceiling, "%.1f %s", r->ceiling, r->metric);
+    if (strcmp(r->check, "wrong") == 0) {
+        fprintf(out, "%-13s %-8s %-5s %-24s %-5s (wrong result: not timed)\n", r->op, r->variant,
+                r->dtype, r->shape, "WRONG");
+        fflush(out);
+        return;
+    }
     if (r->torch_ms >= 0) {
         snprintf(torch, sizeof torch, "%.3f", r->torch_ms);
         snprintf(ratio, sizeof ratio, "%.2fx", r->torch_ms / r->timing.median_ms);
     }
-    fprintf(out, "%-13s %-8s %-5s %-24s %9.3f %9.3f %9.1f %11s %11s %5.0f%% %9s %8s\n", r->op,
-            r->variant, r->dtype, r->shape, r->timing.median_ms, r->timing.min_ms,
+    fprintf(out, "%-13s %-8s %-5s %-24s %-5s %9.3f %9.3f %9.1f %11s %11s %5.0f%% %9s %8s\n", r->op,
+            r->variant, r->dtype, r->shape, r->check, r->timing.median_ms, r->timing.min_ms,
             r->timing.first_ms, value, ceiling, r->roofline_pct, torch, ratio);
     fflush(out);
 }
@@ -83,16 +98,31 @@ static void json_string(FILE *f, const char *s) {
     fputc('"', f);
 }
 
-int bench_write_json(const char *path, const bench_report *report, const char *const *devices,
-                     const bench_ceilings *ceilings, int num_devices) {
+static const char *device_type(cl_device_type type) {
+    return type & CL_DEVICE_TYPE_GPU ? "gpu" : type & CL_DEVICE_TYPE_CPU ? "cpu" : "other";
+}
+
+static void json_device(FILE *f, const clattn_device_desc *d, const bench_ceilings *c) {
+    const char *keys[5] = {"device", "platform", "vendor", "driver", "opencl"};
+    const char *values[5] = {d->name, d->platform_name, d->vendor, d->driver, d->version};
+    fputc('{', f);
+    for (int k = 0; k < 5; ++k) {
+        fprintf(f, "%s\"%s\": ", k ? ", " : "", keys[k]);
+        json_string(f, values[k]);
+    }
+    fprintf(f, ", \"type\": \"%s\", \"copy_gbs\": %.3f, \"fma_gflops\": %.3f, \"launch_us\": %.1f}",
+            device_type(d->type), c->copy_gbs, c->fma_gflops, c->launch_us);
+}
+
+int bench_write_json(const char *path, const bench_report *report,
+                     const clattn_device_desc *devices, const bench_ceilings *ceilings,
+                     int num_devices) {
     FILE *f = fopen(path, "w");
     if (!f) return -1;
     fprintf(f, "{\n  \"devices\": [");
     for (int i = 0; i < num_devices; ++i) {
-        fprintf(f, "%s\n    {\"device\": ", i ? "," : "");
-        json_string(f, devices[i]);
-        fprintf(f, ", \"copy_gbs\": %.3f, \"fma_gflops\": %.3f}", ceilings[i].copy_gbs,
-                ceilings[i].fma_gflops);
+        fprintf(f, "%s\n    ", i ? "," : "");
+        json_device(f, &devices[i], &ceilings[i]);
     }
     fprintf(f, "\n  ],\n  \"records\": [");
     for (int i = 0; i < report->count; ++i) {
@@ -107,6 +137,8 @@ int bench_write_json(const char *path, const bench_report *report, const char *c
         json_string(f, r->shape);
         fprintf(f, ", \"dtype\": ");
         json_string(f, r->dtype);
+        fprintf(f, ", \"check\": ");
+        json_string(f, r->check);
         fprintf(f, ", \"median_ms\": %.6f, \"min_ms\": %.6f, \"first_call_ms\": %.3f",
                 r->timing.median_ms, r->timing.min_ms, r->timing.first_ms);
         fprintf(f, ", \"metric\": ");

@@ -2,9 +2,14 @@
  * The device's own ceilings, measured by clattn-bench in the same run as every op:
  *   copy_vec4  streams a buffer into another with 16-byte accesses (bytes read + written / time)
  *   fma_peak   eight independent FMA chains of WIDTH lanes per work-item (2 flops per FMA)
+ *   nop        one work-item that does nothing: the launch latency (enqueue to finish)
  * Both are written the way PoCL (vectorizing across work-items) and GPUs (one lane per
  * work-item) both run at full speed: no barriers, consecutive work-items, consecutive addresses.
  */
+__kernel void nop(__global float *out) {
+    (void)out;
+}
+
 __kernel void copy_vec4(__global const float4 *src, __global float4 *dst) {
     size_t i = get_global_id(0);
     dst[i] = src[i];

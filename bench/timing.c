@@ -140,6 +140,16 @@ static cl_int open_fma(const bench_options *opt, clattn_env *env, cl_program pro
     return err;
 }
 
+/* The launch latency: one work-item of an empty kernel. */
+static cl_int open_nop(clattn_env *env, cl_program program, bench_ceiling_run *run) {
+    cl_int err;
+    run->global = 1;
+    run->buffers[0] = clCreateBuffer(clattn_env_context(env), CL_MEM_READ_WRITE, 4, NULL, &err);
+    if (err == CL_SUCCESS) run->kernel = clCreateKernel(program, "nop", &err);
+    if (err == CL_SUCCESS) err = clSetKernelArg(run->kernel, 0, sizeof(cl_mem), &run->buffers[0]);
+    return err;
+}
+
 int bench_ceilings_open(const bench_options *opt, clattn_env *env, bench_ceilings *out) {
     memset(out, 0, sizeof *out);
     cl_int err;
@@ -147,6 +157,7 @@ int bench_ceilings_open(const bench_options *opt, clattn_env *env, bench_ceiling
     cl_program program = build_roofline(env, width, &err);
     if (err == CL_SUCCESS) err = open_copy(opt, env, program, &out->copy_run);
     if (err == CL_SUCCESS) err = open_fma(opt, env, program, width, &out->fma_run);
+    if (err == CL_SUCCESS) err = open_nop(env, program, &out->nop_run);
     if (program) clReleaseProgram(program); /* the kernels keep it alive */
     cl_command_queue queue = clattn_env_queue(env);
     int status = err;
@@ -154,7 +165,10 @@ int bench_ceilings_open(const bench_options *opt, clattn_env *env, bench_ceiling
         status = bench_time(opt, run_ceiling, &out->copy_run, queue, &out->copy);
     if (status == CLATTN_SUCCESS)
         status = bench_time(opt, run_ceiling, &out->fma_run, queue, &out->fma);
+    if (status == CLATTN_SUCCESS)
+        status = bench_time(opt, run_ceiling, &out->nop_run, queue, &out->launch);
     if (status == CLATTN_SUCCESS) {
+        out->launch_us = out->launch.median_ms * 1e3;
         out->copy_gbs = out->copy_run.work / (out->copy.median_ms * 1e6);
         out->fma_gflops = out->fma_run.work / (out->fma.median_ms * 1e6);
     }
@@ -165,6 +179,7 @@ int bench_ceilings_open(const bench_options *opt, clattn_env *env, bench_ceiling
 void bench_ceilings_close(bench_ceilings *c) {
     release_run(&c->copy_run);
     release_run(&c->fma_run);
+    release_run(&c->nop_run);
 }
 
 int bench_time_vs_copy(const bench_options *opt, bench_ceilings *c, bench_fn fn, void *ctx,
