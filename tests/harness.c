@@ -32,6 +32,12 @@ void test_skip(test_ctx *t, const char *why) {
     t->skipped = true;
 }
 
+bool test_is_pocl31_basic(test_ctx *t) {
+    const clattn_device_desc *desc = clattn_env_device_desc(t->env);
+    return strstr(desc->platform_name, "Portable Computing Language") &&
+           strncmp(desc->name, "basic", 5) == 0 && strstr(desc->driver, "3.1");
+}
+
 bool test_platform_is(test_ctx *t, const char *name) {
     return strstr(clattn_env_device_desc(t->env)->platform_name, name) != NULL;
 }

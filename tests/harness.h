@@ -62,6 +62,12 @@ void test_skip(test_ctx *t, const char *why);
  * driver limitations only, never to pick what a test checks). */
 bool test_platform_is(test_ctx *t, const char *name);
 
+/* The device under test is PoCL 3.1's single-threaded `basic` device, whose driver bugs two
+ * tests document and skip (a deadlock in clSetUserEventStatus behind a waiting kernel; an
+ * assertion in its kernel-library cache when threads run kernels on their own queues while the
+ * PoCL cache is cold). */
+bool test_is_pocl31_basic(test_ctx *t);
+
 /* False when CLATTN_TEST_SMALL is set (the Oclgrind lane): tests then skip their largest shapes. */
 bool test_large_shapes(test_ctx *t);
 /* CLATTN_TEST_UNINIT_CHECKER=1 says the suite runs under Oclgrind's --uninitialized, which

@@ -221,6 +221,11 @@ static void *run_worker(void *arg) {
 static void threads_on_their_own_queues_share_the_cache(test_ctx *t) {
     if (test_platform_is(t, "Oclgrind"))
         return test_skip(t, "the Oclgrind simulator runs one kernel at a time (it asserts)");
+    /* one cold-cache run in four aborted inside PoCL (pocl_release_dlhandle_cache: Assertion
+     * `found->ref_count > 0'), with the program built once and shared, as on every device */
+    if (test_is_pocl31_basic(t))
+        return test_skip(t, "PoCL 3.1 basic asserts in its kernel-library cache when threads run "
+                            "kernels at once (driver bug)");
     clattn_cache_clear(NULL);
     enum { THREADS = 4 };
     pthread_t threads[THREADS];

@@ -367,17 +367,11 @@ static void split_qkv_with_and_without_bias(test_ctx *t) {
     split_qkv_case(t, (heads_shape){1, 77, 1, 7}, CLATTN_F16, true, CLATTN_F16, 83);
 }
 
-/* PoCL 3.1's `basic` device deadlocks inside clSetUserEventStatus when a kernel waits on the
- * user event (a 30-line program without clattn reproduces it), so the gate test cannot run
- * there. */
-static bool user_events_deadlock(const clattn_device_desc *desc) {
-    return strstr(desc->platform_name, "Portable Computing Language") &&
-           strncmp(desc->name, "basic", 5) == 0 && strstr(desc->driver, "3.1");
-}
-
-/* A copy behind a user event must not run before it: the wait list reaches the enqueue. */
+/* A copy behind a user event must not run before it: the wait list reaches the enqueue.
+ * PoCL 3.1's `basic` device deadlocks inside clSetUserEventStatus when a kernel waits on the
+ * user event (a 30-line program without clattn reproduces it), so it cannot run there. */
 static void copy_waits_for_its_wait_list(test_ctx *t) {
-    if (user_events_deadlock(clattn_env_device_desc(t->env)))
+    if (test_is_pocl31_basic(t))
         return test_skip(t, "PoCL 3.1 basic deadlocks in clSetUserEventStatus (driver bug)");
     device_view s = {0}, d = {0};
     cl_int err;
