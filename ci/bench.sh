@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs the benchmark on every OpenCL device, beside
 # PyTorch on the CPU. Extra arguments go to clattn-bench (e.g. --quick, --op split_heads).
-# Results: the table on stdout and bench/results/bench.json.
+# Results: the table on stdout, one column per device (bench/compare.py), bench/results/bench.json
+# and the charts bench/results/vs_torch.png and roofline.png (bench/plot.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/setup.sh
@@ -10,4 +11,9 @@ build=${CLATTN_BUILD_DIR:-build}
 export POCL_CACHE_DIR="$PWD/$build/pocl-cache"
 mkdir -p bench/results "$POCL_CACHE_DIR"
 "$build/bench/clattn-bench" --device all --json bench/results/bench.json "$@"
+echo
+echo "== every device side by side (bench/compare.py)"
+/usr/bin/python3 bench/compare.py bench/results/bench.json
+echo
+/usr/bin/python3 bench/plot.py bench/results/bench.json --out bench/results
 echo "JSON: bench/results/bench.json"
