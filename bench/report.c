@@ -102,15 +102,22 @@ static const char *device_type(cl_device_type type) {
     return type & CL_DEVICE_TYPE_GPU ? "gpu" : type & CL_DEVICE_TYPE_CPU ? "cpu" : "other";
 }
 
+/* The device's metadata and ceilings. clattn's kernels use no OpenCL extension (f16 storage is
+ * vload_half/vstore_half, core OpenCL), so extensions_used is always empty. */
 static void json_device(FILE *f, const clattn_device_desc *d, const bench_ceilings *c) {
-    const char *keys[5] = {"device", "platform", "vendor", "driver", "opencl"};
-    const char *values[5] = {d->name, d->platform_name, d->vendor, d->driver, d->version};
+    char opencl_c[128] = "";
+    if (d->device)
+        clGetDeviceInfo(d->device, CL_DEVICE_OPENCL_C_VERSION, sizeof opencl_c - 1, opencl_c, NULL);
+    const char *keys[6] = {"device", "platform", "vendor", "driver", "opencl", "opencl_c"};
+    const char *values[6] = {d->name, d->platform_name, d->vendor, d->driver, d->version, opencl_c};
     fputc('{', f);
-    for (int k = 0; k < 5; ++k) {
+    for (int k = 0; k < 6; ++k) {
         fprintf(f, "%s\"%s\": ", k ? ", " : "", keys[k]);
         json_string(f, values[k]);
     }
-    fprintf(f, ", \"type\": \"%s\", \"copy_gbs\": %.3f, \"fma_gflops\": %.3f, \"launch_us\": %.1f}",
+    fprintf(f,
+            ", \"type\": \"%s\", \"extensions_used\": [], \"copy_gbs\": %.3f, \"fma_gflops\": "
+            "%.3f, \"launch_us\": %.1f}",
             device_type(d->type), c->copy_gbs, c->fma_gflops, c->launch_us);
 }
 
