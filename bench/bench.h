@@ -44,6 +44,9 @@ struct bench_ceiling_run {
 typedef struct bench_ceilings {
     double copy_gbs, fma_gflops; /* measured at the start */
     double launch_us;            /* one empty kernel, enqueue to clFinish (median) */
+    /* the first call of every op family, program builds included (bench/first_calls.c), with
+     * the driver's cache warm and empty; < 0: not measured */
+    double first_warm_ms, first_cold_ms;
     bench_timing copy, fma, launch;
     bench_ceiling_run copy_run, fma_run, nop_run;
 } bench_ceilings;
@@ -148,6 +151,14 @@ typedef struct bench_row_name {
 /* bench_run_checked, and for a wrong result the untimed row: *wrong says to skip the timing. */
 int bench_check_row(bench_report *report, clattn_env *env, bench_fn fn, void *ctx,
                     bench_check_fn check, const bench_row_name *row, bool *wrong);
+
+/* ---- the cold-start cost (bench/first_calls.c) ---- */
+
+/* Clears clattn's and CLBlast's program caches and times one small call of every op family. */
+int bench_first_calls(clattn_env *env, double *ms);
+/* The same in a child process (this executable, --first-calls-only) whose driver caches start
+ * empty; < 0 when it could not be measured. */
+double bench_first_calls_empty_cache(const char *spec);
 
 /* One op family: its cases by index, how --op and the peer name them, and how one is measured
  * (allocate, time beside a ceiling, add the row, free). */

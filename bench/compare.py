@@ -3,10 +3,11 @@
 
     bench/compare.py bench/results/bench.json [other.json ...] [--markdown]
 
-One row per case (op, variant, dtype, shape), one column per device: its value (GB/s or
-GFLOP/s), its percent of that device's own ceiling, and its speed over PyTorch's on the CPU of
-the machine that ran it (> 1: clattn is faster). Devices of the same name from different files
-are told apart by the file's name.
+First a line per device (driver, ceilings, launch latency, cold start), then one row per case
+(op, variant, dtype, shape) and one column per device: its value (GB/s or GFLOP/s), its percent
+of that device's own ceiling, and its speed over PyTorch's on the CPU of the machine that ran it
+(> 1: clattn is faster); the last column is PyTorch's own time. Devices of the same name from
+different files are told apart by the file's name.
 """
 import argparse
 import json
@@ -16,7 +17,13 @@ import sys
 
 def load(paths):
     """(devices, rows): device labels in order of appearance, and {case: {device: record}}."""
-    devices, rows = [], {}
+    devices, rows, _ = load_all(paths)
+    return devices, rows
+
+
+def load_all(paths):
+    """load(), and the device entries of every file keyed by their label."""
+    devices, rows, info = [], {}, {}
     names = [json.load(open(p)) for p in paths]
     seen = {}
     for path, data in zip(paths, names):
@@ -32,7 +39,12 @@ def load(paths):
                 devices.append(label)
             case = (r["op"], r["variant"], r["dtype"], r["shape"])
             rows.setdefault(case, {})[label] = r
-    return devices, rows
+        for d in data.get("devices", []):
+            label = short(d["device"])
+            if len(seen.get(d["device"], ())) > 1:
+                label += " (%s)" % tag
+            info[label] = d
+    return devices, rows, info
 
 
 def cell(record):
@@ -47,6 +59,25 @@ def cell(record):
     return text
 
 
+def torch_cell(per):
+    """PyTorch's median on the CPU for the case (the first file's that measured it)."""
+    for record in per.values():
+        ms = record.get("peer_ms", {}).get("torch")
+        if ms is not None:
+            return "%.3f ms" % ms
+    return "-"
+
+
+def device_line(label, d):
+    first = d.get("first_calls_ms") or {}
+    cold = lambda v: "-" if v is None else "%.0f ms" % v
+    return ("%s: %s %s, driver %s, %s; copy %.1f GB/s, FMA %.1f GFLOP/s, launch %.0f us; first "
+            "calls %s (driver cache warm), %s (empty)"
+            % (label, d.get("platform", "?"), d.get("type", "?"), d.get("driver", "?"),
+               d.get("opencl_c", "?"), d.get("copy_gbs", 0), d.get("fma_gflops", 0),
+               d.get("launch_us", 0), cold(first.get("warm_cache")), cold(first.get("empty_cache"))))
+
+
 def short(name, width=28):
     return name if len(name) <= width else name[: width - 1] + "~"
 
@@ -56,12 +87,17 @@ def main(argv=None):
     parser.add_argument("json", nargs="+")
     parser.add_argument("--markdown", action="store_true", help="a Markdown table")
     args = parser.parse_args(argv)
-    devices, rows = load(args.json)
+    devices, rows, info = load_all(args.json)
     if not rows:
         print("no records in %s" % ", ".join(args.json), file=sys.stderr)
         return 1
-    header = ["op", "variant", "dtype", "shape"] + devices
-    lines = [header] + [list(case) + [cell(per.get(d)) for d in devices] for case, per in rows.items()]
+    for label in devices:
+        if label in info:
+            print(("- " if args.markdown else "") + device_line(label, info[label]))
+    print()
+    header = ["op", "variant", "dtype", "shape"] + devices + ["PyTorch CPU"]
+    lines = [header] + [list(case) + [cell(per.get(d)) for d in devices] + [torch_cell(per)]
+                        for case, per in rows.items()]
     if args.markdown:
         print("| " + " | ".join(header) + " |")
         print("|" + " --- |" * len(header))

@@ -115,10 +115,14 @@ static void json_device(FILE *f, const clattn_device_desc *d, const bench_ceilin
         fprintf(f, "%s\"%s\": ", k ? ", " : "", keys[k]);
         json_string(f, values[k]);
     }
+    char warm[32] = "null", cold[32] = "null"; /* null: not measured */
+    if (c->first_warm_ms >= 0) snprintf(warm, sizeof warm, "%.1f", c->first_warm_ms);
+    if (c->first_cold_ms >= 0) snprintf(cold, sizeof cold, "%.1f", c->first_cold_ms);
     fprintf(f,
             ", \"type\": \"%s\", \"extensions_used\": [], \"copy_gbs\": %.3f, \"fma_gflops\": "
-            "%.3f, \"launch_us\": %.1f}",
-            device_type(d->type), c->copy_gbs, c->fma_gflops, c->launch_us);
+            "%.3f, \"launch_us\": %.1f, \"first_calls_ms\": {\"warm_cache\": %s, "
+            "\"empty_cache\": %s}}",
+            device_type(d->type), c->copy_gbs, c->fma_gflops, c->launch_us, warm, cold);
 }
 
 int bench_write_json(const char *path, const bench_report *report,

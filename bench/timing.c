@@ -152,6 +152,7 @@ static cl_int open_nop(clattn_env *env, cl_program program, bench_ceiling_run *r
 
 int bench_ceilings_open(const bench_options *opt, clattn_env *env, bench_ceilings *out) {
     memset(out, 0, sizeof *out);
+    out->first_warm_ms = out->first_cold_ms = -1.0; /* measured last, if at all */
     cl_int err;
     cl_uint width = fma_width(clattn_env_device(env));
     cl_program program = build_roofline(env, width, &err);
