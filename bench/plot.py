@@ -25,34 +25,37 @@ from compare import load  # noqa: E402
 
 def case_label(case):
     op, variant, dtype, shape = case
-    return "%s %s %s\n%s" % (op, variant, dtype, shape)
+    return "%s %s %s  %s" % (op, variant, dtype, shape)
 
 
-def bars(rows, devices, value, title, ylabel, path, log=False, line=None):
-    """One group of bars per case (value(record) or None to leave a gap), one bar per device."""
+def bars(rows, devices, value, title, xlabel, path, log=False, line=None):
+    """One group of horizontal bars per case (value(record), or None to leave a gap), one bar
+    per device; the cases read top to bottom in the order the benchmark ran them."""
     cases = [c for c, per in rows.items() if any(value(per.get(d)) is not None for d in devices)]
     if not cases:
         return False
-    width = 0.8 / max(len(devices), 1)
-    fig, ax = plt.subplots(figsize=(max(8, 0.9 * len(cases) + 2), 6.5))
+    height = 0.8 / max(len(devices), 1)
+    fig, ax = plt.subplots(figsize=(11, 1.5 + 0.28 * len(cases) * max(1, len(devices) ** 0.5)))
     for k, device in enumerate(devices):
-        xs, ys = [], []
+        ys, xs = [], []
         for i, case in enumerate(cases):
-            y = value(rows[case].get(device))
-            if y is not None:
-                xs.append(i + (k - (len(devices) - 1) / 2) * width)
-                ys.append(y)
-        ax.bar(xs, ys, width, label=device)
+            x = value(rows[case].get(device))
+            if x is not None:
+                ys.append(i + (k - (len(devices) - 1) / 2) * height)
+                xs.append(x)
+        ax.barh(ys, xs, height, label=device)
     if line is not None:
-        ax.axhline(line, color="black", linewidth=0.8)
+        ax.axvline(line, color="black", linewidth=0.8)
     if log:
-        ax.set_yscale("log")
-        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: "%gx" % v))
-    ax.set_xticks(range(len(cases)))
-    ax.set_xticklabels([case_label(c) for c in cases], rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel(ylabel)
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: "%gx" % v))
+    ax.set_yticks(range(len(cases)))
+    ax.set_yticklabels([case_label(c) for c in cases], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel(xlabel)
     ax.set_title(title)
-    ax.legend(fontsize=8)
+    ax.grid(axis="x", linewidth=0.3)
+    ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
