@@ -17,14 +17,9 @@ static float uniform(uint64_t *state) {
     return (float)((double)(r >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
 }
 
-/* The dense image of a contiguous tensor, in its dtype, as floats. */
-static size_t count_of(const clattn_tensor *t) {
-    return (size_t)clattn_tensor_numel(t);
-}
-
 int bench_fill_random(clattn_env *env, const clattn_tensor *t, uint64_t seed, float scale,
                       float **host) {
-    const size_t n = count_of(t), size = clattn_dtype_size(t->dtype);
+    const size_t n = (size_t)clattn_tensor_numel(t), size = clattn_dtype_size(t->dtype);
     float *values = malloc(n * sizeof *values);
     void *stored = malloc(n * size);
     uint64_t state = seed * 0x9e3779b97f4a7c15ull + 1;
@@ -41,7 +36,7 @@ int bench_fill_random(clattn_env *env, const clattn_tensor *t, uint64_t seed, fl
 }
 
 int bench_read(clattn_env *env, const clattn_tensor *t, float **host) {
-    const size_t n = count_of(t), size = clattn_dtype_size(t->dtype);
+    const size_t n = (size_t)clattn_tensor_numel(t), size = clattn_dtype_size(t->dtype);
     float *values = malloc(n * sizeof *values);
     void *stored = malloc(n * size);
     int status =
