@@ -271,10 +271,20 @@ static bool rows_ready(const clattn_tensor *t) {
            (n[1] == 1 || s[1] == n[2] * s[2]);
 }
 
-static size_t take(size_t *floats, bool needed, int64_t count) {
+/* The product of four dims; *overflow is set when it does not fit (broadcast views can carry
+ * dims no buffer holds). */
+static int64_t product(int64_t a, int64_t b, int64_t c, int64_t d, bool *overflow) {
+    int64_t ab = 0, abc = 0, all = 0;
+    *overflow = *overflow || __builtin_mul_overflow(a, b, &ab) ||
+                __builtin_mul_overflow(ab, c, &abc) || __builtin_mul_overflow(abc, d, &all);
+    return all;
+}
+
+/* `count` floats at the end of the layout (NONE when not needed); *overflow as above. */
+static size_t take(size_t *floats, bool needed, int64_t count, bool *overflow) {
     if (!needed) return NONE;
     size_t at = *floats;
-    *floats += (size_t)count;
+    *overflow = *overflow || __builtin_add_overflow(*floats, (size_t)count, floats);
     return at;
 }
 
@@ -320,11 +330,42 @@ static clattn_tensor probs_view(const mha_args *a, const mha_plan *plan, cl_mem 
 
 /* Floats of the merged mask: u8 + u8 turns the padding mask into an additive [B,Sk]; float +
  * float adds both into [B, attn dims 1 and 2, Sk]. */
-static int64_t merged_mask_floats(const mha_args *a) {
-    if (a->kpm_kind == MASK_KEEP && a->attn_kind == MASK_KEEP) return a->B * a->Sk;
+static int64_t merged_mask_floats(const mha_args *a, bool *overflow) {
+    if (a->kpm_kind == MASK_KEEP && a->attn_kind == MASK_KEEP)
+        return product(a->B, a->Sk, 1, 1, overflow);
     if (a->kpm_kind != MASK_ADD || a->attn_kind != MASK_ADD) return 0;
     const int64_t *m = a->o.attn_mask->shape;
-    return a->B * m[1] * m[2] * a->Sk;
+    return product(a->B, m[1], m[2], a->Sk, overflow);
+}
+
+/* The regions of the projections and everything after them, from float `f` on. */
+static size_t plan_regions(const mha_args *a, mha_plan *plan, size_t f, bool *over) {
+    const bool averaged = a->o.weights && a->o.average_attn_weights;
+    for (int i = 0; i < 3; ++i) {
+        const clattn_tensor *t = a->in[i];
+        const bool reused = i > 0 && same_view(t, a->in[i - 1]);
+        plan->in_at[i] = reused ? plan->in_at[i - 1]
+                                : take(&f, !rows_ready(t),
+                                       product(a->B, t->shape[2], t->shape[3], 1, over), over);
+    }
+    for (int s = 0; s < W_COUNT; ++s) {
+        const clattn_tensor *w = weight_of(a, s);
+        plan->w_at[s] = take(&f, w && !rows_ready(w), w ? w->shape[2] * w->shape[3] : 0, over);
+    }
+    for (int j = 0; j < plan->njobs; ++j) {
+        proj_job *job = &plan->jobs[j];
+        const int64_t rows = job->input == IN_QUERY ? a->Sq : a->Sk;
+        job->at = take(&f, true, product(a->B, rows, job->n, 1, over), over);
+        for (int i = job->input; i < 3 && (i - job->input) * a->E < job->n; ++i)
+            plan->head_at[i] = job->at + (size_t)((i - job->input) * a->E);
+    }
+    const int64_t rows_out = product(a->B, a->Sq, a->E, 1, over);
+    plan->ctx_at = take(&f, true, rows_out, over);
+    plan->out_at = take(&f, !rows_ready(a->out), rows_out, over);
+    const int64_t mask = merged_mask_floats(a, over);
+    plan->mask_at = take(&f, mask > 0, mask, over);
+    plan->probs_at = take(&f, averaged, product(a->B, a->H, a->Sq, a->Sk, over), over);
+    return f;
 }
 
 static int plan_mha(const mha_args *a, cl_device_id device, mha_plan *plan) {
@@ -337,29 +378,12 @@ static int plan_mha(const mha_args *a, cl_device_id device, mha_plan *plan) {
                                                  averaged ? &probs : a->o.weights, device,
                                                  &plan->attn_bytes);
     if (status != CLATTN_SUCCESS) return status;
-    size_t f = (plan->attn_bytes + sizeof(float) - 1) / sizeof(float);
-    for (int i = 0; i < 3; ++i) {
-        const clattn_tensor *t = a->in[i];
-        const bool reused = i > 0 && same_view(t, a->in[i - 1]);
-        plan->in_at[i] = reused ? plan->in_at[i - 1]
-                                : take(&f, !rows_ready(t), a->B * t->shape[2] * t->shape[3]);
-    }
-    for (int s = 0; s < W_COUNT; ++s) {
-        const clattn_tensor *w = weight_of(a, s);
-        plan->w_at[s] = take(&f, w && !rows_ready(w), w ? w->shape[2] * w->shape[3] : 0);
-    }
-    for (int j = 0; j < plan->njobs; ++j) {
-        proj_job *job = &plan->jobs[j];
-        const int64_t rows = a->B * (job->input == IN_QUERY ? a->Sq : a->Sk);
-        job->at = take(&f, true, rows * job->n);
-        for (int i = job->input; i < 3 && (i - job->input) * a->E < job->n; ++i)
-            plan->head_at[i] = job->at + (size_t)((i - job->input) * a->E);
-    }
-    plan->ctx_at = take(&f, true, a->B * a->Sq * a->E);
-    plan->out_at = take(&f, !rows_ready(a->out), a->B * a->Sq * a->E);
-    plan->mask_at = take(&f, merged_mask_floats(a) > 0, merged_mask_floats(a));
-    plan->probs_at = take(&f, averaged, a->B * a->H * a->Sq * a->Sk);
-    plan->floats = f;
+    bool overflow = false;
+    plan->floats =
+        plan_regions(a, plan, (plan->attn_bytes + sizeof(float) - 1) / sizeof(float), &overflow);
+    if (overflow || plan->floats > SIZE_MAX / sizeof(float))
+        return clattn__fail(CLATTN_ERR_DEVICE_LIMIT,
+                            "the scratch this call needs does not fit in a size_t");
     return CLATTN_SUCCESS;
 }
 
@@ -519,10 +543,11 @@ static clattn_mask attention_mask(const mha_args *a, const mha_plan *plan, cl_me
 static int launch_flat(const clattn__call *call, cl_kernel kernel, size_t total) {
     size_t group = 0;
     int status = clattn__kernel_max_group(kernel, call->device, &group);
+    if (status != CLATTN_SUCCESS) return status;
     if (group > 256) group = 256;
     const size_t global = clattn__round_up(total, group);
     const clattn__call step = {call->queue, call->context, call->device, 0, NULL, NULL};
-    return status == CLATTN_SUCCESS ? clattn__enqueue(&step, kernel, 1, &global, &group) : status;
+    return clattn__enqueue(&step, kernel, 1, &global, &group);
 }
 
 /* One of cl/mha.cl's kernels, built for the call. */
@@ -613,9 +638,16 @@ static int prepare_attention(const mha_args *a, const mha_plan *plan, const clat
                               "internal: the attention needs %zu bytes of scratch, planned %zu",
                               bytes, plan->attn_bytes);
     if (status != CLATTN_SUCCESS || plan->attn_bytes == 0) return status;
-    const cl_buffer_region region = {0, plan->attn_bytes};
+    /* OpenCL makes no sub-buffer of a sub-buffer: a caller's workspace that is one gives the
+     * region of its parent at its own origin (aligned, since the caller's exists) */
+    cl_mem parent = NULL;
+    size_t origin = 0;
+    clGetMemObjectInfo(ws, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof parent, &parent, NULL);
+    if (parent) clGetMemObjectInfo(ws, CL_MEM_OFFSET, sizeof origin, &origin, NULL);
+    const cl_buffer_region region = {origin, plan->attn_bytes};
     cl_int err;
-    s->options.workspace = clCreateSubBuffer(ws, 0, CL_BUFFER_CREATE_TYPE_REGION, &region, &err);
+    s->options.workspace =
+        clCreateSubBuffer(parent ? parent : ws, 0, CL_BUFFER_CREATE_TYPE_REGION, &region, &err);
     return err == CL_SUCCESS ? CLATTN_SUCCESS : clattn__cl_fail(err, "clCreateSubBuffer");
 }
 

@@ -22,10 +22,11 @@ typedef struct mha_spec {
     int kpm, attn;      /* NO_MASK, KEEP_MASK (u8) or ADD_MASK (f32) */
     bool per_head_attn; /* attn_mask {B,H,Sq,Sk} (torch's [B*H,Sq,Sk]); else {1,1,Sq,Sk} */
     int causal;
-    int weights;     /* 0: none, 1: averaged, 2: per head */
-    bool hide_batch; /* the padding mask hides every key of the last batch */
-    bool strided;    /* query and out as views with a row stride past E */
-    bool workspace;  /* a caller workspace of exactly the size asked for */
+    int weights;       /* 0: none, 1: averaged, 2: per head */
+    bool hide_batch;   /* the padding mask hides every key of the last batch */
+    bool strided;      /* query and out as views with a row stride past E */
+    int workspace;     /* a caller workspace of exactly the size asked for (2: a sub-buffer) */
+    bool out_of_order; /* on an out-of-order queue (where the device has one) */
     clattn_dtype dt;
     uint64_t seed;
 } mha_spec;
@@ -257,6 +258,42 @@ static float *download(test_ctx *t, const clattn_tensor *v) {
     return dense;
 }
 
+/* An out-of-order queue on the test device, or NULL where it has none. */
+static cl_command_queue out_of_order_queue(test_ctx *t) {
+    cl_command_queue_properties props = 0;
+    clGetDeviceInfo(clattn_env_device(t->env), CL_DEVICE_QUEUE_PROPERTIES, sizeof props, &props,
+                    NULL);
+    if (!(props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)) return NULL;
+    cl_int err;
+    cl_command_queue q = clCreateCommandQueue(clattn_env_context(t->env), clattn_env_device(t->env),
+                                              CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
+    return err == CL_SUCCESS ? q : NULL;
+}
+
+/* A caller workspace of exactly the size asked for; as a sub-buffer of a larger buffer at an
+ * aligned origin when `sub` (OpenCL makes no sub-buffer of a sub-buffer: the call must cut its
+ * own region from the parent). */
+static int make_workspace(test_ctx *t, mha_case *c, const clattn_mha_params *p,
+                          clattn_mha_options *o, cl_command_queue queue, bool sub) {
+    size_t bytes = 0;
+    int status = clattn_mha_workspace_size(&c->t_query, &c->t_key, &c->t_value, p, &c->t_out, o,
+                                           queue, &bytes);
+    if (status != CLATTN_SUCCESS) return status;
+    cl_uint align_bits = 1024;
+    clGetDeviceInfo(clattn_env_device(t->env), CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof align_bits,
+                    &align_bits, NULL);
+    const size_t origin = sub ? align_bits / 8 : 0;
+    cl_mem whole = test_buffer(t, origin + bytes);
+    c->buffers[c->nbuffers++] = whole;
+    o->workspace = whole;
+    if (!sub || !whole) return CLATTN_SUCCESS;
+    const cl_buffer_region region = {origin, bytes};
+    cl_int err;
+    o->workspace = clCreateSubBuffer(whole, 0, CL_BUFFER_CREATE_TYPE_REGION, &region, &err);
+    c->buffers[c->nbuffers++] = o->workspace;
+    return err;
+}
+
 static int run_forward(test_ctx *t, const mha_spec *s, mha_case *c) {
     clattn_mha_params p = {(int)s->H, NULL, NULL, NULL, NULL, NULL, &c->t_w[3], NULL};
     if (s->separate) p.q_proj_weight = &c->t_w[0], p.k_proj_weight = &c->t_w[1];
@@ -273,19 +310,16 @@ static int run_forward(test_ctx *t, const mha_spec *s, mha_case *c) {
     o.is_causal = s->causal;
     o.weights = s->weights ? &c->t_weights : NULL;
     o.average_attn_weights = s->weights == 1;
-    cl_command_queue queue = clattn_env_queue(t->env);
-    if (s->workspace) {
-        size_t bytes = 0;
-        int status = clattn_mha_workspace_size(&c->t_query, &c->t_key, &c->t_value, &p, &c->t_out,
-                                               &o, queue, &bytes);
-        if (status != CLATTN_SUCCESS) return status;
-        o.workspace = test_buffer(t, bytes);
-        c->buffers[c->nbuffers++] = o.workspace;
-    }
+    cl_command_queue queue = s->out_of_order ? out_of_order_queue(t) : NULL;
+    if (!queue) queue = clattn_env_queue(t->env);
+    int status = CLATTN_SUCCESS;
+    if (s->workspace) status = make_workspace(t, c, &p, &o, queue, s->workspace == 2);
     cl_event done = NULL;
-    int status = clattn_mha_forward(&c->t_query, &c->t_key, &c->t_value, &p, &c->t_out, &o, queue,
+    if (status == CLATTN_SUCCESS)
+        status = clattn_mha_forward(&c->t_query, &c->t_key, &c->t_value, &p, &c->t_out, &o, queue,
                                     0, NULL, &done);
     if (done) clWaitForEvents(1, &done), clReleaseEvent(done);
+    if (queue != clattn_env_queue(t->env)) clReleaseCommandQueue(queue);
     return status;
 }
 
@@ -335,7 +369,7 @@ static bool skip_gemms(test_ctx *t) {
 static void self_attention_one_head(test_ctx *t) {
     if (skip_gemms(t)) return;
     mha_spec s = self_spec(2, 7, 24, 1);
-    s.weights = 1, s.workspace = true;
+    s.weights = 1, s.workspace = 1;
     check_case(t, &s);
 }
 
@@ -343,6 +377,7 @@ static void self_attention_u8_masks(test_ctx *t) {
     if (skip_gemms(t)) return;
     mha_spec s = self_spec(2, 9, 40, 2);
     s.kpm = s.attn = KEEP_MASK, s.weights = 2;
+    s.workspace = 2, s.out_of_order = true; /* a sub-buffer workspace, an out-of-order queue */
     check_case(t, &s);
 }
 
@@ -384,6 +419,9 @@ static void hidden_rows_give_the_bias(test_ctx *t) {
     mha_spec f = self_spec(2, 5, 24, 1);
     f.kpm = f.attn = ADD_MASK, f.hide_batch = true, f.weights = 1;
     check_case(t, &f);
+    mha_spec fused = self_spec(2, 6, 24, 2); /* no weights: the fused kernel's empty rows */
+    fused.kpm = fused.attn = KEEP_MASK, fused.hide_batch = true;
+    check_case(t, &fused);
 }
 
 /* f16 and bf16 storage of every tensor, query and out with rows CLBlast cannot take as they
