@@ -88,7 +88,7 @@ typedef struct bench_record {
 typedef struct bench_report {
     bench_record *records;
     int count, capacity;
-    /* the verdict of the check before the next row (bench_run_checked), and its first
+    /* the verdict of the check before the next row (bench_check_row), and its first
      * mismatch */
     char check[8], check_detail[256];
 } bench_report;
@@ -122,8 +122,6 @@ int bench_fill_random(clattn_env *env, const clattn_tensor *t, uint64_t seed, fl
                       float **host);
 /* A contiguous tensor's values as dense floats (*host malloc'ed). */
 int bench_read(clattn_env *env, const clattn_tensor *t, float **host);
-/* The relative tolerance of a sampled output stored in `dtype` (f32 math inside). */
-double bench_tolerance(clattn_dtype dtype);
 /* |got - want| <= tol (|want| + scale): scale is the size of the terms a sum cancelled. False
  * records the mismatch in report->check_detail. */
 bool bench_close(bench_report *report, const char *what, size_t index, double got, double want,
@@ -132,11 +130,6 @@ bool bench_close(bench_report *report, const char *what, size_t index, double go
 size_t bench_sample(uint64_t *state, size_t n);
 /* Checks the output of the call just made: *ok says whether it matched; a status otherwise. */
 typedef int (*bench_check_fn)(void *ctx, clattn_env *env, bench_report *report, bool *ok);
-/* Runs fn once, waits, and checks its result: report->check becomes "ok" or "wrong" (the row
- * is then added with bench_add_wrong_row, untimed); the first mismatch goes to stderr. */
-int bench_run_checked(bench_report *report, bench_fn fn, void *ctx, cl_command_queue queue,
-                      bench_check_fn check, clattn_env *env);
-
 /* One query row of attention in float64: out = softmax(q k_j / sqrt(d)) v over the first
  * `keys` rows of k and v (d wide each); w holds `keys` scratch doubles. */
 void bench_attention_row(const float *q, const float *k, const float *v, int64_t d, int64_t keys,
@@ -148,7 +141,8 @@ typedef struct bench_row_name {
     clattn_dtype dtype;
     const char *shape;
 } bench_row_name;
-/* bench_run_checked, and for a wrong result the untimed row: *wrong says to skip the timing. */
+/* Runs fn once, waits, and checks its result: report->check becomes "ok" or "wrong" (then the
+ * untimed row is added and *wrong says to skip the timing); the first mismatch goes to stderr. */
 int bench_check_row(bench_report *report, clattn_env *env, bench_fn fn, void *ctx,
                     bench_check_fn check, const bench_row_name *row, bool *wrong);
 

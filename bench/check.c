@@ -49,7 +49,8 @@ int bench_read(clattn_env *env, const clattn_tensor *t, float **host) {
     return status;
 }
 
-double bench_tolerance(clattn_dtype dtype) {
+/* The relative tolerance of a sampled output stored in `dtype` (f32 math inside). */
+static double bench_tolerance(clattn_dtype dtype) {
     return dtype == CLATTN_F32 ? 1e-4 : dtype == CLATTN_F16 ? 2e-3 : 1.6e-2;
 }
 
@@ -68,8 +69,9 @@ size_t bench_sample(uint64_t *state, size_t n) {
     return i < n ? i : n - 1;
 }
 
-int bench_run_checked(bench_report *report, bench_fn fn, void *ctx, cl_command_queue queue,
-                      bench_check_fn check, clattn_env *env) {
+/* Runs fn once, waits, and checks its result into report->check. */
+static int bench_run_checked(bench_report *report, bench_fn fn, void *ctx, cl_command_queue queue,
+                             bench_check_fn check, clattn_env *env) {
     int status = fn(ctx, queue);
     if (status == CLATTN_SUCCESS) status = clFinish(queue);
     report->check_detail[0] = '\0';
