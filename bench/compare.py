@@ -60,7 +60,7 @@ def cell(record):
 
 
 def torch_cell(per):
-    """PyTorch's median on the CPU for the case (the first file's that measured it)."""
+    """PyTorch's median for the case (the first file's that measured it)."""
     for record in per.values():
         ms = record.get("peer_ms", {}).get("torch")
         if ms is not None:
@@ -76,6 +76,13 @@ def device_line(label, d):
             % (label, d.get("platform", "?"), d.get("type", "?"), d.get("driver", "?"),
                d.get("opencl_c", "?"), d.get("copy_gbs", 0), d.get("fma_gflops", 0),
                d.get("launch_us", 0), cold(first.get("warm_cache")), cold(first.get("empty_cache"))))
+
+
+def peer_label(info):
+    """The PyTorch column's title: where the peer ran (CLATTN_PEER_DEVICE, recorded per file;
+    files older than that field ran it on the CPU)."""
+    where = sorted({d.get("peer_device", "cpu") for d in info.values()}) or ["cpu"]
+    return "PyTorch " + "/".join(w.upper() for w in where)
 
 
 def short(name, width=28):
@@ -95,7 +102,7 @@ def main(argv=None):
         if label in info:
             print(("- " if args.markdown else "") + device_line(label, info[label]))
     print()
-    header = ["op", "variant", "dtype", "shape"] + devices + ["PyTorch CPU"]
+    header = ["op", "variant", "dtype", "shape"] + devices + [peer_label(info)]
     lines = [header] + [list(case) + [cell(per.get(d)) for d in devices] + [torch_cell(per)]
                         for case, per in rows.items()]
     if args.markdown:

@@ -3,7 +3,8 @@
 
     bench/plot.py bench/results/bench.json [other.json ...] [--out bench/results]
 
-vs_torch.png   per case, one bar per device: PyTorch's time on the CPU over clattn's (log
+vs_torch.png   per case, one bar per device: PyTorch's time (on the CPU, or where
+               CLATTN_PEER_DEVICE put it) over clattn's (log
                scale; above the line at 1, clattn is faster)
 roofline.png   per case, one bar per device: percent of that device's own ceiling, the copy
                kernel for memory-bound ops (GB/s) and the FMA kernel for compute-bound ones
@@ -20,7 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare import load  # noqa: E402
+from compare import load_all, peer_label  # noqa: E402
 
 
 def case_label(case):
@@ -79,12 +80,13 @@ def main(argv=None):
     parser.add_argument("json", nargs="+")
     parser.add_argument("--out", default=None, help="folder of the PNGs (default: the first JSON's)")
     args = parser.parse_args(argv)
-    devices, rows = load(args.json)
+    devices, rows, info = load_all(args.json)
     out = args.out or os.path.dirname(os.path.abspath(args.json[0]))
     os.makedirs(out, exist_ok=True)
     written = []
     path = os.path.join(out, "vs_torch.png")
-    if bars(rows, devices, vs_torch, "clattn against PyTorch on the CPU (same machine, same run)",
+    peer = peer_label(info)
+    if bars(rows, devices, vs_torch, "clattn against %s (same machine, same run)" % peer,
             "PyTorch time / clattn time (log; > 1: clattn faster)", path, log=True, line=1.0):
         written.append(path)
     path = os.path.join(out, "roofline.png")

@@ -118,6 +118,10 @@ static void json_device(FILE *f, const clattn_device_desc *d, const bench_ceilin
     char warm[32] = "null", cold[32] = "null"; /* null: not measured */
     if (c->first_warm_ms >= 0) snprintf(warm, sizeof warm, "%.1f", c->first_warm_ms);
     if (c->first_cold_ms >= 0) snprintf(cold, sizeof cold, "%.1f", c->first_cold_ms);
+    /* Where the PyTorch peer ran: torch_ops.py reads the same variable (unset: the CPU). */
+    const char *peer = getenv("CLATTN_PEER_DEVICE");
+    fputs(", \"peer_device\": ", f);
+    json_string(f, peer && *peer ? peer : "cpu");
     fprintf(f,
             ", \"type\": \"%s\", \"extensions_used\": [], \"copy_gbs\": %.3f, \"fma_gflops\": "
             "%.3f, \"launch_us\": %.1f, \"first_calls_ms\": {\"warm_cache\": %s, "
