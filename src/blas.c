@@ -5,6 +5,7 @@
 #include "tuning.h"
 
 #include <clblast_c.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -87,7 +88,8 @@ int clattn__sgemm_batched(const clattn__call *call, bool trans_b, size_t m, size
     const CLBlastTranspose tb = trans_b ? CLBlastTransposeYes : CLBlastTransposeNo;
     /* one matrix takes CLBlast's plain GEMM, whose checks do not ask for batch strides */
     CLBlastStatusCode status =
-        batch == 1
+        clattn__fault_hit(CLATTN__FAULT_BLAS) ? CLBlastUnexpectedError
+        : batch == 1
             ? CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, tb, m, n, k, 1.0f, a->buffer,
                            a->offset, a->ld, b->buffer, b->offset, b->ld, beta, c->buffer,
                            c->offset, c->ld, &queue, NULL)
@@ -109,14 +111,32 @@ void clattn__blas_cache_clear(void) {
 
 static pthread_mutex_t scratch_lock = PTHREAD_MUTEX_INITIALIZER;
 static size_t scratch_peak;
+static atomic_long scratch_live;
+
+/* OpenCL calls this when it destroys a scratch buffer: after the last release and the last
+ * command that uses it. */
+static void CL_CALLBACK scratch_destroyed(cl_mem buffer, void *user) {
+    (void)buffer;
+    (void)user;
+    atomic_fetch_sub(&scratch_live, 1);
+}
+
+long clattn__scratch_live(void) {
+    return atomic_load(&scratch_live);
+}
 
 int clattn__scratch_alloc(cl_context context, size_t bytes, cl_mem *out) {
-    cl_int err;
-    *out = clCreateBuffer(context, CL_MEM_READ_WRITE, bytes, NULL, &err);
+    cl_int err = CL_MEM_OBJECT_ALLOCATION_FAILURE;
+    *out = clattn__fault_hit(CLATTN__FAULT_ALLOC)
+               ? NULL
+               : clCreateBuffer(context, CL_MEM_READ_WRITE, bytes, NULL, &err);
     if (err != CL_SUCCESS) {
         *out = NULL;
         return clattn__cl_fail(err, "clCreateBuffer (the call's scratch)");
     }
+    atomic_fetch_add(&scratch_live, 1);
+    if (clSetMemObjectDestructorCallback(*out, scratch_destroyed, NULL) != CL_SUCCESS)
+        atomic_fetch_sub(&scratch_live, 1); /* uncounted rather than counted forever */
     pthread_mutex_lock(&scratch_lock);
     if (bytes > scratch_peak) scratch_peak = bytes;
     pthread_mutex_unlock(&scratch_lock);

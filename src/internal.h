@@ -85,6 +85,14 @@ int clattn__set_idx_arg(cl_kernel kernel, cl_uint index, uint64_t value, bool wi
  * never more than the device's per-dimension limit for dimension 0. */
 int clattn__kernel_max_group(cl_kernel kernel, cl_device_id device, size_t *size);
 
+/* CLATTN_MAX_WORK_GROUP, when set, caps every work-group clattn launches (its own kernels; not
+ * CLBlast's): a knob for drivers whose large groups misbehave, and how CI runs a lane with
+ * small groups. `text` must be a decimal integer in [1, 65536]; *cap is SIZE_MAX when `text` is
+ * NULL or empty. CLATTN_ERR_INVALID_ARGUMENT otherwise. */
+int clattn__parse_group_cap(const char *text, size_t *cap);
+/* The cap CLATTN_MAX_WORK_GROUP sets now (SIZE_MAX when unset); a malformed value fails. */
+int clattn__group_cap(size_t *cap);
+
 /* Head-dim vector lanes for the row kernels (cl/rows.cl): `width` (the tuning table's LANES)
  * as 16, 8, 4 or 1, narrowed until it divides both head dims; 1 (scalar code) for odd head dims
  * or a width below 4. */
@@ -128,6 +136,25 @@ extern int clattn__attention_splits_override;  /* > 0: split the keys that many 
  * each one on any device. */
 enum { CLATTN__LINEAR_CPU = 0, CLATTN__LINEAR_GPU = 1 };
 extern int clattn__linear_launch_override; /* -1: chosen by device type */
+
+/* ---- fault.c: fault injection, for the tests only ---- */
+
+/* The places a test can make fail: a program build (the source gets an #error, so the driver's
+ * real failure path and log run), the library's scratch allocation (as
+ * CL_MEM_OBJECT_ALLOCATION_FAILURE), and a CLBlast GEMM (as CLBlast's own error code). */
+typedef enum clattn__fault_site {
+    CLATTN__FAULT_BUILD,
+    CLATTN__FAULT_ALLOC,
+    CLATTN__FAULT_BLAS,
+    CLATTN__FAULT_SITES
+} clattn__fault_site;
+/* Arms `site` to fail at its n-th use from now (n >= 1), once; n = 0 disarms it. */
+void clattn__fault_arm(clattn__fault_site site, int n);
+/* Counts one use of `site`: true when it is the armed one (which disarms it). */
+bool clattn__fault_hit(clattn__fault_site site);
+/* Scratch buffers the library has allocated and OpenCL has not yet destroyed (the tests check
+ * that a failing call leaks none). */
+long clattn__scratch_live(void);
 
 /* ---- small helpers ---- */
 

@@ -227,8 +227,13 @@ static int build_log_failure(cl_program program, cl_device_id device, const char
 
 static int build_program(cl_context context, cl_device_id device, const char *text,
                          const char *options, const char *op_file, cl_program *out) {
+    /* an injected fault (tests) builds the source behind an #error, so that the driver's own
+     * failure and build log take the path a real one would */
+    const char *texts[2] = {"#error clattn fault injection: this build fails on purpose\n", text};
+    const bool fault = clattn__fault_hit(CLATTN__FAULT_BUILD);
     cl_int err;
-    cl_program program = clCreateProgramWithSource(context, 1, &text, NULL, &err);
+    cl_program program =
+        clCreateProgramWithSource(context, fault ? 2 : 1, fault ? texts : texts + 1, NULL, &err);
     if (err != CL_SUCCESS) return clattn__cl_fail(err, "clCreateProgramWithSource");
     err = clBuildProgram(program, 1, &device, options, NULL, NULL);
     if (err != CL_SUCCESS) {
@@ -396,7 +401,29 @@ int clattn__set_view_args(cl_kernel kernel, cl_uint *arg, const clattn_tensor *t
     return status;
 }
 
+int clattn__parse_group_cap(const char *text, size_t *cap) {
+    *cap = SIZE_MAX;
+    if (!text || !*text) return CLATTN_SUCCESS;
+    unsigned long value = 0;
+    const char *p = text;
+    while (*p >= '0' && *p <= '9' && value <= 65536)
+        value = value * 10 + (unsigned long)(*p++ - '0');
+    if (*p || value < 1 || value > 65536)
+        return clattn__fail(
+            CLATTN_ERR_INVALID_ARGUMENT,
+            "CLATTN_MAX_WORK_GROUP=\"%.64s\" is not a work-group size in [1, 65536]", text);
+    *cap = value;
+    return CLATTN_SUCCESS;
+}
+
+int clattn__group_cap(size_t *cap) {
+    return clattn__parse_group_cap(getenv("CLATTN_MAX_WORK_GROUP"), cap);
+}
+
 int clattn__kernel_max_group(cl_kernel kernel, cl_device_id device, size_t *size) {
+    size_t cap;
+    int status = clattn__group_cap(&cap);
+    if (status != CLATTN_SUCCESS) return status;
     size_t wg = 0, dims[16] = {0};
     cl_uint num_dims = 0;
     cl_int err =
@@ -409,6 +436,7 @@ int clattn__kernel_max_group(cl_kernel kernel, cl_device_id device, size_t *size
                               sizeof(size_t) * (num_dims < 16 ? num_dims : 16), dims, NULL);
     if (err != CL_SUCCESS) return clattn__cl_fail(err, "querying the kernel's work-group size");
     *size = wg < dims[0] ? wg : dims[0];
+    if (*size > cap) *size = cap;
     if (*size == 0) *size = 1;
     return CLATTN_SUCCESS;
 }

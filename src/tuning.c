@@ -24,9 +24,17 @@ static const tuning_row table[] = {
 
 /* ---- the ops and their device limits ---- */
 
-static size_t device_max_group(cl_device_id device) {
+static size_t device_group_limit(cl_device_id device) {
     size_t group = 1;
     clGetDeviceInfo(device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof group, &group, NULL);
+    return group;
+}
+
+/* The limit of clattn's own kernels: the device's under CLATTN_MAX_WORK_GROUP's cap (a
+ * malformed cap is reported by the launch, which reads it again). */
+static size_t device_max_group(cl_device_id device) {
+    size_t group = device_group_limit(device), cap = SIZE_MAX;
+    if (clattn__group_cap(&cap) == CLATTN_SUCCESS && cap < group) group = cap;
     return group;
 }
 
@@ -123,7 +131,7 @@ static const char *gemm_fits(cl_device_id device, const long *v) {
         return "MDIMA and NDIMB must divide MDIMC*NDIMC";
     if (kwg % ((mdimc * ndimc) / mdima) || kwg % ((mdimc * ndimc) / ndimb))
         return "KWG must be a multiple of MDIMC*NDIMC/MDIMA and of MDIMC*NDIMC/NDIMB";
-    if ((size_t)(mdimc * ndimc) > device_max_group(device))
+    if ((size_t)(mdimc * ndimc) > device_group_limit(device)) /* CLBlast's: not capped */
         return "MDIMC*NDIMC exceeds the device's work-group size";
     if ((cl_ulong)(kwg * (sa * mwg + sb * nwg)) * 4 > device_local_bytes(device))
         return "the A and B tiles exceed the device's local memory";

@@ -3,6 +3,7 @@
 #include "harness.h"
 #include "ref.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,12 +12,12 @@
 
 extern const test_suite status_suite, tensor_suite, device_suite, cache_suite, heads_suite,
     softmax_suite, attention_suite, attention_fuzz_suite, linear_attention_suite, mha_suite,
-    tuning_suite;
+    tuning_suite, reliability_suite;
 static const test_suite *const suites[] = {
     &status_suite,    &tensor_suite,         &device_suite,
     &cache_suite,     &heads_suite,          &softmax_suite,
     &attention_suite, &attention_fuzz_suite, &linear_attention_suite,
-    &mha_suite,       &tuning_suite};
+    &mha_suite,       &tuning_suite,         &reliability_suite};
 
 void test_fail_at(test_ctx *t, const char *file, int line, const char *fmt, ...) {
     int n = snprintf(t->message, sizeof t->message, "%s:%d: ", file, line);
@@ -67,12 +68,107 @@ float test_rand_uniform(uint64_t *state, float lo, float hi) {
     return (float)(lo + (hi - lo) * u);
 }
 
-cl_mem test_buffer(test_ctx *t, size_t bytes) {
+cl_mem test_buffer_whole(test_ctx *t, size_t bytes) {
     cl_int err;
     cl_mem m = clCreateBuffer(clattn_env_context(t->env), CL_MEM_READ_WRITE, bytes, NULL, &err);
     if (err != CL_SUCCESS)
         test_fail_at(t, __FILE__, __LINE__, "clCreateBuffer(%zu): %d", bytes, err);
     return err == CL_SUCCESS ? m : NULL;
+}
+
+/* ---- canaries ---- */
+
+/* Every test_buffer is the middle of a larger buffer whose guard regions, before and after,
+ * hold CANARY bytes; after each test the runner reads them back (a write past either end of a
+ * view fails the test, whatever the op's own checks saw) and releases the larger buffers. */
+enum { CANARY = 0xA5, MAX_GUARDED = 4096 };
+typedef struct guarded {
+    cl_mem whole;
+    size_t guard, bytes;
+} guarded;
+static guarded guarded_buffers[MAX_GUARDED];
+static size_t guarded_count;
+static pthread_mutex_t guarded_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The guard: at least 256 bytes, a multiple of the device's sub-buffer alignment. */
+static size_t guard_bytes(test_ctx *t) {
+    cl_uint align_bits = 1024;
+    clGetDeviceInfo(clattn_env_device(t->env), CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof align_bits,
+                    &align_bits, NULL);
+    const size_t align = align_bits / 8 ? align_bits / 8 : 1;
+    return (256 + align - 1) / align * align;
+}
+
+cl_mem test_buffer(test_ctx *t, size_t bytes) {
+    const size_t guard = guard_bytes(t), total = bytes + 2 * guard;
+    pthread_mutex_lock(&guarded_lock);
+    const bool room = guarded_count < MAX_GUARDED;
+    pthread_mutex_unlock(&guarded_lock);
+    if (bytes == 0 || !room) return test_buffer_whole(t, bytes);
+    unsigned char *fill = malloc(total);
+    if (!fill) return test_buffer_whole(t, bytes);
+    memset(fill, CANARY, total);
+    cl_int err;
+    cl_mem whole = clCreateBuffer(clattn_env_context(t->env),
+                                  CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, total, fill, &err);
+    free(fill);
+    if (err != CL_SUCCESS) {
+        test_fail_at(t, __FILE__, __LINE__, "clCreateBuffer(%zu): %d", total, err);
+        return NULL;
+    }
+    const cl_buffer_region region = {guard, bytes};
+    cl_mem view =
+        clCreateSubBuffer(whole, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &region, &err);
+    if (err != CL_SUCCESS) {
+        clReleaseMemObject(whole);
+        test_fail_at(t, __FILE__, __LINE__, "clCreateSubBuffer(%zu at %zu): %d", bytes, guard, err);
+        return NULL;
+    }
+    pthread_mutex_lock(&guarded_lock);
+    guarded_buffers[guarded_count++] = (guarded){whole, guard, bytes};
+    pthread_mutex_unlock(&guarded_lock);
+    return view;
+}
+
+/* The first byte of the guard region at `origin` that is not CANARY, or -1. */
+static long first_overwritten(test_ctx *t, cl_mem whole, size_t origin, size_t bytes) {
+    unsigned char *seen = malloc(bytes);
+    cl_int err = seen ? clEnqueueReadBuffer(clattn_env_queue(t->env), whole, CL_TRUE, origin, bytes,
+                                            seen, 0, NULL, NULL)
+                      : CL_OUT_OF_HOST_MEMORY;
+    long at = err == CL_SUCCESS ? -1 : 0;
+    for (size_t i = 0; err == CL_SUCCESS && i < bytes && at < 0; ++i)
+        if (seen[i] != CANARY) at = (long)i;
+    free(seen);
+    return at;
+}
+
+int test_canaries_overwritten(test_ctx *t, char *what, size_t capacity) {
+    int broken = 0;
+    pthread_mutex_lock(&guarded_lock);
+    for (size_t i = 0; i < guarded_count; ++i) {
+        const guarded *g = &guarded_buffers[i];
+        const long before = first_overwritten(t, g->whole, 0, g->guard);
+        const long after = first_overwritten(t, g->whole, g->guard + g->bytes, g->guard);
+        if ((before >= 0 || after >= 0) && broken++ == 0)
+            snprintf(what, capacity,
+                     "the canary %s test buffer #%zu (%zu bytes) was overwritten, %ld bytes from "
+                     "its %s",
+                     before >= 0 ? "before" : "after", i, g->bytes,
+                     before >= 0 ? (long)g->guard - before : after + 1,
+                     before >= 0 ? "start" : "end");
+        clReleaseMemObject(g->whole);
+    }
+    guarded_count = 0;
+    pthread_mutex_unlock(&guarded_lock);
+    return broken;
+}
+
+/* After a test: every guard intact, else the test fails naming the buffer and the byte. */
+static void check_canaries(test_ctx *t) {
+    char what[256];
+    if (test_canaries_overwritten(t, what, sizeof what) && !t->failed)
+        test_fail_at(t, __FILE__, __LINE__, "%s", what);
 }
 
 bool test_write(test_ctx *t, cl_mem buffer, const void *host, size_t bytes) {
@@ -133,6 +229,8 @@ int main(int argc, char **argv) {
             test_ctx t = {env, false, false, ""};
             double start = now_ms();
             suites[s]->cases[i].fn(&t);
+            clFinish(clattn_env_queue(env));
+            check_canaries(&t);
             double ms = now_ms() - start;
             if (t.failed) {
                 ++failed;

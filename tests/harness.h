@@ -82,8 +82,15 @@ bool test_under_uninit_checker(void);
 uint64_t test_rand_u64(uint64_t *state);
 float test_rand_uniform(uint64_t *state, float lo, float hi);
 
-/* Device buffer helpers on the test env. */
+/* Device buffer helpers on the test env. test_buffer gives a sub-buffer between two guard
+ * regions of canary bytes that the runner checks after the test (and then releases the
+ * whole); test_buffer_whole a plain buffer, for the tests that cut sub-buffers from it. */
 cl_mem test_buffer(test_ctx *t, size_t bytes);
+cl_mem test_buffer_whole(test_ctx *t, size_t bytes);
+/* Checks the guards of every test_buffer so far and releases them: the number overwritten, the
+ * first described in `what`. The runner calls it after each test (and fails the test); a test
+ * of the canaries themselves calls it first. */
+int test_canaries_overwritten(test_ctx *t, char *what, size_t capacity);
 bool test_write(test_ctx *t, cl_mem buffer, const void *host, size_t bytes);
 bool test_read(test_ctx *t, cl_mem buffer, void *host, size_t bytes);
 

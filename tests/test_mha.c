@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 enum { NO_MASK = 0, KEEP_MASK = 1, ADD_MASK = 2 };
 
@@ -283,7 +284,7 @@ static int make_workspace(test_ctx *t, mha_case *c, const clattn_mha_params *p,
     clGetDeviceInfo(clattn_env_device(t->env), CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof align_bits,
                     &align_bits, NULL);
     const size_t origin = sub ? align_bits / 8 : 0;
-    cl_mem whole = test_buffer(t, origin + bytes);
+    cl_mem whole = test_buffer_whole(t, origin + bytes);
     c->buffers[c->nbuffers++] = whole;
     o->workspace = whole;
     if (!sub || !whole) return CLATTN_SUCCESS;
@@ -579,8 +580,41 @@ static void invalid_arguments(test_ctx *t) {
     CHECK(t, untouched, "a refused call wrote out");
 }
 
+/* Each GEMM of a forward in turn fails (the fault hook: CLBlast's own error code): the call
+ * says so, sets no event, leaks no scratch, and the same forward then runs right on the same
+ * queue. Cross-attention with separate weights: three input projections and the output one. */
+static void a_failing_gemm_at_any_step_leaks_nothing(test_ctx *t) {
+    if (skip_gemms(t)) return;
+    mha_spec s = cross_spec(2, 5, 6, 16, 2);
+    s.separate = true, s.weights = 1;
+    for (int step = 1; step <= 4; ++step) {
+        mha_case c;
+        memset(&c, 0, sizeof c);
+        make_host(&s, &c);
+        make_device(t, &s, &c);
+        const long baseline = clattn__scratch_live();
+        clattn__fault_arm(CLATTN__FAULT_BLAS, step);
+        int status = t->failed ? CLATTN_SUCCESS : run_forward(t, &s, &c);
+        clattn__fault_arm(CLATTN__FAULT_BLAS, 0);
+        clFinish(clattn_env_queue(t->env));
+        for (int i = 0; i < 100 && clattn__scratch_live() > baseline; ++i) {
+            struct timespec pause = {0, 10 * 1000 * 1000};
+            nanosleep(&pause, NULL);
+        }
+        const long live = clattn__scratch_live();
+        free_case(&c);
+        CHECK(t, !t->failed, "setup failed");
+        CHECK(t, status == CLATTN_ERR_BLAS, "GEMM %d failing -> %s", step,
+              clattn_status_name(status));
+        CHECK(t, live == baseline, "GEMM %d failing: %ld scratch buffers live, %ld before", step,
+              live, baseline);
+    }
+    check_case(t, &s); /* the queue still runs the same forward, right */
+}
+
 static const test_case cases[] = {
     {"self_attention_one_head", self_attention_one_head},
+    {"a_failing_gemm_at_any_step_leaks_nothing", a_failing_gemm_at_any_step_leaks_nothing},
     {"self_attention_u8_masks", self_attention_u8_masks},
     {"self_attention_float_masks_causal", self_attention_float_masks_causal},
     {"cross_attention_separate_weights", cross_attention_separate_weights},
