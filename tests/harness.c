@@ -104,7 +104,10 @@ cl_mem test_buffer(test_ctx *t, size_t bytes) {
     pthread_mutex_lock(&guarded_lock);
     const bool room = guarded_count < MAX_GUARDED;
     pthread_mutex_unlock(&guarded_lock);
-    if (bytes == 0 || !room) return test_buffer_whole(t, bytes);
+    /* Oclgrind checks every access against the buffer's own bounds, reads too, which guards
+     * would hide; and its uninitialized-value checker loses what is written through a
+     * sub-buffer (every attention test then reports uninitialized tiles) */
+    if (bytes == 0 || !room || test_platform_is(t, "Oclgrind")) return test_buffer_whole(t, bytes);
     unsigned char *fill = malloc(total);
     if (!fill) return test_buffer_whole(t, bytes);
     memset(fill, CANARY, total);

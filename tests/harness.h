@@ -84,7 +84,8 @@ float test_rand_uniform(uint64_t *state, float lo, float hi);
 
 /* Device buffer helpers on the test env. test_buffer gives a sub-buffer between two guard
  * regions of canary bytes that the runner checks after the test (and then releases the
- * whole); test_buffer_whole a plain buffer, for the tests that cut sub-buffers from it. */
+ * whole), except under Oclgrind, which checks the bounds of plain buffers itself, reads too;
+ * test_buffer_whole a plain buffer, for the tests that cut sub-buffers from it. */
 cl_mem test_buffer(test_ctx *t, size_t bytes);
 cl_mem test_buffer_whole(test_ctx *t, size_t bytes);
 /* Checks the guards of every test_buffer so far and releases them: the number overwritten, the

@@ -147,6 +147,8 @@ static void a_failed_build_returns_its_log_and_the_next_call_builds(test_ctx *t)
 }
 
 static void a_failed_scratch_allocation_enqueues_nothing_and_leaks_nothing(test_ctx *t) {
+    if (test_under_uninit_checker())
+        return test_skip(t, "CLBlast's GEMMs under the uninitialized-value checker (harness.h)");
     qkv a;
     if (!make_qkv(t, &a, 1, 2, 7, 12, 8, 12)) return free_qkv(&a);
     const long baseline = clattn__scratch_live();
@@ -311,8 +313,14 @@ static bool same_twice(test_ctx *t, const char *name, op_fn op, qkv *a) {
 }
 
 static void results_are_bit_identical_from_run_to_run(test_ctx *t) {
-    /* prefill, a key split (one query against many keys), and shapes off every tile size */
-    const int64_t shapes[3][5] = {{2, 3, 70, 70, 16}, {1, 4, 1, 700, 32}, {1, 2, 33, 45, 8}};
+    /* prefill, a key split (one query against many keys), and shapes off every tile size;
+     * smaller under Oclgrind (CLATTN_TEST_SMALL) */
+    const int64_t large[3][5] = {{2, 3, 70, 70, 16}, {1, 4, 1, 700, 32}, {1, 2, 33, 45, 8}};
+    const int64_t small[3][5] = {{1, 2, 20, 20, 8}, {1, 2, 1, 300, 8}, {1, 1, 9, 13, 4}};
+    const int64_t(*shapes)[5] = test_large_shapes(t) ? large : small;
+    /* under the uninitialized-value checker: the composed path is CLBlast's, and linear
+     * attention's scratch is misread after other tests (harness.h; the oclgrind-linear lane) */
+    const bool checker = test_under_uninit_checker();
     for (int s = 0; s < 3; ++s) {
         qkv a;
         if (!make_qkv(t, &a, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], shapes[s][4],
@@ -322,10 +330,9 @@ static void results_are_bit_identical_from_run_to_run(test_ctx *t) {
             return;
         }
         bool same = same_twice(t, "fused causal attention", fused_causal, &a) &&
-                    same_twice(t, "linear attention", linear_causal, &a) &&
                     same_twice(t, "softmax", softmax_of_scores, &a) &&
-                    /* CLBlast's GEMMs: harness.h, test_under_uninit_checker */
-                    (test_under_uninit_checker() || same_twice(t, "composed", composed, &a));
+                    (checker || same_twice(t, "linear attention", linear_causal, &a)) &&
+                    (checker || same_twice(t, "composed", composed, &a));
         free_qkv(&a);
         if (!same) return; /* same_twice said why */
     }
