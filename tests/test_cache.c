@@ -1,7 +1,9 @@
 /* The program cache and kernel sources (src/program.c): hits, keys, clearing, build failures
- * with their logs, CLATTN_KERNEL_DIR, and concurrent use from several threads. */
+ * with their logs, CLATTN_KERNEL_DIR, and four threads running ops on their own queues over one
+ * context, every result checked. */
 #include "harness.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,50 +173,98 @@ static void build_options_from_the_environment(test_ctx *t) {
 
 typedef struct worker {
     test_ctx *t;
+    cl_context context;
+    cl_command_queue queue;
     int index, failures;
     char message[256];
 } worker;
 
+/* A transpose of a [3, n] matrix: every thread needs the same program at the same time, so they
+ * race to build it and must end up sharing one. Returns 0 when the result is right. */
+static int worker_copy(worker *w, int n, const float *in, float *out, cl_mem a, cl_mem b) {
+    clattn_tensor src = clattn_tensor_4d(a, CLATTN_F32, 1, 1, 3, n);
+    static const int swap[4] = {0, 1, 3, 2};
+    src = clattn_tensor_permute(src, swap);
+    clattn_tensor dst = clattn_tensor_4d(b, CLATTN_F32, 1, 1, n, 3);
+    int status = clattn_copy(&src, NULL, &dst, w->queue, 0, NULL, NULL);
+    if (status == CLATTN_SUCCESS)
+        status = clEnqueueReadBuffer(w->queue, b, CL_TRUE, 0, sizeof(float) * 3 * (size_t)n, out, 0,
+                                     NULL, NULL);
+    for (int i = 0; status == CLATTN_SUCCESS && i < n; ++i)
+        for (int r = 0; r < 3; ++r)
+            if (out[i * 3 + r] != in[r * n + i]) status = -1;
+    return status;
+}
+
+/* A causal softmax of 3 rows of n, against the host's. */
+static int worker_softmax(worker *w, int n, const float *in, float *out, cl_mem a, cl_mem b) {
+    clattn_tensor x = clattn_tensor_4d(a, CLATTN_F32, 1, 1, 3, n);
+    clattn_tensor y = clattn_tensor_4d(b, CLATTN_F32, 1, 1, 3, n);
+    clattn_mask m;
+    memset(&m, 0, sizeof m);
+    m.causal = 1;
+    int status = clattn_softmax(&x, 1e-3f, &m, &y, NULL, w->queue, 0, NULL, NULL);
+    if (status == CLATTN_SUCCESS)
+        status = clEnqueueReadBuffer(w->queue, b, CL_TRUE, 0, sizeof(float) * 3 * (size_t)n, out, 0,
+                                     NULL, NULL);
+    for (int r = 0; status == CLATTN_SUCCESS && r < 3; ++r) {
+        double max = -INFINITY, sum = 0;
+        for (int j = 0; j <= r && j < n; ++j) max = fmax(max, 1e-3 * in[r * n + j]);
+        for (int j = 0; j <= r && j < n; ++j) sum += exp(1e-3 * in[r * n + j] - max);
+        for (int j = 0; j < n; ++j) {
+            const double want = j <= r ? exp(1e-3 * in[r * n + j] - max) / sum : 0.0;
+            if (!(fabs(out[r * n + j] - want) <= 1e-6 + 1e-5 * want)) status = -1;
+        }
+    }
+    return status;
+}
+
+/* Attention of one query row against n keys (q, k, v [1,1,*,3]): every key holds the same
+ * value row, so the output is that row whatever the weights. */
+static int worker_attention(worker *w, int n, const float *in, float *out, cl_mem a, cl_mem b) {
+    clattn_tensor q = clattn_tensor_4d(a, CLATTN_F32, 1, 1, 1, 3);
+    clattn_tensor k = clattn_tensor_4d(a, CLATTN_F32, 1, 1, n, 3);
+    clattn_tensor v = k;
+    v.strides[2] = 0; /* broadcast: the first row for every key */
+    clattn_tensor o = clattn_tensor_4d(b, CLATTN_F32, 1, 1, 1, 3);
+    int status = clattn_attention(&q, &k, &v, 1e-3f, NULL, &o, NULL, w->queue, 0, NULL, NULL);
+    if (status == CLATTN_SUCCESS)
+        status =
+            clEnqueueReadBuffer(w->queue, b, CL_TRUE, 0, sizeof(float) * 3, out, 0, NULL, NULL);
+    for (int c = 0; status == CLATTN_SUCCESS && c < 3; ++c)
+        if (!(fabs(out[c] - in[c]) <= 1e-5 * fabs(in[c]))) status = -1;
+    return status;
+}
+
+/* Rounds of a copy, a softmax and an attention in turn, each checked, on the thread's own
+ * queue. */
 static void *run_worker(void *arg) {
     worker *w = arg;
-    cl_int err;
-    cl_context context = clattn_env_context(w->t->env);
-    cl_command_queue queue = clCreateCommandQueue(context, clattn_env_device(w->t->env), 0, &err);
-    if (err != CL_SUCCESS) {
-        w->failures = 1;
-        snprintf(w->message, sizeof w->message, "clCreateCommandQueue: %d", err);
-        return NULL;
-    }
+    static int (*const ops[3])(worker *, int, const float *, float *, cl_mem,
+                               cl_mem) = {worker_copy, worker_softmax, worker_attention};
+    static const char *const names[3] = {"copy", "softmax", "attention"};
     float in[3 * 40], out[3 * 40];
-    for (int round = 0; round < 12 && !w->failures; ++round) {
+    for (int round = 0; round < 18 && !w->failures; ++round) {
         int n = 2 + (round * 7 + w->index * 3) % 38; /* n = 1 would be a plain copy */
         for (int i = 0; i < 3 * n; ++i) in[i] = (float)(w->index * 1000 + round * 100 + i);
-        cl_mem a = clCreateBuffer(context, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
+        cl_int err, err2;
+        cl_mem a = clCreateBuffer(w->context, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
                                   sizeof(float) * 3 * (size_t)n, in, &err);
-        cl_mem b =
-            clCreateBuffer(context, CL_MEM_READ_WRITE, sizeof(float) * 3 * (size_t)n, NULL, &err);
-        /* the transpose of a [3, n] matrix, a new shape each round; every thread needs the same
-         * program at the same time, so they race to build it and must end up sharing one */
-        clattn_tensor src = clattn_tensor_4d(a, CLATTN_F32, 1, 1, 3, n);
-        static const int swap[4] = {0, 1, 3, 2};
-        src = clattn_tensor_permute(src, swap);
-        clattn_tensor dst = clattn_tensor_4d(b, CLATTN_F32, 1, 1, n, 3);
-        int status = clattn_copy(&src, NULL, &dst, queue, 0, NULL, NULL);
-        if (status == CLATTN_SUCCESS)
-            err = clEnqueueReadBuffer(queue, b, CL_TRUE, 0, sizeof(float) * 3 * (size_t)n, out, 0,
-                                      NULL, NULL);
-        for (int i = 0; status == CLATTN_SUCCESS && i < n; ++i)
-            for (int r = 0; r < 3; ++r)
-                if (out[i * 3 + r] != in[r * n + i]) status = -1;
-        if (status != CLATTN_SUCCESS || err != CL_SUCCESS) {
+        cl_mem b = clCreateBuffer(w->context, CL_MEM_READ_WRITE, sizeof(float) * 3 * (size_t)n,
+                                  NULL, &err2);
+        const int op = (round + w->index) % 3;
+        int status = err != CL_SUCCESS    ? err
+                     : err2 != CL_SUCCESS ? err2
+                                          : ops[op](w, n, in, out, a, b);
+        if (status != CLATTN_SUCCESS) {
             w->failures = 1;
-            snprintf(w->message, sizeof w->message, "thread %d round %d: %s %s", w->index, round,
-                     clattn_status_name(status), clattn_last_error());
+            snprintf(w->message, sizeof w->message, "thread %d round %d (%s, n %d): %s %s",
+                     w->index, round, names[op], n, clattn_status_name(status),
+                     status == -1 ? "wrong result" : clattn_last_error());
         }
-        clReleaseMemObject(a);
-        clReleaseMemObject(b);
+        if (a) clReleaseMemObject(a);
+        if (b) clReleaseMemObject(b);
     }
-    clReleaseCommandQueue(queue);
     return NULL;
 }
 
@@ -230,15 +280,30 @@ static void threads_on_their_own_queues_share_the_cache(test_ctx *t) {
     enum { THREADS = 4 };
     pthread_t threads[THREADS];
     worker workers[THREADS];
+    cl_context context = clattn_env_context(t->env);
+    int started = 0;
     for (int i = 0; i < THREADS; ++i) {
-        workers[i] = (worker){t, i, 0, ""};
-        CHECK(t, pthread_create(&threads[i], NULL, run_worker, &workers[i]) == 0, "pthread_create");
+        cl_int err;
+        workers[i] = (worker){t, context, NULL, i, 0, ""};
+        workers[i].queue = clCreateCommandQueue(context, clattn_env_device(t->env), 0, &err);
+        if (err != CL_SUCCESS) break;
+        if (pthread_create(&threads[i], NULL, run_worker, &workers[i]) != 0) {
+            clReleaseCommandQueue(workers[i].queue);
+            break;
+        }
+        ++started;
     }
-    for (int i = 0; i < THREADS; ++i) pthread_join(threads[i], NULL);
-    for (int i = 0; i < THREADS; ++i) CHECK(t, workers[i].failures == 0, "%s", workers[i].message);
-    size_t programs;
+    size_t programs, after_clear;
+    for (int i = 0; i < started; ++i) pthread_join(threads[i], NULL);
+    for (int i = 0; i < started; ++i) clReleaseCommandQueue(workers[i].queue);
     clattn_cache_stats(&programs, NULL, NULL);
-    CHECK(t, programs == 1, "%zu programs for one copy kernel", programs);
+    clattn_cache_clear(NULL); /* releases every program (and CLBlast's) for the teardown */
+    clattn_cache_stats(&after_clear, NULL, NULL);
+    CHECK(t, started == THREADS, "only %d of %d threads started", started, THREADS);
+    for (int i = 0; i < THREADS; ++i) CHECK(t, workers[i].failures == 0, "%s", workers[i].message);
+    /* one program per op: the threads raced to build each and share the winner's */
+    CHECK(t, programs == 3, "%zu programs for the copy, softmax and attention kernels", programs);
+    CHECK(t, after_clear == 0, "%zu programs left after clattn_cache_clear", after_clear);
 }
 
 static const test_case cases[] = {
