@@ -185,6 +185,9 @@ CLATTN_API int clattn_env_download(clattn_env *env, const clattn_tensor *t, void
  *
  * Programs are built lazily on first use and cached per (context, device, source hash, build
  * options). Cached programs keep their context alive; release them with clattn_cache_clear.
+ * clattn_cache_export/clattn_cache_import carry compiled binaries to another process; setting
+ * CLATTN_CACHE_DIR keeps them on disk (each miss looks there before it builds, and writes there
+ * after).
  * ------------------------------------------------------------------------------------------- */
 
 /* Drops every cached program of `context`. NULL drops every context's, and clears CLBlast's
@@ -194,6 +197,33 @@ CLATTN_API void clattn_cache_clear(cl_context context);
 /* Number of programs in the cache, and how many builds and hits it has served since start (for
  * tests and diagnostics). Any pointer may be NULL. */
 CLATTN_API void clattn_cache_stats(size_t *programs, size_t *builds, size_t *hits);
+
+/* Writes the programs cached for (context, device) to `data` as compiled binaries, so that
+ * another process on the same device and driver can skip the builds (clattn_cache_import).
+ * Each entry carries its op file, build options, a hash of the full source text it was built
+ * from, the device's identity (platform name, device name, driver version, device version), the
+ * driver's binary (CL_PROGRAM_BINARIES) and a checksum; the format is in src/program_binary.c.
+ * A program the driver gives no binary for is left out. *size is set to the bytes needed
+ * (data == NULL: only that) or, on success, written; an empty cache writes 0 bytes.
+ * Statuses: CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT (NULL context, device or size),
+ * CLATTN_ERR_BUFFER_TOO_SMALL (capacity below *size; nothing written),
+ * CLATTN_ERR_OUT_OF_HOST_MEMORY, OpenCL's (querying the device). */
+CLATTN_API int clattn_cache_export(cl_context context, cl_device_id device, void *data,
+                                   size_t capacity, size_t *size);
+/* Loads what clattn_cache_export wrote into the cache of (context, device): a later call that
+ * needs one of these programs builds nothing (clattn_cache_stats' builds do not move). An entry
+ * is skipped, and the program built from source when a call needs it, when it was built for
+ * another device identity or driver version, from another source text (another clattn version,
+ * or other CLATTN_KERNEL_DIR files), when it is truncated or corrupt (bad magic, lengths past the
+ * end, wrong checksum), when the driver refuses its binary, or when that program is cached
+ * already; each skip is a warning to the log callback. Any bytes are parsed safely: only an
+ * intact entry (its checksum right) for this device and source text reaches the driver, which
+ * is trusted with its binary as it is (PoCL 3.1 crashes on a binary that was altered and its
+ * checksum made right again). *imported (may be NULL) is the number of programs added. Statuses:
+ * CLATTN_SUCCESS (also when every entry was skipped), CLATTN_ERR_INVALID_ARGUMENT (NULL context,
+ * device or data), OpenCL's (querying the device). */
+CLATTN_API int clattn_cache_import(cl_context context, cl_device_id device, const void *data,
+                                   size_t size, size_t *imported);
 
 /* ---------------------------------------------------------------------------------------------
  * Multi-head reshape (cl/heads.cl, src/heads.c)

@@ -137,6 +137,44 @@ extern int clattn__attention_splits_override;  /* > 0: split the keys that many 
 enum { CLATTN__LINEAR_CPU = 0, CLATTN__LINEAR_GPU = 1 };
 extern int clattn__linear_launch_override; /* -1: chosen by device type */
 
+/* ---- program.c <-> program_binary.c: program binaries ----
+ * program_binary.c serializes cached programs (clattn_cache_export/import) and keeps the opt-in
+ * on-disk cache (CLATTN_CACHE_DIR); program.c owns the cache these read and fill. A program's
+ * text hash is the FNV-1a 64 hash of the full source text it is built from (embedded or not),
+ * which is what a binary is checked against. */
+
+/* A cached program as export sees it: retained, with copies of its key. */
+typedef struct clattn__cached_program {
+    cl_program program;
+    char *op_file, *options;
+    uint64_t text_hash;
+} clattn__cached_program;
+/* The programs cached for (context, device), each retained, in a malloc'ed *list (NULL when
+ * *count is 0). Statuses: CLATTN_SUCCESS, CLATTN_ERR_OUT_OF_HOST_MEMORY. */
+int clattn__cache_snapshot(cl_context context, cl_device_id device, clattn__cached_program **list,
+                           size_t *count);
+void clattn__cache_snapshot_free(clattn__cached_program *list, size_t count);
+/* The cache key and the text hash that the next build of `op_file` would have. Statuses:
+ * clattn__program_source's. */
+int clattn__program_hashes(const char *op_file, uint64_t *key, uint64_t *text_hash);
+/* Adds a program made from a binary (the cache takes the caller's reference) under `key`; not a
+ * build for clattn_cache_stats. False, with the program released, when that key is cached
+ * already or memory runs out. */
+bool clattn__cache_adopt(cl_context context, cl_device_id device, const char *op_file,
+                         const char *options, uint64_t key, uint64_t text_hash, cl_program program);
+
+/* The on-disk cache, when CLATTN_CACHE_DIR is set (read at each call; unset: both do nothing).
+ * load: true with a built program in *out when <dir>/<hash>.clbin holds a valid entry for this
+ * device identity, options and text; anything else is a miss (false). store: writes the entry
+ * for a program just built, atomically (a temporary file renamed over the name); a failure is a
+ * clattn__warn, never an error. Neither records a last error. */
+bool clattn__disk_cache_load(cl_context context, cl_device_id device, const char *op_file,
+                             const char *options, uint64_t text_hash, cl_program *out);
+void clattn__disk_cache_store(cl_device_id device, const char *op_file, const char *options,
+                              uint64_t text_hash, cl_program program);
+
+/* ---- end of program binaries ---- */
+
 /* ---- fault.c: fault injection, for the tests only ---- */
 
 /* The places a test can make fail: a program build (the source gets an #error, so the driver's

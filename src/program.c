@@ -4,7 +4,9 @@
  * A program is the text of common.cl plus one op file, built for one device with one options
  * string. Builds are lazy and cached per (context, device, source hash, options). The lock guards
  * only the table: a build runs unlocked, so two threads that miss at once may both build; the
- * second to finish keeps the first's program and drops its own.
+ * second to finish keeps the first's program and drops its own. Entries also keep their op file
+ * and the hash of their full text, for clattn_cache_export; binaries, exported or on disk
+ * (CLATTN_CACHE_DIR), are program_binary.c's.
  */
 #include "blas.h"
 #include "internal.h"
@@ -122,6 +124,8 @@ typedef struct cache_entry {
     uint64_t source_hash;
     char *options;
     cl_program program;
+    char *op_file;
+    uint64_t text_hash; /* of the full text, even where source_hash is the file name's */
 } cache_entry;
 
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -247,23 +251,48 @@ static int build_program(cl_context context, cl_device_id device, const char *te
     return CLATTN_SUCCESS;
 }
 
-/* Adds a freshly built program (the cache takes the caller's reference) unless another thread
- * got there first; returns the program to use, retained for the caller. */
-static cl_program cache_insert(cl_context context, cl_device_id device, uint64_t hash,
-                               const char *options, cl_program built) {
-    pthread_mutex_lock(&cache_lock);
-    cl_program existing = cache_find(context, device, hash, options);
-    cache_entry *e = existing ? NULL : calloc(1, sizeof *e);
-    char *options_copy = e ? malloc(strlen(options) + 1) : NULL;
-    if (e && options_copy) {
-        strcpy(options_copy, options);
-        *e = (cache_entry){cache_head, context, device, hash, options_copy, built};
-        cache_head = e;
-        ++cache_builds;
-        clRetainProgram(built);
-    } else {
-        free(e); /* already cached, or out of memory: use the program uncached */
+static char *copy_string(const char *text) {
+    char *copy = malloc(strlen(text) + 1);
+    return copy ? strcpy(copy, text) : NULL;
+}
+
+/* Caller holds cache_lock. A new entry that takes the caller's reference to `program`, unless
+ * that key is cached (*existing, retained) or memory runs out (false either way). */
+static bool cache_add(cl_context context, cl_device_id device, uint64_t hash, const char *op_file,
+                      const char *options, uint64_t text_hash, cl_program program,
+                      cl_program *existing) {
+    *existing = cache_find(context, device, hash, options);
+    cache_entry *e = *existing ? NULL : calloc(1, sizeof *e);
+    char *options_copy = e ? copy_string(options) : NULL;
+    char *op_file_copy = options_copy ? copy_string(op_file) : NULL;
+    if (!op_file_copy) {
+        free(options_copy);
+        free(e); /* already cached, or out of memory */
+        return false;
     }
+    *e = (cache_entry){.next = cache_head,
+                       .context = context,
+                       .device = device,
+                       .source_hash = hash,
+                       .options = options_copy,
+                       .program = program,
+                       .op_file = op_file_copy,
+                       .text_hash = text_hash};
+    cache_head = e;
+    return true;
+}
+
+/* Adds a program just built or loaded from disk (the cache takes the caller's reference) unless
+ * another thread got there first; returns the program to use, retained for the caller. */
+static cl_program cache_insert(cl_context context, cl_device_id device, uint64_t hash,
+                               const char *op_file, const char *options, uint64_t text_hash,
+                               cl_program built, bool is_build) {
+    pthread_mutex_lock(&cache_lock);
+    cl_program existing;
+    if (cache_add(context, device, hash, op_file, options, text_hash, built, &existing)) {
+        cache_builds += is_build;
+        clRetainProgram(built);
+    } /* else already cached, or out of memory: use the program uncached */
     pthread_mutex_unlock(&cache_lock);
     if (existing) {
         clReleaseProgram(built);
@@ -301,9 +330,15 @@ static int get_program(cl_context context, cl_device_id device, const char *op_f
 
     if (!program && !text) status = clattn__program_source(op_file, &text);
     if (!program && status == CLATTN_SUCCESS) {
-        status = build_program(context, device, text, options, op_file, &program);
+        const uint64_t text_hash = hash_text(text);
+        const bool loaded =
+            clattn__disk_cache_load(context, device, op_file, options, text_hash, &program);
+        if (!loaded) status = build_program(context, device, text, options, op_file, &program);
+        if (status == CLATTN_SUCCESS && !loaded)
+            clattn__disk_cache_store(device, op_file, options, text_hash, program);
         if (status == CLATTN_SUCCESS)
-            program = cache_insert(context, device, hash, options, program);
+            program =
+                cache_insert(context, device, hash, op_file, options, text_hash, program, !loaded);
     }
     free(text);
     *out = program;
@@ -319,6 +354,7 @@ void clattn_cache_clear(cl_context context) {
             *link = e->next;
             clReleaseProgram(e->program);
             free(e->options);
+            free(e->op_file);
             free(e);
         } else {
             link = &e->next;
@@ -336,6 +372,65 @@ void clattn_cache_stats(size_t *programs, size_t *builds, size_t *hits) {
     if (builds) *builds = cache_builds;
     if (hits) *hits = cache_hits;
     pthread_mutex_unlock(&cache_lock);
+}
+
+/* ---- for program binaries (program_binary.c) ---- */
+
+int clattn__program_hashes(const char *op_file, uint64_t *key, uint64_t *text_hash) {
+    char *text = NULL;
+    int status = source_key(op_file, &text, key);
+    if (status == CLATTN_SUCCESS && !text) status = clattn__program_source(op_file, &text);
+    if (status == CLATTN_SUCCESS) *text_hash = hash_text(text);
+    free(text);
+    return status;
+}
+
+bool clattn__cache_adopt(cl_context context, cl_device_id device, const char *op_file,
+                         const char *options, uint64_t key, uint64_t text_hash,
+                         cl_program program) {
+    pthread_mutex_lock(&cache_lock);
+    cl_program existing;
+    const bool added =
+        cache_add(context, device, key, op_file, options, text_hash, program, &existing);
+    pthread_mutex_unlock(&cache_lock);
+    if (existing) clReleaseProgram(existing);
+    if (!added) clReleaseProgram(program);
+    return added;
+}
+
+int clattn__cache_snapshot(cl_context context, cl_device_id device, clattn__cached_program **list,
+                           size_t *count) {
+    pthread_mutex_lock(&cache_lock);
+    size_t n = 0, filled = 0;
+    for (cache_entry *e = cache_head; e; e = e->next)
+        n += e->context == context && e->device == device;
+    clattn__cached_program *out = n ? calloc(n, sizeof *out) : NULL;
+    for (cache_entry *e = cache_head; out && e; e = e->next) {
+        if (e->context != context || e->device != device) continue;
+        clattn__cached_program *c = &out[filled++];
+        *c = (clattn__cached_program){e->program, copy_string(e->op_file), copy_string(e->options),
+                                      e->text_hash};
+        clRetainProgram(e->program);
+        if (!c->op_file || !c->options) {
+            clattn__cache_snapshot_free(out, filled);
+            out = NULL;
+        }
+    }
+    pthread_mutex_unlock(&cache_lock);
+    *list = out;
+    *count = out ? n : 0;
+    return out || n == 0 ? CLATTN_SUCCESS
+                         : clattn__fail(CLATTN_ERR_OUT_OF_HOST_MEMORY,
+                                        "no memory for a list of %zu cached programs", n);
+}
+
+void clattn__cache_snapshot_free(clattn__cached_program *list, size_t count) {
+    for (size_t i = 0; i < count; ++i) {
+        clReleaseProgram(list[i].program);
+        free(list[i].op_file);
+        free(list[i].options);
+    }
+    free(list);
 }
 
 /* ---- kernels ---- */
