@@ -12,12 +12,13 @@
 
 extern const test_suite status_suite, tensor_suite, device_suite, cache_suite, heads_suite,
     softmax_suite, attention_suite, attention_fuzz_suite, linear_attention_suite, mha_suite,
-    tuning_suite, reliability_suite;
+    tuning_suite, reliability_suite, cache_files_suite;
 static const test_suite *const suites[] = {
-    &status_suite,    &tensor_suite,         &device_suite,
-    &cache_suite,     &heads_suite,          &softmax_suite,
-    &attention_suite, &attention_fuzz_suite, &linear_attention_suite,
-    &mha_suite,       &tuning_suite,         &reliability_suite};
+    &status_suite,     &tensor_suite,         &device_suite,
+    &cache_suite,      &heads_suite,          &softmax_suite,
+    &attention_suite,  &attention_fuzz_suite, &linear_attention_suite,
+    &mha_suite,        &tuning_suite,         &reliability_suite,
+    &cache_files_suite};
 
 void test_fail_at(test_ctx *t, const char *file, int line, const char *fmt, ...) {
     int n = snprintf(t->message, sizeof t->message, "%s:%d: ", file, line);
