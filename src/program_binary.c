@@ -384,6 +384,22 @@ int clattn_cache_import(cl_context context, cl_device_id device, const void *dat
     return CLATTN_SUCCESS;
 }
 
+size_t clattn__cache_blob_scan(const void *data, size_t size, size_t *entries, size_t *corrupt) {
+    const unsigned char *bytes = data;
+    size_t at = 0;
+    *entries = *corrupt = 0;
+    while (at < size) {
+        entry e;
+        size_t used;
+        entry_read read = read_entry(bytes + at, size - at, &e, &used);
+        if (read == ENTRY_UNREADABLE) break;
+        at += used;
+        ++*entries;
+        *corrupt += read == ENTRY_CORRUPT;
+    }
+    return at;
+}
+
 /* ---- the on-disk cache ---- */
 
 static const char *cache_dir(void) {
