@@ -35,9 +35,17 @@ const char *clattn_dtype_name(clattn_dtype dtype) {
     return "?";
 }
 
+/* a * b, or INT64_MAX where that overflows: the dims are the caller's, not yet validated, and a
+ * stride that large is one the validator rejects (CLATTN_ERR_DEVICE_LIMIT). */
+static int64_t stride_product(int64_t a, int64_t b) {
+    int64_t product;
+    return __builtin_mul_overflow(a, b, &product) ? INT64_MAX : product;
+}
+
 clattn_tensor clattn_tensor_4d(cl_mem buffer, clattn_dtype dtype, int64_t d0, int64_t d1,
                                int64_t d2, int64_t d3) {
-    clattn_tensor t = {buffer, 0, dtype, {d0, d1, d2, d3}, {d1 * d2 * d3, d2 * d3, d3, 1}};
+    int64_t s1 = stride_product(d2, d3);
+    clattn_tensor t = {buffer, 0, dtype, {d0, d1, d2, d3}, {stride_product(d1, s1), s1, d3, 1}};
     return t;
 }
 

@@ -161,6 +161,26 @@ static void permute_and_numel(test_ctx *t) {
           "size");
 }
 
+/* Dims whose row-major strides overflow int64 (fuzz/fuzz_validator found the signed overflow in
+ * clattn_tensor_4d): the strides saturate at INT64_MAX, which the validator refuses. */
+static void huge_dims_saturate_strides(test_ctx *t) {
+    validator_fixture f;
+    if (!setup(t, &f)) return;
+    const int64_t big = (int64_t)1 << 40;
+    clattn_tensor v = view(&f, 1, big, big, big);
+    int status = clattn__check_tensor("v", &v, f.context, CLATTN__FLOAT_DTYPES, false);
+    clattn_tensor p = clattn_tensor_4d(NULL, CLATTN_F32, 2, INT64_MAX, 2, 1);
+    clReleaseMemObject(f.buffer);
+    CHECK(t,
+          v.strides[0] == INT64_MAX && v.strides[1] == INT64_MAX && v.strides[2] == big &&
+              v.strides[3] == 1,
+          "strides %lld,%lld,%lld,%lld", (long long)v.strides[0], (long long)v.strides[1],
+          (long long)v.strides[2], (long long)v.strides[3]);
+    CHECK(t, status == CLATTN_ERR_DEVICE_LIMIT, "got %s", clattn_status_name(status));
+    CHECK(t, p.strides[0] == INT64_MAX && p.strides[1] == 2, "strides %lld,%lld",
+          (long long)p.strides[0], (long long)p.strides[1]);
+}
+
 static const test_case cases[] = {
     {"accepts_exact_fits_and_broadcasts", accepts_exact_fits_and_broadcasts},
     {"rejects_each_defect_with_its_status", rejects_each_defect_with_its_status},
@@ -168,5 +188,6 @@ static const test_case cases[] = {
     {"alias_check_compares_byte_ranges", alias_check_compares_byte_ranges},
     {"alias_check_sees_through_sub_buffers", alias_check_sees_through_sub_buffers},
     {"permute_and_numel", permute_and_numel},
+    {"huge_dims_saturate_strides", huge_dims_saturate_strides},
 };
 SUITE(tensor_suite, "tensor", cases);
