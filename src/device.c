@@ -258,8 +258,8 @@ int clattn_env_alloc(clattn_env *env, clattn_dtype dtype, const int64_t shape[4]
         if (shape[i] <= 0)
             return clattn__fail(CLATTN_ERR_INVALID_SHAPE, "clattn_env_alloc: shape[%d] = %lld", i,
                                 (long long)shape[i]);
-        count *= (uint64_t)shape[i];
-        if (count > ((uint64_t)1 << 40))
+        if (__builtin_mul_overflow(count, (uint64_t)shape[i], &count) ||
+            count > ((uint64_t)1 << 40))
             return clattn__fail(CLATTN_ERR_DEVICE_LIMIT, "clattn_env_alloc: too many elements");
     }
     cl_int err;

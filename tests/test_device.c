@@ -98,10 +98,23 @@ static void env_tensors_round_trip(test_ctx *t) {
                  CLATTN_ERR_UNSUPPORTED_DTYPE);
 }
 
+/* The element count must not wrap 64 bits on its way to the limit: 3 x 6148914691236517206 is
+ * 2^64 + 2, which wrapped to 2, and the call allocated 8 bytes for that shape and succeeded. */
+static void env_alloc_refuses_counts_that_wrap(test_ctx *t) {
+    const int64_t wraps[4] = {3, 6148914691236517206, 1, 1};
+    const int64_t huge[4] = {1, (int64_t)1 << 62, (int64_t)1 << 62, 1};
+    clattn_tensor x;
+    CHECK_STATUS(t, clattn_env_alloc(t->env, CLATTN_F32, wraps, &x), CLATTN_ERR_DEVICE_LIMIT);
+    CHECK(t, x.buffer == NULL, "a failed allocation left a buffer");
+    CHECK_STATUS(t, clattn_env_alloc(t->env, CLATTN_U8, huge, &x), CLATTN_ERR_DEVICE_LIMIT);
+    CHECK(t, x.buffer == NULL, "a failed allocation left a buffer");
+}
+
 static const test_case cases[] = {
     {"the_test_device_is_listed", the_test_device_is_listed},
     {"specs_select_by_index_and_by_name", specs_select_by_index_and_by_name},
     {"the_environment_variable_is_the_default_spec", the_environment_variable_is_the_default_spec},
     {"env_tensors_round_trip", env_tensors_round_trip},
+    {"env_alloc_refuses_counts_that_wrap", env_alloc_refuses_counts_that_wrap},
 };
 SUITE(device_suite, "device", cases);
