@@ -41,7 +41,7 @@ static const char entry_magic[8] = {'C', 'L', 'A', 'T', 'T', 'N', 'P', 'B'};
  * and each identity string (longer driver strings are cut to this, the same way every time). */
 static const size_t max_length[STR_COUNT] = {64, 2047, 1024, 1024, 1024, 1024};
 /* A cache file larger than this is not read (binaries are megabytes at most). */
-#define MAX_FILE_BYTES ((size_t)1 << 30)
+#define MAX_FILE_BYTES ((size_t)256 << 20)
 
 typedef struct entry {
     const char *strings[STR_COUNT];
@@ -426,14 +426,15 @@ static char *cache_path(const char *dir, const identity *id, const char *options
     return path;
 }
 
-/* The whole of a regular file up to MAX_FILE_BYTES (malloc'ed), or NULL with errno set. */
+/* The whole of a regular file up to MAX_FILE_BYTES (malloc'ed), or NULL with errno set. Only a
+ * file of this user's, not reached through a symbolic link: its binary goes to the driver. */
 static unsigned char *read_whole(const char *path, size_t *size) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) return NULL;
     struct stat st;
     unsigned char *data = NULL;
     int saved = EINVAL;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 &&
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && st.st_size > 0 &&
         (uint64_t)st.st_size <= MAX_FILE_BYTES) {
         size_t n = (size_t)st.st_size, got = 0;
         data = malloc(n);
@@ -502,6 +503,12 @@ static bool write_all(int fd, const unsigned char *data, size_t n) {
 /* Distinguishes the temporary files of threads of one process (the pid, processes). */
 static atomic_ulong temp_counter;
 
+/* strerror's text, thread-safely (the library's calls come from any thread). */
+static const char *error_text(int code, char *buffer, size_t capacity) {
+    if (strerror_r(code, buffer, capacity) != 0) snprintf(buffer, capacity, "errno %d", code);
+    return buffer;
+}
+
 void clattn__disk_cache_store(cl_device_id device, const char *op_file, const char *options,
                               uint64_t text_hash, cl_program program) {
     const char *dir = cache_dir();
@@ -528,15 +535,16 @@ void clattn__disk_cache_store(cl_device_id device, const char *op_file, const ch
     }
     /* a whole file under a name of its own, then renamed over the final name: readers see the
      * old file or the new one, never a part */
-    int fd = why ? -1 : open(temp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (!why && fd < 0) why = strerror(errno);
+    char text[128];
+    int fd = why ? -1 : open(temp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (!why && fd < 0) why = error_text(errno, text, sizeof text);
     if (fd >= 0) {
         const bool written = write_all(fd, data, size);
         const int saved = errno;
         if (close(fd) != 0 || !written)
-            why = strerror(written ? errno : saved);
+            why = error_text(written ? errno : saved, text, sizeof text);
         else if (rename(temp, path) != 0)
-            why = strerror(errno);
+            why = error_text(errno, text, sizeof text);
         if (why) unlink(temp);
     }
     if (why)
