@@ -248,7 +248,10 @@ int clattn__begin_call(clattn__call *call, cl_command_queue queue, cl_uint num_w
         err =
             clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof call->device, &call->device, NULL);
     if (err != CL_SUCCESS) return clattn__cl_fail(err, "clGetCommandQueueInfo(queue)");
-    return CLATTN_SUCCESS;
+    /* a malformed CLATTN_MAX_WORK_GROUP fails here, before a call of several steps enqueues its
+     * first (each launch reads it again) */
+    size_t cap;
+    return clattn__group_cap(&cap);
 }
 
 bool clattn__needs_wide_index(const clattn_tensor *const *views, size_t count) {

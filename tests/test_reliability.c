@@ -42,14 +42,40 @@ static bool make_qkv(test_ctx *t, qkv *a, int64_t B, int64_t H, int64_t Sq, int6
     return a->q.buffer && a->k.buffer && a->v.buffer && a->out.buffer;
 }
 
-/* The attention of `a` on `path`; the event is waited for and released. */
+/* Not an event: a failing call must overwrite it with NULL. */
+#define NOT_AN_EVENT ((cl_event)(uintptr_t)1)
+
+/* The attention of `a` on `path`. *event starts as NOT_AN_EVENT; on success the call's event is
+ * waited for and released, and *event is left NULL; on failure *event is what the call left. */
 static int attend(test_ctx *t, const qkv *a, clattn_attention_path path, const clattn_mask *m,
                   cl_event *event) {
     clattn_attention_options o = {path, NULL, NULL};
+    *event = NOT_AN_EVENT;
     int status = clattn_attention_ex(&a->q, &a->k, &a->v, 0.0f, m, &a->out, NULL, &o,
                                      clattn_env_queue(t->env), 0, NULL, event);
-    if (*event) clWaitForEvents(1, event), clReleaseEvent(*event);
+    if (status == CLATTN_SUCCESS && *event) clWaitForEvents(1, event), clReleaseEvent(*event);
+    if (status == CLATTN_SUCCESS) *event = NULL;
     return status;
+}
+
+/* Fills out with a byte pattern; true when it still holds it (nothing was written). */
+static bool fill_out(test_ctx *t, const qkv *a) {
+    const size_t bytes = (size_t)clattn_tensor_numel(&a->out) * 4;
+    unsigned char *pattern = malloc(bytes);
+    bool ok = pattern != NULL;
+    if (ok) memset(pattern, 0x7e, bytes);
+    ok = ok && test_write(t, a->out.buffer, pattern, bytes);
+    free(pattern);
+    return ok;
+}
+
+static bool out_untouched(test_ctx *t, const qkv *a) {
+    const size_t bytes = (size_t)clattn_tensor_numel(&a->out) * 4;
+    unsigned char *seen = malloc(bytes);
+    bool same = seen && test_read(t, a->out.buffer, seen, bytes);
+    for (size_t i = 0; same && i < bytes; ++i) same = seen[i] == 0x7e;
+    free(seen);
+    return same;
 }
 
 /* out against the float64 reference (unmasked or causal). */
@@ -85,6 +111,20 @@ static bool scratch_back_to(long baseline) {
 
 /* ---- the canaries ---- */
 
+/* A kernel that writes one byte, p[at] = 0x5a: the test's own, outside clattn. */
+static cl_kernel poke_kernel(test_ctx *t, cl_int *err) {
+    static const char *source =
+        "__kernel void poke(__global uchar *p, uint at) { p[at] = (uchar)0x5a; }";
+    cl_device_id device = clattn_env_device(t->env);
+    cl_program program =
+        clCreateProgramWithSource(clattn_env_context(t->env), 1, &source, NULL, err);
+    if (*err != CL_SUCCESS) return NULL;
+    *err = clBuildProgram(program, 1, &device, "", NULL, NULL);
+    cl_kernel kernel = *err == CL_SUCCESS ? clCreateKernel(program, "poke", err) : NULL;
+    clReleaseProgram(program);
+    return kernel;
+}
+
 /* The byte at `offset` of a sub-buffer, read through its parent (-1 when that fails). */
 static int byte_through_parent(test_ctx *t, cl_mem view, size_t offset) {
     cl_mem parent = NULL;
@@ -103,16 +143,8 @@ static void canaries_catch_a_write_past_the_end(test_ctx *t) {
         return test_skip(t, "Oclgrind reports the out-of-bounds write this test makes on purpose");
     char what[256] = "";
     test_canaries_overwritten(t, what, sizeof what); /* a clean slate */
-    static const char *source =
-        "__kernel void poke(__global uchar *p, uint at) { p[at] = (uchar)0x5a; }";
     cl_int err;
-    cl_context context = clattn_env_context(t->env);
-    cl_device_id device = clattn_env_device(t->env);
-    cl_program program = clCreateProgramWithSource(context, 1, &source, NULL, &err);
-    CHECK(t, err == CL_SUCCESS, "clCreateProgramWithSource: %d", err);
-    err = clBuildProgram(program, 1, &device, "", NULL, NULL);
-    cl_kernel kernel = err == CL_SUCCESS ? clCreateKernel(program, "poke", &err) : NULL;
-    clReleaseProgram(program);
+    cl_kernel kernel = poke_kernel(t, &err);
     CHECK(t, err == CL_SUCCESS, "building poke: %d", err);
     int broken[2] = {0, 0}, seen = -1;
     const cl_uint at[2] = {63, 64}; /* the last byte of the buffer, then one past it */
@@ -150,9 +182,12 @@ static void canaries_catch_a_write_past_the_end(test_ctx *t) {
 static void a_failed_build_returns_its_log_and_the_next_call_builds(test_ctx *t) {
     qkv a;
     if (!make_qkv(t, &a, 1, 2, 9, 9, 8, 11)) return free_qkv(&a);
-    clattn_cache_clear(NULL); /* the call must build */
+    const char *dir = getenv("CLATTN_CACHE_DIR"); /* the call must build, not load a binary */
+    char *saved_dir = dir ? strdup(dir) : NULL;
+    unsetenv("CLATTN_CACHE_DIR");
+    clattn_cache_clear(NULL);
     clattn__fault_arm(CLATTN__FAULT_BUILD, 1);
-    cl_event event = NULL;
+    cl_event event;
     int failed = attend(t, &a, CLATTN_PATH_FUSED, NULL, &event);
     char message[4096];
     snprintf(message, sizeof message, "%s", clattn_last_error());
@@ -162,9 +197,11 @@ static void a_failed_build_returns_its_log_and_the_next_call_builds(test_ctx *t)
     clattn__fault_arm(CLATTN__FAULT_BUILD, 0);
     int again = attend(t, &a, CLATTN_PATH_FUSED, NULL, &event);
     bool right = again == CLATTN_SUCCESS && attention_matches(t, &a, 0);
+    if (saved_dir) setenv("CLATTN_CACHE_DIR", saved_dir, 1);
+    free(saved_dir);
     free_qkv(&a);
     CHECK(t, failed == CLATTN_ERR_BUILD_FAILED, "-> %s", clattn_status_name(failed));
-    CHECK(t, failed_event == NULL, "a failed call set its event");
+    CHECK(t, failed_event == NULL, "a failed call left its event unset");
     CHECK(t, strstr(message, "fault injection") && strstr(message, "attention.cl"),
           "the message carries no build log: %s", message);
     CHECK(t, programs == 0, "a failed build was cached (%zu programs)", programs);
@@ -178,11 +215,14 @@ static void a_failed_scratch_allocation_enqueues_nothing_and_leaks_nothing(test_
     qkv a;
     if (!make_qkv(t, &a, 1, 2, 7, 12, 8, 12)) return free_qkv(&a);
     const long baseline = clattn__scratch_live();
+    bool filled = fill_out(t, &a);
     clattn__fault_arm(CLATTN__FAULT_ALLOC, 1);
-    cl_event event = NULL;
+    cl_event event;
     int failed = attend(t, &a, CLATTN_PATH_COMPOSED, NULL, &event);
     cl_event failed_event = event;
+    clattn__fault_arm(CLATTN__FAULT_ALLOC, 0);
     clFinish(clattn_env_queue(t->env));
+    bool untouched = filled && out_untouched(t, &a);
     bool freed = scratch_back_to(baseline);
     int again = attend(t, &a, CLATTN_PATH_COMPOSED, NULL, &event);
     bool right = again == CLATTN_SUCCESS && attention_matches(t, &a, 0);
@@ -190,7 +230,8 @@ static void a_failed_scratch_allocation_enqueues_nothing_and_leaks_nothing(test_
     bool freed_again = scratch_back_to(baseline);
     free_qkv(&a);
     CHECK(t, failed == CL_MEM_OBJECT_ALLOCATION_FAILURE, "-> %s", clattn_status_name(failed));
-    CHECK(t, failed_event == NULL, "a failed call set its event");
+    CHECK(t, failed_event == NULL, "a failed call left its event unset");
+    CHECK(t, untouched, "the failed call wrote its output (its scratch comes before any step)");
     CHECK(t, freed && freed_again, "%ld scratch buffers live, %ld before", clattn__scratch_live(),
           baseline);
     CHECK(t, right || t->failed, "the next call -> %s: %s", clattn_status_name(again),
@@ -208,7 +249,7 @@ static void a_clblast_failure_midway_leaks_nothing_and_the_queue_still_works(tes
     memset(&causal, 0, sizeof causal);
     causal.causal = 1;
     clattn__fault_arm(CLATTN__FAULT_BLAS, 2);
-    cl_event event = NULL;
+    cl_event event;
     int failed = attend(t, &a, CLATTN_PATH_COMPOSED, &causal, &event);
     char message[1024];
     snprintf(message, sizeof message, "%s", clattn_last_error());
@@ -221,7 +262,7 @@ static void a_clblast_failure_midway_leaks_nothing_and_the_queue_still_works(tes
     free_qkv(&a);
     CHECK(t, failed == CLATTN_ERR_BLAS, "-> %s", clattn_status_name(failed));
     CHECK(t, strstr(message, "-2039"), "the message lacks CLBlast's code: %s", message);
-    CHECK(t, failed_event == NULL, "a failed call set its event");
+    CHECK(t, failed_event == NULL, "a failed call left its event unset");
     CHECK(t, freed, "%ld scratch buffers live, %ld before", clattn__scratch_live(), baseline);
     CHECK(t, right || t->failed, "the next call -> %s: %s", clattn_status_name(again),
           clattn_last_error());
@@ -248,16 +289,46 @@ static void the_work_group_cap_is_parsed_strictly(test_ctx *t) {
     }
 }
 
-/* A malformed cap fails the call before it enqueues; a cap of 2 still gives right results. */
+/* A malformed cap fails a call of several steps (the composed path) before its first enqueue;
+ * under a cap of 3 the size every launch takes (clattn__kernel_max_group) is at most 3, and a
+ * cap of 2 still gives right results. */
 static void the_work_group_cap_applies_to_every_launch(test_ctx *t) {
     const char *saved = getenv("CLATTN_MAX_WORK_GROUP"); /* a CI lane sets one */
     char *copy = saved ? strdup(saved) : NULL;
     qkv a;
-    bool made = make_qkv(t, &a, 1, 3, 17, 40, 8, 14);
+    bool made = make_qkv(t, &a, 1, 3, 17, 40, 8, 14) && fill_out(t, &a);
+    /* the composed path's scratch in a caller workspace, so that its first step (q k^T into
+     * the scratch) would show */
+    size_t bytes = 0;
+    clattn_attention_options o = {CLATTN_PATH_COMPOSED, NULL, NULL};
+    made =
+        made && clattn_attention_workspace_size(&a.q, &a.k, &a.v, NULL, &a.out, NULL, &o,
+                                                clattn_env_queue(t->env), &bytes) == CLATTN_SUCCESS;
+    clattn_tensor ws = clattn_tensor_4d(made ? test_buffer(t, bytes) : NULL, CLATTN_F32, 1, 1, 1,
+                                        (int64_t)bytes / 4);
+    unsigned char *pattern = made ? malloc(bytes) : NULL, *seen = made ? malloc(bytes) : NULL;
+    made = made && ws.buffer && pattern && seen;
+    if (made) memset(pattern, 0x7e, bytes);
+    made = made && test_write(t, ws.buffer, pattern, bytes);
+    o.workspace = ws.buffer;
     setenv("CLATTN_MAX_WORK_GROUP", "lots", 1);
-    cl_event event = NULL;
-    int refused = made ? attend(t, &a, CLATTN_PATH_FUSED, NULL, &event) : -1;
+    cl_event event = NOT_AN_EVENT;
+    int refused = made ? clattn_attention_ex(&a.q, &a.k, &a.v, 0.0f, NULL, &a.out, NULL, &o,
+                                             clattn_env_queue(t->env), 0, NULL, &event)
+                       : -1;
     cl_event refused_event = event;
+    clFinish(clattn_env_queue(t->env));
+    bool untouched = made && out_untouched(t, &a) && test_read(t, ws.buffer, seen, bytes) &&
+                     memcmp(seen, pattern, bytes) == 0;
+    free(pattern), free(seen);
+    if (ws.buffer) clReleaseMemObject(ws.buffer);
+    setenv("CLATTN_MAX_WORK_GROUP", "3", 1);
+    cl_int err;
+    size_t group = 0;
+    cl_kernel kernel = poke_kernel(t, &err);
+    int queried =
+        kernel ? clattn__kernel_max_group(kernel, clattn_env_device(t->env), &group) : err;
+    if (kernel) clReleaseKernel(kernel);
     setenv("CLATTN_MAX_WORK_GROUP", "2", 1);
     clattn_mask causal;
     memset(&causal, 0, sizeof causal);
@@ -273,6 +344,9 @@ static void the_work_group_cap_applies_to_every_launch(test_ctx *t) {
     CHECK(t, made, "setup failed");
     CHECK(t, refused == CLATTN_ERR_INVALID_ARGUMENT && refused_event == NULL,
           "CLATTN_MAX_WORK_GROUP=lots -> %s", clattn_status_name(refused));
+    CHECK(t, untouched, "a call refused for its cap enqueued a step");
+    CHECK(t, queried == CLATTN_SUCCESS && group >= 1 && group <= 3, "cap 3: group %zu (%s)", group,
+          clattn_status_name(queried));
     CHECK(t, right || t->failed, "under a cap of 2 -> %s: %s", clattn_status_name(capped),
           clattn_last_error());
 }
@@ -282,10 +356,18 @@ static void the_work_group_cap_applies_to_every_launch(test_ctx *t) {
 /* Runs `op` twice into two outputs and compares the bytes. */
 typedef int (*op_fn)(test_ctx *t, const qkv *a, const clattn_tensor *out);
 
-static int fused_causal(test_ctx *t, const qkv *a, const clattn_tensor *out) {
+/* Causal with the last query at the last key (a KV cache), so that one query against many keys
+ * still sums over all of them. */
+static clattn_mask bottom_right(void) {
     clattn_mask m;
     memset(&m, 0, sizeof m);
     m.causal = 1;
+    m.align = CLATTN_ALIGN_BOTTOM_RIGHT;
+    return m;
+}
+
+static int fused_causal(test_ctx *t, const qkv *a, const clattn_tensor *out) {
+    clattn_mask m = bottom_right();
     return clattn_attention(&a->q, &a->k, &a->v, 0.0f, &m, out, NULL, clattn_env_queue(t->env), 0,
                             NULL, NULL);
 }
@@ -297,9 +379,7 @@ static int composed(test_ctx *t, const qkv *a, const clattn_tensor *out) {
 }
 
 static int linear_causal(test_ctx *t, const qkv *a, const clattn_tensor *out) {
-    clattn_mask m;
-    memset(&m, 0, sizeof m);
-    m.causal = 1;
+    clattn_mask m = bottom_right();
     clattn_linear_options o = CLATTN_LINEAR_OPTIONS_DEFAULT;
     return clattn_linear_attention(&a->q, &a->k, &a->v, &m, out, &o, clattn_env_queue(t->env), 0,
                                    NULL, NULL);
@@ -310,9 +390,7 @@ static int softmax_of_scores(test_ctx *t, const qkv *a, const clattn_tensor *out
     clattn_tensor x = clattn_tensor_4d(a->k.buffer, CLATTN_F32, 1, a->B * a->H, a->Sk, a->D);
     clattn_tensor y = clattn_tensor_4d(out->buffer, CLATTN_F32, 1, a->B * a->H, a->Sq, a->D);
     x.shape[2] = y.shape[2] = a->Sq < a->Sk ? a->Sq : a->Sk;
-    clattn_mask m;
-    memset(&m, 0, sizeof m);
-    m.causal = 1;
+    clattn_mask m = bottom_right();
     return clattn_softmax(&x, 0.5f, &m, &y, NULL, clattn_env_queue(t->env), 0, NULL, NULL);
 }
 
