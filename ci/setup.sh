@@ -9,6 +9,7 @@ packages=(
   libclblast-dev                            # GEMMs
   pocl-opencl-icd                           # the CPU OpenCL device CI runs on
   oclgrind                                  # the strict simulator lane
+  clang libclang-rt-14-dev valgrind         # the asan, fuzz (libFuzzer) and valgrind lanes
   clinfo clpeak                             # device inspection
   python3-numpy python3-torch               # Python binding tests, PyTorch peer and parity
   python3-matplotlib                        # benchmark plots

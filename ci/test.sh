@@ -16,6 +16,13 @@
 #   python         the Python binding against PyTorch (tests/python), on PoCL pthread
 #   tools          clattn-tune's search over two ops (every candidate checked against the
 #                  reference) and clattn-bench's default-vs-tuned rows, on PoCL pthread
+#   asan           the suite built by gcc with AddressSanitizer, UndefinedBehaviorSanitizer and
+#                  LeakSanitizer (ci/lsan.supp: the driver's own leaks only), on PoCL pthread
+#   valgrind       memcheck over the main build's tests that run no kernel (validation, status,
+#                  devices, bad arguments, tuning lookup; ci/valgrind.supp)
+#   fuzz           the libFuzzer targets in fuzz/ (validator, parsers, cache_blob; clang,
+#                  ASan+UBSan), CLATTN_FUZZ_SECONDS (20) each; one test per target, a crash
+#                  printed with the input that caused it
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -97,6 +104,105 @@ tool_check tune-softmax '^TUNING_ROW\("softmax"' \
   "$root/$build/tune/clattn-tune" --op softmax --repeats 1
 tool_check bench-tuning 'linear_attention .*tuned/default time' \
   "$root/$build/bench/clattn-bench" --op tuning --quick --repeats 2 --no-peers
+
+# The sanitizer lanes build trees of their own beside $build (build-asan, build-fuzz), set up
+# once, and share its PoCL cache, so no kernel compiles again. A sanitizer report fails a lane
+# whatever the runner counted (LeakSanitizer reports after the closing line).
+lane_root="$root/$(dirname "$build")"
+san_env=(POCL_DEVICES=pthread CLATTN_DEVICE=pthread
+  "LSAN_OPTIONS=suppressions=$root/ci/lsan.supp:print_suppressions=0"
+  "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
+sanitizer_reports() {
+  local lane=$1 log=$2 pattern='^==[0-9]+==ERROR: |runtime error: '
+  if grep -qE "$pattern" "$log"; then
+    echo "[$lane] sanitizer report in $log:"
+    grep -E -A14 "$pattern" "$log" | head -40
+    failed=$((failed + 1))
+  fi
+}
+
+echo "== lane asan"
+asan="$lane_root/build-asan" log="$root/$build/test-logs/asan.log"
+if { [ -f "$asan/build.ninja" ] ||
+  CC=gcc meson setup "$asan" --buildtype=debugoptimized -Db_sanitize=address,undefined \
+    -Db_lundef=false -Dbench=false; } >"$log.build" 2>&1 &&
+  ninja -C "$asan" tests/clattn-tests >>"$log.build" 2>&1; then
+  # whole stacks (libpocl has no frame pointers), so that ci/lsan.supp can name driver code
+  env "${san_env[@]}" ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0:malloc_context_size=30 \
+    timeout 900 "$asan/tests/clattn-tests" >"$log" 2>&1
+  grep -E '^(FAIL|skip|device)' "$log" | sed 's/^/[asan] /'
+  count asan "$log"
+  sanitizer_reports asan "$log"
+else
+  echo "[asan] build failed; see $log.build"
+  failed=$((failed + 1))
+fi
+
+# memcheck on the main build's runner, over tests that run no kernel: PoCL compiles its kernels
+# for another CPU under valgrind (no AVX-512 there), minutes each, and runs them slowly. The
+# status table, the validator, device selection and env tensors, every op's bad-argument tests
+# ("rejected", mha.invalid_arguments) and the tuning lookup: each filter a process of its own,
+# since the runner takes one.
+echo "== lane valgrind"
+log="$root/$build/test-logs/valgrind.log"
+summed=(0 0 0)
+: >"$log"
+for suite in status. tensor. device. rejected mha.invalid_arguments tuning.lookup; do
+  POCL_DEVICES=pthread CLATTN_DEVICE=pthread timeout 600 valgrind --error-exitcode=99 \
+    --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite \
+    --suppressions="$root/ci/valgrind.supp" --num-callers=30 \
+    "$root/$build/tests/clattn-tests" "$suite" >"$log.one" 2>&1
+  rc=$?
+  cat "$log.one" >>"$log"
+  line=$(grep -E '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$' "$log.one" | tail -n 1)
+  [ -z "$line" ] && line="0 passed, 1 failed, 0 skipped" && echo "[valgrind] $suite: no result line"
+  read -r p _ f _ k _ <<<"$line"
+  if [ "$rc" -eq 99 ]; then
+    echo "[valgrind] $suite: memcheck errors:"
+    grep -E -A12 '^==[0-9]+== (Invalid|Conditional|Use of|Syscall|Mismatched|[0-9,]+ bytes in)' \
+      "$log.one" | head -40
+    f=$((f + 1))
+  fi
+  summed=($((summed[0] + p)) $((summed[1] + f)) $((summed[2] + k)))
+done
+rm -f "$log.one"
+echo "${summed[0]} passed, ${summed[1]} failed, ${summed[2]} skipped" >>"$log"
+grep -E '^(FAIL|skip)' "$log" | sed 's/^/[valgrind] /'
+count valgrind "$log"
+
+# libFuzzer targets: each runs its committed seeds (fuzz/corpus) and what earlier runs found
+# (build-fuzz/corpus), then mutates for a bounded time. Clean: one test passed; a crash: one
+# failed, with the input that caused it (rerun: build-fuzz/fuzz/fuzz_TARGET INPUT).
+echo "== lane fuzz"
+fuzz="$lane_root/build-fuzz" log="$root/$build/test-logs/fuzz"
+if { [ -f "$fuzz/build.ninja" ] ||
+  CC=clang meson setup "$fuzz" -Dfuzz=true -Dtests=false -Dbench=false \
+    -Db_sanitize=address,undefined -Db_lundef=false \
+    "-Dc_args=-fsanitize=fuzzer-no-link -fno-sanitize-recover=undefined"; } \
+  >"$log-build.log" 2>&1 &&
+  ninja -C "$fuzz" fuzz/fuzz_validator fuzz/fuzz_parsers fuzz/fuzz_cache_blob \
+    >>"$log-build.log" 2>&1; then
+  for target in validator parsers cache_blob; do
+    mkdir -p "$fuzz/corpus/$target" "$fuzz/artifacts"
+    if env "${san_env[@]}" ASAN_OPTIONS=detect_leaks=1 timeout 300 "$fuzz/fuzz/fuzz_$target" \
+      -max_total_time="${CLATTN_FUZZ_SECONDS:-20}" -timeout=20 -print_final_stats=1 \
+      -artifact_prefix="$fuzz/artifacts/$target-" "$fuzz/corpus/$target" \
+      "$root/fuzz/corpus/$target" >"$log-$target.log" 2>&1; then
+      passed=$((passed + 1))
+    else
+      echo "[fuzz] FAIL $target; see $log-$target.log; input:" \
+        "$(sed -n 's/.*Test unit written to //p' "$log-$target.log")"
+      grep -E -A8 '^==[0-9]+== ?ERROR: |runtime error: |fuzz invariant broken' \
+        "$log-$target.log" | head -20
+      failed=$((failed + 1))
+    fi
+  done
+  runs=$(grep -hE '^stat::number_of_executed_units' "$log"-*.log | awk '{s += $2} END {print s}')
+  echo "[fuzz] ${runs:-0} inputs run"
+else
+  echo "[fuzz] build failed; see $log-build.log"
+  failed=$((failed + 1))
+fi
 
 # Oclgrind reports problems in its log and still exits 0: its log is read for them.
 # An API error report counts unless it is the build failure that a test provokes on purpose.
