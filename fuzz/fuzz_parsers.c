@@ -17,6 +17,10 @@
  *      math (DESIGN.md: never -cl-fast-relaxed-math or -cl-finite-math-only), else with that or
  *      CLATTN_ERR_KERNEL_SOURCE.
  *
+ *   first byte 0xF0-0xFF: the work-group cap (src/program.c, clattn__parse_group_cap, the
+ *      CLATTN_MAX_WORK_GROUP parser): success only for decimal digits naming 1..65536, which
+ *      must be the cap it gives, or for empty text (no cap).
+ *
  * Invariants: no sanitizer report; every failure is a CLATTN_ERR_* status the function documents,
  * with a message.
  */
@@ -144,6 +148,19 @@ static void fuzz_build_options(char *text, bool unset) {
                     CLATTN_ERR_KERNEL_SOURCE);
 }
 
+static void fuzz_group_cap(const char *text) {
+    size_t cap = 0;
+    clattn__clear_error();
+    int status = clattn__parse_group_cap(text, &cap);
+    FUZZ_EXPECT(status, "clattn__parse_group_cap", CLATTN_ERR_INVALID_ARGUMENT);
+    if (status != CLATTN_SUCCESS) return;
+    bool digits = *text != '\0';
+    for (const char *p = text; *p; ++p) digits = digits && *p >= '0' && *p <= '9';
+    const unsigned long value = digits ? strtoul(text, NULL, 10) : 0;
+    if (*text == '\0' ? cap != SIZE_MAX : !digits || value < 1 || value > 65536 || cap != value)
+        fuzz_fail("clattn__parse_group_cap(\"%s\") accepted, cap %zu", text, cap);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size == 0) return 0;
     char *text = malloc(size);
@@ -151,15 +168,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memcpy(text, data + 1, size - 1);
     text[size - 1] = '\0';
     bool variant = (data[0] / 3) & 1;
-    switch (data[0] % 3) {
+    switch (data[0] >= 0xF0 ? 3 : data[0] % 3) {
     case 0:
         fuzz_device(text, variant);
         break;
     case 1:
         fuzz_tuning(text, variant, (clattn_dtype)((data[0] / 6) % 6));
         break;
-    default:
+    case 2:
         fuzz_build_options(text, variant);
+        break;
+    default:
+        fuzz_group_cap(text);
     }
     free(text);
     return 0;
