@@ -4,7 +4,8 @@
 #
 #   pocl-pthread   PoCL's multi-threaded CPU device (the main lane)
 #   pocl-basic     PoCL's single-threaded CPU device
-#   pocl-cbs       pthread with the other work-group method (POCL_WORK_GROUP_METHOD=cbs)
+#   pocl-cbs       pthread with the other work-group method (POCL_WORK_GROUP_METHOD=cbs) and
+#                  clattn's work-groups capped at 16 (CLATTN_MAX_WORK_GROUP)
 #   oclgrind       the Oclgrind simulator (out-of-bounds, races, uninitialized values, API
 #                  misuse) on small shapes; it exits 0 even when it reports errors, so its log
 #                  is read for them
@@ -12,6 +13,8 @@
 #   oclgrind-attention  the attention suites (linear attention's too) under Oclgrind without
 #                  the uninitialized-value checker, with the paths the first run leaves out
 #   oclgrind-mha   the MHA suite the same way (its CLBlast GEMMs are such a path)
+#   oclgrind-reliability  the reliability suite the same way (fault injection in the composed
+#                  path, determinism)
 #   device         only when CLATTN_DEVICE is set: the suite on that device (a GPU, say)
 #   python         the Python binding against PyTorch (tests/python), on PoCL pthread
 #   tools          clattn-tune's search over two ops (every candidate checked against the
@@ -72,11 +75,13 @@ if [ -n "${CLATTN_DEVICE:-}" ]; then
   run_lane device CLATTN_DEVICE="$CLATTN_DEVICE"
 fi
 run_lane pocl-pthread POCL_DEVICES=pthread CLATTN_DEVICE=pthread
-# The other PoCL lanes check how work-groups run (one thread; cbs); they take a shorter fuzz
-# test, since every random case compiles its own program and the main lane has the long one.
+# The other PoCL lanes check how work-groups run (one thread; cbs, there with every group of
+# clattn's kernels capped at 16 work-items, CLATTN_MAX_WORK_GROUP, so the small-group paths and
+# the tuning table's fallbacks run); they take a shorter fuzz test, since every random case
+# compiles its own program and the main lane has the long one.
 run_lane pocl-basic POCL_DEVICES=basic CLATTN_DEVICE=basic CLATTN_FUZZ_N=12
 run_lane pocl-cbs POCL_DEVICES=pthread POCL_WORK_GROUP_METHOD=cbs CLATTN_DEVICE=pthread \
-  CLATTN_FUZZ_N=12
+  CLATTN_FUZZ_N=12 CLATTN_MAX_WORK_GROUP=16
 
 echo "== lane python"
 log="$root/$build/test-logs/python.log"
@@ -271,5 +276,6 @@ plain_oclgrind() {
 }
 plain_oclgrind oclgrind-attention attention
 plain_oclgrind oclgrind-mha mha
+plain_oclgrind oclgrind-reliability reliability
 
 finish
