@@ -422,10 +422,12 @@ static void results_are_bit_identical_from_run_to_run(test_ctx *t) {
     const int64_t large[3][5] = {{2, 3, 70, 70, 16}, {1, 4, 1, 700, 32}, {1, 2, 33, 45, 8}};
     const int64_t small[3][5] = {{1, 2, 20, 20, 8}, {1, 2, 1, 300, 8}, {1, 1, 9, 13, 4}};
     const int64_t(*shapes)[5] = test_large_shapes(t) ? large : small;
-    /* under the uninitialized-value checker: the composed path is CLBlast's, and linear
-     * attention's scratch is misread after other tests (harness.h; the oclgrind-linear lane) */
+    /* under the uninitialized-value checker: the composed path is CLBlast's, the key split's
+     * merge and linear attention's scratch are misread (harness.h; the plain Oclgrind lanes
+     * and the oclgrind-linear lane run them) */
     const bool checker = test_under_uninit_checker();
     for (int s = 0; s < 3; ++s) {
+        if (checker && s == 1) continue; /* the key split: attention_merge (harness.h) */
         qkv a;
         if (!make_qkv(t, &a, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], shapes[s][4],
                       20 + (uint64_t)s)) {
