@@ -1,6 +1,7 @@
 /* The test runner: runs every suite (or those whose "suite.test" name contains argv[1]) on the
  * device CLATTN_DEVICE selects, and ends with the line `N passed, N failed, N skipped`. */
 #include "harness.h"
+#include "internal.h"
 #include "ref.h"
 
 #include <pthread.h>
@@ -145,6 +146,14 @@ static long first_overwritten(test_ctx *t, cl_mem whole, size_t origin, size_t b
         if (seen[i] != CANARY) at = (long)i;
     free(seen);
     return at;
+}
+
+long test_scratch_left(long baseline) {
+    for (int i = 0; i < 100 && clattn__scratch_live() > baseline; ++i) {
+        struct timespec pause = {0, 10 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+    }
+    return clattn__scratch_live() - baseline;
 }
 
 int test_canaries_overwritten(test_ctx *t, char *what, size_t capacity) {

@@ -78,6 +78,11 @@ bool test_large_shapes(test_ctx *t);
  * under Oclgrind without that checker, with them. */
 bool test_under_uninit_checker(void);
 
+/* The library's scratch buffers still live above `baseline` (clattn__scratch_live) after
+ * waiting up to a second for OpenCL to destroy the released ones, which it does once the
+ * commands that use them are done. */
+long test_scratch_left(long baseline);
+
 /* Deterministic random numbers for test data (xorshift64*). */
 uint64_t test_rand_u64(uint64_t *state);
 float test_rand_uniform(uint64_t *state, float lo, float hi);

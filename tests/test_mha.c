@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 enum { NO_MASK = 0, KEEP_MASK = 1, ADD_MASK = 2 };
 
@@ -603,11 +602,7 @@ static int forward_failing_at(test_ctx *t, const mha_spec *s, int n, bool *event
     *event_unset = status == CLATTN_SUCCESS || event == NULL;
     if (status == CLATTN_SUCCESS && event) clReleaseEvent(event);
     clFinish(clattn_env_queue(t->env));
-    for (int i = 0; i < 100 && clattn__scratch_live() > baseline; ++i) {
-        struct timespec pause = {0, 10 * 1000 * 1000};
-        nanosleep(&pause, NULL);
-    }
-    *live = clattn__scratch_live() - baseline;
+    *live = test_scratch_left(baseline);
     free_case(&c);
     return status;
 }

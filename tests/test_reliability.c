@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* q, k, v [B,H,S,D] f32 (random, exact) and their host copies; out [B,H,Sq,D]. */
 typedef struct qkv {
@@ -99,14 +98,8 @@ static bool attention_matches(test_ctx *t, const qkv *a, int causal) {
     return ok;
 }
 
-/* Waits (up to a second) until OpenCL has destroyed every scratch buffer above `baseline`:
- * released buffers go once the commands that use them are done. */
 static bool scratch_back_to(long baseline) {
-    for (int i = 0; i < 100 && clattn__scratch_live() > baseline; ++i) {
-        struct timespec pause = {0, 10 * 1000 * 1000};
-        nanosleep(&pause, NULL);
-    }
-    return clattn__scratch_live() == baseline;
+    return test_scratch_left(baseline) == 0;
 }
 
 /* ---- the canaries ---- */
