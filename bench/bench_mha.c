@@ -15,7 +15,7 @@
  */
 #include "bench.h"
 
-#include "blas.h"
+#include "ops/blas.h"
 
 #include <clblast_c.h>
 #include <math.h>

@@ -1,6 +1,6 @@
 /* Timing and the device's ceilings (bench/roofline.cl). */
 #include "bench.h"
-#include "sources.h"
+#include "runtime/sources.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -71,6 +71,15 @@ run_lane() {
   count "$lane" "$log"
 }
 
+# The layering of src/ (docs/design.md): runtime below ops below api, no include cycle.
+echo "== lane layers"
+if python3 tools/check_layers.py src; then
+  passed=$((passed + 1))
+else
+  echo "[layers] FAIL tools/check_layers.py"
+  failed=$((failed + 1))
+fi
+
 if [ -n "${CLATTN_DEVICE:-}" ]; then
   run_lane device CLATTN_DEVICE="$CLATTN_DEVICE"
 fi

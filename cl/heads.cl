@@ -1,7 +1,7 @@
 /*
  * Multi-head reshape: one strided 4-D copy kernel, with dtype conversion and an optional
  * broadcast bias add. Split heads, merge heads and packed-QKV split are all views fed to it
- * (src/heads.c builds the views).
+ * (src/ops/heads.c builds the views).
  *
  * Build options (every one has a default, so this file compiles alone):
  *   SRC_T, DST_T   storage dtype tokens f32 | f16 | bf16

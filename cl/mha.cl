@@ -1,5 +1,5 @@
 /*
- * Multi-head attention's own two small steps (src/mha.c); the rest of its work is CLBlast's
+ * Multi-head attention's own two small steps (src/ops/mha.c); the rest of its work is CLBlast's
  * GEMMs, clattn_copy and the attention kernels.
  *
  * Build options (every one has a default, so this file compiles alone):
@@ -36,7 +36,7 @@ __kernel void mha_head_mean(__global const float *w, IDX w_off, int heads, IDX s
 
 /* A u8 key padding mask as an additive one: bias[b,j] = keep[b,j] ? 0 : -inf over dense f32
  * bias [B,Sk] (keep {1,1,B,Sk} with strides ks2, ks3), so that it can join a u8 attention mask
- * in one mask description (src/mha.c). */
+ * in one mask description (src/ops/mha.c). */
 __kernel void mha_keep_to_bias(__global const uchar *keep, IDX keep_off, IDX ks2, IDX ks3,
                                IDX sk, __global float *bias, IDX bias_off, IDX total) {
     const IDX e = (IDX)get_global_id(0);

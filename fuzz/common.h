@@ -3,7 +3,8 @@
 #ifndef CLATTN_FUZZ_COMMON_H
 #define CLATTN_FUZZ_COMMON_H
 
-#include "internal.h"
+#include "runtime/runtime.h"
+#include "runtime/program_binary.h"
 
 #include <stddef.h>
 #include <stdint.h>

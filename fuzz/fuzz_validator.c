@@ -1,5 +1,5 @@
 /*
- * libFuzzer target: the tensor-descriptor validator (src/tensor.c) and the descriptor
+ * libFuzzer target: the tensor-descriptor validator (src/runtime/tensor.c) and the descriptor
  * constructors it is fed from.
  *
  * Each input describes four descriptors (q, k, v, out): which buffer (none, two buffers, two

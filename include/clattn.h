@@ -202,7 +202,7 @@ CLATTN_API void clattn_cache_stats(size_t *programs, size_t *builds, size_t *hit
  * another process on the same device and driver can skip the builds (clattn_cache_import).
  * Each entry carries its op file, build options, a hash of the full source text it was built
  * from, the device's identity (platform name, device name, driver version, device version), the
- * driver's binary (CL_PROGRAM_BINARIES) and a checksum; the format is in src/program_binary.c.
+ * driver's binary (CL_PROGRAM_BINARIES) and a checksum; the format is in src/runtime/program_binary.c.
  * A program the driver gives no binary for is left out. *size is set to the bytes needed
  * (data == NULL: only that) or, on success, written; an empty cache writes 0 bytes.
  * Statuses: CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT (NULL context, device or size),
@@ -226,7 +226,7 @@ CLATTN_API int clattn_cache_import(cl_context context, cl_device_id device, cons
                                    size_t size, size_t *imported);
 
 /* ---------------------------------------------------------------------------------------------
- * Multi-head reshape (cl/heads.cl, src/heads.c)
+ * Multi-head reshape (cl/heads.cl, src/ops/heads.c)
  *
  * Every op here is a strided copy, bit-exact when source and destination dtypes match, rounding
  * to nearest-even when they narrow (f32 -> f16, f32 -> bf16). Because every attention op takes
@@ -275,7 +275,7 @@ CLATTN_API int clattn_split_qkv(const clattn_tensor *x, const clattn_tensor *bia
                                 const cl_event *wait_list, cl_event *event);
 
 /* ---------------------------------------------------------------------------------------------
- * The attention mask (cl/mask.cl, src/mask.c), shared by softmax, attention and linear attention
+ * The attention mask (cl/mask.cl, src/ops/mask.c), shared by softmax, attention and linear attention
  *
  * For query i and key j of batch b, head h, with off = 0 (CLATTN_ALIGN_TOP_LEFT) or
  * key_len[b] - query_len[b] (CLATTN_ALIGN_BOTTOM_RIGHT, a KV cache) and pos = i + off:
@@ -329,7 +329,7 @@ typedef struct clattn_mask {
 } clattn_mask;
 
 /* ---------------------------------------------------------------------------------------------
- * Masked softmax (cl/softmax.cl, src/softmax.c)
+ * Masked softmax (cl/softmax.cl, src/ops/softmax.c)
  * ------------------------------------------------------------------------------------------- */
 
 /* y = softmax over the last axis of mask(scale * x), the mask as described above (NULL: none).
@@ -357,7 +357,7 @@ CLATTN_API int clattn_softmax_backward(const clattn_tensor *y, const clattn_tens
                                        cl_event *event);
 
 /* ---------------------------------------------------------------------------------------------
- * Fused scaled-dot-product attention (cl/attention.cl, src/attention.c)
+ * Fused scaled-dot-product attention (cl/attention.cl, src/ops/attention.c)
  * ------------------------------------------------------------------------------------------- */
 
 /* out = softmax(mask(scale * q k^T)) v, never storing the Sq x Sk scores.
@@ -427,7 +427,7 @@ CLATTN_API int clattn_attention_workspace_size(const clattn_tensor *q, const cla
                                                cl_command_queue queue, size_t *bytes);
 
 /* ---------------------------------------------------------------------------------------------
- * Linear attention (cl/linear_attention.cl, src/linear_attention.c)
+ * Linear attention (cl/linear_attention.cl, src/ops/linear_attention.c)
  *
  * Katharopoulos et al. (2020), with a feature map phi applied to every row of q and k:
  *
@@ -507,7 +507,7 @@ CLATTN_API int clattn_linear_attention_step(const clattn_tensor *q, const clattn
                                             const cl_event *wait_list, cl_event *event);
 
 /* ---------------------------------------------------------------------------------------------
- * Multi-head attention forward (src/mha.c, cl/mha.cl)
+ * Multi-head attention forward (src/ops/mha.c, cl/mha.cl)
  *
  * torch.nn.MultiheadAttention(batch_first=True) in eval mode (no dropout), E = embed_dim,
  * H = num_heads, D = E / H:
@@ -588,7 +588,7 @@ CLATTN_API int clattn_mha_workspace_size(const clattn_tensor *query, const clatt
                                          size_t *bytes);
 
 /* ---------------------------------------------------------------------------------------------
- * Tuning (src/tuning.c, rows in src/tuning_table.def)
+ * Tuning (src/runtime/tuning.c, rows in src/runtime/tuning_table.def)
  *
  * Launch parameters (work-group sizes, vector widths, tiles, variants) come from a table of
  * rows looked up per op, storage dtype and device: the exact device name, then its vendor and

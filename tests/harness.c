@@ -1,7 +1,8 @@
 /* The test runner: runs every suite (or those whose "suite.test" name contains argv[1]) on the
  * device CLATTN_DEVICE selects, and ends with the line `N passed, N failed, N skipped`. */
 #include "harness.h"
-#include "internal.h"
+#include "runtime/runtime.h"
+#include "runtime/testing.h"
 #include "ref.h"
 
 #include <pthread.h>

@@ -1,7 +1,8 @@
-/* Tests of the fused attention (src/attention.c, cl/attention.cl) against the float64
+/* Tests of the fused attention (src/ops/attention.c, cl/attention.cl) against the float64
  * reference: scores q.k in float64, the reference softmax with the design's mask, then p v. */
 #include "harness.h"
-#include "internal.h"
+#include "runtime/runtime.h"
+#include "runtime/testing.h"
 #include "ref.h"
 
 #include <math.h>
@@ -125,11 +126,11 @@ static bool run_variant(test_ctx *t, const at_spec *s, const at_data *d, int var
         options = (clattn_attention_options){CLATTN_PATH_COMPOSED, &w, NULL};
         ok = ok && w.buffer;
     }
-    clattn__attention_variant_override = variant == COMPOSED ? -1 : variant;
+    clattn__hook_set(CLATTN__HOOK_ATTENTION_VARIANT, variant == COMPOSED ? -1 : variant);
     int status = ok ? clattn_attention_ex(&q, &k, &v, s->scale, &d->mask, &o, s->lse ? &l : NULL,
                                           &options, clattn_env_queue(t->env), 0, NULL, NULL)
                     : CLATTN_ERR_OUT_OF_HOST_MEMORY;
-    clattn__attention_variant_override = -1;
+    clattn__hook_set(CLATTN__HOOK_ATTENTION_VARIANT, -1);
     free(last_weights);
     last_weights = w.buffer ? malloc(n_w * 4) : NULL;
     if (w.buffer && status == CLATTN_SUCCESS)
@@ -160,7 +161,7 @@ static const char *const variant_names[] = {"blocks", "tiles", "keys", "composed
 #define VARIANTS (int)(sizeof variants / sizeof variants[0])
 
 static bool variant_runs(int variant) {
-    const bool split = clattn__attention_splits_override > 1;
+    const bool split = clattn__hook_value(CLATTN__HOOK_ATTENTION_SPLITS) > 1;
     return !(variants[variant] == COMPOSED || split) || !test_under_uninit_checker();
 }
 
@@ -582,7 +583,7 @@ static void split_keys_equal_the_plain_path(test_ctx *t) {
         char what[64];
         snprintf(what, sizeof what, "Sq=%lld Sk=%lld split 7 ways", (long long)s.Sq,
                  (long long)s.Sk);
-        clattn__attention_splits_override = 7;
+        clattn__hook_set(CLATTN__HOOK_ATTENTION_SPLITS, 7);
         check_case(t, &s, what);
         at_data d;
         float *split = NULL, *plain = NULL, *lse = NULL;
@@ -590,9 +591,9 @@ static void split_keys_equal_the_plain_path(test_ctx *t) {
             bool ok = run_variant(t, &s, &d, variant, &split, &lse);
             free(lse);
             lse = NULL;
-            clattn__attention_splits_override = 1;
+            clattn__hook_set(CLATTN__HOOK_ATTENTION_SPLITS, 1);
             ok = ok && run_variant(t, &s, &d, variant, &plain, &lse);
-            clattn__attention_splits_override = 7;
+            clattn__hook_set(CLATTN__HOOK_ATTENTION_SPLITS, 7);
             for (size_t i = 0; ok && i < (size_t)(s.B * s.Hq * s.Sq * s.Dv); ++i)
                 if (!(fabs(split[i] - plain[i]) <= 1e-6 + 1e-5 * fabs(plain[i]))) {
                     test_fail_at(t, __FILE__, __LINE__, "%s [%s]: out[%zu] %.9g, unsplit %.9g",
@@ -605,7 +606,7 @@ static void split_keys_equal_the_plain_path(test_ctx *t) {
             split = plain = lse = NULL;
             free_data(&d);
         }
-        clattn__attention_splits_override = -1;
+        clattn__hook_set(CLATTN__HOOK_ATTENTION_SPLITS, -1);
     }
 }
 

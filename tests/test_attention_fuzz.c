@@ -7,7 +7,8 @@
  * seed (1), CLATTN_FUZZ_INF puts rare +-inf/NaN in the bias, CLATTN_FUZZ_WIDE forces 64-bit
  * indices, CLATTN_FUZZ_V prints every case. */
 #include "harness.h"
-#include "internal.h"
+#include "runtime/runtime.h"
+#include "runtime/testing.h"
 #include "ref.h"
 #include <math.h>
 #include <stdio.h>
@@ -256,14 +257,15 @@ static int one_case(test_ctx *t, uint64_t seed, int verbose) {
                 }
     double sc = scale != 0.0f ? scale : 1.0 / sqrt((double)D);
     ref_softmax(x, B, Hq, Sq, Sk, sc, &rm, p, rl, NULL);
-    clattn__attention_variant_override = variant < 3 ? variant : -1;
-    clattn__attention_splits_override = splits;
+    clattn__hook_set(CLATTN__HOOK_ATTENTION_VARIANT, variant < 3 ? variant : -1);
+    clattn__hook_set(CLATTN__HOOK_ATTENTION_SPLITS, splits);
     const clattn_attention_options path = {variant < 3 ? CLATTN_PATH_FUSED : CLATTN_PATH_COMPOSED,
                                            NULL, NULL};
     int status =
         clattn_attention_ex(&q.t, &k.t, &v.t, scale, use_mask ? &mask : NULL, &o.t,
                             want_lse ? &l.t : NULL, &path, clattn_env_queue(t->env), 0, NULL, NULL);
-    clattn__attention_variant_override = clattn__attention_splits_override = -1;
+    clattn__hook_set(CLATTN__HOOK_ATTENTION_VARIANT, -1);
+    clattn__hook_set(CLATTN__HOOK_ATTENTION_SPLITS, -1);
     int bad = 0;
     char desc[512];
     snprintf(desc, sizeof desc,
@@ -367,10 +369,9 @@ static int one_case(test_ctx *t, uint64_t seed, int verbose) {
     return bad;
 }
 
-extern uint64_t clattn__narrow_index_limit;
 static void fuzz(test_ctx *t) {
-    uint64_t saved_limit = clattn__narrow_index_limit;
-    if (getenv("CLATTN_FUZZ_WIDE")) clattn__narrow_index_limit = 0;
+    const uint64_t saved_limit = clattn__narrow_index_limit();
+    if (getenv("CLATTN_FUZZ_WIDE")) clattn__narrow_index_limit_set(0);
     const char *n_s = getenv("CLATTN_FUZZ_N"), *s0 = getenv("CLATTN_FUZZ_SEED"),
                *vb = getenv("CLATTN_FUZZ_V");
     int n = n_s ? atoi(n_s) : test_large_shapes(t) ? 40 : 10;
@@ -387,7 +388,7 @@ static void fuzz(test_ctx *t) {
             t->message[0] = 0;
         }
     }
-    clattn__narrow_index_limit = saved_limit;
+    clattn__narrow_index_limit_set(saved_limit);
     t->failed = fails > 0;
     if (fails) snprintf(t->message, sizeof t->message, "%d/%d failed; first: %s", fails, n, first);
 }

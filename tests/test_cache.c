@@ -1,4 +1,4 @@
-/* The program cache and kernel sources (src/program.c): hits, keys, clearing, build failures
+/* The program cache and kernel sources (src/runtime/program_cache.c, kernel.c, sources.c): hits, keys, clearing, build failures
  * with their logs, CLATTN_KERNEL_DIR, and four threads running ops on their own queues over one
  * context, every result checked. */
 #include "harness.h"

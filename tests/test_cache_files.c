@@ -1,4 +1,4 @@
-/* Program binaries (src/program_binary.c): clattn_cache_export / clattn_cache_import, damaged and
+/* Program binaries (src/runtime/program_binary.c): clattn_cache_export / clattn_cache_import, damaged and
  * foreign blobs, and the on-disk cache CLATTN_CACHE_DIR, filled by two processes at once. */
 #include "harness.h"
 
@@ -109,7 +109,7 @@ static long imports_elsewhere(test_ctx *t, const void *data, size_t size) {
     return status == CLATTN_SUCCESS ? (long)imported : -1;
 }
 
-/* The layout of src/program_binary.c: a header of 52 bytes with six u32 string lengths at 28
+/* The layout of src/runtime/program_binary.c: a header of 52 bytes with six u32 string lengths at 28
  * (op file, options, platform, device, driver, device version), the binary's u64 size at 20 and
  * the text hash at 12, then the strings, the binary, and an FNV-1a 64 checksum. */
 enum { HEADER = 52 };

@@ -1,6 +1,7 @@
-/* Tests of the multi-head reshape ops (src/heads.c, cl/heads.cl) against the host reference. */
+/* Tests of the multi-head reshape ops (src/ops/heads.c, cl/heads.cl) against the host reference. */
 #include "harness.h"
-#include "internal.h"
+#include "runtime/runtime.h"
+#include "runtime/testing.h"
 #include "ref.h"
 
 #include <math.h>
@@ -210,14 +211,13 @@ static void copy_adds_a_broadcast_bias(test_ctx *t) {
 
 /* Tensors past 2^32 elements index with 64-bit integers; the same path on small tensors. */
 static void copy_with_64_bit_indices(test_ctx *t) {
-    uint64_t saved = clattn__narrow_index_limit;
-    clattn__narrow_index_limit = 0;
+    const uint64_t saved = clattn__narrow_index_limit_set(0);
     static const int swap_middle[4] = {0, 2, 1, 3};
     check_copy_case(t, dense(CLATTN_BF16, 2, 5, 7, 33, 3), NULL, dense(CLATTN_F32, 2, 5, 7, 33, 1),
                     55, "64-bit contiguous");
     check_copy_case(t, clattn_tensor_permute(dense(CLATTN_F32, 2, 7, 5, 9, 0), swap_middle), NULL,
                     dense(CLATTN_F32, 2, 5, 7, 9, 0), 56, "64-bit permuted");
-    clattn__narrow_index_limit = saved;
+    clattn__narrow_index_limit_set(saved);
 }
 
 /* 76800 outer rows that do not merge: the launch caps dim 2 at 65535 and the kernel loops. */

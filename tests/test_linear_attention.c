@@ -1,9 +1,10 @@
-/* Tests of linear attention (src/linear_attention.c, cl/linear_attention.cl) against two float64
+/* Tests of linear attention (src/ops/linear_attention.c, cl/linear_attention.cl) against two float64
  * references, the naive masked O(S^2) form and the cumsum form (tests/ref.c). Errors are
  * measured against each element's own scale, sum_j |w_ij v_j| / |den|: what the f32 sums can
  * get right, which a near-zero output of a cancelling sum is not a measure of. */
 #include "harness.h"
-#include "internal.h"
+#include "runtime/runtime.h"
+#include "runtime/testing.h"
 #include "ref.h"
 
 #include <math.h>
@@ -270,12 +271,11 @@ static void storage_and_layouts(test_ctx *t) {
     s = spec(1, 1, 1, 20, 7, 5);
     s.causal = 1;
     check_case(t, &s, "odd head dims D=7 Dv=5");
-    const uint64_t saved = clattn__narrow_index_limit;
-    clattn__narrow_index_limit = 64;
+    const uint64_t saved = clattn__narrow_index_limit_set(64);
     s = spec(1, 2, 1, 70, 16, 24);
     s.causal = 1;
     check_case(t, &s, "64-bit indices");
-    clattn__narrow_index_limit = saved;
+    clattn__narrow_index_limit_set(saved);
 }
 
 /* Changing keys and values from position p on, even to NaN and 1e30, changes no output row
@@ -485,7 +485,7 @@ static void both_launches(test_ctx *t) {
     static const int32_t klen[2] = {50, 17};
     static const int launches[2] = {CLATTN__LINEAR_CPU, CLATTN__LINEAR_GPU};
     for (int i = 0; i < 2 && !t->failed; ++i) {
-        clattn__linear_launch_override = launches[i];
+        clattn__hook_set(CLATTN__HOOK_LINEAR_LAUNCH, launches[i]);
         la_spec s = spec(2, 4, 2, 70, 16, 24);
         s.causal = 1, s.dt = CLATTN_BF16;
         check_case(t, &s, i ? "gpu launch, causal bf16" : "cpu launch, causal bf16");
@@ -493,9 +493,9 @@ static void both_launches(test_ctx *t) {
         s.klen = klen, s.bshd = 1;
         check_case(t, &s, i ? "gpu launch, key lengths" : "cpu launch, key lengths");
     }
-    clattn__linear_launch_override = CLATTN__LINEAR_GPU;
+    clattn__hook_set(CLATTN__HOOK_LINEAR_LAUNCH, CLATTN__LINEAR_GPU);
     step_equals_causal(t);
-    clattn__linear_launch_override = -1;
+    clattn__hook_set(CLATTN__HOOK_LINEAR_LAUNCH, -1);
 }
 
 /* ---- invalid arguments: each status, nothing enqueued, *event NULL ---- */

@@ -1,9 +1,10 @@
-/* Tests of the multi-head attention forward (src/mha.c, cl/mha.cl) against the float64
+/* Tests of the multi-head attention forward (src/ops/mha.c, cl/mha.cl) against the float64
  * reference of torch.nn.MultiheadAttention (tests/ref.c), and of the CLBlast bridge it runs
- * its projections on (src/blas.c). */
-#include "blas.h"
+ * its projections on (src/ops/blas.c). */
+#include "ops/blas.h"
 #include "harness.h"
-#include "internal.h"
+#include "runtime/runtime.h"
+#include "runtime/testing.h"
 #include "ref.h"
 
 #include <math.h>

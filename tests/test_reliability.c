@@ -1,8 +1,9 @@
 /* Reliability: the runner's canaries themselves, fault injection through the library's
- * test-only hook (src/fault.c: a program build, a scratch allocation and a CLBlast GEMM that
+ * test-only hook (src/runtime/testing.c: a program build, a scratch allocation and a CLBlast GEMM that
  * fail), the CLATTN_MAX_WORK_GROUP cap, and results that are bit-identical from run to run. */
 #include "harness.h"
-#include "internal.h"
+#include "runtime/runtime.h"
+#include "runtime/testing.h"
 #include "ref.h"
 
 #include <math.h>

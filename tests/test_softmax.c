@@ -1,8 +1,9 @@
-/* Tests of the masked softmax (src/softmax.c, cl/softmax.cl, cl/mask.cl) against the float64
+/* Tests of the masked softmax (src/ops/softmax.c, cl/softmax.cl, cl/mask.cl) against the float64
  * reference, on both kernel variants (a work-item per row, a work-group per row) whatever the
  * device, since a test run on a CPU must also prove the GPU path. */
 #include "harness.h"
-#include "internal.h"
+#include "runtime/runtime.h"
+#include "runtime/testing.h"
 #include "ref.h"
 
 #include <math.h>
@@ -299,10 +300,10 @@ static bool run_variant(test_ctx *t, const sm_spec *s, sm_data *d, int variant, 
                                   1, s->B, s->H, s->Sq);
         lse = malloc(sizeof(float) * d->n / (size_t)s->Sk);
     }
-    clattn__softmax_variant_override = variant;
+    clattn__hook_set(CLATTN__HOOK_SOFTMAX_VARIANT, variant);
     int status =
         clattn_softmax(&d->x, s->scale, &d->mask, &d->y, s->lse ? &d->lse : NULL, q, 0, NULL, NULL);
-    clattn__softmax_variant_override = -1;
+    clattn__hook_set(CLATTN__HOOK_SOFTMAX_VARIANT, -1);
     void *y = malloc(y_bytes);
     bool ok = status == CLATTN_SUCCESS;
     if (!ok)
@@ -612,9 +613,9 @@ static void backward_matches_reference(test_ctx *t) {
             clattn_tensor dzt = in_place ? dyt
                                          : clattn_tensor_4d(test_buffer(t, bytes), CLATTN_F32, s.B,
                                                             s.H, s.Sq, s.Sk);
-            clattn__softmax_variant_override = variant;
+            clattn__hook_set(CLATTN__HOOK_SOFTMAX_VARIANT, variant);
             int status = clattn_softmax_backward(&yt, &dyt, scale, &dzt, q, 0, NULL, NULL);
-            clattn__softmax_variant_override = -1;
+            clattn__hook_set(CLATTN__HOOK_SOFTMAX_VARIANT, -1);
             bool ok = status == CLATTN_SUCCESS && test_read(t, dzt.buffer, got, bytes);
             if (status != CLATTN_SUCCESS)
                 test_fail_at(t, __FILE__, __LINE__, "backward -> %s: %s",

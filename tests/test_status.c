@@ -1,6 +1,7 @@
 /* The status table: every code has a unique name and a message; OpenCL codes pass through. */
 #include "harness.h"
-#include "internal.h"
+#include "runtime/runtime.h"
+#include "runtime/testing.h"
 
 #include <string.h>
 

@@ -1,6 +1,7 @@
-/* The tensor-descriptor validator (src/tensor.c) on its own. */
+/* The tensor-descriptor validator (src/runtime/tensor.c) on its own. */
 #include "harness.h"
-#include "internal.h"
+#include "runtime/runtime.h"
+#include "runtime/testing.h"
 
 #include <stdint.h>
 #include <string.h>

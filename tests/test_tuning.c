@@ -1,9 +1,9 @@
-/* Tests of the tuning table (src/tuning.c, src/tuning_table.def): lookup, fallback of a row that
+/* Tests of the tuning table (src/runtime/tuning.c, src/runtime/tuning_table.def): lookup, fallback of a row that
  * does not fit the device, overrides through the API and CLATTN_TUNE, and their errors. */
-#include "blas.h"
+#include "ops/blas.h"
 #include "harness.h"
-#include "internal.h"
-#include "tuning.h"
+#include "runtime/runtime.h"
+#include "runtime/testing.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -135,13 +135,13 @@ static void rows_that_do_not_fit(test_ctx *t) {
     char name[256] = "name:";
     clGetDeviceInfo(device_of(t), CL_DEVICE_NAME, sizeof name - 5, name + 5, NULL);
     const char *row[4] = {"softmax", "*", name, "VARIANT=0,VEC=16,GROUP=1024,SCRATCH=65536"};
-    memcpy(clattn__tuning_test_row, row, sizeof row);
+    clattn__tuning_set_test_row(row);
     char with_row[256], without[256];
     warnings = 0;
     clattn_set_log_callback(count_warning, NULL);
     status = clattn_tuning_lookup(device_of(t), "softmax", CLATTN_F32, with_row, sizeof with_row);
     clattn_set_log_callback(NULL, NULL);
-    memset(clattn__tuning_test_row, 0, sizeof clattn__tuning_test_row);
+    clattn__tuning_set_test_row(NULL);
     CHECK_OK(t, status);
     CHECK_OK(t, clattn_tuning_lookup(device_of(t), "softmax", CLATTN_F32, without, sizeof without));
     CHECK(t, strcmp(with_row, without) == 0, "the row that does not fit gave %s (else %s)",

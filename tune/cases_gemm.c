@@ -4,7 +4,7 @@
  * bound on a float32 sum of K products, 2 K 2^-24 times sum_k |x_ik W_jk|. */
 #include "tune.h"
 
-#include "blas.h"
+#include "ops/blas.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /*
  * clattn-tune: searches the launch parameters of clattn's kernels on one device and prints the
- * winning rows in the tuning table's own format (src/tuning_table.def), ready to paste. Every
+ * winning rows in the tuning table's own format (src/runtime/tuning_table.def), ready to paste. Every
  * candidate is checked against the float64 reference at the tests' tolerance before it is
  * timed; a candidate past the device's limits is skipped (the table's own check).
  *
@@ -63,7 +63,7 @@ static const tune_space spaces[] = {
                 "BM=0|1|2|4 CHUNK=32|64|128"},
      .cases = tune_linear_cases},
     /* around the type:cpu row: 16-wide vectors along M and wide N tiles won on PoCL, local
-     * memory and unrolling lost (src/tuning_table.def) */
+     * memory and unrolling lost (src/runtime/tuning_table.def) */
     {.spec = &clattn__tuning_gemm,
      .stages = {"MWG=64|128|256 NWG=64|128|256 VWM=4|8|16 VWN=4|8",
                 "KWG=16|32 MDIMC=4|8|16 NDIMC=8|16 MDIMA=4|8|16 NDIMB=8|16", "SA=0|1 SB=0|1"},

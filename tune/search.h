@@ -5,7 +5,7 @@
 #define CLATTN_TUNE_SEARCH_H
 
 #include "tune.h"
-#include "tuning.h"
+#include "runtime/tuning.h"
 
 #include <stdio.h>
 

@@ -5,7 +5,7 @@
 #define CLATTN_TUNE_H
 
 #include "clattn.h"
-#include "tuning.h"
+#include "runtime/tuning.h"
 
 #include <stdbool.h>
 #include <stddef.h>

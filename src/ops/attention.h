@@ -1,9 +1,10 @@
-/* What src/attention.c (validation, the fused kernels) shares with src/attention_composed.c
+/* What src/ops/attention.c (validation, the fused kernels) shares with src/ops/attention_composed.c
  * (the CLBlast path). Not installed. */
 #ifndef CLATTN_ATTENTION_H
 #define CLATTN_ATTENTION_H
 
 #include "mask.h"
+#include "runtime/launch.h"
 
 /* One validated clattn_attention_ex call. */
 typedef struct clattn__attention_args {
@@ -24,7 +25,7 @@ int clattn__attention_composed(const clattn__attention_args *a, const clattn__ca
 /* The scratch bytes clattn_attention_ex needs for these views on `device` with the automatic
  * path (composed when `weights` is given, else fused), from the views' shapes, strides and
  * dtypes alone: no validation, and the buffers may be NULL. For a caller that places the
- * views in scratch of its own before it can make them (src/mha.c). */
+ * views in scratch of its own before it can make them (src/ops/mha.c). */
 int clattn__attention_scratch_bytes(const clattn_tensor *q, const clattn_tensor *k,
                                     const clattn_tensor *v, const clattn_tensor *out,
                                     const clattn_tensor *weights, cl_device_id device,

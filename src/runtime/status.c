@@ -1,5 +1,5 @@
 /* Status table, per-thread failure detail, and the log callback. */
-#include "internal.h"
+#include "status.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -3,8 +3,6 @@
  * for the device, and enqueues.
  */
 #include "attention.h"
-#include "blas.h"
-#include "tuning.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -13,9 +11,7 @@
 /* Head dims are compile-time sizes of the kernel's private arrays. */
 #define CLATTN_MAX_HEAD_DIM 256
 
-int clattn__attention_variant_override = -1;
-
-/* The launch of the fused kernel: the tuning table's row for the device (src/tuning_table.def
+/* The launch of the fused kernel: the tuning table's row for the device (src/runtime/tuning_table.def
  * says what each row is based on): the variant for prefill and for decoding (Sq <=
  * KEYS_MAX_QUERIES), head-dim lanes, the group size, the largest key tile (TK, halved until two
  * K/V tiles fit half the local memory), and when to split the keys (fewer than SPLIT_TARGET
@@ -26,8 +22,6 @@ int clattn__attention_variant_override = -1;
 #define ATTENTION_KEYS_CHUNK 1024 /* = KEYS_CHUNK */
 #define KEYS_MAX_QUERIES     8
 #define ATTENTION_SPLIT_MAX  128
-
-int clattn__attention_splits_override = -1;
 
 typedef struct attention_launch {
     int variant; /* CLATTN__ATTENTION_BLOCKS, _TILES or _KEYS */
@@ -127,14 +121,14 @@ static void pick_splits(attention_launch *l, cl_device_id device, const attentio
     const int64_t want = ((int64_t)units * l->split_target + groups - 1) / groups;
     int64_t splits = want < Sk / l->split_min ? want : Sk / l->split_min;
     if (splits > ATTENTION_SPLIT_MAX) splits = ATTENTION_SPLIT_MAX;
-    if (clattn__attention_splits_override > 0)
-        splits = clattn__attention_splits_override < Sk ? clattn__attention_splits_override : Sk;
+    const int forced = clattn__hook_value(CLATTN__HOOK_ATTENTION_SPLITS);
+    if (forced > 0) splits = forced < Sk ? forced : Sk;
     const int64_t fewest = (Sk + ATTENTION_KEYS_CHUNK - 1) / ATTENTION_KEYS_CHUNK;
     if (l->variant == CLATTN__ATTENTION_KEYS && splits < fewest) splits = fewest;
     l->splits = 1, l->chunk = (int)Sk;
     if (splits < 2) return;
     int64_t chunk = (Sk + splits - 1) / splits;
-    if (clattn__attention_splits_override <= 0) chunk = (chunk + 31) / 32 * 32;
+    if (forced <= 0) chunk = (chunk + 31) / 32 * 32;
     l->chunk = (int)chunk;
     l->splits = (int)((Sk + chunk - 1) / chunk);
 }
@@ -164,7 +158,8 @@ static int pick_launch(cl_device_id device, const attention_args *a, attention_l
                             (int)v[6],
                             1,
                             0};
-    if (clattn__attention_variant_override >= 0) l->variant = clattn__attention_variant_override;
+    const int forced = clattn__hook_value(CLATTN__HOOK_ATTENTION_VARIANT);
+    if (forced >= 0) l->variant = forced;
     if (l->variant == CLATTN__ATTENTION_KEYS) l->group = ATTENTION_KEYS_SIZE;
     /* every variant a device runs is built with the same options, so that one program serves
      * them all (the tests run each variant on each device) */
@@ -238,7 +233,7 @@ static int enqueue_attention(const attention_args *a, const attention_launch *la
     static const char *const kernels[] = {"attention_blocks", "attention_tiles", "attention_keys"};
     const attention_launch l = *launch;
     bool wide = attention_needs_wide_index(a) ||
-                partial_floats(a, &l) >= (size_t)clattn__narrow_index_limit;
+                partial_floats(a, &l) >= (size_t)clattn__narrow_index_limit();
     char options[1024];
     attention_options(a, &l, wide, options, sizeof options);
     cl_kernel kernel = NULL;

@@ -1,5 +1,6 @@
 /* Tensor descriptors: constructors and the validator every op runs before its first enqueue. */
-#include "internal.h"
+#include "tensor.h"
+#include "hooks.h"
 
 #include <stdlib.h>
 
@@ -230,45 +231,11 @@ int clattn__check_no_alias(const char *out_name, const clattn_tensor *out, const
     return CLATTN_SUCCESS;
 }
 
-int clattn__begin_call(clattn__call *call, cl_command_queue queue, cl_uint num_wait,
-                       const cl_event *wait_list, cl_event *event) {
-    clattn__clear_error();
-    *call = (clattn__call){queue, NULL, NULL, num_wait, wait_list, event};
-    if (event) *event = NULL;
-    if ((num_wait > 0) != (wait_list != NULL))
-        return clattn__fail(CL_INVALID_EVENT_WAIT_LIST, "num_wait = %u does not match wait_list %s",
-                            num_wait, wait_list ? "(non-NULL)" : "(NULL)");
-    for (cl_uint i = 0; i < num_wait; ++i)
-        if (!wait_list[i])
-            return clattn__fail(CL_INVALID_EVENT_WAIT_LIST, "wait_list[%u] is NULL", i);
-    if (!queue) return clattn__fail(CL_INVALID_COMMAND_QUEUE, "queue is NULL");
-    cl_int err =
-        clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof call->context, &call->context, NULL);
-    if (err == CL_SUCCESS)
-        err =
-            clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof call->device, &call->device, NULL);
-    if (err != CL_SUCCESS) return clattn__cl_fail(err, "clGetCommandQueueInfo(queue)");
-    /* a malformed CLATTN_MAX_WORK_GROUP fails here, before a call of several steps enqueues its
-     * first (each launch reads it again) */
-    size_t cap;
-    return clattn__group_cap(&cap);
-}
-
 bool clattn__needs_wide_index(const clattn_tensor *const *views, size_t count) {
     for (size_t i = 0; i < count; ++i)
-        if (views[i] && clattn__tensor_last_element(views[i]) >= clattn__narrow_index_limit)
+        if (views[i] && clattn__tensor_last_element(views[i]) >= clattn__narrow_index_limit())
             return true;
     return false;
-}
-
-size_t clattn__pow2_at_least(size_t n, size_t cap) {
-    size_t p = 1;
-    while (p < n && p < cap) p <<= 1;
-    return p < cap ? p : cap;
-}
-
-size_t clattn__round_up(size_t n, size_t m) {
-    return (n + m - 1) / m * m;
 }
 
 int clattn__check_attention_shapes(const clattn_tensor *qt, const clattn_tensor *kt,

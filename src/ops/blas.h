@@ -3,7 +3,7 @@
 #ifndef CLATTN_BLAS_H
 #define CLATTN_BLAS_H
 
-#include "internal.h"
+#include "runtime/launch.h"
 
 /* A batch of row-major f32 matrices in one buffer: matrix i starts at element
  * offset + i * stride, and rows are ld elements apart. */

@@ -1,9 +1,9 @@
-/* The tuning table (src/tuning_table.def) and its overrides: the launch parameters of an op on a
+/* The tuning table (src/runtime/tuning_table.def) and its overrides: the launch parameters of an op on a
  * device. Not installed. */
 #ifndef CLATTN_TUNING_H
 #define CLATTN_TUNING_H
 
-#include "internal.h"
+#include "status.h"
 
 #define CLATTN__TUNING_MAX_PARAMS 16
 
@@ -39,9 +39,6 @@ int clattn__tuning_row(const clattn__tuning_op *op, clattn_dtype dtype, const ch
 /* Parses every row of the table: each names a known op and gives all its parameters within
  * their ranges (whether a row fits a device is checked at lookup). */
 int clattn__tuning_check_table(void);
-
-/* A row the tests put before the table's ({op, dtype, device, parameters}; op NULL: none). */
-extern const char *clattn__tuning_test_row[4];
 
 /* The ops the table knows (for clattn_tuning_override and the tuner). */
 extern const clattn__tuning_op clattn__tuning_copy, clattn__tuning_softmax,

@@ -2,7 +2,7 @@
 #ifndef CLATTN_MASK_H
 #define CLATTN_MASK_H
 
-#include "internal.h"
+#include "runtime/runtime.h"
 
 /* A validated mask: its tensors broadcast to the scores' shape, its scalars as the kernel takes
  * them (window sides -1 when unbounded, global_stride 0 when it cannot matter). */

@@ -1,5 +1,6 @@
 /* Device listing and selection (CLATTN_DEVICE), and the clattn_env convenience. */
-#include "internal.h"
+#include "status.h"
+#include "tensor.h"
 
 #include <ctype.h>
 #include <stdlib.h>

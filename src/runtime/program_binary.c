@@ -21,8 +21,10 @@
  * never reaches the driver. Whatever is wrong with an entry makes it a miss: the next call builds
  * from source.
  */
-#include "internal.h"
+#include "program_binary.h"
+#include "program_cache.h"
 #include "sources.h"
+#include "status.h"
 
 #include <errno.h>
 #include <fcntl.h>

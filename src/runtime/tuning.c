@@ -1,9 +1,11 @@
 /*
- * The tuning table's lookup (rows in src/tuning_table.def) and the overrides on top of it:
+ * The tuning table's lookup (rows in src/runtime/tuning_table.def) and the overrides on top of it:
  * clattn_tuning_override() and the CLATTN_TUNE environment variable,
  * "op:NAME=VALUE,...;op:...". Malformed text is an error, never ignored.
  */
 #include "tuning.h"
+#include "config.h"
+#include "testing.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -310,7 +312,11 @@ static void device_key(cl_device_id device, int level, char *key, size_t capacit
     }
 }
 
-const char *clattn__tuning_test_row[4];
+static const char *test_row_fields[4];
+
+void clattn__tuning_set_test_row(const char *const row[4]) {
+    for (int i = 0; i < 4; ++i) test_row_fields[i] = row && row[0] ? row[i] : NULL;
+}
 
 /* The first row for op and dtype whose device key is `key`, parsed; *found says whether there
  * was one. */
@@ -330,8 +336,8 @@ static int find_row(const char *key, const clattn__tuning_op *op, clattn_dtype d
                     bool *found) {
     *found = false;
     const size_t rows = sizeof table / sizeof table[0];
-    const tuning_row test_row = {clattn__tuning_test_row[0], clattn__tuning_test_row[1],
-                                 clattn__tuning_test_row[2], clattn__tuning_test_row[3]};
+    const tuning_row test_row = {test_row_fields[0], test_row_fields[1], test_row_fields[2],
+                                 test_row_fields[3]};
     for (size_t i = test_row.op ? 0 : 1; i <= rows; ++i) {
         const tuning_row *row = i == 0 ? &test_row : &table[i - 1];
         if (strcmp(row->op, op->name) != 0 || strcmp(row->device, key) != 0) continue;

@@ -3,9 +3,7 @@
  * four kernels of a call (phi(k), chunk states, their running sums, the outputs), chained by
  * events.
  */
-#include "blas.h"
 #include "mask.h"
-#include "tuning.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -19,8 +17,6 @@
  * reads them: with one chunk per head, PoCL's time per key doubled from S=1024 to S=8192. */
 #define LINEAR_MIN_CHUNK 64
 #define LINEAR_MAX_CHUNK 256
-
-int clattn__linear_launch_override = -1;
 
 /* One validated call. */
 typedef struct linear_args {
@@ -172,18 +168,17 @@ static void pick_chunks(linear_launch *l, cl_device_id device, const linear_args
     l->nchunks = (int)((Sk + chunk - 1) / chunk);
 }
 
-/* The launch: the tuning table's row for the device (src/tuning_table.def says what each row
+/* The launch: the tuning table's row for the device (src/runtime/tuning_table.def says what each row
  * is based on), with the lanes narrowed to divide the head dims and ROWS, BM 0 resolved to as
  * many as keep 16 vector accumulators. */
 static int pick_launch(cl_device_id device, const linear_args *a, linear_launch *l) {
     long v[CLATTN__TUNING_MAX_PARAMS];
     const clattn__tuning_op *op = &clattn__tuning_linear_attention;
-    int status =
-        clattn__linear_launch_override < 0
-            ? clattn__tuning_get(device, op, a->q->dtype, v)
-            : clattn__tuning_row(
-                  op, a->q->dtype,
-                  clattn__linear_launch_override == CLATTN__LINEAR_GPU ? "type:gpu" : "default", v);
+    const int forced = clattn__hook_value(CLATTN__HOOK_LINEAR_LAUNCH);
+    int status = forced < 0
+                     ? clattn__tuning_get(device, op, a->q->dtype, v)
+                     : clattn__tuning_row(op, a->q->dtype,
+                                          forced == CLATTN__LINEAR_GPU ? "type:gpu" : "default", v);
     if (status != CLATTN_SUCCESS) return status;
     const int64_t d = a->q->shape[3], dv = a->v->shape[3];
     *l = (linear_launch){clattn__head_lanes((cl_uint)v[0], d, dv),
@@ -230,7 +225,7 @@ static int plan_linear(linear_args *a, const clattn_linear_options *options,
 static bool linear_needs_wide_index(const linear_args *a, const linear_launch *l) {
     const clattn_tensor *views[6] = {a->q, a->k, a->v, a->out, a->state, a->z};
     return clattn__needs_wide_index(views, 6) || clattn__mask_needs_wide_index(&a->mask) ||
-           state_floats(a, l) + phik_floats(a, l) >= (size_t)clattn__narrow_index_limit;
+           state_floats(a, l) + phik_floats(a, l) >= (size_t)clattn__narrow_index_limit();
 }
 
 static void linear_options_string(const linear_args *a, const linear_launch *l, bool wide,

@@ -2,14 +2,13 @@
  * Multi-head reshape ops: clattn_copy and the views that make split heads, merge heads and the
  * packed-QKV split out of it. Kernel: cl/heads.cl (copy4d).
  */
-#include "internal.h"
-#include "tuning.h"
+#include "runtime/runtime.h"
 
 #include <stdio.h>
 #include <string.h>
 
 /* Launch shape of the copy kernel (see cl/heads.cl): the tuning table's row for the device
- * (src/tuning_table.def says what each row is based on). */
+ * (src/runtime/tuning_table.def says what each row is based on). */
 typedef struct copy_params {
     int vec;        /* elements per vector access (the kernel's VEC) */
     size_t max_run; /* elements one work-item copies along the innermost dim */
@@ -130,8 +129,6 @@ static void pair_16bit_elements(copy_plan *plan) {
 static const char *dtype_token(clattn_dtype dtype) {
     return clattn_dtype_name(dtype); /* f32, f16, bf16: the tokens cl/common.cl defines */
 }
-
-uint64_t clattn__narrow_index_limit = (uint64_t)1 << 31;
 
 static bool plan_needs_wide_index(const copy_plan *plan) {
     const clattn_tensor *views[3] = {plan->src, plan->dst, plan->bias};

@@ -3,16 +3,13 @@
  * variant for the device, and enqueues.
  */
 #include "mask.h"
-#include "tuning.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-int clattn__softmax_variant_override = -1;
-
 /* The launch of one row-wise softmax kernel: the tuning table's row for the device
- * (src/tuning_table.def says what each row is based on). */
+ * (src/runtime/tuning_table.def says what each row is based on). */
 typedef struct softmax_params {
     int variant; /* CLATTN__SOFTMAX_ROWS or CLATTN__SOFTMAX_GROUP */
     int vec;     /* rows variant: vector width */
@@ -29,7 +26,8 @@ static int softmax_params_for(cl_device_id device, clattn_dtype dtype, softmax_p
     cl_ulong local_bytes = 0;
     clGetDeviceInfo(device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_bytes, &local_bytes, NULL);
     if ((cl_ulong)p->group * (cl_ulong)p->scratch * 4 * 2 > local_bytes) p->scratch = 0;
-    if (clattn__softmax_variant_override >= 0) p->variant = clattn__softmax_variant_override;
+    const int forced = clattn__hook_value(CLATTN__HOOK_SOFTMAX_VARIANT);
+    if (forced >= 0) p->variant = forced;
     return CLATTN_SUCCESS;
 }
 

@@ -1,0 +1,79 @@
+/*
+ * Kernels from cached programs: the cache first, then the on-disk binary cache
+ * (CLATTN_CACHE_DIR), then a build from source.
+ */
+#include "kernel.h"
+#include "program_binary.h"
+#include "program_build.h"
+#include "program_cache.h"
+#include "sources.h"
+#include "status.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int get_program(cl_context context, cl_device_id device, const char *op_file,
+                       const char *options, cl_program *out) {
+    char *text = NULL;
+    uint64_t hash = 0;
+    int status = clattn__program_key(op_file, &text, &hash);
+    if (status != CLATTN_SUCCESS) return status;
+
+    cl_program program = clattn__cache_lookup(context, device, hash, options);
+
+    if (!program && !text) status = clattn__program_source(op_file, &text);
+    if (!program && status == CLATTN_SUCCESS) {
+        const uint64_t text_hash = clattn__text_hash(text);
+        const bool loaded =
+            clattn__disk_cache_load(context, device, op_file, options, text_hash, &program);
+        if (!loaded)
+            status = clattn__program_build(context, device, text, options, op_file, &program);
+        if (status == CLATTN_SUCCESS && !loaded)
+            clattn__disk_cache_store(device, op_file, options, text_hash, program);
+        if (status == CLATTN_SUCCESS)
+            program = clattn__cache_insert(context, device, hash, op_file, options, text_hash,
+                                           program, !loaded);
+    }
+    free(text);
+    *out = program;
+    return status;
+}
+
+/* ---- kernels ---- */
+
+/* The op's options plus CLATTN_BUILD_OPTIONS (for debugging builds: -cl-opt-disable, -g).
+ * Options that relax IEEE semantics (the -cl-*-math family, mad, signed zeros) are refused:
+ * the masks rely on infinities and NaN, the tests on exact results. */
+static int full_options(const char *options, char *out, size_t capacity) {
+    static const char *const refused[] = {"math", "mad-enable", "signed-zeros"};
+    const char *extra = getenv("CLATTN_BUILD_OPTIONS");
+    if (!extra) extra = "";
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; ++i)
+        if (strstr(extra, refused[i]))
+            return clattn__fail(CLATTN_ERR_INVALID_ARGUMENT,
+                                "CLATTN_BUILD_OPTIONS \"%s\": options with \"%s\" are refused "
+                                "(clattn relies on IEEE infinities and NaN)",
+                                extra, refused[i]);
+    if ((size_t)snprintf(out, capacity, "%s %s", options, extra) >= capacity)
+        return clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "build options longer than %zu bytes",
+                            capacity);
+    return CLATTN_SUCCESS;
+}
+
+int clattn__create_kernel(cl_context context, cl_device_id device, const char *op_file,
+                          const char *options, const char *kernel_name, cl_kernel *kernel) {
+    cl_program program = NULL;
+    char all_options[2048];
+    int status = full_options(options, all_options, sizeof all_options);
+    if (status == CLATTN_SUCCESS)
+        status = get_program(context, device, op_file, all_options, &program);
+    if (status != CLATTN_SUCCESS) return status;
+    cl_int err;
+    *kernel = clCreateKernel(program, kernel_name, &err);
+    clReleaseProgram(program); /* the kernel holds its own reference */
+    if (err != CL_SUCCESS)
+        return clattn__fail(err, "clCreateKernel(%s) in cl/%s failed: %s", kernel_name, op_file,
+                            clattn_status_name(err));
+    return CLATTN_SUCCESS;
+}

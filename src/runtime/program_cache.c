@@ -1,0 +1,210 @@
+/*
+ * The program cache: built programs keyed by (context, device, source hash, options). The lock
+ * guards only the table: a build runs unlocked (src/runtime/kernel.c), so two threads that miss
+ * at once may both build; the second to finish keeps the first's program and drops its own.
+ * Entries also keep their op file and the hash of their full text, for clattn_cache_export.
+ */
+#include "program_cache.h"
+#include "sources.h"
+#include "status.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct cache_entry {
+    struct cache_entry *next;
+    cl_context context;
+    cl_device_id device;
+    uint64_t source_hash;
+    char *options;
+    cl_program program;
+    char *op_file;
+    uint64_t text_hash; /* of the full text, even where source_hash is the file name's */
+} cache_entry;
+
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static cache_entry *cache_head;
+static size_t cache_builds, cache_hits;
+
+/* FNV-1a, 64 bit: the key needs only to tell edited sources apart. */
+uint64_t clattn__text_hash(const char *text) {
+    uint64_t h = 1469598103934665603ull;
+    for (const unsigned char *p = (const unsigned char *)text; *p; ++p)
+        h = (h ^ *p) * 1099511628211ull;
+    return h;
+}
+
+/* Caller holds cache_lock. Returns a retained program or NULL. */
+static cl_program cache_find(cl_context context, cl_device_id device, uint64_t hash,
+                             const char *options) {
+    for (cache_entry *e = cache_head; e; e = e->next)
+        if (e->context == context && e->device == device && e->source_hash == hash &&
+            strcmp(e->options, options) == 0) {
+            clRetainProgram(e->program);
+            return e->program;
+        }
+    return NULL;
+}
+
+static char *copy_string(const char *text) {
+    char *copy = malloc(strlen(text) + 1);
+    return copy ? strcpy(copy, text) : NULL;
+}
+
+cl_program clattn__cache_lookup(cl_context context, cl_device_id device, uint64_t key,
+                                const char *options) {
+    pthread_mutex_lock(&cache_lock);
+    cl_program program = cache_find(context, device, key, options);
+    if (program) ++cache_hits;
+    pthread_mutex_unlock(&cache_lock);
+    return program;
+}
+
+/* Caller holds cache_lock. A new entry that takes the caller's reference to `program`, unless
+ * that key is cached (*existing, retained) or memory runs out (false either way). */
+static bool cache_add(cl_context context, cl_device_id device, uint64_t hash, const char *op_file,
+                      const char *options, uint64_t text_hash, cl_program program,
+                      cl_program *existing) {
+    *existing = cache_find(context, device, hash, options);
+    cache_entry *e = *existing ? NULL : calloc(1, sizeof *e);
+    char *options_copy = e ? copy_string(options) : NULL;
+    char *op_file_copy = options_copy ? copy_string(op_file) : NULL;
+    if (!op_file_copy) {
+        free(options_copy);
+        free(e); /* already cached, or out of memory */
+        return false;
+    }
+    *e = (cache_entry){.next = cache_head,
+                       .context = context,
+                       .device = device,
+                       .source_hash = hash,
+                       .options = options_copy,
+                       .program = program,
+                       .op_file = op_file_copy,
+                       .text_hash = text_hash};
+    cache_head = e;
+    return true;
+}
+
+/* Adds a program just built or loaded from disk (the cache takes the caller's reference) unless
+ * another thread got there first; returns the program to use, retained for the caller. */
+cl_program clattn__cache_insert(cl_context context, cl_device_id device, uint64_t hash,
+                                const char *op_file, const char *options, uint64_t text_hash,
+                                cl_program built, bool is_build) {
+    pthread_mutex_lock(&cache_lock);
+    cl_program existing;
+    if (cache_add(context, device, hash, op_file, options, text_hash, built, &existing)) {
+        cache_builds += is_build;
+        clRetainProgram(built);
+    } /* else already cached, or out of memory: use the program uncached */
+    pthread_mutex_unlock(&cache_lock);
+    if (existing) {
+        clReleaseProgram(built);
+        return existing;
+    }
+    return built;
+}
+
+/* The cache key of an op file's source. Embedded sources never change within a process, so
+ * their key is the file name and the text is assembled only on a miss; sources read from
+ * CLATTN_KERNEL_DIR are hashed on every call, so an edit is picked up without a restart. */
+int clattn__program_key(const char *op_file, char **text, uint64_t *hash) {
+    const char *dir = getenv("CLATTN_KERNEL_DIR");
+    *text = NULL;
+    if (!(dir && *dir)) {
+        *hash = clattn__text_hash(op_file) ^ 0x656d626564646564ull; /* "embedded" */
+        return CLATTN_SUCCESS;
+    }
+    int status = clattn__program_source(op_file, text);
+    if (status == CLATTN_SUCCESS) *hash = clattn__text_hash(*text);
+    return status;
+}
+
+void clattn__program_cache_clear(cl_context context) {
+    pthread_mutex_lock(&cache_lock);
+    cache_entry **link = &cache_head;
+    while (*link) {
+        cache_entry *e = *link;
+        if (!context || e->context == context) {
+            *link = e->next;
+            clReleaseProgram(e->program);
+            free(e->options);
+            free(e->op_file);
+            free(e);
+        } else {
+            link = &e->next;
+        }
+    }
+    pthread_mutex_unlock(&cache_lock);
+}
+
+void clattn_cache_stats(size_t *programs, size_t *builds, size_t *hits) {
+    pthread_mutex_lock(&cache_lock);
+    size_t count = 0;
+    for (cache_entry *e = cache_head; e; e = e->next) ++count;
+    if (programs) *programs = count;
+    if (builds) *builds = cache_builds;
+    if (hits) *hits = cache_hits;
+    pthread_mutex_unlock(&cache_lock);
+}
+
+/* ---- for program binaries (program_binary.c) ---- */
+
+int clattn__program_hashes(const char *op_file, uint64_t *key, uint64_t *text_hash) {
+    char *text = NULL;
+    int status = clattn__program_key(op_file, &text, key);
+    if (status == CLATTN_SUCCESS && !text) status = clattn__program_source(op_file, &text);
+    if (status == CLATTN_SUCCESS) *text_hash = clattn__text_hash(text);
+    free(text);
+    return status;
+}
+
+bool clattn__cache_adopt(cl_context context, cl_device_id device, const char *op_file,
+                         const char *options, uint64_t key, uint64_t text_hash,
+                         cl_program program) {
+    pthread_mutex_lock(&cache_lock);
+    cl_program existing;
+    const bool added =
+        cache_add(context, device, key, op_file, options, text_hash, program, &existing);
+    pthread_mutex_unlock(&cache_lock);
+    if (existing) clReleaseProgram(existing);
+    if (!added) clReleaseProgram(program);
+    return added;
+}
+
+int clattn__cache_snapshot(cl_context context, cl_device_id device, clattn__cached_program **list,
+                           size_t *count) {
+    pthread_mutex_lock(&cache_lock);
+    size_t n = 0, filled = 0;
+    for (cache_entry *e = cache_head; e; e = e->next)
+        n += e->context == context && e->device == device;
+    clattn__cached_program *out = n ? calloc(n, sizeof *out) : NULL;
+    for (cache_entry *e = cache_head; out && e; e = e->next) {
+        if (e->context != context || e->device != device) continue;
+        clattn__cached_program *c = &out[filled++];
+        *c = (clattn__cached_program){e->program, copy_string(e->op_file), copy_string(e->options),
+                                      e->text_hash};
+        clRetainProgram(e->program);
+        if (!c->op_file || !c->options) {
+            clattn__cache_snapshot_free(out, filled);
+            out = NULL;
+        }
+    }
+    pthread_mutex_unlock(&cache_lock);
+    *list = out;
+    *count = out ? n : 0;
+    return out || n == 0 ? CLATTN_SUCCESS
+                         : clattn__fail(CLATTN_ERR_OUT_OF_HOST_MEMORY,
+                                        "no memory for a list of %zu cached programs", n);
+}
+
+void clattn__cache_snapshot_free(clattn__cached_program *list, size_t count) {
+    for (size_t i = 0; i < count; ++i) {
+        clReleaseProgram(list[i].program);
+        free(list[i].op_file);
+        free(list[i].options);
+    }
+    free(list);
+}

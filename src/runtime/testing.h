@@ -1,0 +1,21 @@
+/* What only tests call: hooks, fault injection, leak counters. The library never includes it. Not
+ * installed. */
+#ifndef CLATTN_RUNTIME_TESTING_H
+#define CLATTN_RUNTIME_TESTING_H
+
+#include "hooks.h"
+
+/* Sets a hook (hooks.h); -1 restores the library's own choice. */
+void clattn__hook_set(clattn__hook hook, int value);
+/* Sets the narrow-index limit (hooks.h); returns the one it replaces. */
+uint64_t clattn__narrow_index_limit_set(uint64_t limit);
+/* Arms `site` to fail at its n-th use from now (n >= 1), once; n = 0 disarms it. */
+void clattn__fault_arm(clattn__fault_site site, int n);
+/* Scratch buffers the library has allocated and OpenCL has not yet destroyed (the tests check
+ * that a failing call leaks none). */
+long clattn__scratch_live(void);
+/* A row the tuning lookup tries before the table's ({op, dtype, device, parameters}); op NULL
+ * (or a NULL row) removes it. */
+void clattn__tuning_set_test_row(const char *const row[4]);
+
+#endif
