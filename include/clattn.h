@@ -588,7 +588,8 @@ CLATTN_API int clattn_mha_workspace_size(const clattn_tensor *query, const clatt
                                          size_t *bytes);
 
 /* ---------------------------------------------------------------------------------------------
- * Tuning (src/runtime/tuning.c, rows in src/runtime/tuning_table.def)
+ * Tuning (src/runtime/tuning.c; parameters in src/runtime/tuning_params.h, rows in
+ * src/runtime/tuning_table.def)
  *
  * Launch parameters (work-group sizes, vector widths, tiles, variants) come from a table of
  * rows looked up per op, storage dtype and device: the exact device name, then its vendor and
@@ -596,17 +597,19 @@ CLATTN_API int clattn_mha_workspace_size(const clattn_tensor *query, const clatt
  * row that does not fit the device (work-group or local-memory limits) is skipped with a
  * warning (the log callback). Overrides apply on top, the API's after the environment's:
  *   CLATTN_TUNE="softmax:GROUP=32,VEC=8;linear_attention:CHUNK=32"
- * Ops and parameters (their meaning is in the table file): copy VEC, RUN, GROUP; softmax
- * VARIANT, VEC, GROUP, SCRATCH; attention PREFILL, DECODE, LANES, GROUP, TK, SPLIT_TARGET,
- * SPLIT_MIN; linear_attention LANES, ROWS, BM, GROUP, ITEMS, CHUNK. A malformed CLATTN_TUNE, or
- * overrides that do not fit the device, make every call of that op fail with
- * CLATTN_ERR_INVALID_TUNING and the reason in clattn_last_error().
+ * The ops are copy, softmax, attention, linear_attention and gemm (CLBlast's Xgemm kernel, for
+ * the composed path and MHA; no default row: without one CLBlast keeps its own parameters).
+ * Each op's parameters, their defaults, ranges and meaning are one table,
+ * src/runtime/tuning_params.h; clattn_tuning_lookup lists them with the values a device runs.
+ * A malformed CLATTN_TUNE, or overrides that do not fit the device, make every call of that op
+ * fail with CLATTN_ERR_INVALID_TUNING and the reason in clattn_last_error().
  * ------------------------------------------------------------------------------------------- */
 
-/* Sets the override of `op` ("copy", "softmax", "attention", "linear_attention") to `params`,
- * "NAME=VALUE,..."; NULL or "" removes it. Applies to every later call in the process. Statuses:
- * CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT (unknown op), CLATTN_ERR_INVALID_TUNING (unknown
- * parameter, not an integer, out of its range; the old override stays). */
+/* Sets the override of `op` ("copy", "softmax", "attention", "linear_attention", "gemm") to
+ * `params`, "NAME=VALUE,..."; NULL or "" removes it. Applies to every later call in the
+ * process. Statuses: CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT (unknown op),
+ * CLATTN_ERR_INVALID_TUNING (unknown parameter, not an integer, out of its range; the old
+ * override stays). */
 CLATTN_API int clattn_tuning_override(const char *op, const char *params);
 
 /* The parameters `op` runs with on `device` for storage `dtype`, as "NAME=VALUE,..." in

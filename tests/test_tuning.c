@@ -1,5 +1,6 @@
-/* Tests of the tuning table (src/runtime/tuning.c, src/runtime/tuning_table.def): lookup, fallback of a row that
- * does not fit the device, overrides through the API and CLATTN_TUNE, and their errors. */
+/* Tests of the tuning table (src/runtime/tuning.c, tuning_params.h, tuning_table.def): lookup,
+ * fallback of a row that does not fit the device, overrides through the API and CLATTN_TUNE,
+ * and their errors. */
 #include "ops/blas.h"
 #include "harness.h"
 #include "runtime/runtime.h"
@@ -18,7 +19,8 @@ static cl_device_id device_of(test_ctx *t) {
     return clattn_env_device(t->env);
 }
 
-/* Every op has a default row and a GPU row, each giving every parameter within its range. */
+/* Every op has a default row (tuning_params.h's DEFAULT column) and a GPU row, each giving
+ * every parameter within its range. */
 static void every_row_is_complete(test_ctx *t) {
     static const char *const keys[] = {"default", "type:gpu"};
     for (size_t o = 0; o < sizeof ops / sizeof ops[0]; ++o)
@@ -27,6 +29,31 @@ static void every_row_is_complete(test_ctx *t) {
             CHECK_OK(t, clattn__tuning_row(ops[o], CLATTN_F32, keys[k], values));
         }
     CHECK_OK(t, clattn__tuning_check_table()); /* and every other row (name:, type:cpu, gemm) */
+}
+
+/* The typed view of a row (tuning_params.h) holds the row's values by name, and the build
+ * options carry exactly the parameters that have a kernel macro, under that macro's name. */
+static void typed_rows_and_build_options(test_ctx *t) {
+    clattn__attention_tuning a;
+    CHECK_OK(t, clattn__attention_tuning_row(CLATTN_F32, "type:gpu", &a));
+    long values[CLATTN__TUNING_MAX_PARAMS];
+    CHECK_OK(t, clattn__tuning_row(&clattn__tuning_attention, CLATTN_F32, "type:gpu", values));
+    CHECK(t, a.PREFILL == values[0] && a.LANES == values[2] && a.BN == values[8],
+          "typed PREFILL %ld LANES %ld BN %ld against %ld %ld %ld", a.PREFILL, a.LANES, a.BN,
+          values[0], values[2], values[8]);
+    a.LANES = 8, a.TK = 16, a.BM = 2, a.BN = 32, a.GROUP = 77;
+    char options[256] = "-cl-std=CL1.2";
+    clattn__attention_tuning_options(&a, options, sizeof options);
+    CHECK(t, strcmp(options, "-cl-std=CL1.2 -DVEC=8 -DTK=16 -DBM=2 -DBN=32") == 0,
+          "attention's build options: \"%s\"", options);
+    clattn__copy_tuning c = {.VEC = 4, .RUN = 9, .GROUP = 3};
+    options[0] = '\0';
+    clattn__copy_tuning_options(&c, options, sizeof options);
+    CHECK(t, strcmp(options, " -DVEC=4") == 0, "copy's build options: \"%s\"", options);
+    /* a buffer too small is cut, never overrun */
+    char small[8] = "ab";
+    clattn__copy_tuning_options(&c, small, sizeof small);
+    CHECK(t, strlen(small) < sizeof small, "cut options \"%s\"", small);
 }
 
 static void lookup_reflects_overrides(test_ctx *t) {
@@ -218,6 +245,7 @@ static void gemm_rows_reach_clblast(test_ctx *t) {
 
 static const test_case cases[] = {
     {"every_row_is_complete", every_row_is_complete},
+    {"typed_rows_and_build_options", typed_rows_and_build_options},
     {"lookup_reflects_overrides", lookup_reflects_overrides},
     {"malformed_overrides_are_errors", malformed_overrides_are_errors},
     {"environment_overrides", environment_overrides},

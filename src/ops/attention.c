@@ -11,26 +11,24 @@
 /* Head dims are compile-time sizes of the kernel's private arrays. */
 #define CLATTN_MAX_HEAD_DIM 256
 
-/* The launch of the fused kernel: the tuning table's row for the device (src/runtime/tuning_table.def
- * says what each row is based on): the variant for prefill and for decoding (Sq <=
- * KEYS_MAX_QUERIES), head-dim lanes, the group size, the largest key tile (TK, halved until two
- * K/V tiles fit half the local memory), and when to split the keys (fewer than SPLIT_TARGET
- * groups per compute unit: chunks of at least SPLIT_MIN keys; the merge kernel combines them).
- * attention_keys always takes groups of 128 (its KEYS_GROUP) and chunks of at most 1024 keys;
- * attention_blocks runs the table's BM queries per work-item against BN-key tiles. */
+/* The launch of the fused kernel: the tuning table's row for the device
+ * (src/runtime/tuning_table.def says what each row is based on): the variant for prefill and for
+ * decoding (Sq <= KEYS_MAX_QUERIES), head-dim lanes, the group size, the largest key tile (TK,
+ * halved until two K/V tiles fit half the local memory), and when to split the keys (fewer than
+ * SPLIT_TARGET groups per compute unit: chunks of at least SPLIT_MIN keys; the merge kernel
+ * combines them). attention_keys always takes groups of 128 (its KEYS_GROUP) and chunks of at most
+ * 1024 keys; attention_blocks runs the table's BM queries per work-item against BN-key tiles. */
 #define ATTENTION_KEYS_SIZE  128  /* = KEYS_GROUP in cl/attention.cl */
 #define ATTENTION_KEYS_CHUNK 1024 /* = KEYS_CHUNK */
 #define KEYS_MAX_QUERIES     8
 #define ATTENTION_SPLIT_MAX  128
 
 typedef struct attention_launch {
-    int variant; /* CLATTN__ATTENTION_BLOCKS, _TILES or _KEYS */
-    int lanes;   /* head-dim vector width */
-    int tk;      /* tiles: keys per local tile */
-    int bm, bn;  /* blocks: queries per work-item, keys per tile */
-    size_t group;
-    int split_target, split_min; /* the table's SPLIT_TARGET and SPLIT_MIN */
-    int splits, chunk;           /* the key axis in `splits` chunks of `chunk` keys (1: unsplit) */
+    /* the table's row, with LANES narrowed to divide the head dims, TK halved to fit the local
+     * memory and GROUP the keys variant's own where it runs */
+    clattn__attention_tuning t;
+    int variant;       /* CLATTN__ATTENTION_BLOCKS, _TILES or _KEYS */
+    int splits, chunk; /* the key axis in `splits` chunks of `chunk` keys (1: unsplit) */
 } attention_launch;
 
 typedef clattn__attention_args attention_args;
@@ -115,11 +113,11 @@ static void pick_splits(attention_launch *l, cl_device_id device, const attentio
     clGetDeviceInfo(device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL);
     const int64_t Sk = a->k->shape[2];
     const int64_t per = l->variant == CLATTN__ATTENTION_KEYS    ? 1
-                        : l->variant == CLATTN__ATTENTION_TILES ? (int64_t)l->group
-                                                                : l->bm * (int64_t)l->group;
+                        : l->variant == CLATTN__ATTENTION_TILES ? (int64_t)l->t.GROUP
+                                                                : l->t.BM * (int64_t)l->t.GROUP;
     const int64_t groups = a->q->shape[0] * a->q->shape[1] * ((a->q->shape[2] + per - 1) / per);
-    const int64_t want = ((int64_t)units * l->split_target + groups - 1) / groups;
-    int64_t splits = want < Sk / l->split_min ? want : Sk / l->split_min;
+    const int64_t want = ((int64_t)units * l->t.SPLIT_TARGET + groups - 1) / groups;
+    int64_t splits = want < Sk / l->t.SPLIT_MIN ? want : Sk / l->t.SPLIT_MIN;
     if (splits > ATTENTION_SPLIT_MAX) splits = ATTENTION_SPLIT_MAX;
     const int forced = clattn__hook_value(CLATTN__HOOK_ATTENTION_SPLITS);
     if (forced > 0) splits = forced < Sk ? forced : Sk;
@@ -141,29 +139,21 @@ static size_t partial_floats(const attention_args *a, const attention_launch *l)
 }
 
 static int pick_launch(cl_device_id device, const attention_args *a, attention_launch *l) {
-    /* PREFILL, DECODE, LANES, GROUP, TK, SPLIT_TARGET, SPLIT_MIN, BM, BN */
-    long v[CLATTN__TUNING_MAX_PARAMS];
-    int status = clattn__tuning_get(device, &clattn__tuning_attention, a->q->dtype, v);
+    *l = (attention_launch){.splits = 1};
+    int status = clattn__attention_tuning_get(device, a->q->dtype, &l->t);
     if (status != CLATTN_SUCCESS) return status;
     cl_ulong local_bytes = 32768;
     clGetDeviceInfo(device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_bytes, &local_bytes, NULL);
     const int64_t d = a->q->shape[3], dv = a->v->shape[3];
-    *l = (attention_launch){(int)(a->q->shape[2] <= KEYS_MAX_QUERIES ? v[1] : v[0]),
-                            clattn__head_lanes((cl_uint)v[2], d, dv),
-                            (int)v[4],
-                            (int)v[7],
-                            (int)v[8],
-                            (size_t)v[3],
-                            (int)v[5],
-                            (int)v[6],
-                            1,
-                            0};
+    l->variant = (int)(a->q->shape[2] <= KEYS_MAX_QUERIES ? l->t.DECODE : l->t.PREFILL);
+    l->t.LANES = clattn__head_lanes((cl_uint)l->t.LANES, d, dv);
     const int forced = clattn__hook_value(CLATTN__HOOK_ATTENTION_VARIANT);
     if (forced >= 0) l->variant = forced;
-    if (l->variant == CLATTN__ATTENTION_KEYS) l->group = ATTENTION_KEYS_SIZE;
+    if (l->variant == CLATTN__ATTENTION_KEYS) l->t.GROUP = ATTENTION_KEYS_SIZE;
     /* every variant a device runs is built with the same options, so that one program serves
      * them all (the tests run each variant on each device) */
-    while (l->tk > 1 && (uint64_t)l->tk * (uint64_t)(d + dv) * 4 > local_bytes / 2) l->tk /= 2;
+    while (l->t.TK > 1 && (uint64_t)l->t.TK * (uint64_t)(d + dv) * 4 > local_bytes / 2)
+        l->t.TK /= 2;
     pick_splits(l, device, a);
     return CLATTN_SUCCESS;
 }
@@ -172,13 +162,12 @@ static void attention_options(const attention_args *a, const attention_launch *l
                               char *options, size_t size) {
     snprintf(options, size,
              "-cl-std=CL1.2 -DQ_T=%s -DK_T=%s -DV_T=%s -DO_T=%s -DHAS_LSE=%d -DLSE_T=%s "
-             "-DHEAD_DIM=%lld -DVALUE_DIM=%lld -DVEC=%d -DBM=%d -DBN=%d -DTK=%d -DIDX=%s "
-             "-DEMPTY_NAN=%d -DSPLITS=%d",
+             "-DHEAD_DIM=%lld -DVALUE_DIM=%lld -DIDX=%s -DEMPTY_NAN=%d -DSPLITS=%d",
              clattn_dtype_name(a->q->dtype), clattn_dtype_name(a->k->dtype),
              clattn_dtype_name(a->v->dtype), clattn_dtype_name(a->out->dtype), a->lse != NULL,
              clattn_dtype_name(a->lse ? a->lse->dtype : CLATTN_F32), (long long)a->q->shape[3],
-             (long long)a->v->shape[3], l->lanes, l->bm, l->bn, l->tk, wide ? "ulong" : "uint",
-             a->mask.empty_rows_nan, l->splits);
+             (long long)a->v->shape[3], wide ? "ulong" : "uint", a->mask.empty_rows_nan, l->splits);
+    clattn__attention_tuning_options(&l->t, options, size);
     clattn__mask_options(&a->mask, options, size);
 }
 
@@ -194,7 +183,7 @@ static size_t attention_items(const attention_args *a, const attention_launch *l
         return rows * ((sq + group - 1) / group) * (size_t)l->splits * group;
     default:
         return clattn__round_up(
-            rows * ((sq + (size_t)l->bm - 1) / (size_t)l->bm) * (size_t)l->splits, group);
+            rows * ((sq + (size_t)l->t.BM - 1) / (size_t)l->t.BM) * (size_t)l->splits, group);
     }
 }
 
@@ -245,7 +234,7 @@ static int enqueue_attention(const attention_args *a, const attention_launch *la
         status = clattn__kernel_max_group(kernel, call->device, &max_group);
     cl_event done = NULL;
     if (status == CLATTN_SUCCESS) {
-        size_t local = max_group < l.group ? max_group : l.group;
+        size_t local = max_group < (size_t)l.t.GROUP ? max_group : (size_t)l.t.GROUP;
         if (l.variant == CLATTN__ATTENTION_KEYS) /* its reductions want a power of two */
             while (local & (local - 1)) local &= local - 1;
         size_t global = attention_items(a, &l, local);
@@ -276,8 +265,8 @@ static int resolve_path(const clattn_attention_options *options) {
 /* The kernels number work-items (blocks) and groups (tiles, keys) with int: a launch past
  * that, which only a split of keys past 2^30 can reach, is refused before anything runs. */
 static int check_launch_size(const attention_args *a, const attention_launch *l) {
-    size_t items = attention_items(a, l, l->group);
-    size_t numbered = l->variant == CLATTN__ATTENTION_BLOCKS ? items : items / l->group;
+    size_t items = attention_items(a, l, (size_t)l->t.GROUP);
+    size_t numbered = l->variant == CLATTN__ATTENTION_BLOCKS ? items : items / (size_t)l->t.GROUP;
     if (numbered > 0x7fffffff)
         return clattn__fail(CLATTN_ERR_DEVICE_LIMIT,
                             "the launch needs %zu work-groups or work-items; at most 2^31 - 1",

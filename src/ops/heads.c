@@ -7,21 +7,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Launch shape of the copy kernel (see cl/heads.cl): the tuning table's row for the device
- * (src/runtime/tuning_table.def says what each row is based on). */
-typedef struct copy_params {
-    int vec;        /* elements per vector access (the kernel's VEC) */
-    size_t max_run; /* elements one work-item copies along the innermost dim */
-    size_t group;   /* work-group size target */
-} copy_params;
-
-static int copy_params_for(cl_device_id device, clattn_dtype dtype, copy_params *p) {
-    long v[CLATTN__TUNING_MAX_PARAMS];
-    int status = clattn__tuning_get(device, &clattn__tuning_copy, dtype, v);
-    if (status == CLATTN_SUCCESS) *p = (copy_params){(int)v[0], (size_t)v[1], (size_t)v[2]};
-    return status;
-}
-
 /* A copy after its views are simplified: the same element-wise map over at most 4 dims. */
 typedef struct copy_plan {
     int64_t n[4];
@@ -135,16 +120,19 @@ static bool plan_needs_wide_index(const copy_plan *plan) {
     return clattn__needs_wide_index(views, 3);
 }
 
-static void plan_options(const copy_plan *plan, int vec, bool wide, char *out, size_t capacity) {
+/* The build options: the plan's, then the tuning parameters that reach the kernel (VEC). */
+static void plan_options(const copy_plan *plan, const clattn__copy_tuning *tuning, bool wide,
+                         char *out, size_t capacity) {
     bool raw = !plan->bias && plan->src_dtype == plan->dst_dtype;
     bool contig = plan->src_stride[3] == 1 && plan->dst_stride[3] == 1 &&
                   (!plan->bias || plan->bias_stride[3] <= 1);
     snprintf(out, capacity,
              "-cl-std=CL1.2 -DSRC_T=%s -DDST_T=%s -DCOPY_RAW=%d -DHAS_BIAS=%d -DBIAS_T=%s "
-             "-DCONTIG=%d -DVEC=%d -DIDX=%s",
+             "-DCONTIG=%d -DIDX=%s",
              dtype_token(plan->src_dtype), dtype_token(plan->dst_dtype), raw ? 1 : 0,
              plan->bias ? 1 : 0, dtype_token(plan->bias ? plan->bias->dtype : CLATTN_F32),
-             contig ? 1 : 0, vec, wide ? "ulong" : "uint");
+             contig ? 1 : 0, wide ? "ulong" : "uint");
+    clattn__copy_tuning_options(tuning, out, capacity);
 }
 
 static int set_copy_args(cl_kernel kernel, const copy_plan *plan, uint64_t run, bool wide) {
@@ -182,15 +170,16 @@ static int enqueue_copy(const clattn_tensor *src, const clattn_tensor *bias,
     copy_plan plan;
     plan_copy(src, bias, dst, &plan);
     pair_16bit_elements(&plan);
-    copy_params params;
-    int status = copy_params_for(call->device, src->dtype, &params);
+    /* the launch shape: the tuning table's row for the device (tuning_table.def) */
+    clattn__copy_tuning params;
+    int status = clattn__copy_tuning_get(call->device, src->dtype, &params);
     if (status != CLATTN_SUCCESS) return status;
     bool wide = plan_needs_wide_index(&plan);
     char options[256];
-    plan_options(&plan, params.vec, wide, options, sizeof options);
+    plan_options(&plan, &params, wide, options, sizeof options);
     /* a run is a whole number of vectors, so only the last run of a row has a scalar tail */
-    size_t run = clattn__round_up((size_t)plan.n[3], (size_t)params.vec);
-    if (run > params.max_run) run = clattn__round_up(params.max_run, (size_t)params.vec);
+    size_t run = clattn__round_up((size_t)plan.n[3], (size_t)params.VEC);
+    if (run > (size_t)params.RUN) run = clattn__round_up((size_t)params.RUN, (size_t)params.VEC);
     size_t runs = ((size_t)plan.n[3] + run - 1) / run;
 
     cl_kernel kernel = NULL;
@@ -202,7 +191,7 @@ static int enqueue_copy(const clattn_tensor *src, const clattn_tensor *bias,
     if (status == CLATTN_SUCCESS)
         status = clattn__kernel_max_group(kernel, call->device, &max_group);
     if (status == CLATTN_SUCCESS) {
-        size_t group = max_group < params.group ? max_group : params.group;
+        size_t group = max_group < (size_t)params.GROUP ? max_group : (size_t)params.GROUP;
         size_t local[3] = {clattn__pow2_at_least(runs, group), 1, 1};
         local[1] = clattn__pow2_at_least((size_t)plan.n[2], group / local[0]);
         /* dims 1 and 2 stay within 65535 work-groups (a GPU grid limit); the kernel loops */

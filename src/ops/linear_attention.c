@@ -30,13 +30,12 @@ typedef struct linear_args {
     clattn__mask_plan mask;
 } linear_args;
 
-/* The launch of a call: head-dim lanes, ROWS state rows per linear_states work-item and BM
- * queries per linear_outputs one, the group size, and the chunking. The causal chunk (the
- * table's CHUNK) trades the quadratic work of the keys within a chunk against the
- * (Sk / chunk) states the scratch holds and the scan walks. */
+/* The launch of a call: the table's row (LANES narrowed to divide the head dims; ROWS state
+ * rows per linear_states work-item and BM queries per linear_outputs one resolved) and the
+ * chunking. The causal chunk (the table's CHUNK) trades the quadratic work of the keys within
+ * a chunk against the (Sk / chunk) states the scratch holds and the scan walks. */
 typedef struct linear_launch {
-    int lanes, rows, bm;
-    size_t group, items_per_unit;
+    clattn__linear_attention_tuning t;
     int chunk, nchunks;
     bool causal;
 } linear_launch;
@@ -155,8 +154,8 @@ static void pick_chunks(linear_launch *l, cl_device_id device, const linear_args
     if (!l->causal) {
         cl_uint units = 1;
         clGetDeviceInfo(device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL);
-        const int64_t per_chunk = a->k->shape[0] * a->k->shape[1] * (a->k->shape[3] / l->rows);
-        int64_t chunks = ((int64_t)units * (int64_t)l->items_per_unit + per_chunk - 1) / per_chunk;
+        const int64_t per_chunk = a->k->shape[0] * a->k->shape[1] * (a->k->shape[3] / l->t.ROWS);
+        int64_t chunks = ((int64_t)units * (int64_t)l->t.ITEMS + per_chunk - 1) / per_chunk;
         const int64_t most = (Sk + LINEAR_MIN_CHUNK - 1) / LINEAR_MIN_CHUNK;
         const int64_t least = (Sk + LINEAR_MAX_CHUNK - 1) / LINEAR_MAX_CHUNK;
         if (chunks > most) chunks = most;
@@ -168,29 +167,22 @@ static void pick_chunks(linear_launch *l, cl_device_id device, const linear_args
     l->nchunks = (int)((Sk + chunk - 1) / chunk);
 }
 
-/* The launch: the tuning table's row for the device (src/runtime/tuning_table.def says what each row
- * is based on), with the lanes narrowed to divide the head dims and ROWS, BM 0 resolved to as
- * many as keep 16 vector accumulators. */
+/* The launch: the tuning table's row for the device (tuning_table.def says what each row is
+ * based on), or the row a test forces, with the lanes narrowed to divide the head dims and
+ * ROWS, BM 0 resolved to as many as keep 16 vector accumulators. */
 static int pick_launch(cl_device_id device, const linear_args *a, linear_launch *l) {
-    long v[CLATTN__TUNING_MAX_PARAMS];
-    const clattn__tuning_op *op = &clattn__tuning_linear_attention;
+    *l = (linear_launch){.causal = a->mask.causal != 0};
     const int forced = clattn__hook_value(CLATTN__HOOK_LINEAR_LAUNCH);
-    int status = forced < 0
-                     ? clattn__tuning_get(device, op, a->q->dtype, v)
-                     : clattn__tuning_row(op, a->q->dtype,
-                                          forced == CLATTN__LINEAR_GPU ? "type:gpu" : "default", v);
+    const char *row = forced == CLATTN__LINEAR_GPU ? "type:gpu" : "default";
+    int status = forced < 0 ? clattn__linear_attention_tuning_get(device, a->q->dtype, &l->t)
+                            : clattn__linear_attention_tuning_row(a->q->dtype, row, &l->t);
     if (status != CLATTN_SUCCESS) return status;
     const int64_t d = a->q->shape[3], dv = a->v->shape[3];
-    *l = (linear_launch){clattn__head_lanes((cl_uint)v[0], d, dv),
-                         (int)v[1],
-                         (int)v[2],
-                         (size_t)v[3],
-                         (size_t)v[4],
-                         (int)v[5],
-                         0,
-                         a->mask.causal != 0};
-    if (l->rows == 0 || d % l->rows) l->rows = register_tile(d, dv, l->lanes);
-    if (l->bm == 0) l->bm = register_tile(4, dv, l->lanes);
+    l->t.LANES = clattn__head_lanes((cl_uint)l->t.LANES, d, dv);
+    const int lanes = (int)l->t.LANES;
+    if (l->t.ROWS == 0 || d % l->t.ROWS) l->t.ROWS = register_tile(d, dv, lanes);
+    if (l->t.BM == 0) l->t.BM = register_tile(4, dv, lanes);
+    l->chunk = (int)l->t.CHUNK;
     pick_chunks(l, device, a);
     return CLATTN_SUCCESS;
 }
@@ -199,8 +191,8 @@ static int pick_launch(cl_device_id device, const linear_args *a, linear_launch 
 static int check_launch_size(const linear_args *a, const linear_launch *l) {
     const int64_t B = a->q->shape[0], Hq = a->q->shape[1], Hkv = a->k->shape[1];
     const int64_t D = a->q->shape[3], Dv = a->v->shape[3];
-    const int64_t outputs = B * Hq * ((a->q->shape[2] + l->bm - 1) / l->bm);
-    const int64_t states = B * Hkv * (int64_t)l->nchunks * (D / l->rows);
+    const int64_t outputs = B * Hq * ((a->q->shape[2] + l->t.BM - 1) / l->t.BM);
+    const int64_t states = B * Hkv * (int64_t)l->nchunks * (D / l->t.ROWS);
     const int64_t scan = B * Hkv * D * Dv, features = B * Hkv * a->k->shape[2];
     int64_t most = outputs;
     const int64_t others[3] = {states, scan, features};
@@ -232,11 +224,12 @@ static void linear_options_string(const linear_args *a, const linear_launch *l, 
                                   char *options, size_t size) {
     snprintf(options, size,
              "-cl-std=CL1.2 -DQ_T=%s -DK_T=%s -DV_T=%s -DO_T=%s -DHEAD_DIM=%lld -DVALUE_DIM=%lld "
-             "-DVEC=%d -DROWS=%d -DBM=%d -DFEATURE=%d -DCAUSAL=%d -DHAS_STATE=%d -DIDX=%s",
+             "-DFEATURE=%d -DCAUSAL=%d -DHAS_STATE=%d -DIDX=%s",
              clattn_dtype_name(a->q->dtype), clattn_dtype_name(a->k->dtype),
              clattn_dtype_name(a->v->dtype), clattn_dtype_name(a->out->dtype),
-             (long long)a->q->shape[3], (long long)a->v->shape[3], l->lanes, l->rows, l->bm,
-             (int)a->feature_map, l->causal, a->state != NULL, wide ? "ulong" : "uint");
+             (long long)a->q->shape[3], (long long)a->v->shape[3], (int)a->feature_map, l->causal,
+             a->state != NULL, wide ? "ulong" : "uint");
+    clattn__linear_attention_tuning_options(&l->t, options, size);
     clattn__mask_options(&a->mask, options, size);
 }
 
@@ -353,13 +346,13 @@ static int enqueue_linear(const linear_args *a, const linear_launch *l, const cl
     char options[1024];
     linear_options_string(a, l, wide, options, sizeof options);
     const int64_t B = a->k->shape[0], Hkv = a->k->shape[1], D = a->k->shape[3];
-    const int64_t blocks = (a->q->shape[2] + l->bm - 1) / l->bm;
+    const int64_t blocks = (a->q->shape[2] + l->t.BM - 1) / l->t.BM;
     const int64_t Sk = a->k->shape[2];
     cl_event events[3] = {NULL, NULL, NULL};
     const linear_step steps[4] = {
         {"linear_features", (size_t)(B * Hkv * Sk), NULL, &events[0]},
-        {"linear_states", (size_t)(B * Hkv * l->nchunks * (D / l->rows)), NULL, &events[1]},
-        {"linear_scan", (size_t)(B * Hkv * D * (a->v->shape[3] / l->lanes)), NULL, &events[2]},
+        {"linear_states", (size_t)(B * Hkv * l->nchunks * (D / l->t.ROWS)), NULL, &events[1]},
+        {"linear_scan", (size_t)(B * Hkv * D * (a->v->shape[3] / l->t.LANES)), NULL, &events[2]},
         {"linear_outputs", (size_t)(B * a->q->shape[1] * blocks), NULL, call->event}};
     /* phi(k) goes to scratch first only when causal (the products within chunks read it) */
     const int first = l->causal ? 0 : 1;
@@ -373,7 +366,7 @@ static int enqueue_linear(const linear_args *a, const linear_launch *l, const cl
     for (int i = first; i < 4 && status == CLATTN_SUCCESS; ++i) {
         linear_step step = steps[i];
         step.wait = i > first ? events[i - 1] : NULL;
-        status = enqueue_step(call, kernels[i], &step, i == 2 ? 64 : l->group);
+        status = enqueue_step(call, kernels[i], &step, i == 2 ? 64 : (size_t)l->t.GROUP);
     }
     for (int i = 0; i < 4; ++i)
         if (kernels[i]) clReleaseKernel(kernels[i]);

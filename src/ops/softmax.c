@@ -9,25 +9,19 @@
 #include <string.h>
 
 /* The launch of one row-wise softmax kernel: the tuning table's row for the device
- * (src/runtime/tuning_table.def says what each row is based on). */
-typedef struct softmax_params {
-    int variant; /* CLATTN__SOFTMAX_ROWS or CLATTN__SOFTMAX_GROUP */
-    int vec;     /* rows variant: vector width */
-    size_t group;
-    int scratch; /* rows variant: floats of local memory per row for the exponentials (0: none) */
-} softmax_params;
+ * (tuning_table.def says what each row is based on). VARIANT is CLATTN__SOFTMAX_ROWS or
+ * CLATTN__SOFTMAX_GROUP; GROUP is the group size the kernel is built and run with. */
+typedef clattn__softmax_tuning softmax_params;
 
 static int softmax_params_for(cl_device_id device, clattn_dtype dtype, softmax_params *p) {
-    long v[CLATTN__TUNING_MAX_PARAMS];
-    int status = clattn__tuning_get(device, &clattn__tuning_softmax, dtype, v);
+    int status = clattn__softmax_tuning_get(device, dtype, p);
     if (status != CLATTN_SUCCESS) return status;
-    *p = (softmax_params){(int)v[0], (int)v[1], (size_t)v[2], (int)v[3]};
     /* a default row too large for this device's local memory recomputes the exponentials */
     cl_ulong local_bytes = 0;
     clGetDeviceInfo(device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_bytes, &local_bytes, NULL);
-    if ((cl_ulong)p->group * (cl_ulong)p->scratch * 4 * 2 > local_bytes) p->scratch = 0;
+    if ((cl_ulong)p->GROUP * (cl_ulong)p->SCRATCH * 4 * 2 > local_bytes) p->SCRATCH = 0;
     const int forced = clattn__hook_value(CLATTN__HOOK_SOFTMAX_VARIANT);
-    if (forced >= 0) p->variant = forced;
+    if (forced >= 0) p->VARIANT = forced;
     return CLATTN_SUCCESS;
 }
 
@@ -47,23 +41,24 @@ static int build_kernel(const clattn__call *call, const char *base_options, soft
                         const char *name, cl_kernel *kernel) {
     for (;;) {
         char options[1024];
-        snprintf(options, sizeof options, "%s -DVEC=%d -DGROUP=%zu -DROWS=%zu -DSCRATCH=%d",
-                 base_options, params->vec, params->group, params->group, params->scratch);
+        /* a group of the rows variant holds GROUP rows */
+        snprintf(options, sizeof options, "%s -DROWS=%ld", base_options, params->GROUP);
+        clattn__softmax_tuning_options(params, options, sizeof options);
         int status =
             clattn__create_kernel(call->context, call->device, "softmax.cl", options, name, kernel);
         size_t max_group = 1;
         if (status == CLATTN_SUCCESS)
             status = clattn__kernel_max_group(*kernel, call->device, &max_group);
-        if (status != CLATTN_SUCCESS || params->variant == CLATTN__SOFTMAX_ROWS ||
-            max_group >= params->group)
+        if (status != CLATTN_SUCCESS || params->VARIANT == CLATTN__SOFTMAX_ROWS ||
+            max_group >= (size_t)params->GROUP)
             return status;
         clReleaseKernel(*kernel);
         *kernel = NULL;
         size_t smaller = 1;
         while (smaller * 2 <= max_group) smaller *= 2;
-        clattn__warn("softmax: GROUP %zu exceeds this kernel's work-group limit %zu; using %zu",
-                     params->group, max_group, smaller);
-        params->group = smaller;
+        clattn__warn("softmax: GROUP %ld exceeds this kernel's work-group limit %zu; using %zu",
+                     params->GROUP, max_group, smaller);
+        params->GROUP = (long)smaller;
     }
 }
 
@@ -73,11 +68,11 @@ static int enqueue_rows(const clattn__call *call, cl_kernel kernel, const softma
     size_t max_group = 1;
     int status = clattn__kernel_max_group(kernel, call->device, &max_group);
     if (status != CLATTN_SUCCESS) return status;
-    if (params->variant == CLATTN__SOFTMAX_GROUP) {
-        size_t global = rows * params->group;
-        return clattn__enqueue(call, kernel, 1, &global, &params->group);
+    if (params->VARIANT == CLATTN__SOFTMAX_GROUP) {
+        const size_t group = (size_t)params->GROUP, global = rows * group;
+        return clattn__enqueue(call, kernel, 1, &global, &group);
     }
-    size_t local = params->group < max_group ? params->group : max_group;
+    size_t local = (size_t)params->GROUP < max_group ? (size_t)params->GROUP : max_group;
     size_t global = clattn__round_up(rows, local);
     return clattn__enqueue(call, kernel, 1, &global, &local);
 }
@@ -161,7 +156,7 @@ static int enqueue_softmax(const softmax_args *a, const clattn__call *call) {
              a->x->strides[3] == 1 && a->y->strides[3] == 1, wide ? "ulong" : "uint",
              a->mask.empty_rows_nan);
     clattn__mask_options(&a->mask, options, sizeof options);
-    const char *name = params.variant == CLATTN__SOFTMAX_GROUP ? "softmax_group" : "softmax_rows";
+    const char *name = params.VARIANT == CLATTN__SOFTMAX_GROUP ? "softmax_group" : "softmax_rows";
     cl_kernel kernel = NULL;
     status = build_kernel(call, options, &params, name, &kernel);
     if (status == CLATTN_SUCCESS) status = set_softmax_args(kernel, a, wide);
@@ -217,7 +212,7 @@ static int enqueue_backward(const backward_args *a, const clattn__call *call) {
     snprintf(options, sizeof options, "-cl-std=CL1.2 -DY_T=%s -DDY_T=%s -DDZ_T=%s -DIDX=%s",
              clattn_dtype_name(a->y->dtype), clattn_dtype_name(a->dy->dtype),
              clattn_dtype_name(a->dz->dtype), wide ? "ulong" : "uint");
-    const char *name = params.variant == CLATTN__SOFTMAX_GROUP ? "softmax_backward_group"
+    const char *name = params.VARIANT == CLATTN__SOFTMAX_GROUP ? "softmax_backward_group"
                                                                : "softmax_backward_rows";
     cl_kernel kernel = NULL;
     status = build_kernel(call, options, &params, name, &kernel);

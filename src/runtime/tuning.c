@@ -50,108 +50,128 @@ static bool is_lane_width(long v) {
     return v == 1 || v == 4 || v == 8 || v == 16;
 }
 
-/* VEC, RUN, GROUP */
-static const char *copy_fits(cl_device_id device, const long *v) {
-    if (v[0] != 2 && v[0] != 4 && v[0] != 8 && v[0] != 16) return "VEC must be 2, 4, 8 or 16";
-    if ((size_t)v[2] > device_max_group(device))
+/* Each op's device limits, on its typed parameters (tuning_params.h says what each one is). */
+
+static const char *copy_fits(cl_device_id device, const clattn__copy_tuning *t) {
+    if (t->VEC != 2 && t->VEC != 4 && t->VEC != 8 && t->VEC != 16)
+        return "VEC must be 2, 4, 8 or 16";
+    if ((size_t)t->GROUP > device_max_group(device))
         return "GROUP exceeds the device's work-group size";
     return NULL;
 }
 
-const clattn__tuning_op clattn__tuning_copy = {
-    "copy", 3, {"VEC", "RUN", "GROUP"}, {2, 1, 1}, {16, 1 << 20, 1024}, copy_fits};
-
-/* VARIANT, VEC, GROUP, SCRATCH: the rows variant keeps SCRATCH floats per row of its group in
- * local memory, with room to spare (half of it). */
-static const char *softmax_fits(cl_device_id device, const long *v) {
-    if ((size_t)v[2] > device_max_group(device))
+/* The rows variant keeps SCRATCH floats per row of its group in local memory, with room to
+ * spare (half of it). */
+static const char *softmax_fits(cl_device_id device, const clattn__softmax_tuning *t) {
+    if ((size_t)t->GROUP > device_max_group(device))
         return "GROUP exceeds the device's work-group size";
-    if (v[0] == 0 && !is_lane_width(v[1])) return "VEC must be 1, 4, 8 or 16";
-    if (v[0] == 0 && (cl_ulong)v[2] * (cl_ulong)v[3] * 4 * 2 > device_local_bytes(device))
+    if (t->VARIANT == 0 && !is_lane_width(t->VEC)) return "VEC must be 1, 4, 8 or 16";
+    if (t->VARIANT == 0 &&
+        (cl_ulong)t->GROUP * (cl_ulong)t->SCRATCH * 4 * 2 > device_local_bytes(device))
         return "GROUP x SCRATCH floats exceed half the device's local memory";
     return NULL;
 }
 
-const clattn__tuning_op clattn__tuning_softmax = {
-    "softmax",   4, {"VARIANT", "VEC", "GROUP", "SCRATCH"}, {0, 1, 1, 0}, {1, 16, 1024, 65536},
-    softmax_fits};
-
-/* LANES, ROWS, BM, GROUP, ITEMS, CHUNK */
-static const char *linear_fits(cl_device_id device, const long *v) {
-    if (!is_lane_width(v[0])) return "LANES must be 1, 4, 8 or 16";
-    if ((size_t)v[3] > device_max_group(device))
+static const char *linear_attention_fits(cl_device_id device,
+                                         const clattn__linear_attention_tuning *t) {
+    if (!is_lane_width(t->LANES)) return "LANES must be 1, 4, 8 or 16";
+    if ((size_t)t->GROUP > device_max_group(device))
         return "GROUP exceeds the device's work-group size";
     return NULL;
 }
 
-const clattn__tuning_op clattn__tuning_linear_attention = {
-    "linear_attention",
-    6,
-    {"LANES", "ROWS", "BM", "GROUP", "ITEMS", "CHUNK"},
-    {1, 0, 0, 1, 1, 1},
-    {16, 8, 8, 1024, 1 << 20, 4096},
-    linear_fits};
-
-/* PREFILL, DECODE (variants: 0 blocks, 1 tiles, 2 keys), LANES, GROUP, TK, SPLIT_TARGET,
- * SPLIT_MIN, BM, BN (the blocks' queries per work-item and keys per tile) */
-static const char *attention_fits(cl_device_id device, const long *v) {
-    if (v[0] == 2) return "PREFILL cannot be the keys variant (a group per query row)";
-    if (!is_lane_width(v[2])) return "LANES must be 1, 4, 8 or 16";
-    if ((size_t)v[3] > device_max_group(device))
+/* Variants: 0 blocks, 1 tiles, 2 keys. */
+static const char *attention_fits(cl_device_id device, const clattn__attention_tuning *t) {
+    if (t->PREFILL == 2) return "PREFILL cannot be the keys variant (a group per query row)";
+    if (!is_lane_width(t->LANES)) return "LANES must be 1, 4, 8 or 16";
+    if ((size_t)t->GROUP > device_max_group(device))
         return "GROUP exceeds the device's work-group size";
-    if ((v[1] == 2 || v[0] == 2) && device_max_group(device) < 128)
+    if ((t->DECODE == 2 || t->PREFILL == 2) && device_max_group(device) < 128)
         return "the keys variant needs groups of 128";
-    if (v[8] != 4 && v[8] != 8 && v[8] != 16 && v[8] != 32) return "BN must be 4, 8, 16 or 32";
+    if (t->BN != 4 && t->BN != 8 && t->BN != 16 && t->BN != 32) return "BN must be 4, 8, 16 or 32";
     return NULL;
 }
 
-const clattn__tuning_op clattn__tuning_attention = {
-    "attention",
-    9,
-    {"PREFILL", "DECODE", "LANES", "GROUP", "TK", "SPLIT_TARGET", "SPLIT_MIN", "BM", "BN"},
-    {0, 0, 1, 1, 1, 1, 32, 1, 4},
-    {1, 2, 16, 1024, 32, 1024, 1 << 20, 8, 32},
-    attention_fits};
-
-/* CLBlast's Xgemm kernel (its GEMMK=0 form, the one whose constraints these are): MWG, NWG,
- * KWG tile sizes; MDIMC x NDIMC work-items a group; MDIMA, NDIMB the shapes A and B tiles are
- * loaded in; KWI the unroll; VWM, VWN vector widths; STRM, STRN strided access; SA, SB local
- * memory for A and B. MIN_INDIRECT: CLBlast's XGEMM_MIN_INDIRECT_SIZE, from which size
- * (m*n*k >= MIN_INDIRECT^3) a GEMM takes the Xgemm kernel rather than the direct one, whose
- * parameters the row does not hold. */
-static const char *gemm_fits(cl_device_id device, const long *v) {
-    const long mwg = v[0], nwg = v[1], kwg = v[2], mdimc = v[3], ndimc = v[4], mdima = v[5],
-               ndimb = v[6], kwi = v[7], vwm = v[8], vwn = v[9], sa = v[12], sb = v[13];
-    if (!is_lane_width(vwm) && vwm != 2) return "VWM must be 1, 2, 4, 8 or 16";
-    if (!is_lane_width(vwn) && vwn != 2) return "VWN must be 1, 2, 4, 8 or 16";
-    if (kwg % kwi) return "KWG must be a multiple of KWI";
-    if (mwg % (mdimc * vwm) || mwg % (mdima * vwm))
+/* CLBlast's constraints on its Xgemm kernel. */
+static const char *gemm_fits(cl_device_id device, const clattn__gemm_tuning *t) {
+    if (!is_lane_width(t->VWM) && t->VWM != 2) return "VWM must be 1, 2, 4, 8 or 16";
+    if (!is_lane_width(t->VWN) && t->VWN != 2) return "VWN must be 1, 2, 4, 8 or 16";
+    if (t->KWG % t->KWI) return "KWG must be a multiple of KWI";
+    if (t->MWG % (t->MDIMC * t->VWM) || t->MWG % (t->MDIMA * t->VWM))
         return "MWG must be a multiple of MDIMC*VWM and MDIMA*VWM";
-    if (nwg % (ndimc * vwn) || nwg % (ndimb * vwn))
+    if (t->NWG % (t->NDIMC * t->VWN) || t->NWG % (t->NDIMB * t->VWN))
         return "NWG must be a multiple of NDIMC*VWN and NDIMB*VWN";
-    if ((mdimc * ndimc) % mdima || (mdimc * ndimc) % ndimb)
-        return "MDIMA and NDIMB must divide MDIMC*NDIMC";
-    if (kwg % ((mdimc * ndimc) / mdima) || kwg % ((mdimc * ndimc) / ndimb))
+    const long items = t->MDIMC * t->NDIMC;
+    if (items % t->MDIMA || items % t->NDIMB) return "MDIMA and NDIMB must divide MDIMC*NDIMC";
+    if (t->KWG % (items / t->MDIMA) || t->KWG % (items / t->NDIMB))
         return "KWG must be a multiple of MDIMC*NDIMC/MDIMA and of MDIMC*NDIMC/NDIMB";
-    if ((size_t)(mdimc * ndimc) > device_group_limit(device)) /* CLBlast's: not capped */
+    if ((size_t)items > device_group_limit(device)) /* CLBlast's: not capped */
         return "MDIMC*NDIMC exceeds the device's work-group size";
-    if ((cl_ulong)(kwg * (sa * mwg + sb * nwg)) * 4 > device_local_bytes(device))
+    if ((cl_ulong)(t->KWG * (t->SA * t->MWG + t->SB * t->NWG)) * 4 > device_local_bytes(device))
         return "the A and B tiles exceed the device's local memory";
     return NULL;
 }
 
-const clattn__tuning_op clattn__tuning_gemm = {
-    "gemm",
-    15,
-    {"MWG", "NWG", "KWG", "MDIMC", "NDIMC", "MDIMA", "NDIMB", "KWI", "VWM", "VWN", "STRM", "STRN",
-     "SA", "SB", "MIN_INDIRECT"},
-    {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1},
-    {256, 256, 256, 64, 64, 64, 64, 64, 16, 16, 1, 1, 1, 1, 1 << 16},
-    gemm_fits};
+/* ---- each op's descriptor and typed accessors, from tuning_params.h ---- */
 
-static const clattn__tuning_op *const ops[] = {
-    &clattn__tuning_copy, &clattn__tuning_softmax, &clattn__tuning_attention,
-    &clattn__tuning_linear_attention, &clattn__tuning_gemm};
+/* " -DMACRO=value" appended at out[*used] while it fits (a build-options buffer is sized for
+ * far more). */
+static void append_define(char *out, size_t capacity, size_t *used, const char *macro, long value) {
+    if (strcmp(macro, "HOST") == 0 || *used >= capacity) return;
+    int n = snprintf(out + *used, capacity - *used, " -D%s=%ld", macro, value);
+    if (n > 0) *used += (size_t)n;
+}
+
+#define NAME_OF(NAME, DEFAULT, MIN, MAX, MACRO)    #NAME,
+#define DEFAULT_OF(NAME, DEFAULT, MIN, MAX, MACRO) DEFAULT,
+#define MIN_OF(NAME, DEFAULT, MIN, MAX, MACRO)     MIN,
+#define MAX_OF(NAME, DEFAULT, MIN, MAX, MACRO)     MAX,
+#define MACRO_OF(NAME, DEFAULT, MIN, MAX, MACRO)   #MACRO,
+#define ONE(NAME, DEFAULT, MIN, MAX, MACRO)        +1
+#define UNPACK(NAME, DEFAULT, MIN, MAX, MACRO)     t->NAME = v[i++];
+#define DEFINE(NAME, DEFAULT, MIN, MAX, MACRO)     append_define(out, capacity, &used, #MACRO, t->NAME);
+
+#define DEFINE_OP(op, PARAMS, has_default_row)                                                     \
+    static void op##_unpack(const long *v, clattn__##op##_tuning *t) {                             \
+        int i = 0;                                                                                 \
+        PARAMS(UNPACK)                                                                             \
+    }                                                                                              \
+    static const char *op##_fits_values(cl_device_id device, const long *v) {                      \
+        clattn__##op##_tuning t;                                                                   \
+        op##_unpack(v, &t);                                                                        \
+        return op##_fits(device, &t);                                                              \
+    }                                                                                              \
+    const clattn__tuning_op clattn__tuning_##op = {#op,                                            \
+                                                   0 PARAMS(ONE),                                  \
+                                                   {PARAMS(NAME_OF)},                              \
+                                                   {PARAMS(DEFAULT_OF)},                           \
+                                                   {PARAMS(MIN_OF)},                               \
+                                                   {PARAMS(MAX_OF)},                               \
+                                                   {PARAMS(MACRO_OF)},                             \
+                                                   has_default_row,                                \
+                                                   op##_fits_values};                              \
+    int clattn__##op##_tuning_get(cl_device_id device, clattn_dtype dtype,                         \
+                                  clattn__##op##_tuning *t) {                                      \
+        long v[CLATTN__TUNING_MAX_PARAMS];                                                         \
+        int status = clattn__tuning_get(device, &clattn__tuning_##op, dtype, v);                   \
+        if (status == CLATTN_SUCCESS) op##_unpack(v, t);                                           \
+        return status;                                                                             \
+    }                                                                                              \
+    int clattn__##op##_tuning_row(clattn_dtype dtype, const char *key, clattn__##op##_tuning *t) { \
+        long v[CLATTN__TUNING_MAX_PARAMS];                                                         \
+        int status = clattn__tuning_row(&clattn__tuning_##op, dtype, key, v);                      \
+        if (status == CLATTN_SUCCESS) op##_unpack(v, t);                                           \
+        return status;                                                                             \
+    }                                                                                              \
+    void clattn__##op##_tuning_options(const clattn__##op##_tuning *t, char *out,                  \
+                                       size_t capacity) {                                          \
+        size_t used = strlen(out);                                                                 \
+        PARAMS(DEFINE)                                                                             \
+    }
+CLATTN__TUNING_OPS(DEFINE_OP)
+
+#define OP_ADDRESS(op, PARAMS, has_default_row) &clattn__tuning_##op,
+static const clattn__tuning_op *const ops[] = {CLATTN__TUNING_OPS(OP_ADDRESS)};
 
 static const clattn__tuning_op *find_op(const char *name, size_t length) {
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; ++i)
@@ -347,6 +367,11 @@ static int find_row(const char *key, const clattn__tuning_op *op, clattn_dtype d
         *found = status == CLATTN_SUCCESS;
         return status;
     }
+    /* the "default" row is the op's DEFAULT column (tuning_params.h) */
+    if (op->has_default && strcmp(key, "default") == 0) {
+        memcpy(values, op->defaults, sizeof op->defaults);
+        *found = true;
+    }
     return CLATTN_SUCCESS;
 }
 
@@ -358,7 +383,20 @@ int clattn__tuning_check_table(void) {
         status = op ? parse_row(op, &table[i], values)
                     : clattn__fail(CLATTN_ERR_INVALID_TUNING, "tuning table: unknown op \"%s\"",
                                    table[i].op);
+        if (status == CLATTN_SUCCESS && strcmp(table[i].device, "default") == 0)
+            status = clattn__fail(CLATTN_ERR_INVALID_TUNING,
+                                  "tuning table: a \"default\" row for %s (the default row is the "
+                                  "DEFAULT column of tuning_params.h)",
+                                  table[i].op);
     }
+    /* and each op's DEFAULT column is a row that parses: within its ranges */
+    for (size_t o = 0; o < sizeof ops / sizeof ops[0] && status == CLATTN_SUCCESS; ++o)
+        for (int p = 0; p < ops[o]->count && status == CLATTN_SUCCESS; ++p)
+            if (ops[o]->defaults[p] < ops[o]->min[p] || ops[o]->defaults[p] > ops[o]->max[p])
+                status = clattn__fail(CLATTN_ERR_INVALID_TUNING,
+                                      "tuning_params.h: %s.%s's default %ld is outside [%ld, %ld]",
+                                      ops[o]->name, ops[o]->params[p], ops[o]->defaults[p],
+                                      ops[o]->min[p], ops[o]->max[p]);
     return status;
 }
 

@@ -1,21 +1,44 @@
-/* The tuning table (src/runtime/tuning_table.def) and its overrides: the launch parameters of an op on a
- * device. Not installed. */
+/* The tuning table (tuning_table.def) and its overrides: the launch parameters of an op on a
+ * device, declared per op in tuning_params.h. Not installed. */
 #ifndef CLATTN_TUNING_H
 #define CLATTN_TUNING_H
 
 #include "status.h"
+#include "tuning_params.h"
 
 #define CLATTN__TUNING_MAX_PARAMS 16
 
-/* An op's parameters: their names, the range each value must lie in, and the device limits a
- * whole set must fit (NULL: fits; else why not, for the warning or the error). */
+/* An op's parameters as the generic lookup sees them (made from tuning_params.h): names, the
+ * "default" row, the range each value must lie in, the kernel macro each is built with (NULL:
+ * host only), and the device limits a whole set must fit (NULL: fits; else why not, for the
+ * warning or the error). */
 typedef struct clattn__tuning_op {
     const char *name;
     int count;
     const char *params[CLATTN__TUNING_MAX_PARAMS];
+    long defaults[CLATTN__TUNING_MAX_PARAMS];
     long min[CLATTN__TUNING_MAX_PARAMS], max[CLATTN__TUNING_MAX_PARAMS];
+    const char *macros[CLATTN__TUNING_MAX_PARAMS];
+    bool has_default; /* false: a device without a row has none (gemm keeps CLBlast's own) */
     const char *(*fits)(cl_device_id device, const long *values);
 } clattn__tuning_op;
+
+/* Per op (clattn__attention_tuning and so on): the typed parameters (t.BM), the op's
+ * descriptor, its lookup (clattn__tuning_get, typed), a row of the table by device key
+ * (clattn__tuning_row, typed), and the build options of the parameters that have a kernel
+ * macro (" -DBM=4 -DBN=16 ...", appended to the NUL-terminated `out`). */
+#define CLATTN__TUNING_FIELD(NAME, DEFAULT, MIN, MAX, MACRO) long NAME;
+#define CLATTN__TUNING_DECLARE(op, PARAMS, has_default)                                            \
+    typedef struct clattn__##op##_tuning {                                                         \
+        PARAMS(CLATTN__TUNING_FIELD)                                                               \
+    } clattn__##op##_tuning;                                                                       \
+    extern const clattn__tuning_op clattn__tuning_##op;                                            \
+    int clattn__##op##_tuning_get(cl_device_id device, clattn_dtype dtype,                         \
+                                  clattn__##op##_tuning *t);                                       \
+    int clattn__##op##_tuning_row(clattn_dtype dtype, const char *key, clattn__##op##_tuning *t);  \
+    void clattn__##op##_tuning_options(const clattn__##op##_tuning *t, char *out, size_t capacity);
+CLATTN__TUNING_OPS(CLATTN__TUNING_DECLARE)
+#undef CLATTN__TUNING_DECLARE
 
 /* The parameters `op` runs with on `device` for storage dtype `dtype`: the first table row, by
  * level (exact name, vendor and type, type, default), that fits the device, then the overrides
@@ -39,9 +62,5 @@ int clattn__tuning_row(const clattn__tuning_op *op, clattn_dtype dtype, const ch
 /* Parses every row of the table: each names a known op and gives all its parameters within
  * their ranges (whether a row fits a device is checked at lookup). */
 int clattn__tuning_check_table(void);
-
-/* The ops the table knows (for clattn_tuning_override and the tuner). */
-extern const clattn__tuning_op clattn__tuning_copy, clattn__tuning_softmax,
-    clattn__tuning_attention, clattn__tuning_linear_attention, clattn__tuning_gemm;
 
 #endif

@@ -1,0 +1,109 @@
+/*
+ * Every op's tuning parameters, one line each:
+ *
+ *   X(NAME, DEFAULT, MIN, MAX, MACRO)
+ *
+ *   NAME     what CLATTN_TUNE, clattn_tuning_override, the table's rows and the op's code
+ *            (t.NAME) call it
+ *   DEFAULT  the op's "default" row: what a device with no row of its own runs
+ *   MIN/MAX  the range an override or a row must lie in
+ *   MACRO    the kernel macro the value is built with (-DMACRO=value, by the op's
+ *            clattn__<op>_tuning_options), or HOST when only the host uses it
+ *
+ * tuning.h makes a struct per op from these (clattn__attention_tuning: long PREFILL, ...), the
+ * lookup's and the parser's tables, and the build-option fragment. Rows for devices are in
+ * tuning_table.def. Not installed.
+ */
+#ifndef CLATTN_RUNTIME_TUNING_PARAMS_H
+#define CLATTN_RUNTIME_TUNING_PARAMS_H
+
+/* Copies (split/merge heads, packed QKV, clattn_copy). VEC: elements per vector access (2, 4,
+ * 8, 16); RUN: elements one work-item copies along the innermost dim; GROUP: group size.
+ * Default: PoCL on AVX-512: a whole row per work-item (up to 4096 elements) in 16-element
+ * vectors (64 bytes, a cache line) reached the copy kernel's bandwidth where a chunk per
+ * work-item stayed at 25-45% of it (clattn-bench --op split_heads). */
+#define CLATTN__TUNING_COPY(X)                                                                     \
+    X(VEC, 16, 2, 16, VEC)                                                                         \
+    X(RUN, 4096, 1, 1 << 20, HOST)                                                                 \
+    X(GROUP, 64, 1, 1024, HOST)
+
+/* Softmax. VARIANT 0: softmax_rows (a work-item per row, VEC-wide vectors, GROUP rows a group,
+ * SCRATCH floats of local memory per row keep the exponentials); 1: softmax_group (a group of
+ * GROUP per row, local tree reductions; VEC and SCRATCH unused).
+ * Default: PoCL on AVX-512 (2 cores): VEC 16 reached 43% of the copy bandwidth on an unmasked
+ * 2048-key row against 27% at 8 (clattn-bench --op softmax). */
+#define CLATTN__TUNING_SOFTMAX(X)                                                                  \
+    X(VARIANT, 0, 0, 1, HOST)                                                                      \
+    X(VEC, 16, 1, 16, VEC)                                                                         \
+    X(GROUP, 16, 1, 1024, GROUP)                                                                   \
+    X(SCRATCH, 4096, 0, 65536, SCRATCH)
+
+/* Fused attention. PREFILL: the variant for Sq > 8, DECODE: for Sq <= 8 (0 attention_blocks,
+ * BM queries a work-item against BN-key tiles; 1 attention_tiles, a query a work-item,
+ * groups sharing TK-key K/V tiles in local memory; 2 attention_keys, a group of 128 per query
+ * row); LANES: head-dim vector width; GROUP: blocks' and tiles' group size; TK: the largest
+ * key tile (halved to fit); SPLIT_TARGET, SPLIT_MIN: a launch with fewer groups than
+ * SPLIT_TARGET per compute unit splits the keys into chunks of at least SPLIT_MIN; BM, BN: the
+ * blocks' queries per work-item and keys per tile.
+ * Default: PoCL on AVX-512: blocks at 16 lanes (the tiles variant's one query per work-item
+ * ran far slower there), clattn-bench --op attention_causal. */
+#define CLATTN__TUNING_ATTENTION(X)                                                                \
+    X(PREFILL, 0, 0, 1, HOST)                                                                      \
+    X(DECODE, 0, 0, 2, HOST)                                                                       \
+    X(LANES, 16, 1, 16, VEC)                                                                       \
+    X(GROUP, 16, 1, 1024, HOST)                                                                    \
+    X(TK, 32, 1, 32, TK)                                                                           \
+    X(SPLIT_TARGET, 8, 1, 1024, HOST)                                                              \
+    X(SPLIT_MIN, 128, 32, 1 << 20, HOST)                                                           \
+    X(BM, 4, 1, 8, BM)                                                                             \
+    X(BN, 16, 4, 32, BN)
+
+/* Linear attention. LANES: head-dim vector width (narrowed at launch to divide the head dims);
+ * ROWS: state rows per linear_states work-item, BM: queries per linear_outputs work-item (0:
+ * as many as keep 16 vector accumulators); GROUP: work-group size; ITEMS: work-items per
+ * compute unit the non-causal chunking aims for; CHUNK: keys per causal chunk.
+ * Default: PoCL on AVX-512: 16 lanes, 16 accumulators, causal chunks of 64 (32 and 128 were
+ * 1.2-1.8x slower at S=1024-8192, clattn-bench --op linear_attention_causal). */
+#define CLATTN__TUNING_LINEAR_ATTENTION(X)                                                         \
+    X(LANES, 16, 1, 16, VEC)                                                                       \
+    X(ROWS, 0, 0, 8, ROWS)                                                                         \
+    X(BM, 0, 0, 8, BM)                                                                             \
+    X(GROUP, 16, 1, 1024, HOST)                                                                    \
+    X(ITEMS, 64, 1, 1 << 20, HOST)                                                                 \
+    X(CHUNK, 64, 1, 4096, HOST)
+
+/* CLBlast's Xgemm kernel (its GEMMK=0 form, the one whose constraints tuning.c checks): MWG,
+ * NWG, KWG tile sizes; MDIMC x NDIMC work-items a group; MDIMA, NDIMB the shapes A and B tiles
+ * are loaded in; KWI the unroll; VWM, VWN vector widths; STRM, STRN strided access; SA, SB local
+ * memory for A and B. MIN_INDIRECT: CLBlast's XGEMM_MIN_INDIRECT_SIZE, from which size
+ * (m*n*k >= MIN_INDIRECT^3) a GEMM takes the Xgemm kernel rather than the direct one, whose
+ * parameters the row does not hold. No default row: a device without one keeps CLBlast's own
+ * database (the DEFAULT column is CLBlast's generic parameters, used by no lookup). The values
+ * reach CLBlast through its API, not as clattn build options. */
+#define CLATTN__TUNING_GEMM(X)                                                                     \
+    X(MWG, 64, 1, 256, HOST)                                                                       \
+    X(NWG, 64, 1, 256, HOST)                                                                       \
+    X(KWG, 32, 1, 256, HOST)                                                                       \
+    X(MDIMC, 16, 1, 64, HOST)                                                                      \
+    X(NDIMC, 16, 1, 64, HOST)                                                                      \
+    X(MDIMA, 16, 1, 64, HOST)                                                                      \
+    X(NDIMB, 16, 1, 64, HOST)                                                                      \
+    X(KWI, 2, 1, 64, HOST)                                                                         \
+    X(VWM, 2, 1, 16, HOST)                                                                         \
+    X(VWN, 2, 1, 16, HOST)                                                                         \
+    X(STRM, 1, 0, 1, HOST)                                                                         \
+    X(STRN, 1, 0, 1, HOST)                                                                         \
+    X(SA, 1, 0, 1, HOST)                                                                           \
+    X(SB, 1, 0, 1, HOST)                                                                           \
+    X(MIN_INDIRECT, 384, 1, 1 << 16, HOST)
+
+/* The ops the tuning table knows: OP(name, PARAMS, has_default_row), in the order clattn-tune and
+ * CLATTN_TUNE list them. */
+#define CLATTN__TUNING_OPS(OP)                                                                     \
+    OP(copy, CLATTN__TUNING_COPY, 1)                                                               \
+    OP(softmax, CLATTN__TUNING_SOFTMAX, 1)                                                         \
+    OP(attention, CLATTN__TUNING_ATTENTION, 1)                                                     \
+    OP(linear_attention, CLATTN__TUNING_LINEAR_ATTENTION, 1)                                       \
+    OP(gemm, CLATTN__TUNING_GEMM, 0)
+
+#endif
