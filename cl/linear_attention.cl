@@ -1,5 +1,5 @@
 /*
- * Linear attention (Katharopoulos et al. 2020), shared/DESIGN.md section 3:
+ * Linear attention (Katharopoulos et al. 2020), docs/design.md (Ops, Linear attention):
  *
  *   out_i = phi(q_i)^T S_i / (phi(q_i)^T z_i + eps),  S_i = sum_j phi(k_j) v_j^T,  z_i = sum_j
  * phi(k_j)

@@ -1,5 +1,5 @@
 /*
- * The attention mask of shared/DESIGN.md section 3, built inside the kernel from its parts; no
+ * The mask algebra of docs/design.md, built inside the kernel from its parts; no
  * dense mask is ever materialized. Shared by softmax, attention and linear attention: an op
  * declares MASK_PARAMS after its own kernel parameters (the host sets them in this order, see
  * src/ops/mask.c), packs them with MASK_PACK, then asks per row and per key:

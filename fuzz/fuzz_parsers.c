@@ -14,7 +14,7 @@
  *   2  build options (src/runtime/kernel.c, static full_options): CLATTN_BUILD_OPTIONS \n OPTIONS, reached
  *      through clattn__create_kernel on an op file that does not exist, so that no program is ever
  *      built: the call must fail, with CLATTN_ERR_INVALID_ARGUMENT when the options relax IEEE
- *      math (DESIGN.md: never -cl-fast-relaxed-math or -cl-finite-math-only), else with that or
+ *      math (docs/design.md, Numerics: IEEE semantics are required), else with that or
  *      CLATTN_ERR_KERNEL_SOURCE.
  *
  *   first byte 0xF0-0xFF: the work-group cap (src/runtime/config.c, clattn__parse_group_cap, the

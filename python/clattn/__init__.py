@@ -1,7 +1,7 @@
 """clattn: transformer-attention primitives on any OpenCL device, from Python.
 
 numpy arrays in (float32 or float16; bool and int32 for masks and lengths), fresh numpy arrays
-out. The surface mirrors PyTorch names; see shared/DESIGN.md section 7 and the README.
+out. The surface mirrors PyTorch names; see docs/design.md (The Python binding) and the README.
 
     import clattn
     ctx = clattn.Context()                      # CLATTN_DEVICE, else the first GPU
