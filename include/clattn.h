@@ -77,8 +77,9 @@ CLATTN_API const char *clattn_status_name(int status);
 /* A one-line description of the status. Never NULL. */
 CLATTN_API const char *clattn_status_string(int status);
 
-/* The detail of the last failure on the calling thread (argument, bound, build log); "" when the
- * thread has had none. The pointer stays valid until the next clattn call on this thread. */
+/* The detail of the last failure on the calling thread (argument, bound, build log). Every call
+ * that returns a status clears it as it starts, so it is "" after a call that succeeded. The
+ * pointer stays valid until the next clattn call on this thread. */
 CLATTN_API const char *clattn_last_error(void);
 /* Status of that last failure (CLATTN_SUCCESS when none). */
 CLATTN_API int clattn_last_status(void);
@@ -242,7 +243,9 @@ CLATTN_API int clattn_cache_import(cl_context context, cl_device_id device, cons
  *   CLATTN_ERR_BUFFER_TOO_SMALL  a view reaches past CL_MEM_SIZE
  *   CLATTN_ERR_ALIASING          an output overlaps an input
  *   CLATTN_ERR_CONTEXT_MISMATCH  a buffer from another context than the queue
- *   CLATTN_ERR_INVALID_ARGUMENT  NULL tensor pointer, num_heads <= 0, inconsistent wait list
+ *   CLATTN_ERR_INVALID_ARGUMENT  NULL tensor pointer, num_heads <= 0
+ *   CL_INVALID_EVENT_WAIT_LIST   num_wait and wait_list disagree, or a NULL event in it
+ *   CL_INVALID_COMMAND_QUEUE     a NULL queue
  *   CLATTN_ERR_BUILD_FAILED, CLATTN_ERR_KERNEL_SOURCE, OpenCL's
  * ------------------------------------------------------------------------------------------- */
 
@@ -287,8 +290,8 @@ CLATTN_API int clattn_split_qkv(const clattn_tensor *x, const clattn_tensor *bia
  *   visible(i,j) = j < key_len[b] && i < query_len[b]         (each optional)
  *               && (!causal || j <= pos)
  *               && (window_ok || global_ok) && keep[b,h,i,j] != 0
- *     window_ok = !window || (pos - window_left <= j <= pos + window_right), a negative
- *                 window_left / window_right is unbounded on that side
+ *     window_ok = !window || (pos - window_left <= j <= pos + window_right); a side of -1
+ *                 is unbounded (below -1: CLATTN_ERR_INVALID_ARGUMENT)
  *     global_ok = global_stride > 0 && (j % global_stride == 0 || pos % global_stride == 0)
  *   p = softmax over the visible j; invisible j get exactly 0.
  *
@@ -379,9 +382,10 @@ CLATTN_API int clattn_attention(const clattn_tensor *q, const clattn_tensor *k,
 /* Which computation clattn_attention_ex runs.
  *   CLATTN_PATH_AUTO      the fused kernel, unless the call asks for the attention weights
  *                         (only the composed path has them)
- *   CLATTN_PATH_FUSED     the fused kernel: O(Sq + Sk) memory, masked tiles skipped; for Sq <= 8
- *                         against long Sk it splits the keys across work-groups and merges the
- *                         partial results by their log-sum-exp (token-by-token decoding)
+ *   CLATTN_PATH_FUSED     the fused kernel: O(Sq + Sk) memory, masked tiles skipped; a launch
+ *                         with too few work-groups to fill the device (few queries against long
+ *                         Sk, as in token-by-token decoding) splits the keys across work-groups
+ *                         and merges the partial results by their log-sum-exp
  *   CLATTN_PATH_COMPOSED  CLBlast's strided-batched SGEMM for q k^T (heads as the batch),
  *                         clattn_softmax in place, SGEMM for p v: B*Hq*Sq*Sk floats of scratch
  *                         and the full quadratic work, masked or not. f16/bf16 inputs and

@@ -338,13 +338,14 @@ void clattn__tuning_set_test_row(const char *const row[4]) {
     for (int i = 0; i < 4; ++i) test_row_fields[i] = row && row[0] ? row[i] : NULL;
 }
 
-/* The first row for op and dtype whose device key is `key`, parsed; *found says whether there
- * was one. */
-/* A row's parameters, every one of them given. */
+/* A row's parameters: those it gives, the op's defaults for the others (a row names what it
+ * changes, so a new parameter is one line in tuning_params.h); an op without a default row
+ * (gemm) must give every one. */
 static int parse_row(const clattn__tuning_op *op, const tuning_row *row, long *values) {
     bool set[CLATTN__TUNING_MAX_PARAMS] = {false};
+    if (op->has_default) memcpy(values, op->defaults, sizeof op->defaults);
     int status = parse_params(op, row->params, strlen(row->params), "tuning table", values, set);
-    for (int p = 0; p < op->count && status == CLATTN_SUCCESS; ++p)
+    for (int p = 0; p < op->count && status == CLATTN_SUCCESS && !op->has_default; ++p)
         if (!set[p])
             status =
                 clattn__fail(CLATTN_ERR_INVALID_TUNING, "tuning table: the %s row for %s lacks %s",
@@ -352,6 +353,8 @@ static int parse_row(const clattn__tuning_op *op, const tuning_row *row, long *v
     return status;
 }
 
+/* The first row for op and dtype whose device key is `key`, parsed; *found says whether there
+ * was one. */
 static int find_row(const char *key, const clattn__tuning_op *op, clattn_dtype dtype, long *values,
                     bool *found) {
     *found = false;
