@@ -84,11 +84,29 @@ run_lane pocl-basic POCL_DEVICES=basic CLATTN_DEVICE=basic CLATTN_FUZZ_N=12 CLAT
 run_lane pocl-cbs POCL_DEVICES=pthread POCL_WORK_GROUP_METHOD=cbs CLATTN_DEVICE=pthread \
   CLATTN_FUZZ_N=12 CLATTN_MAX_WORK_GROUP=16
 
+# pytest's closing line, "== 19 passed, 1 skipped in 12.3s ==", gives the counts (failed and
+# errors as failures); none, or an exit status other than 0 with no failure counted, fails.
 echo "== lane python"
 log="$root/$build/test-logs/python.log"
 POCL_DEVICES=pthread CLATTN_DEVICE=pthread CLATTN_LIBRARY="$root/$build/libclattn.so" \
-  timeout 1200 /usr/bin/python3 "$root/tests/python/run.py" >"$log" 2>&1
-grep -E '^(FAIL|skip)' "$log" | sed 's/^/[python] /'
+  CLATTN_ABI_HELPER="$root/$build/tests/libclattn_abi_layout.so" \
+  timeout 1200 /usr/bin/python3 -m pytest -v "$root/tests/python" >"$log" 2>&1
+rc=$?
+grep -E '^(FAILED|ERROR|SKIPPED) ' "$log" | sed 's/^/[python] /'
+line=$(grep -E '^=+ .* in [0-9.]+s( \([0-9:]+\))? =+$' "$log" | tail -n 1)
+summed=(0 0 0)
+while read -r n word; do
+  case $word in
+    passed | xpassed) summed[0]=$((summed[0] + n)) ;;
+    failed | error | errors) summed[1]=$((summed[1] + n)) ;;
+    skipped | xfailed) summed[2]=$((summed[2] + n)) ;;
+  esac
+done < <(grep -oE '[0-9]+ [a-z]+' <<<"$line")
+if [ -z "$line" ] || { [ "$rc" -ne 0 ] && [ "${summed[1]}" -eq 0 ]; }; then
+  echo "[python] pytest exited $rc: ${line:-no result line}"
+  summed[1]=$((summed[1] + 1))
+fi
+echo "${summed[0]} passed, ${summed[1]} failed, ${summed[2]} skipped" >>"$log"
 count python "$log"
 
 # The tools, run as a user runs them, each one test: it passes when it exits 0 and prints
