@@ -11,7 +11,7 @@ packages=(
   oclgrind                                  # the strict simulator lane
   clang libclang-rt-14-dev valgrind         # the asan, fuzz (libFuzzer) and valgrind lanes
   clinfo clpeak                             # device inspection
-  python3-numpy python3-torch               # Python binding tests, PyTorch peer and parity
+  python3-numpy python3-torch python3-pytest  # Python binding tests (pytest), PyTorch peer and parity
   python3-matplotlib                        # benchmark plots
   libopenblas0-pthread                      # so PyTorch's GEMMs are not on the reference BLAS
 )

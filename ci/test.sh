@@ -1,38 +1,47 @@
 #!/usr/bin/env bash
-# The whole test suite: installs what is missing, builds, and runs the C test runner on every
-# lane below. Ends with one line "N passed, N failed, N skipped" summed over the lanes.
+# The whole test suite: installs what is missing, builds, and runs every lane of the table below
+# (LANES), one loop over its rows. Prints each lane's wall time and counts, then one line
+# "N passed, N failed, N skipped" summed over the lanes, and exits non-zero on any failure.
 #
-#   pocl-pthread   PoCL's multi-threaded CPU device (the main lane)
-#   pocl-basic     PoCL's single-threaded CPU device
-#   pocl-cbs       pthread with the other work-group method (POCL_WORK_GROUP_METHOD=cbs) and
-#                  clattn's work-groups capped at 16 (CLATTN_MAX_WORK_GROUP)
-#   oclgrind       the Oclgrind simulator (out-of-bounds, races, uninitialized values, API
-#                  misuse) on small shapes; it exits 0 even when it reports errors, so its log
-#                  is read for them
-#   oclgrind-linear  the linear attention tests under the same checks, one process each
-#   oclgrind-attention  the attention suites (linear attention's too) under Oclgrind without
-#                  the uninitialized-value checker, with the paths the first run leaves out
-#   oclgrind-mha   the MHA suite the same way (its CLBlast GEMMs are such a path)
-#   oclgrind-reliability  the reliability suite the same way (fault injection in the composed
-#                  path, determinism)
-#   device         only when CLATTN_DEVICE is set: the suite on that device (a GPU, say)
-#   python         the Python binding against PyTorch (tests/python), on PoCL pthread
-#   tools          clattn-tune's search over two ops (every candidate checked against the
-#                  reference) and clattn-bench's default-vs-tuned rows, on PoCL pthread
-#   asan           the suite built by gcc with AddressSanitizer, UndefinedBehaviorSanitizer and
-#                  LeakSanitizer (ci/lsan.supp: the driver's own leaks only), on PoCL pthread
-#   valgrind       memcheck over the main build's tests that run no kernel (validation, status,
-#                  devices, bad arguments, tuning lookup; ci/valgrind.supp)
-#   fuzz           the libFuzzer targets in fuzz/ (validator, parsers, cache_blob; clang,
-#                  ASan+UBSan), CLATTN_FUZZ_SECONDS (15) each; one test per target, a crash
-#                  printed with the input that caused it
+# A lane is a row: name, kind, timeout, selector, environment. The kind says how the lane runs
+# and which reports fail it besides the test counts (one function each, lane_KIND below):
+#   plain      clattn-tests as it is
+#   oclgrind   clattn-tests under Oclgrind (--data-races --check-api, and --uninitialized when
+#              the row sets CLATTN_TEST_UNINIT_CHECKER=1, which tells the tests so); Oclgrind
+#              exits 0 after reporting errors, so its log is read for them
+#   valgrind   clattn-tests under memcheck; its error exit code (99) is a failure
+#   asan       clattn-tests of a gcc AddressSanitizer+UBSan+LeakSanitizer build (build-asan);
+#              a sanitizer report in the log is a failure, whatever the runner counted
+#              (LeakSanitizer reports after the closing line)
+#   fuzz       the libFuzzer targets the selector names (build-fuzz; clang, ASan+UBSan), one
+#              test each
+#   python     pytest over tests/python (its closing line gives the counts)
+#   tools      the tool checks the selector names (lane_tools), one test each
+# The timeout is per process. The selector is clattn-tests' arguments (clattn-tests --help:
+# --suite NAME, --tag TAG, FILTER, each negatable with !); "each:ARGS" runs every test that
+# `clattn-tests --list ARGS` names in a process of its own. A runner process that prints no
+# closing line (a crash, a hang past its timeout) is a failure.
+#
+# CLATTN_LANES="valgrind python" runs only the lanes it names (all by default).
+# shellcheck disable=SC2317  # the lane_KIND functions and report checks are called by name
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 root=$PWD
 build=${CLATTN_BUILD_DIR:-build}
+logs="$root/$build/test-logs"
+# The sanitizer lanes build trees of their own beside $build (build-asan, build-fuzz), set up
+# once, and share its PoCL cache, so no kernel compiles again.
+lane_root="$root/$(dirname "$build")"
+runner="$root/$build/tests/clattn-tests"
 passed=0 failed=0 skipped=0
+summary=()
 
 finish() {
+  if [ "${#summary[@]}" -gt 0 ]; then
+    printf '%-22s %8s %7s %7s %7s\n' lane seconds passed failed skipped
+    printf '%s\n' "${summary[@]}"
+    printf '%-22s %8d %7d %7d %7d\n' total "$SECONDS" "$passed" "$failed" "$skipped"
+  fi
   echo "$passed passed, $failed failed, $skipped skipped"
   [ "$failed" -eq 0 ]
   exit $?
@@ -46,246 +55,322 @@ fi
 
 # PoCL compiles each program for seconds the first time: keep its cache in the build tree.
 export POCL_CACHE_DIR="$root/$build/pocl-cache"
-mkdir -p "$POCL_CACHE_DIR" "$root/$build/test-logs"
+mkdir -p "$POCL_CACHE_DIR" "$logs"
 
-# Adds the runner's closing line to the totals; a lane with no closing line is a failure.
-count() {
-  local lane=$1 log=$2 line
+# ---- LANES ---------------------------------------------------------------------------------
+lane_names=() lane_kinds=() lane_timeouts=() lane_selectors=() lane_envs=()
+# lane NAME KIND TIMEOUT SELECTOR [VAR=VALUE...]
+lane() {
+  lane_names+=("$1") lane_kinds+=("$2") lane_timeouts+=("$3") lane_selectors+=("$4")
+  shift 4
+  lane_envs+=("$([ $# -eq 0 ] || printf '%q ' "$@")")
+}
+pthread=(POCL_DEVICES=pthread CLATTN_DEVICE=pthread)
+sanitizers=("${pthread[@]}"
+  "LSAN_OPTIONS=suppressions=$root/ci/lsan.supp:print_suppressions=0"
+  "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
+# Oclgrind on small shapes (CLATTN_TEST_SMALL); with --uninitialized also -cl-opt-disable, since
+# Oclgrind's uninitialized-value checker cannot read optimized code (freeze).
+oclgrind_small=(CLATTN_DEVICE=oclgrind CLATTN_TEST_SMALL=1)
+uninit=("${oclgrind_small[@]}" CLATTN_BUILD_OPTIONS=-cl-opt-disable CLATTN_TEST_UNINIT_CHECKER=1)
+
+# The layering of src/ (docs/design.md, Architecture): runtime below ops below api, no include
+# cycle (tools/check_layers.py, a tool check of lane_tools).
+lane layers tools 60 'layers'
+# The suite on the device the caller named (a GPU, say): only when CLATTN_DEVICE is set.
+if [ -n "${CLATTN_DEVICE:-}" ]; then
+  lane device plain 1200 '' CLATTN_DEVICE="$CLATTN_DEVICE"
+fi
+# PoCL's multi-threaded CPU device: the main lane, with the large shapes and the long fuzz test.
+lane pocl-pthread plain 1200 '' "${pthread[@]}"
+# The other PoCL lanes check how work-groups run: one thread (basic); the other work-group method
+# (cbs), there with every group of clattn's kernels capped at 16 work-items
+# (CLATTN_MAX_WORK_GROUP), so the small-group paths and the tuning table's fallbacks run. They
+# take a shorter fuzz test (CLATTN_FUZZ_N), since every random case compiles its own program and
+# the main lane has the long one, and the one-thread device takes the small shapes (the pthread
+# lane runs the large ones), to keep CI inside its time.
+lane pocl-basic plain 1200 '' POCL_DEVICES=basic CLATTN_DEVICE=basic CLATTN_FUZZ_N=12 \
+  CLATTN_TEST_SMALL=1
+lane pocl-cbs plain 1200 '' "${pthread[@]}" POCL_WORK_GROUP_METHOD=cbs CLATTN_FUZZ_N=12 \
+  CLATTN_MAX_WORK_GROUP=16
+# The Python binding against PyTorch, and its ctypes structs against the C layout
+# (tests/python/test_abi.py, through the layout helper built beside the runner).
+lane python python 1200 tests/python "${pthread[@]}" CLATTN_LIBRARY="$root/$build/libclattn.so" \
+  CLATTN_ABI_HELPER="$root/$build/tests/libclattn_abi_layout.so"
+# clattn-tune's search over two ops (every candidate checked against the reference) and
+# clattn-bench's default-vs-tuned rows, run as a user runs them (lane_tools).
+lane tools tools 600 'tune-copy tune-softmax bench-tuning' "${pthread[@]}"
+# The whole suite built by gcc with AddressSanitizer, UndefinedBehaviorSanitizer and
+# LeakSanitizer (ci/lsan.supp: the driver's own leaks only); whole stacks (libpocl has no frame
+# pointers), so that ci/lsan.supp can name driver code.
+lane asan asan 900 '' "${sanitizers[@]}" \
+  ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0:malloc_context_size=30
+# memcheck on the main build's runner (ci/valgrind.supp), over the tests that run no kernel, the
+# ones tagged host (status, the validator, device selection and env tensors, every op's
+# bad-argument tests, the tuning lookup): PoCL compiles its kernels for another CPU under
+# valgrind (no AVX-512 there), minutes each, and runs them slowly.
+lane valgrind valgrind 600 '--tag host' "${pthread[@]}"
+# The libFuzzer targets in fuzz/ (validator, parsers, cache_blob): each runs its committed seeds
+# (fuzz/corpus) and what earlier runs found (build-fuzz/corpus), then mutates for
+# CLATTN_FUZZ_SECONDS (15) each. Clean: one test passed; a crash: one failed, printed with the
+# input that caused it (rerun: build-fuzz/fuzz/fuzz_TARGET INPUT).
+lane fuzz fuzz 300 'validator parsers cache_blob' "${sanitizers[@]}" ASAN_OPTIONS=detect_leaks=1
+# Oclgrind runs three ways (out-of-bounds reads and writes, races, uninitialized values, API
+# misuse). First the whole suite with --uninitialized, which leaves out two paths whose right
+# results it misreads (tests/harness.h, test_under_uninit_checker), linear attention apart:
+lane oclgrind oclgrind 1200 '--suite !linear_attention' "${uninit[@]}"
+# the linear attention tests with that checker too, each in a process of its own (after other
+# tests in the same process, the checker misreads the scratch they write and read: README,
+# Known limits);
+lane oclgrind-linear oclgrind 1200 'each:--suite linear_attention' "${uninit[@]}"
+# then without that checker, with those paths: the attention suites (linear attention's too;
+# by exact name, since the substring "attention" also picked six MHA tests the next lane runs)...
+lane oclgrind-attention oclgrind 1200 \
+  '--suite attention --suite attention_fuzz --suite linear_attention' "${oclgrind_small[@]}"
+# ...the MHA suite (its CLBlast GEMMs are such a path)...
+lane oclgrind-mha oclgrind 1200 '--suite mha' "${oclgrind_small[@]}"
+# ...and the reliability suite (fault injection in the composed path, determinism).
+lane oclgrind-reliability oclgrind 1200 '--suite reliability' "${oclgrind_small[@]}"
+
+# ---- counting ------------------------------------------------------------------------------
+# lane_p, lane_f, lane_s: the counts of the lane that runs; lane_env: its environment.
+lane_p=0 lane_f=0 lane_s=0 lane_env=()
+
+# Adds the runner's closing line in `log` to the lane's counts; none is a failure.
+count_closing_line() {
+  local name=$1 what=$2 log=$3 rc=$4 line p f s
   line=$(grep -E '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$' "$log" | tail -n 1)
   if [ -z "$line" ]; then
-    echo "[$lane] no result line (crash or hang); see $log"
-    failed=$((failed + 1))
+    echo "[$name] $what: no result line (exit $rc: a crash, a hang, a bad selector); see" \
+      "$logs/$name.log"
+    lane_f=$((lane_f + 1))
     return
   fi
   read -r p _ f _ s _ <<<"$line"
-  passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
-  echo "[$lane] $line"
+  lane_p=$((lane_p + p)) lane_f=$((lane_f + f)) lane_s=$((lane_s + s))
 }
 
-run_lane() {
-  local lane=$1; shift
-  local log="$root/$build/test-logs/$lane.log"
-  echo "== lane $lane"
-  env "$@" timeout 1200 "$root/$build/tests/clattn-tests" >"$log" 2>&1
-  grep -E '^(FAIL|skip|device)' "$log" | sed "s/^/[$lane] /"
-  count "$lane" "$log"
-}
-
-# The layering of src/ (docs/design.md): runtime below ops below api, no include cycle.
-echo "== lane layers"
-if python3 tools/check_layers.py src; then
-  passed=$((passed + 1))
-else
-  echo "[layers] FAIL tools/check_layers.py"
-  failed=$((failed + 1))
-fi
-
-if [ -n "${CLATTN_DEVICE:-}" ]; then
-  run_lane device CLATTN_DEVICE="$CLATTN_DEVICE"
-fi
-run_lane pocl-pthread POCL_DEVICES=pthread CLATTN_DEVICE=pthread
-# The other PoCL lanes check how work-groups run (one thread; cbs, there with every group of
-# clattn's kernels capped at 16 work-items, CLATTN_MAX_WORK_GROUP, so the small-group paths and
-# the tuning table's fallbacks run); they take a shorter fuzz test, since every random case
-# compiles its own program and the main lane has the long one, and the one-thread device takes
-# the small shapes (the pthread lane runs the large ones), to keep CI inside 30 minutes.
-run_lane pocl-basic POCL_DEVICES=basic CLATTN_DEVICE=basic CLATTN_FUZZ_N=12 CLATTN_TEST_SMALL=1
-run_lane pocl-cbs POCL_DEVICES=pthread POCL_WORK_GROUP_METHOD=cbs CLATTN_DEVICE=pthread \
-  CLATTN_FUZZ_N=12 CLATTN_MAX_WORK_GROUP=16
-
-echo "== lane python"
-log="$root/$build/test-logs/python.log"
-POCL_DEVICES=pthread CLATTN_DEVICE=pthread CLATTN_LIBRARY="$root/$build/libclattn.so" \
-  timeout 1200 /usr/bin/python3 "$root/tests/python/run.py" >"$log" 2>&1
-grep -E '^(FAIL|skip)' "$log" | sed 's/^/[python] /'
-count python "$log"
-
-# The tools, run as a user runs them, each one test: it passes when it exits 0 and prints
-# what it exists to print (for the tuner: its row, with no candidate rejected for a wrong
-# result or a failed call).
-tool_check() {
-  local name=$1 expect=$2 log="$root/$build/test-logs/tools-$1.log"; shift 2
-  if POCL_DEVICES=pthread CLATTN_DEVICE=pthread timeout 600 "$@" >"$log" 2>&1 &&
-    grep -qE "$expect" "$log" && ! grep -qE '\([1-9][0-9]* rejected' "$log"; then
-    passed=$((passed + 1))
-  else
-    echo "[tools] FAIL $name; see $log"
-    failed=$((failed + 1))
-  fi
-}
-echo "== lane tools"
-tool_check tune-copy '^TUNING_ROW\("copy"' "$root/$build/tune/clattn-tune" --op copy --repeats 1
-tool_check tune-softmax '^TUNING_ROW\("softmax"' \
-  "$root/$build/tune/clattn-tune" --op softmax --repeats 1
-tool_check bench-tuning 'linear_attention .*tuned/default time' \
-  "$root/$build/bench/clattn-bench" --op tuning --quick --repeats 2 --no-peers
-
-# The sanitizer lanes build trees of their own beside $build (build-asan, build-fuzz), set up
-# once, and share its PoCL cache, so no kernel compiles again. A sanitizer report fails a lane
-# whatever the runner counted (LeakSanitizer reports after the closing line).
-lane_root="$root/$(dirname "$build")"
-san_env=(POCL_DEVICES=pthread CLATTN_DEVICE=pthread
-  "LSAN_OPTIONS=suppressions=$root/ci/lsan.supp:print_suppressions=0"
-  "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
-sanitizer_reports() {
-  local lane=$1 log=$2 pattern='^==[0-9]+==ERROR: |runtime error: '
-  if grep -qE "$pattern" "$log"; then
-    echo "[$lane] sanitizer report in $log:"
-    grep -E -A14 "$pattern" "$log" | head -40
-    failed=$((failed + 1))
-  fi
-}
-
-echo "== lane asan"
-asan="$lane_root/build-asan" log="$root/$build/test-logs/asan.log"
-if { [ -f "$asan/build.ninja" ] ||
-  CC=gcc meson setup "$asan" --buildtype=debugoptimized -Db_sanitize=address,undefined \
-    -Db_lundef=false -Dbench=false; } >"$log.build" 2>&1 &&
-  ninja -C "$asan" tests/clattn-tests >>"$log.build" 2>&1; then
-  # whole stacks (libpocl has no frame pointers), so that ci/lsan.supp can name driver code
-  env "${san_env[@]}" ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0:malloc_context_size=30 \
-    timeout 900 "$asan/tests/clattn-tests" >"$log" 2>&1
-  grep -E '^(FAIL|skip|device)' "$log" | sed 's/^/[asan] /'
-  count asan "$log"
-  sanitizer_reports asan "$log"
-else
-  echo "[asan] build failed; see $log.build"
-  failed=$((failed + 1))
-fi
-
-# memcheck on the main build's runner, over tests that run no kernel: PoCL compiles its kernels
-# for another CPU under valgrind (no AVX-512 there), minutes each, and runs them slowly. The
-# status table, the validator, device selection and env tensors, every op's bad-argument tests
-# ("rejected", mha.invalid_arguments) and the tuning lookup: each filter a process of its own,
-# since the runner takes one.
-echo "== lane valgrind"
-log="$root/$build/test-logs/valgrind.log"
-summed=(0 0 0)
-: >"$log"
-for suite in status. tensor. device. rejected mha.invalid_arguments tuning.lookup; do
-  POCL_DEVICES=pthread CLATTN_DEVICE=pthread timeout 600 valgrind --error-exitcode=99 \
-    --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite \
-    --suppressions="$root/ci/valgrind.supp" --num-callers=30 \
-    "$root/$build/tests/clattn-tests" "$suite" >"$log.one" 2>&1
-  rc=$?
-  cat "$log.one" >>"$log"
-  line=$(grep -E '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$' "$log.one" | tail -n 1)
-  [ -z "$line" ] && line="0 passed, 1 failed, 0 skipped" && echo "[valgrind] $suite: no result line"
-  read -r p _ f _ k _ <<<"$line"
-  if [ "$rc" -eq 99 ]; then
-    echo "[valgrind] $suite: memcheck errors:"
-    grep -E -A12 '^==[0-9]+== (Invalid|Conditional|Use of|Syscall|Mismatched|[0-9,]+ bytes in)' \
-      "$log.one" | head -40
-    f=$((f + 1))
-  fi
-  summed=($((summed[0] + p)) $((summed[1] + f)) $((summed[2] + k)))
-done
-rm -f "$log.one"
-echo "${summed[0]} passed, ${summed[1]} failed, ${summed[2]} skipped" >>"$log"
-grep -E '^(FAIL|skip)' "$log" | sed 's/^/[valgrind] /'
-count valgrind "$log"
-
-# libFuzzer targets: each runs its committed seeds (fuzz/corpus) and what earlier runs found
-# (build-fuzz/corpus), then mutates for a bounded time. Clean: one test passed; a crash: one
-# failed, with the input that caused it (rerun: build-fuzz/fuzz/fuzz_TARGET INPUT).
-echo "== lane fuzz"
-fuzz="$lane_root/build-fuzz" log="$root/$build/test-logs/fuzz"
-if { [ -f "$fuzz/build.ninja" ] ||
-  CC=clang meson setup "$fuzz" -Dfuzz=true -Dtests=false -Dbench=false \
-    -Db_sanitize=address,undefined -Db_lundef=false \
-    "-Dc_args=-fsanitize=fuzzer-no-link -fno-sanitize-recover=undefined"; } \
-  >"$log-build.log" 2>&1 &&
-  ninja -C "$fuzz" fuzz/fuzz_validator fuzz/fuzz_parsers fuzz/fuzz_cache_blob \
-    >>"$log-build.log" 2>&1; then
-  for target in validator parsers cache_blob; do
-    mkdir -p "$fuzz/corpus/$target" "$fuzz/artifacts"
-    if env "${san_env[@]}" ASAN_OPTIONS=detect_leaks=1 timeout 300 "$fuzz/fuzz/fuzz_$target" \
-      -max_total_time="${CLATTN_FUZZ_SECONDS:-15}" -timeout=20 -print_final_stats=1 \
-      -artifact_prefix="$fuzz/artifacts/$target-" "$fuzz/corpus/$target" \
-      "$root/fuzz/corpus/$target" >"$log-$target.log" 2>&1; then
-      passed=$((passed + 1))
-    else
-      echo "[fuzz] FAIL $target; see $log-$target.log; input:" \
-        "$(sed -n 's/.*Test unit written to //p' "$log-$target.log")"
-      grep -E -A8 '^==[0-9]+== ?ERROR: |runtime error: |fuzz invariant broken' \
-        "$log-$target.log" | head -20
-      failed=$((failed + 1))
+# Runs clattn-tests (RUNNER) behind the wrapper command ("$@": oclgrind, valgrind, or none)
+# with the lane's environment and selector: one process, or one per test for "each:". Each
+# process's log and exit status go to the kind's report check (CHECK NAME LOG STATUS), which
+# counts a report as a failure. The lane's log is every process's output in turn.
+run_runner() {
+  local name=$1 timeout=$2 selector=$3 check=$4 runner=$5 log="$logs/$1.log" group rc
+  shift 5
+  local -a groups args
+  if [[ $selector == each:* ]]; then
+    read -ra args <<<"${selector#each:}"
+    mapfile -t groups < <("$runner" --list "${args[@]}")
+    if [ "${#groups[@]}" -eq 0 ]; then
+      echo "[$name] \`clattn-tests --list ${selector#each:}\` names no test"
+      lane_f=$((lane_f + 1))
+      return
     fi
+  else
+    groups=("$selector")
+  fi
+  : >"$log"
+  for group in "${groups[@]}"; do
+    read -ra args <<<"$group"
+    env "${lane_env[@]}" timeout "$timeout" "$@" "$runner" "${args[@]}" >"$log.one" 2>&1
+    rc=$?
+    cat "$log.one" >>"$log"
+    count_closing_line "$name" "${group:-all}" "$log.one" "$rc"
+    "$check" "$name" "$log.one" "$rc"
   done
-  runs=$(grep -hE '^stat::number_of_executed_units' "$log"-*.log | awk '{s += $2} END {print s}')
-  echo "[fuzz] ${runs:-0} inputs run"
-else
-  echo "[fuzz] build failed; see $log-build.log"
-  failed=$((failed + 1))
-fi
+  rm -f "$log.one"
+  grep -m1 '^device' "$log" | sed "s/^/[$name] /"
+  grep -E '^(FAIL|skip)' "$log" | sed "s/^/[$name] /"
+}
 
-# Oclgrind reports problems in its log and still exits 0: its log is read for them.
-# An API error report counts unless it is the build failure that a test provokes on purpose.
+# ---- report checks, one per kind -------------------------------------------------------------
+no_reports() { :; }
+
+# A sanitizer report fails the lane whatever the runner counted.
+sanitizer_reports() {
+  local name=$1 log=$2 pattern='^==[0-9]+==ERROR: |runtime error: '
+  if grep -qE "$pattern" "$log"; then
+    echo "[$name] sanitizer report in $logs/$name.log:"
+    grep -E -A14 "$pattern" "$log" | head -40
+    lane_f=$((lane_f + 1))
+  fi
+}
+
+# Oclgrind reports problems in its log and still exits 0: its log is read for them. An API
+# error report counts unless it is the build failure that a test provokes on purpose.
 oclgrind_reports() {
-  local lane=$1 log=$2 pattern reports api
+  local name=$1 log=$2 pattern reports api
   pattern='Invalid (read|write)|data race|Uninitialized value|Controlflow depends on uninitialized|Work-group divergence|out-of-bounds'
-  api=$(grep -A1 'runtime error detected' "$log" | grep -c 'Function:' )
+  api=$(grep -A1 'runtime error detected' "$log" | grep -c 'Function:')
   api=$((api - $(grep -A2 'runtime error detected' "$log" | grep -c 'CL_BUILD_PROGRAM_FAILURE')))
   reports=$(($(grep -cE "$pattern" "$log") + api))
   pattern="$pattern|runtime error detected"
   if [ "$reports" -gt 0 ]; then
-    echo "[$lane] $reports error reports in $log:"
+    echo "[$name] $reports error reports in $logs/$name.log:"
     grep -E -A6 "$pattern" "$log" | head -40
-    failed=$((failed + 1))
+    lane_f=$((lane_f + 1))
   fi
 }
 
-# Oclgrind runs three ways: the whole suite with --uninitialized, which leaves out two paths
-# whose right results it misreads (tests/harness.h, test_under_uninit_checker); the linear
-# attention tests with that checker too, each in a process of its own (after other tests in
-# the same process, the checker misreads the scratch they write and read: README, Known
-# limits); then the attention suites without that checker, those paths included.
-uninit_checker() {
-  # -cl-opt-disable: Oclgrind's uninitialized-value checker cannot read optimized code (freeze).
-  CLATTN_DEVICE=oclgrind CLATTN_TEST_SMALL=1 CLATTN_BUILD_OPTIONS=-cl-opt-disable \
-    CLATTN_TEST_UNINIT_CHECKER=1 \
-    timeout 1200 oclgrind --data-races --check-api --uninitialized \
-    "$root/$build/tests/clattn-tests" "$1"
+# memcheck's errors (definite leaks included) make valgrind exit 99.
+valgrind_reports() {
+  local name=$1 log=$2 rc=$3
+  if [ "$rc" -eq 99 ]; then
+    echo "[$name] memcheck errors:"
+    grep -E -A12 '^==[0-9]+== (Invalid|Conditional|Use of|Syscall|Mismatched|[0-9,]+ bytes in)' \
+      "$log" | head -40
+    lane_f=$((lane_f + 1))
+  fi
 }
 
-echo "== lane oclgrind"
-log="$root/$build/test-logs/oclgrind.log"
-uninit_checker '!linear_attention' >"$log" 2>&1
-grep -E '^(FAIL|skip|device)' "$log" | sed 's/^/[oclgrind] /'
-count oclgrind "$log"
-oclgrind_reports oclgrind "$log"
+# ---- lane kinds ------------------------------------------------------------------------------
+# lane_KIND NAME TIMEOUT SELECTOR: runs the lane with lane_env, counting into lane_p/f/s.
+lane_plain() { run_runner "$1" "$2" "$3" no_reports "$runner"; }
 
-echo "== lane oclgrind-linear"
-log="$root/$build/test-logs/oclgrind-linear.log"
-summed=(0 0 0)
-: >"$log"
-for name in $("$root/$build/tests/clattn-tests" --list linear_attention); do
-  uninit_checker "$name" >"$log.one" 2>&1
-  cat "$log.one" >>"$log"
-  line=$(grep -E '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$' "$log.one" | tail -n 1)
-  [ -z "$line" ] && line="0 passed, 1 failed, 0 skipped" && echo "[oclgrind-linear] $name: no result line"
-  read -r p _ f _ k _ <<<"$line"
-  summed=($((summed[0] + p)) $((summed[1] + f)) $((summed[2] + k)))
+lane_oclgrind() {
+  local -a flags=(--data-races --check-api)
+  [[ " ${lane_env[*]} " == *" CLATTN_TEST_UNINIT_CHECKER=1 "* ]] && flags+=(--uninitialized)
+  run_runner "$1" "$2" "$3" oclgrind_reports "$runner" oclgrind "${flags[@]}"
+}
+
+lane_valgrind() {
+  run_runner "$1" "$2" "$3" valgrind_reports "$runner" valgrind --error-exitcode=99 \
+    --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite \
+    --suppressions="$root/ci/valgrind.supp" --num-callers=30
+}
+
+lane_asan() {
+  local asan="$lane_root/build-asan" build_log="$logs/$1.log.build"
+  if { [ -f "$asan/build.ninja" ] ||
+    CC=gcc meson setup "$asan" --buildtype=debugoptimized -Db_sanitize=address,undefined \
+      -Db_lundef=false -Dbench=false; } >"$build_log" 2>&1 &&
+    ninja -C "$asan" tests/clattn-tests >>"$build_log" 2>&1; then
+    run_runner "$1" "$2" "$3" sanitizer_reports "$asan/tests/clattn-tests"
+  else
+    echo "[$1] build failed; see $build_log"
+    lane_f=$((lane_f + 1))
+  fi
+}
+
+lane_fuzz() {
+  local name=$1 timeout=$2 fuzz="$lane_root/build-fuzz" target log runs
+  local -a targets
+  read -ra targets <<<"$3"
+  if ! { [ -f "$fuzz/build.ninja" ] ||
+    CC=clang meson setup "$fuzz" -Dfuzz=true -Dtests=false -Dbench=false \
+      -Db_sanitize=address,undefined -Db_lundef=false \
+      "-Dc_args=-fsanitize=fuzzer-no-link -fno-sanitize-recover=undefined"; } \
+    >"$logs/$name-build.log" 2>&1 ||
+    ! ninja -C "$fuzz" "${targets[@]/#/fuzz/fuzz_}" >>"$logs/$name-build.log" 2>&1; then
+    echo "[$name] build failed; see $logs/$name-build.log"
+    lane_f=$((lane_f + 1))
+    return
+  fi
+  for target in "${targets[@]}"; do
+    log="$logs/$name-$target.log"
+    mkdir -p "$fuzz/corpus/$target" "$fuzz/artifacts"
+    if env "${lane_env[@]}" timeout "$timeout" "$fuzz/fuzz/fuzz_$target" \
+      -max_total_time="${CLATTN_FUZZ_SECONDS:-15}" -timeout=20 -print_final_stats=1 \
+      -artifact_prefix="$fuzz/artifacts/$target-" "$fuzz/corpus/$target" \
+      "$root/fuzz/corpus/$target" >"$log" 2>&1; then
+      lane_p=$((lane_p + 1))
+    else
+      echo "[$name] FAIL $target; see $log; input:" \
+        "$(sed -n 's/.*Test unit written to //p' "$log")"
+      grep -E -A8 '^==[0-9]+== ?ERROR: |runtime error: |fuzz invariant broken' "$log" | head -20
+      lane_f=$((lane_f + 1))
+    fi
+  done
+  runs=$(for target in "${targets[@]}"; do cat "$logs/$name-$target.log"; done |
+    awk '/^stat::number_of_executed_units/ {s += $2} END {print s + 0}')
+  echo "[$name] $runs inputs run"
+}
+
+# pytest's closing line, "== 19 passed, 1 skipped in 12.3s ==", gives the counts (failed and
+# errors as failures); none, or an exit status other than 0 with no failure counted, is a
+# failure.
+lane_python() {
+  local name=$1 log="$logs/$1.log" rc line n word
+  local -a args
+  read -ra args <<<"$3"
+  env "${lane_env[@]}" timeout "$2" /usr/bin/python3 -m pytest -v "${args[@]}" >"$log" 2>&1
+  rc=$?
+  grep -E '^(FAILED|ERROR|SKIPPED) ' "$log" | sed "s/^/[$name] /"
+  line=$(grep -E '^=+ .* in [0-9.]+s( \([0-9:]+\))? =+$' "$log" | tail -n 1)
+  if [ -z "$line" ]; then
+    echo "[$name] no pytest result line (exit $rc; crash or hang); see $log"
+    lane_f=$((lane_f + 1))
+    return
+  fi
+  while read -r n word; do
+    case $word in
+      passed | xpassed) lane_p=$((lane_p + n)) ;;
+      failed | error | errors) lane_f=$((lane_f + n)) ;;
+      skipped | xfailed) lane_s=$((lane_s + n)) ;;
+    esac
+  done < <(grep -oE '[0-9]+ [a-z]+' <<<"$line")
+  if [ "$rc" -ne 0 ] && [ "$lane_f" -eq 0 ]; then
+    echo "[$name] pytest exited $rc: $line; see $log"
+    lane_f=$((lane_f + 1))
+  fi
+}
+
+# The tools, run as a user runs them, each check one test: it passes when the tool exits 0 and
+# prints what it exists to print (for the tuner: its row, with no candidate rejected for a wrong
+# result or a failed call).
+lane_tools() {
+  local name=$1 check log expect
+  local -a checks command
+  read -ra checks <<<"$3"
+  for check in "${checks[@]}"; do
+    case $check in
+      layers)
+        expect='layers and no cycle$'
+        command=(python3 "$root/tools/check_layers.py" "$root/src") ;;
+      tune-copy)
+        expect='^TUNING_ROW\("copy"'
+        command=("$root/$build/tune/clattn-tune" --op copy --repeats 1) ;;
+      tune-softmax)
+        expect='^TUNING_ROW\("softmax"'
+        command=("$root/$build/tune/clattn-tune" --op softmax --repeats 1) ;;
+      bench-tuning)
+        expect='linear_attention .*tuned/default time'
+        command=("$root/$build/bench/clattn-bench" --op tuning --quick --repeats 2 --no-peers) ;;
+      *)
+        echo "[$name] no tool check named $check"
+        lane_f=$((lane_f + 1))
+        continue ;;
+    esac
+    log="$logs/$name-$check.log"
+    if env "${lane_env[@]}" timeout "$2" "${command[@]}" >"$log" 2>&1 &&
+      grep -qE "$expect" "$log" && ! grep -qE '\([1-9][0-9]* rejected' "$log"; then
+      lane_p=$((lane_p + 1))
+    else
+      echo "[$name] FAIL $check; see $log"
+      lane_f=$((lane_f + 1))
+    fi
+  done
+}
+
+# ---- the loop --------------------------------------------------------------------------------
+for wanted in ${CLATTN_LANES:-}; do
+  if [[ " ${lane_names[*]} " != *" $wanted "* ]]; then
+    echo "ci/test.sh: CLATTN_LANES names $wanted, which is no lane (${lane_names[*]})"
+    failed=$((failed + 1))
+  fi
 done
-rm -f "$log.one"
-echo "${summed[0]} passed, ${summed[1]} failed, ${summed[2]} skipped" >>"$log"
-grep -E '^(FAIL|skip)' "$log" | sed 's/^/[oclgrind-linear] /'
-count oclgrind-linear "$log"
-oclgrind_reports oclgrind-linear "$log"
-
-# A suite under Oclgrind without the uninitialized-value checker (see the lanes above).
-plain_oclgrind() {
-  local lane=$1 filter=$2 log="$root/$build/test-logs/$1.log"
-  echo "== lane $lane"
-  CLATTN_DEVICE=oclgrind CLATTN_TEST_SMALL=1 \
-    timeout 1200 oclgrind --data-races --check-api \
-    "$root/$build/tests/clattn-tests" "$filter" >"$log" 2>&1
-  grep -E '^(FAIL|skip|device)' "$log" | sed "s/^/[$lane] /"
-  count "$lane" "$log"
-  oclgrind_reports "$lane" "$log"
-}
-plain_oclgrind oclgrind-attention attention
-plain_oclgrind oclgrind-mha mha
-plain_oclgrind oclgrind-reliability reliability
+for i in "${!lane_names[@]}"; do
+  name=${lane_names[i]}
+  [[ -z ${CLATTN_LANES:-} || " $CLATTN_LANES " == *" $name "* ]] || continue
+  eval "lane_env=(${lane_envs[i]})"
+  lane_p=0 lane_f=0 lane_s=0
+  echo "== lane $name"
+  start=$SECONDS
+  "lane_${lane_kinds[i]}" "$name" "${lane_timeouts[i]}" "${lane_selectors[i]}"
+  seconds=$((SECONDS - start))
+  echo "[$name] $lane_p passed, $lane_f failed, $lane_s skipped (${seconds} s)"
+  summary+=("$(printf '%-22s %8d %7d %7d %7d' "$name" "$seconds" "$lane_p" "$lane_f" "$lane_s")")
+  passed=$((passed + lane_p)) failed=$((failed + lane_f)) skipped=$((skipped + lane_s))
+done
 
 finish

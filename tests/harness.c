@@ -1,9 +1,19 @@
-/* The test runner: runs every suite (or those whose "suite.test" name contains argv[1]) on the
- * device CLATTN_DEVICE selects, and ends with the line `N passed, N failed, N skipped`. */
+/* The test runner: runs the tests that the selectors on its command line pick (all of them by
+ * default) on the device CLATTN_DEVICE selects, and ends with the line
+ * `N passed, N failed, N skipped`.
+ *
+ *   clattn-tests [--list] [--suite [!]NAME]... [--tag [!]TAG]... [[!]FILTER]
+ *
+ * FILTER: the tests whose "suite.test" name contains it; !FILTER: the others. --suite NAME: the
+ * suite of exactly that name (given more than once: any of them); --suite !NAME: not that suite.
+ * --tag TAG: the tests that carry TAG (harness.h; given more than once: all of them);
+ * --tag !TAG: those that do not. A test runs when it passes every selector given. --list prints
+ * the names of the tests the selectors pick, one a line, and runs nothing. */
 #include "harness.h"
 #include "runtime/runtime.h"
 #include "runtime/testing.h"
 #include "ref.h"
+#include "test_suites.h" /* CLATTN_TEST_SUITES, X(status) X(tensor) ..., from tests/meson.build */
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -12,15 +22,26 @@
 #include <string.h>
 #include <time.h>
 
-extern const test_suite status_suite, tensor_suite, device_suite, cache_suite, heads_suite,
-    softmax_suite, attention_suite, attention_fuzz_suite, linear_attention_suite, mha_suite,
-    tuning_suite, reliability_suite, cache_files_suite;
-static const test_suite *const suites[] = {
-    &status_suite,     &tensor_suite,         &device_suite,
-    &cache_suite,      &heads_suite,          &softmax_suite,
-    &attention_suite,  &attention_fuzz_suite, &linear_attention_suite,
-    &mha_suite,        &tuning_suite,         &reliability_suite,
-    &cache_files_suite};
+/* Every suite, in the order of tests/meson.build's list: its name there and its definition. */
+#define X(name) extern const test_suite name##_suite;
+CLATTN_TEST_SUITES
+#undef X
+typedef struct registered_suite {
+    const char *name;
+    const test_suite *suite;
+} registered_suite;
+#define X(name) {#name, &name##_suite},
+static const registered_suite suites[] = {CLATTN_TEST_SUITES};
+#undef X
+enum { SUITE_COUNT = sizeof suites / sizeof suites[0] };
+
+typedef struct tag_name {
+    unsigned tag;
+    const char *name;
+} tag_name;
+#define X(tag, name) {tag, name},
+static const tag_name tag_names[] = {TEST_TAG_NAMES(X)};
+#undef X
 
 void test_fail_at(test_ctx *t, const char *file, int line, const char *fmt, ...) {
     int n = snprintf(t->message, sizeof t->message, "%s:%d: ", file, line);
@@ -205,23 +226,118 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-/* `clattn-tests --list [FILTER]`: the names of the tests the filter selects, one a line. */
-static int list_tests(const char *filter) {
-    for (size_t s = 0; s < sizeof suites / sizeof suites[0]; ++s)
-        for (size_t i = 0; i < suites[s]->count; ++i) {
-            char full[256];
-            snprintf(full, sizeof full, "%s.%s", suites[s]->name, suites[s]->cases[i].name);
-            if (!filter || strstr(full, filter)) printf("%s\n", full);
+/* What the command line selects; a test runs when it passes every part that was given. */
+typedef struct selection {
+    const char *filter; /* a substring of "suite.test", or NULL */
+    bool exclude;       /* !FILTER: the tests whose name does not contain it */
+    bool want_suite[SUITE_COUNT], any_suite_wanted, skip_suite[SUITE_COUNT];
+    unsigned tags, skip_tags; /* carries all of tags and none of skip_tags */
+    bool list;
+} selection;
+
+static void usage(FILE *to) {
+    fprintf(to, "usage: clattn-tests [--list] [--suite [!]NAME]... [--tag [!]TAG]... [[!]FILTER]\n"
+                "suites:");
+    for (size_t s = 0; s < SUITE_COUNT; ++s) fprintf(to, " %s", suites[s].name);
+    fprintf(to, "\ntags:");
+    for (size_t i = 0; i < sizeof tag_names / sizeof tag_names[0]; ++i)
+        fprintf(to, " %s", tag_names[i].name);
+    fprintf(to, "\n");
+}
+
+/* Fills `sel` from the arguments; false (after a message) for a malformed command line. */
+static bool parse_args(int argc, char **argv, selection *sel) {
+    for (int a = 1; a < argc; ++a) {
+        const char *arg = argv[a];
+        if (strcmp(arg, "--list") == 0) {
+            sel->list = true;
+        } else if (strcmp(arg, "--suite") == 0 || strcmp(arg, "--tag") == 0) {
+            if (a + 1 >= argc) {
+                fprintf(stderr, "clattn-tests: %s needs a name\n", arg);
+                return false;
+            }
+            const char *value = argv[++a];
+            const bool negate = value[0] == '!';
+            value += negate;
+            bool known = false;
+            if (arg[2] == 's') {
+                for (size_t s = 0; s < SUITE_COUNT; ++s)
+                    if (strcmp(suites[s].name, value) == 0) {
+                        known = true;
+                        if (negate)
+                            sel->skip_suite[s] = true;
+                        else
+                            sel->want_suite[s] = sel->any_suite_wanted = true;
+                    }
+            } else {
+                for (size_t i = 0; i < sizeof tag_names / sizeof tag_names[0]; ++i)
+                    if (strcmp(tag_names[i].name, value) == 0) {
+                        known = true;
+                        if (negate)
+                            sel->skip_tags |= tag_names[i].tag;
+                        else
+                            sel->tags |= tag_names[i].tag;
+                    }
+            }
+            if (!known) {
+                fprintf(stderr, "clattn-tests: no %s named \"%s\"\n", arg + 2, value);
+                usage(stderr);
+                return false;
+            }
+        } else if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            usage(stdout);
+            exit(0);
+        } else if (arg[0] == '-' && arg[1] == '-') {
+            fprintf(stderr, "clattn-tests: unknown option %s\n", arg);
+            usage(stderr);
+            return false;
+        } else if (sel->filter) {
+            fprintf(stderr, "clattn-tests: one FILTER at most (\"%s\", \"%s\")\n", sel->filter,
+                    arg);
+            return false;
+        } else {
+            sel->exclude = arg[0] == '!';
+            sel->filter = arg + sel->exclude;
         }
-    return 0;
+    }
+    return true;
+}
+
+static bool selected(const selection *sel, size_t s, const test_case *c, const char *full) {
+    const unsigned tags = c->tags | suites[s].suite->tags;
+    if (sel->any_suite_wanted && !sel->want_suite[s]) return false;
+    if (sel->skip_suite[s]) return false;
+    if ((tags & sel->tags) != sel->tags || (tags & sel->skip_tags)) return false;
+    return !sel->filter || (strstr(full, sel->filter) == NULL) == sel->exclude;
+}
+
+/* A suite whose SUITE() label is not its name in tests/meson.build would be selected by one
+ * name and printed with the other. */
+static bool suites_consistent(void) {
+    for (size_t s = 0; s < SUITE_COUNT; ++s)
+        if (strcmp(suites[s].name, suites[s].suite->name) != 0) {
+            fprintf(stderr,
+                    "clattn-tests: %s_suite is labelled \"%s\"; its SUITE() label must be its "
+                    "name in tests/meson.build\n",
+                    suites[s].name, suites[s].suite->name);
+            return false;
+        }
+    return true;
 }
 
 int main(int argc, char **argv) {
-    if (argc > 1 && strcmp(argv[1], "--list") == 0) return list_tests(argc > 2 ? argv[2] : NULL);
-    /* FILTER selects the tests whose "suite.test" name contains it; "!FILTER" the others */
-    const char *filter = argc > 1 ? argv[1] : NULL;
-    const bool exclude = filter && filter[0] == '!';
-    if (exclude) ++filter;
+    selection sel = {0};
+    if (!suites_consistent() || !parse_args(argc, argv, &sel)) return 2;
+    if (sel.list) {
+        for (size_t s = 0; s < SUITE_COUNT; ++s)
+            for (size_t i = 0; i < suites[s].suite->count; ++i) {
+                char full[256];
+                snprintf(full, sizeof full, "%s.%s", suites[s].name,
+                         suites[s].suite->cases[i].name);
+                if (selected(&sel, s, &suites[s].suite->cases[i], full)) printf("%s\n", full);
+            }
+        return 0;
+    }
     int passed = 0, failed = 0, skipped = 0;
     clattn_env *env = NULL;
     int status = clattn_env_create(NULL, &env);
@@ -235,14 +351,15 @@ int main(int argc, char **argv) {
     printf("device: %s / %s (%s, driver %s)\n", desc->platform_name, desc->name, desc->version,
            desc->driver);
     fflush(stdout);
-    for (size_t s = 0; s < sizeof suites / sizeof suites[0]; ++s) {
-        for (size_t i = 0; i < suites[s]->count; ++i) {
+    for (size_t s = 0; s < SUITE_COUNT; ++s) {
+        const test_suite *suite = suites[s].suite;
+        for (size_t i = 0; i < suite->count; ++i) {
             char full[256];
-            snprintf(full, sizeof full, "%s.%s", suites[s]->name, suites[s]->cases[i].name);
-            if (filter && (strstr(full, filter) == NULL) != exclude) continue;
+            snprintf(full, sizeof full, "%s.%s", suite->name, suite->cases[i].name);
+            if (!selected(&sel, s, &suite->cases[i], full)) continue;
             test_ctx t = {env, false, false, ""};
             double start = now_ms();
-            suites[s]->cases[i].fn(&t);
+            suite->cases[i].fn(&t);
             clFinish(clattn_env_queue(env));
             check_canaries(&t);
             double ms = now_ms() - start;

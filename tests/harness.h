@@ -13,21 +13,34 @@ typedef struct test_ctx {
     char message[2048];
 } test_ctx;
 
+/* Tags say what kind of test a case is, for selectors that no name expresses
+ * (`clattn-tests --tag host`). TAG_HOST: the test runs no kernel (validation, status, device
+ * selection, bad arguments, lookups), so it runs where kernels are too slow, under valgrind. */
+enum test_tag { TAG_NONE = 0, TAG_HOST = 1u << 0 };
+#define TEST_TAG_NAMES(X) X(TAG_HOST, "host")
+
 typedef void (*test_fn)(test_ctx *t);
+/* `{"name", fn}`, or `{"name", fn, TAG_HOST}`: tags default to none. */
 typedef struct test_case {
     const char *name;
     test_fn fn;
+    unsigned tags;
 } test_case;
 
-/* Each test file defines one suite: `const test_suite heads_suite = {"heads", cases, n};` */
+/* Each test file defines one suite: `SUITE(heads_suite, "heads", cases);`, and its name is listed
+ * once, in tests/meson.build's `suites`, which builds the file and registers the suite with the
+ * runner and with meson. The suite's tags apply to every case of it. */
 typedef struct test_suite {
     const char *name;
     const test_case *cases;
     size_t count;
+    unsigned tags;
 } test_suite;
 
 #define SUITE(var, label, cases)                                                                   \
-    const test_suite var = {label, cases, sizeof cases / sizeof cases[0]}
+    const test_suite var = {label, cases, sizeof cases / sizeof cases[0], TAG_NONE}
+#define SUITE_TAGGED(var, label, cases, tags)                                                      \
+    const test_suite var = {label, cases, sizeof cases / sizeof cases[0], tags}
 
 void test_fail_at(test_ctx *t, const char *file, int line, const char *fmt, ...);
 void test_skip(test_ctx *t, const char *why);

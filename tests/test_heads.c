@@ -557,7 +557,7 @@ static const test_case cases[] = {
     {"split_then_merge_is_identity", split_then_merge_is_identity},
     {"split_qkv_with_and_without_bias", split_qkv_with_and_without_bias},
     {"copy_waits_for_its_wait_list", copy_waits_for_its_wait_list},
-    {"bad_input_is_rejected_before_enqueue", bad_input_is_rejected_before_enqueue},
+    {"bad_input_is_rejected_before_enqueue", bad_input_is_rejected_before_enqueue, TAG_HOST},
     {"outputs_of_split_qkv_must_not_overlap", outputs_of_split_qkv_must_not_overlap},
 };
 SUITE(heads_suite, "heads", cases);

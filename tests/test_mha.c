@@ -645,6 +645,6 @@ static const test_case cases[] = {
     {"half_storage_and_strided_rows", half_storage_and_strided_rows},
     {"gemm_bridge_matches_host", gemm_bridge_matches_host},
     {"gemm_bridge_reports_clblast_codes", gemm_bridge_reports_clblast_codes},
-    {"invalid_arguments", invalid_arguments},
+    {"invalid_arguments", invalid_arguments, TAG_HOST},
 };
 SUITE(mha_suite, "mha", cases);

@@ -726,6 +726,6 @@ static const test_case cases[] = {
     {"edge_rows", edge_rows},
     {"invisible_garbage_changes_nothing", invisible_garbage_changes_nothing},
     {"backward_matches_reference", backward_matches_reference},
-    {"bad_arguments_are_rejected", bad_arguments_are_rejected},
+    {"bad_arguments_are_rejected", bad_arguments_are_rejected, TAG_HOST},
 };
 SUITE(softmax_suite, "softmax", cases);

@@ -245,8 +245,8 @@ static void gemm_rows_reach_clblast(test_ctx *t) {
 
 static const test_case cases[] = {
     {"every_row_is_complete", every_row_is_complete},
-    {"typed_rows_and_build_options", typed_rows_and_build_options},
-    {"lookup_reflects_overrides", lookup_reflects_overrides},
+    {"typed_rows_and_build_options", typed_rows_and_build_options, TAG_HOST},
+    {"lookup_reflects_overrides", lookup_reflects_overrides, TAG_HOST},
     {"malformed_overrides_are_errors", malformed_overrides_are_errors},
     {"environment_overrides", environment_overrides},
     {"rows_that_do_not_fit", rows_that_do_not_fit},

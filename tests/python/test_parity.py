@@ -1,18 +1,14 @@
 """The Python binding against PyTorch (computed in float64) on random and edge inputs.
 
 Torch 1.13 gives NaN on fully masked rows; clattn gives 0 there (the design's default), so
-those rows are compared to 0 explicitly."""
+those rows are compared to 0 explicitly. The tests share one device context, the `ctx` fixture
+(conftest.py)."""
 import numpy as np
 import torch
 
 import clattn
 
-CTX = clattn.Context()
 RNG = np.random.default_rng(1234)
-
-
-def teardown():
-    CTX.close()
 
 
 def torch_masked_softmax(x, scale, visible, bias=None):
@@ -42,86 +38,86 @@ def test_devices_are_listed():
     assert found and all({"index", "platform", "name", "type"} <= set(d) for d in found), found
 
 
-def test_softmax_random_shapes_and_seeds():
+def test_softmax_random_shapes_and_seeds(ctx):
     for seed in range(4):
         rng = np.random.default_rng(seed)
         b, h, sq, sk = rng.integers(1, 4), rng.integers(1, 4), rng.integers(1, 40), rng.integers(1, 70)
         x = rng.standard_normal((b, h, sq, sk)).astype(np.float32) * 3
         want, _ = torch_masked_softmax(x, 0.5, np.ones((sq, sk), bool))
-        assert_close(CTX.softmax(x, scale=0.5), want, 1e-5, 1e-7, "seed %d" % seed)
+        assert_close(ctx.softmax(x, scale=0.5), want, 1e-5, 1e-7, "seed %d" % seed)
 
 
-def test_softmax_causal_both_alignments():
+def test_softmax_causal_both_alignments(ctx):
     x = RNG.standard_normal((2, 2, 9, 5)).astype(np.float32)
     for mode, bottom in (("top_left", False), (True, False), ("bottom_right", True)):
         want, _ = torch_masked_softmax(x, 1.0, causal_mask(9, 5, bottom))
-        assert_close(CTX.softmax(x, causal=mode), want, 1e-5, 1e-7, str(mode))
+        assert_close(ctx.softmax(x, causal=mode), want, 1e-5, 1e-7, str(mode))
 
 
-def test_softmax_key_lengths_bool_mask_and_bias():
+def test_softmax_key_lengths_bool_mask_and_bias(ctx):
     x = RNG.standard_normal((3, 2, 6, 11)).astype(np.float32)
     lengths = np.array([11, 4, 0])
     visible = np.arange(11)[None, None, None, :] < lengths[:, None, None, None]
     keep = RNG.random((6, 11)) > 0.3
     bias = RNG.standard_normal((2, 1, 11)).astype(np.float32)
     want, empty = torch_masked_softmax(x, 0.7, visible & keep, bias)
-    got = CTX.softmax(x, scale=0.7, key_lengths=lengths, mask=keep, bias=bias)
+    got = ctx.softmax(x, scale=0.7, key_lengths=lengths, mask=keep, bias=bias)
     assert_close(got, want, 1e-5, 1e-7, "lengths + mask + bias")
     assert empty[2].all() and (got[2] == 0).all(), "fully masked rows must be exactly 0"
 
 
-def test_softmax_window_and_lse():
+def test_softmax_window_and_lse(ctx):
     x = RNG.standard_normal((1, 2, 12, 12)).astype(np.float32)
     i, j = np.arange(12)[:, None], np.arange(12)[None, :]
     visible = (j >= i - 2) & (j <= i + 1)
     want, _ = torch_masked_softmax(x, 1.0, visible)
-    y, lse = CTX.softmax(x, window=(2, 1), return_lse=True)
+    y, lse = ctx.softmax(x, window=(2, 1), return_lse=True)
     assert_close(y, want, 1e-5, 1e-7, "window")
     want_lse = torch.logsumexp(torch.from_numpy(x.astype(np.float64)).masked_fill(
         ~torch.from_numpy(visible), float("-inf")), -1).numpy()
     assert_close(lse, want_lse, 1e-5, 1e-6, "lse")
 
 
-def test_softmax_float16_and_low_rank_inputs():
+def test_softmax_float16_and_low_rank_inputs(ctx):
     x = RNG.standard_normal((5, 37)).astype(np.float16)
-    got = CTX.softmax(x, scale=2.0)
+    got = ctx.softmax(x, scale=2.0)
     assert got.dtype == np.float16 and got.shape == x.shape
     want, _ = torch_masked_softmax(x.astype(np.float32), 2.0, np.ones((5, 37), bool))
     assert_close(got.astype(np.float64), want, 2e-3, 1e-6, "f16")
     v = RNG.standard_normal(9).astype(np.float32)
-    assert_close(CTX.softmax(v), torch.softmax(torch.from_numpy(v).double(), -1).numpy(), 1e-5, 1e-7, "1-D")
+    assert_close(ctx.softmax(v), torch.softmax(torch.from_numpy(v).double(), -1).numpy(), 1e-5, 1e-7, "1-D")
 
 
-def test_softmax_empty_rows_nan_matches_old_torch():
+def test_softmax_empty_rows_nan_matches_old_torch(ctx):
     x = RNG.standard_normal((1, 1, 3, 4)).astype(np.float32)
-    got = CTX.softmax(x, key_lengths=[0], empty_rows="nan")
+    got = ctx.softmax(x, key_lengths=[0], empty_rows="nan")
     assert np.isnan(got).all()
 
 
-def test_split_merge_and_qkv_match_torch_views():
+def test_split_merge_and_qkv_match_torch_views(ctx):
     x = RNG.standard_normal((2, 7, 3 * 4 * 5)).astype(np.float32)
     t = torch.from_numpy(x)
-    q, k, v = CTX.split_qkv(x, 4)
+    q, k, v = ctx.split_qkv(x, 4)
     parts = t.view(2, 7, 3, 4, 5).permute(2, 0, 3, 1, 4)
     for got, want in zip((q, k, v), parts):
         assert np.array_equal(got, want.numpy())
-    heads = CTX.split_heads(x[:, :, :20], 4)
+    heads = ctx.split_heads(x[:, :, :20], 4)
     assert np.array_equal(heads, t[:, :, :20].reshape(2, 7, 4, 5).transpose(1, 2).numpy())
-    assert np.array_equal(CTX.merge_heads(heads), x[:, :, :20])
+    assert np.array_equal(ctx.merge_heads(heads), x[:, :, :20])
     bias = RNG.standard_normal(60).astype(np.float32)
-    qb, _, _ = CTX.split_qkv(x, 4, bias=bias)
+    qb, _, _ = ctx.split_qkv(x, 4, bias=bias)
     assert_close(qb, (t + torch.from_numpy(bias)).view(2, 7, 3, 4, 5)[:, :, 0].transpose(1, 2).numpy(), 0, 0, "bias")
 
 
-def test_errors_name_the_argument():
+def test_errors_name_the_argument(ctx):
     x = np.zeros((2, 3, 4, 5), np.float32)
     for call, kind, word in (
-        (lambda: CTX.softmax(x.astype(np.int64)), ValueError, "x"),
-        (lambda: CTX.softmax(np.zeros((1, 2, 3, 4, 5), np.float32)), ValueError, "rank"),
-        (lambda: CTX.softmax(x, key_lengths=[1, 2, 3]), ValueError, "key_lengths"),
-        (lambda: CTX.softmax(x, mask=np.ones((3, 5), bool)), clattn.Error, "mask.keep"),
-        (lambda: CTX.softmax(x, causal="sideways"), ValueError, "causal"),
-        (lambda: CTX.split_heads(np.zeros((2, 3, 10), np.float32), 3), ValueError, "num_heads"),
+        (lambda: ctx.softmax(x.astype(np.int64)), ValueError, "x"),
+        (lambda: ctx.softmax(np.zeros((1, 2, 3, 4, 5), np.float32)), ValueError, "rank"),
+        (lambda: ctx.softmax(x, key_lengths=[1, 2, 3]), ValueError, "key_lengths"),
+        (lambda: ctx.softmax(x, mask=np.ones((3, 5), bool)), clattn.Error, "mask.keep"),
+        (lambda: ctx.softmax(x, causal="sideways"), ValueError, "causal"),
+        (lambda: ctx.split_heads(np.zeros((2, 3, 10), np.float32), 3), ValueError, "num_heads"),
     ):
         try:
             call()
@@ -130,33 +126,33 @@ def test_errors_name_the_argument():
         else:
             raise AssertionError("no %s for %s" % (kind.__name__, word))
     try:
-        CTX.softmax(x, mask=np.ones((3, 5), bool))
+        ctx.softmax(x, mask=np.ones((3, 5), bool))
     except clattn.Error as error:
         assert error.status == "CLATTN_ERR_SHAPE_MISMATCH", error.status
 
 
-def test_softmax_alibi_softcap_and_global_positions():
+def test_softmax_alibi_softcap_and_global_positions(ctx):
     x = RNG.standard_normal((1, 3, 10, 10)).astype(np.float32) * 4
     slopes = np.array([0.5, 0.25, 0.125], np.float32)
     i, j = np.arange(10)[:, None], np.arange(10)[None, :]
     alibi = -slopes[:, None, None] * np.abs(i - j)[None]
     want, _ = torch_masked_softmax(x, 1.0, np.ones((10, 10), bool), alibi[None])
-    assert_close(CTX.softmax(x, alibi_slopes=slopes), want, 1e-5, 1e-7, "alibi")
+    assert_close(ctx.softmax(x, alibi_slopes=slopes), want, 1e-5, 1e-7, "alibi")
     capped = 3.0 * np.tanh(x.astype(np.float64) * 2.0 / 3.0)
     want, _ = torch_masked_softmax(capped, 1.0, np.ones((10, 10), bool))
-    assert_close(CTX.softmax(x, scale=2.0, softcap=3.0), want, 1e-5, 1e-7, "softcap")
+    assert_close(ctx.softmax(x, scale=2.0, softcap=3.0), want, 1e-5, 1e-7, "softcap")
     visible = ((j >= i - 1) & (j <= i + 1)) | (j % 4 == 0) | (i % 4 == 0)
     want, _ = torch_masked_softmax(x, 1.0, visible)
-    assert_close(CTX.softmax(x, window=(1, 1), global_stride=4), want, 1e-5, 1e-7, "sparse")
+    assert_close(ctx.softmax(x, window=(1, 1), global_stride=4), want, 1e-5, 1e-7, "sparse")
 
 
-def test_softmax_ignores_garbage_at_masked_keys():
+def test_softmax_ignores_garbage_at_masked_keys(ctx):
     x = RNG.standard_normal((2, 1, 5, 8)).astype(np.float32)
-    clean = CTX.softmax(x, causal=True, key_lengths=[8, 3])
+    clean = ctx.softmax(x, causal=True, key_lengths=[8, 3])
     visible = causal_mask(5, 8)[None, None] & (np.arange(8) < np.array([8, 3])[:, None, None, None])
     for garbage in (np.nan, np.inf, 1e30):
         dirty = np.where(visible, x, np.float32(garbage)).astype(np.float32)
-        got = CTX.softmax(dirty, causal=True, key_lengths=[8, 3])
+        got = ctx.softmax(dirty, causal=True, key_lengths=[8, 3])
         assert np.array_equal(got, clean), garbage
 
 
@@ -181,40 +177,40 @@ def torch_weights(q, k, scale, visible):
     return torch.where(keep.any(-1, keepdim=True), p, torch.zeros_like(p)).numpy()
 
 
-def test_attention_weights_and_paths():
+def test_attention_weights_and_paths(ctx):
     q = RNG.standard_normal((2, 4, 7, 16)).astype(np.float32)
     k = RNG.standard_normal((2, 2, 11, 16)).astype(np.float32)
     v = RNG.standard_normal((2, 2, 11, 16)).astype(np.float32)
     i, j = np.arange(7)[:, None], np.arange(11)[None, :]
     visible = np.stack([(j <= i + n - 7) & (j < n) for n in (11, 5)])[:, None]
     kwargs = dict(scale=0.25, causal="bottom_right", key_lengths=[11, 5])
-    out, weights, lse = CTX.attention(q, k, v, return_weights=True, return_lse=True, **kwargs)
+    out, weights, lse = ctx.attention(q, k, v, return_weights=True, return_lse=True, **kwargs)
     assert weights.shape == (2, 4, 7, 11) and lse.shape == (2, 4, 7)
     assert_close(weights, torch_weights(q, k, 0.25, visible), 1e-5, 1e-7, "weights")
     assert_close(out, torch_attention(q, k, v, 0.25, visible), 1e-4, 1e-6, "out with weights")
-    fused = CTX.attention(q, k, v, path="fused", **kwargs)
-    composed = CTX.attention(q, k, v, path="composed", **kwargs)
+    fused = ctx.attention(q, k, v, path="fused", **kwargs)
+    composed = ctx.attention(q, k, v, path="composed", **kwargs)
     assert_close(fused, composed, 1e-5, 1e-6, "fused vs composed")
     try:
-        CTX.attention(q, k, v, path="fused", return_weights=True)
+        ctx.attention(q, k, v, path="fused", return_weights=True)
     except clattn.Error as error:
         assert error.status == "CLATTN_ERR_INVALID_ARGUMENT", error.status
     else:
         raise AssertionError("weights on the fused path returned")
 
 
-def test_attention_matches_torch_with_gqa_and_masks():
+def test_attention_matches_torch_with_gqa_and_masks(ctx):
     q = RNG.standard_normal((2, 4, 9, 40)).astype(np.float32)
     k = RNG.standard_normal((2, 2, 13, 40)).astype(np.float32)
     v = RNG.standard_normal((2, 2, 13, 24)).astype(np.float32)
     want = torch_attention(q, k, v, 1 / np.sqrt(40), np.ones((9, 13), bool))
-    assert_close(CTX.attention(q, k, v), want, 1e-4, 1e-6, "plain")
+    assert_close(ctx.attention(q, k, v), want, 1e-4, 1e-6, "plain")
     # bottom-right aligns each batch's last query with its last *valid* key: off = len - Sq
     lengths = np.array([13, 6])
     i, j = np.arange(9)[:, None], np.arange(13)[None, :]
     visible = np.stack([(j <= i + n - 9) & (j < n) for n in lengths])[:, None]
     want = torch_attention(q, k, v, 0.3, visible)
-    got, lse = CTX.attention(q, k, v, scale=0.3, causal="bottom_right", key_lengths=[13, 6],
+    got, lse = ctx.attention(q, k, v, scale=0.3, causal="bottom_right", key_lengths=[13, 6],
                              return_lse=True)
     assert_close(got, want, 1e-4, 1e-6, "bottom-right causal + key lengths")
     assert lse.shape == (2, 4, 9)
@@ -239,7 +235,7 @@ def torch_linear(q, k, v, causal, feature_map="elu1", eps=1e-6):
     return (num / (den + eps)).numpy()
 
 
-def test_linear_attention_matches_torch_forms():
+def test_linear_attention_matches_torch_forms(ctx):
     for causal in (False, True):
         for feature_map in ("elu1", "relu", "identity"):
             q = RNG.standard_normal((2, 4, 70, 16)).astype(np.float32)
@@ -247,36 +243,36 @@ def test_linear_attention_matches_torch_forms():
             v = RNG.standard_normal((2, 2, 70, 24)).astype(np.float32)
             if feature_map == "identity":  # positive denominators
                 q, k = np.abs(q), np.abs(k)
-            got = CTX.linear_attention(q, k, v, causal=causal, feature_map=feature_map)
+            got = ctx.linear_attention(q, k, v, causal=causal, feature_map=feature_map)
             want = torch_linear(q, k, v, causal, feature_map)
             assert got.shape == want.shape and got.dtype == np.float32
             assert_close(got, want, 2e-4, 2e-5, "linear %s causal=%s" % (feature_map, causal))
-    half = CTX.linear_attention(q.astype(np.float16), k.astype(np.float16), v.astype(np.float16))
+    half = ctx.linear_attention(q.astype(np.float16), k.astype(np.float16), v.astype(np.float16))
     assert half.dtype == np.float16
 
 
-def test_linear_attention_key_lengths_match_truncated_keys():
+def test_linear_attention_key_lengths_match_truncated_keys(ctx):
     q, k, v = (RNG.standard_normal((2, 2, 40, 16)).astype(np.float32) for _ in range(3))
     k[1, :, 25:] = np.nan  # padding past batch 1's length never reaches the output
-    got = CTX.linear_attention(q, k, v, key_lengths=[40, 25])
+    got = ctx.linear_attention(q, k, v, key_lengths=[40, 25])
     assert_close(got[0], torch_linear(q[:1], k[:1], v[:1], False)[0], 2e-4, 2e-5, "batch 0")
     want = torch_linear(q[1:], k[1:, :, :25], v[1:, :, :25], False)[0]
     assert_close(got[1], want, 2e-4, 2e-5, "batch 1 (25 keys)")
 
 
-def test_linear_attention_step_decodes_like_causal():
+def test_linear_attention_step_decodes_like_causal(ctx):
     q, k, v = (RNG.standard_normal((1, 2, 20, 16)).astype(np.float32) for _ in range(3))
-    whole = CTX.linear_attention(q, k, v, causal=True)
+    whole = ctx.linear_attention(q, k, v, causal=True)
     state, rows = None, []
     for t in range(0, 20, 4):  # four tokens a step
-        out, state = CTX.linear_attention_step(q[:, :, t:t + 4], k[:, :, t:t + 4],
+        out, state = ctx.linear_attention_step(q[:, :, t:t + 4], k[:, :, t:t + 4],
                                                v[:, :, t:t + 4], state)
         rows.append(out)
     assert_close(np.concatenate(rows, axis=2), whole, 2e-4, 2e-5, "steps vs causal")
     phi_k = torch.nn.functional.elu(torch.from_numpy(k.astype(np.float64))) + 1
     assert_close(state[1], phi_k.sum(2).numpy(), 1e-5, 1e-5, "z after 20 tokens")
     try:
-        CTX.linear_attention(q, k, v, feature_map="softmax")
+        ctx.linear_attention(q, k, v, feature_map="softmax")
     except ValueError as error:
         assert "feature_map" in str(error)
     else:
@@ -309,15 +305,15 @@ def mha_weights(rng, e, kdim=None, vdim=None):
     return params
 
 
-def call_mha(x, key, value, heads, params, **kwargs):
-    return CTX.mha(x, key, value, heads, params.get("in_proj_weight"), params["in_proj_bias"],
+def call_mha(ctx, x, key, value, heads, params, **kwargs):
+    return ctx.mha(x, key, value, heads, params.get("in_proj_weight"), params["in_proj_bias"],
                    params["out_proj_weight"], params["out_proj_bias"],
                    q_proj_weight=params.get("q_proj_weight"),
                    k_proj_weight=params.get("k_proj_weight"),
                    v_proj_weight=params.get("v_proj_weight"), **kwargs)
 
 
-def test_mha_self_attention_matches_torch_module():
+def test_mha_self_attention_matches_torch_module(ctx):
     rng = np.random.default_rng(7)
     x = rng.standard_normal((2, 9, 40)).astype(np.float32)
     params = mha_weights(rng, 40)
@@ -326,12 +322,12 @@ def test_mha_self_attention_matches_torch_module():
     attn = rng.random((9, 9)) < 0.2
     np.fill_diagonal(attn, False)
     want, want_w = torch_mha(x, x, x, 2, params, key_padding_mask=padding, attn_mask=attn)
-    got, got_w = call_mha(x, x, x, 2, params, key_padding_mask=padding, attn_mask=attn)
+    got, got_w = call_mha(ctx, x, x, x, 2, params, key_padding_mask=padding, attn_mask=attn)
     assert_close(got, want, 1e-4, 1e-5, "out")
     assert_close(got_w, want_w, 1e-4, 1e-6, "averaged weights")
 
 
-def test_mha_cross_attention_kdim_vdim_float_mask_per_head():
+def test_mha_cross_attention_kdim_vdim_float_mask_per_head(ctx):
     rng = np.random.default_rng(8)
     q = rng.standard_normal((2, 5, 24)).astype(np.float32)
     k = rng.standard_normal((2, 7, 16)).astype(np.float32)
@@ -340,12 +336,12 @@ def test_mha_cross_attention_kdim_vdim_float_mask_per_head():
     attn = rng.standard_normal((2 * 3, 5, 7)).astype(np.float32)
     want, want_w = torch_mha(q, k, v, 3, params, kdim=16, vdim=20, attn_mask=attn,
                              average_attn_weights=False)
-    got, got_w = call_mha(q, k, v, 3, params, attn_mask=attn, average_attn_weights=False)
+    got, got_w = call_mha(ctx, q, k, v, 3, params, attn_mask=attn, average_attn_weights=False)
     assert_close(got, want, 1e-4, 1e-5, "out")
     assert_close(got_w, want_w, 1e-4, 1e-6, "per-head weights")
 
 
-def test_mha_causal_and_fully_padded_batch():
+def test_mha_causal_and_fully_padded_batch(ctx):
     """is_causal equals torch's causal bool mask; a batch with every key padded gives
     out_proj_bias (zero attention rows, the design's rule), where torch 1.13 gives NaN and later
     versions may give the bias too (the test passes on either torch, but on nothing else)."""
@@ -357,7 +353,7 @@ def test_mha_causal_and_fully_padded_batch():
     causal = ~causal_mask(6, 6)
     want, _ = torch_mha(x, x, x, 4, params, key_padding_mask=padding, attn_mask=causal,
                         need_weights=False)
-    got, got_w = call_mha(x, x, x, 4, params, key_padding_mask=padding, is_causal=True,
+    got, got_w = call_mha(ctx, x, x, x, 4, params, key_padding_mask=padding, is_causal=True,
                           need_weights=False)
     assert got_w is None
     assert_close(got[0], want[0], 1e-4, 1e-5, "causal batch")
