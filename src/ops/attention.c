@@ -52,11 +52,14 @@ static int check_weights(const attention_args *a, const int64_t scores[4], cl_co
                                   "weights must be [B,Hq,Sq,Sk] = [%lld,%lld,%lld,%lld]",
                                   (long long)scores[0], (long long)scores[1], (long long)scores[2],
                                   (long long)scores[3]);
-    const char *names[5] = {"q", "k", "v", "out", "lse"};
-    const clattn_tensor *views[5] = {a->q, a->k, a->v, a->out, a->lse};
-    for (int i = 0; i < 5 && status == CLATTN_SUCCESS; ++i)
-        if (views[i]) status = clattn__check_no_alias("weights", w, names[i], views[i]);
-    if (status == CLATTN_SUCCESS) status = clattn__mask_check_output(&a->mask, "weights", w);
+    clattn__tensor_list others = {0};
+    clattn__tensor_list_add(&others, "q", a->q);
+    clattn__tensor_list_add(&others, "k", a->k);
+    clattn__tensor_list_add(&others, "v", a->v);
+    clattn__tensor_list_add(&others, "out", a->out);
+    clattn__tensor_list_add(&others, "lse", a->lse);
+    clattn__mask_list_tensors(&a->mask, &others);
+    if (status == CLATTN_SUCCESS) status = clattn__check_apart("weights", w, &others);
     return status;
 }
 
@@ -70,11 +73,13 @@ static int check_attention(attention_args *a, const clattn_mask *mask, cl_contex
     if (status != CLATTN_SUCCESS) return status; /* the views below need q and k */
     const int64_t scores[4] = {a->q->shape[0], a->q->shape[1], a->q->shape[2], a->k->shape[2]};
     status = clattn__mask_prepare(mask, scores, context, &a->mask);
-    for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
-        status = clattn__check_no_alias("out", a->out, names[i], views[i]);
+    clattn__tensor_list inputs = {0};
+    for (int i = 0; i < 3; ++i) clattn__tensor_list_add(&inputs, names[i], views[i]);
+    if (status == CLATTN_SUCCESS) status = clattn__check_apart("out", a->out, &inputs);
     if (status == CLATTN_SUCCESS) status = clattn__mask_check_output(&a->mask, "out", a->out);
+    clattn__tensor_list_add(&inputs, "out", a->out);
     if (status == CLATTN_SUCCESS && a->lse)
-        status = clattn__mask_check_lse(&a->mask, a->lse, scores, names, views, 4, context);
+        status = clattn__mask_check_lse(&a->mask, a->lse, scores, &inputs, context);
     if (status == CLATTN_SUCCESS && a->weights) status = check_weights(a, scores, context);
     return status;
 }
@@ -315,17 +320,16 @@ static int plan_attention(attention_args *a, const clattn_attention_options *opt
 /* The caller's workspace, checked against every tensor of the call, or a fresh one. */
 static int get_workspace(const attention_args *a, const clattn_attention_options *options,
                          size_t bytes, cl_context context, cl_mem *workspace, bool *owned) {
-    const clattn_mask *m = a->mask_desc;
-    const char *names[11] = {"q",    "k",       "v",           "out",
-                             "lse",  "weights", "key_lengths", "query_lengths",
-                             "keep", "bias",    "alibi_slopes"};
-    const clattn_tensor *views[11] = {a->q, a->k, a->v, a->out, a->lse, a->weights};
-    if (m) {
-        views[6] = m->key_lengths, views[7] = m->query_lengths, views[8] = m->keep;
-        views[9] = m->bias, views[10] = m->alibi_slopes;
-    }
-    return clattn__get_workspace(options ? options->workspace : NULL, bytes, context, names, views,
-                                 11, workspace, owned);
+    clattn__tensor_list tensors = {0};
+    clattn__tensor_list_add(&tensors, "q", a->q);
+    clattn__tensor_list_add(&tensors, "k", a->k);
+    clattn__tensor_list_add(&tensors, "v", a->v);
+    clattn__tensor_list_add(&tensors, "out", a->out);
+    clattn__tensor_list_add(&tensors, "lse", a->lse);
+    clattn__tensor_list_add(&tensors, "weights", a->weights);
+    clattn__mask_list_tensors(&a->mask, &tensors);
+    return clattn__get_workspace(options ? options->workspace : NULL, bytes, context, &tensors,
+                                 workspace, owned);
 }
 
 int clattn_attention_ex(const clattn_tensor *q, const clattn_tensor *k, const clattn_tensor *v,

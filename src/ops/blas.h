@@ -33,17 +33,4 @@ bool clattn__blas_overridden(cl_device_id device);
 /* Clears CLBlast's program cache (clattn_cache_clear(NULL)). */
 void clattn__blas_cache_clear(void);
 
-/* A device buffer of `bytes` for the library's own scratch, counted by
- * clattn_scratch_peak_bytes. The caller releases it (OpenCL defers the release until the
- * commands that use it are done). */
-int clattn__scratch_alloc(cl_context context, size_t bytes, cl_mem *out);
-
-/* The scratch of a call that needs `bytes` (0: none, *out is `workspace` as given): the
- * caller's `workspace`, once checked (in `context`, at least `bytes`, not read-only, apart from
- * each of the `count` views; NULL views are skipped), or a fresh buffer, *owned, for the caller
- * to release after enqueueing. */
-int clattn__get_workspace(cl_mem workspace, size_t bytes, cl_context context,
-                          const char *const *names, const clattn_tensor *const *views, int count,
-                          cl_mem *out, bool *owned);
-
 #endif

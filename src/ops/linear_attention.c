@@ -378,17 +378,15 @@ static int enqueue_linear(const linear_args *a, const linear_launch *l, const cl
 /* The caller's workspace, checked against every tensor of the call, or a fresh one. */
 static int get_workspace(const linear_args *a, size_t bytes, cl_context context, cl_mem *workspace,
                          bool *owned) {
-    const clattn_mask *m = a->mask_desc;
-    const char *names[8] = {"q", "k", "v", "out", "state", "z", "key_lengths", "query_lengths"};
-    const clattn_tensor *views[8] = {a->q,
-                                     a->k,
-                                     a->v,
-                                     a->out,
-                                     a->state,
-                                     a->z,
-                                     m ? m->key_lengths : NULL,
-                                     m ? m->query_lengths : NULL};
-    return clattn__get_workspace(a->workspace, bytes, context, names, views, 8, workspace, owned);
+    clattn__tensor_list tensors = {0};
+    clattn__tensor_list_add(&tensors, "q", a->q);
+    clattn__tensor_list_add(&tensors, "k", a->k);
+    clattn__tensor_list_add(&tensors, "v", a->v);
+    clattn__tensor_list_add(&tensors, "out", a->out);
+    clattn__tensor_list_add(&tensors, "state", a->state);
+    clattn__tensor_list_add(&tensors, "z", a->z);
+    clattn__mask_list_tensors(&a->mask, &tensors);
+    return clattn__get_workspace(a->workspace, bytes, context, &tensors, workspace, owned);
 }
 
 static int run_linear(linear_args *a, const clattn_linear_options *options, cl_command_queue queue,

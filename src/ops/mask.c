@@ -5,6 +5,7 @@
 #include "mask.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -64,6 +65,40 @@ static int clamp_to_int(int64_t v) {
     return v > 0x7fffffff ? 0x7fffffff : (int)v;
 }
 
+/* The table of mask tensors (mask.h) as data. */
+enum { PER_BATCH, PER_HEAD, SCORES };
+typedef struct mask_tensor {
+    const char *name; /* "mask.bias" */
+    size_t field;     /* offsetof(clattn_mask, bias) */
+    int shape;
+    unsigned dtypes;
+    const char *has_macro, *type_macro; /* type_macro NULL: FIXED */
+    int first_stride;
+} mask_tensor;
+#define FIXED NULL
+#define MASK_TENSOR(FIELD, SHAPE, DTYPES, HAS, TYPE, FIRST)                                        \
+    {"mask." #FIELD, offsetof(clattn_mask, FIELD), SHAPE, DTYPES, #HAS, TYPE, FIRST},
+#define BIAS_T  "BIAS_T"
+#define ALIBI_T "ALIBI_T"
+static const mask_tensor mask_tensors[CLATTN__MASK_TENSOR_COUNT] = {
+    CLATTN__MASK_TENSORS(MASK_TENSOR)};
+#undef BIAS_T
+#undef ALIBI_T
+#undef FIXED
+
+static const clattn_tensor *given(const clattn_mask *mask, int i) {
+    return *(const clattn_tensor *const *)((const char *)mask + mask_tensors[i].field);
+}
+
+/* One mask tensor validated and broadcast as its table row says. */
+static int tensor_view(int i, const clattn_tensor *t, const int64_t scores[4], cl_context context,
+                       clattn_tensor *out) {
+    const mask_tensor *m = &mask_tensors[i];
+    if (m->shape == SCORES) return broadcast_view(m->name, t, scores, m->dtypes, context, out);
+    return vector_view(m->name, t, m->shape == PER_BATCH ? scores[0] : scores[1], m->dtypes,
+                       context, out);
+}
+
 int clattn__mask_prepare(const clattn_mask *mask, const int64_t scores[4], cl_context context,
                          clattn__mask_plan *plan) {
     memset(plan, 0, sizeof *plan);
@@ -76,28 +111,13 @@ int clattn__mask_prepare(const clattn_mask *mask, const int64_t scores[4], cl_co
                                 (long long)scores[i]);
     if (!mask) return CLATTN_SUCCESS;
     int status = check_scalars(mask);
-    const unsigned i32 = 1u << CLATTN_I32, u8 = 1u << CLATTN_U8;
-    if (status == CLATTN_SUCCESS && mask->key_lengths)
-        status = vector_view("mask.key_lengths", mask->key_lengths, scores[0], i32, context,
-                             &plan->key_lengths);
-    if (status == CLATTN_SUCCESS && mask->query_lengths)
-        status = vector_view("mask.query_lengths", mask->query_lengths, scores[0], i32, context,
-                             &plan->query_lengths);
-    if (status == CLATTN_SUCCESS && mask->keep)
-        status = broadcast_view("mask.keep", mask->keep, scores, u8, context, &plan->keep);
-    if (status == CLATTN_SUCCESS && mask->bias)
-        status = broadcast_view("mask.bias", mask->bias, scores, CLATTN__FLOAT_DTYPES, context,
-                                &plan->bias);
-    if (status == CLATTN_SUCCESS && mask->alibi_slopes)
-        status = vector_view("mask.alibi_slopes", mask->alibi_slopes, scores[1],
-                             CLATTN__FLOAT_DTYPES, context, &plan->alibi_slopes);
+    for (int i = 0; i < CLATTN__MASK_TENSOR_COUNT && status == CLATTN_SUCCESS; ++i) {
+        plan->has[i] = given(mask, i) != NULL;
+        if (plan->has[i])
+            status = tensor_view(i, given(mask, i), scores, context, &plan->tensors[i]);
+    }
     if (status != CLATTN_SUCCESS) return status;
 
-    plan->has_key_lengths = mask->key_lengths != NULL;
-    plan->has_query_lengths = mask->query_lengths != NULL;
-    plan->has_keep = mask->keep != NULL;
-    plan->has_bias = mask->bias != NULL;
-    plan->has_alibi = mask->alibi_slopes != NULL;
     plan->causal = mask->causal != 0;
     plan->align_bottom = mask->align == CLATTN_ALIGN_BOTTOM_RIGHT;
     if (mask->window) {
@@ -112,55 +132,55 @@ int clattn__mask_prepare(const clattn_mask *mask, const int64_t scores[4], cl_co
     return CLATTN_SUCCESS;
 }
 
+void clattn__mask_list_tensors(const clattn__mask_plan *plan, clattn__tensor_list *list) {
+    for (int i = 0; i < CLATTN__MASK_TENSOR_COUNT; ++i)
+        if (plan->has[i]) clattn__tensor_list_add(list, mask_tensors[i].name, &plan->tensors[i]);
+}
+
 int clattn__mask_check_output(const clattn__mask_plan *plan, const char *name,
                               const clattn_tensor *out) {
-    const struct {
-        const char *name;
-        bool present;
-        const clattn_tensor *t;
-    } inputs[] = {{"mask.key_lengths", plan->has_key_lengths, &plan->key_lengths},
-                  {"mask.query_lengths", plan->has_query_lengths, &plan->query_lengths},
-                  {"mask.keep", plan->has_keep, &plan->keep},
-                  {"mask.bias", plan->has_bias, &plan->bias},
-                  {"mask.alibi_slopes", plan->has_alibi, &plan->alibi_slopes}};
-    int status = CLATTN_SUCCESS;
-    for (size_t i = 0; i < sizeof inputs / sizeof inputs[0] && status == CLATTN_SUCCESS; ++i)
-        if (inputs[i].present)
-            status = clattn__check_no_alias(name, out, inputs[i].name, inputs[i].t);
-    return status;
+    clattn__tensor_list mask = {0};
+    clattn__mask_list_tensors(plan, &mask);
+    return clattn__check_apart(name, out, &mask);
 }
 
 int clattn__mask_check_lse(const clattn__mask_plan *plan, const clattn_tensor *lse,
-                           const int64_t scores[4], const char *const *names,
-                           const clattn_tensor *const *views, int count, cl_context context) {
+                           const int64_t scores[4], const clattn__tensor_list *inputs,
+                           cl_context context) {
     int status = clattn__check_tensor("lse", lse, context, CLATTN__FLOAT_DTYPES, true);
     if (status == CLATTN_SUCCESS && (lse->shape[0] != 1 || lse->shape[1] != scores[0] ||
                                      lse->shape[2] != scores[1] || lse->shape[3] != scores[2]))
         status = clattn__fail(CLATTN_ERR_SHAPE_MISMATCH, "lse: shape must be {1,%lld,%lld,%lld}",
                               (long long)scores[0], (long long)scores[1], (long long)scores[2]);
-    for (int i = 0; i < count && status == CLATTN_SUCCESS; ++i)
-        status = clattn__check_no_alias("lse", lse, names[i], views[i]);
+    if (status == CLATTN_SUCCESS) status = clattn__check_apart("lse", lse, inputs);
     if (status == CLATTN_SUCCESS) status = clattn__mask_check_output(plan, "lse", lse);
     return status;
 }
 
 bool clattn__mask_needs_wide_index(const clattn__mask_plan *plan) {
-    const clattn_tensor *views[] = {
-        plan->has_key_lengths ? &plan->key_lengths : NULL,
-        plan->has_query_lengths ? &plan->query_lengths : NULL, plan->has_keep ? &plan->keep : NULL,
-        plan->has_bias ? &plan->bias : NULL, plan->has_alibi ? &plan->alibi_slopes : NULL};
-    return clattn__needs_wide_index(views, sizeof views / sizeof views[0]);
+    const clattn_tensor *views[CLATTN__MASK_TENSOR_COUNT];
+    for (int i = 0; i < CLATTN__MASK_TENSOR_COUNT; ++i)
+        views[i] = plan->has[i] ? &plan->tensors[i] : NULL;
+    return clattn__needs_wide_index(views, CLATTN__MASK_TENSOR_COUNT);
 }
 
 void clattn__mask_options(const clattn__mask_plan *plan, char *out, size_t capacity) {
     size_t used = strlen(out);
-    snprintf(out + used, capacity - used,
-             " -DHAS_KLEN=%d -DHAS_QLEN=%d -DHAS_KEEP=%d -DHAS_BIAS=%d -DBIAS_T=%s -DHAS_ALIBI=%d "
-             "-DALIBI_T=%s -DHAS_SOFTCAP=%d -DHAS_GLOBAL=%d",
-             plan->has_key_lengths, plan->has_query_lengths, plan->has_keep, plan->has_bias,
-             clattn_dtype_name(plan->has_bias ? plan->bias.dtype : CLATTN_F32), plan->has_alibi,
-             clattn_dtype_name(plan->has_alibi ? plan->alibi_slopes.dtype : CLATTN_F32),
-             plan->softcap > 0.0f, plan->global_stride > 0);
+    for (int i = 0; i < CLATTN__MASK_TENSOR_COUNT && used < capacity; ++i) {
+        const mask_tensor *m = &mask_tensors[i];
+        int n = snprintf(out + used, capacity - used, " -D%s=%d", m->has_macro, plan->has[i]);
+        if (n > 0) used += (size_t)n;
+        /* an absent tensor's type macro still names a dtype, so that the option set (and the
+         * program cache key) is the same shape for every call */
+        const clattn_dtype dtype = plan->has[i] ? plan->tensors[i].dtype : CLATTN_F32;
+        n = m->type_macro && used < capacity ? snprintf(out + used, capacity - used, " -D%s=%s",
+                                                        m->type_macro, clattn_dtype_name(dtype))
+                                             : 0;
+        if (n > 0) used += (size_t)n;
+    }
+    if (used < capacity)
+        snprintf(out + used, capacity - used, " -DHAS_SOFTCAP=%d -DHAS_GLOBAL=%d",
+                 plan->softcap > 0.0f, plan->global_stride > 0);
 }
 
 int clattn__mask_set_args(cl_kernel kernel, cl_uint *arg, const clattn__mask_plan *plan,
@@ -172,16 +192,10 @@ int clattn__mask_set_args(cl_kernel kernel, cl_uint *arg, const clattn__mask_pla
         status = clattn__set_arg(kernel, (*arg)++, sizeof plan->softcap, &plan->softcap);
     for (int i = 0; i < 5 && status == CLATTN_SUCCESS; ++i)
         status = clattn__set_arg(kernel, (*arg)++, sizeof ints[i], &ints[i]);
-    /* the optional tensors in MASK_PARAMS order; vectors pass only their last stride */
-    if (status == CLATTN_SUCCESS && plan->has_key_lengths)
-        status = clattn__set_view_args(kernel, arg, &plan->key_lengths, 3, wide);
-    if (status == CLATTN_SUCCESS && plan->has_query_lengths)
-        status = clattn__set_view_args(kernel, arg, &plan->query_lengths, 3, wide);
-    if (status == CLATTN_SUCCESS && plan->has_keep)
-        status = clattn__set_view_args(kernel, arg, &plan->keep, 0, wide);
-    if (status == CLATTN_SUCCESS && plan->has_bias)
-        status = clattn__set_view_args(kernel, arg, &plan->bias, 0, wide);
-    if (status == CLATTN_SUCCESS && plan->has_alibi)
-        status = clattn__set_view_args(kernel, arg, &plan->alibi_slopes, 3, wide);
+    /* the optional tensors in MASK_PARAMS order */
+    for (int i = 0; i < CLATTN__MASK_TENSOR_COUNT && status == CLATTN_SUCCESS; ++i)
+        if (plan->has[i])
+            status = clattn__set_view_args(kernel, arg, &plan->tensors[i],
+                                           mask_tensors[i].first_stride, wide);
     return status;
 }

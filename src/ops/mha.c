@@ -200,52 +200,38 @@ static int check_options(mha_args *a, cl_context context) {
     return status;
 }
 
-/* The names and views of every tensor of the call, outputs first (out, weights). */
-#define MHA_TENSORS 14
-static void tensors_of(const mha_args *a, const char *names[MHA_TENSORS],
-                       const clattn_tensor *views[MHA_TENSORS]) {
-    static const char *const all[MHA_TENSORS] = {"out",
-                                                 "weights",
-                                                 "query",
-                                                 "key",
-                                                 "value",
-                                                 "in_proj_weight",
-                                                 "q_proj_weight",
-                                                 "k_proj_weight",
-                                                 "v_proj_weight",
-                                                 "in_proj_bias",
-                                                 "out_proj_weight",
-                                                 "out_proj_bias",
-                                                 "key_padding_mask",
-                                                 "attn_mask"};
+/* Every tensor of the call, outputs first (out, weights), then the inputs. */
+static void tensors_of(const mha_args *a, clattn__tensor_list *list) {
     const clattn_mha_params *p = a->p;
-    const clattn_tensor *v[MHA_TENSORS] = {a->out,
-                                           a->o.weights,
-                                           a->in[0],
-                                           a->in[1],
-                                           a->in[2],
-                                           p->in_proj_weight,
-                                           p->q_proj_weight,
-                                           p->k_proj_weight,
-                                           p->v_proj_weight,
-                                           p->in_proj_bias,
-                                           p->out_proj_weight,
-                                           p->out_proj_bias,
-                                           a->o.key_padding_mask,
-                                           a->o.attn_mask};
-    memcpy(names, all, sizeof all);
-    memcpy(views, v, sizeof v);
+    const struct {
+        const char *name;
+        const clattn_tensor *t;
+    } all[] = {{"out", a->out},
+               {"weights", a->o.weights},
+               {"query", a->in[0]},
+               {"key", a->in[1]},
+               {"value", a->in[2]},
+               {"in_proj_weight", p->in_proj_weight},
+               {"q_proj_weight", p->q_proj_weight},
+               {"k_proj_weight", p->k_proj_weight},
+               {"v_proj_weight", p->v_proj_weight},
+               {"in_proj_bias", p->in_proj_bias},
+               {"out_proj_weight", p->out_proj_weight},
+               {"out_proj_bias", p->out_proj_bias},
+               {"key_padding_mask", a->o.key_padding_mask},
+               {"attn_mask", a->o.attn_mask}};
+    *list = (clattn__tensor_list){0};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
+        clattn__tensor_list_add(list, all[i].name, all[i].t);
 }
 
 /* The outputs (out, weights) overlap no input and not each other. */
 static int check_aliasing(const mha_args *a) {
-    const char *names[MHA_TENSORS];
-    const clattn_tensor *views[MHA_TENSORS];
-    tensors_of(a, names, views);
-    int status = CLATTN_SUCCESS;
-    for (int o = 0; o < 2 && status == CLATTN_SUCCESS; ++o)
-        for (int i = o + 1; i < MHA_TENSORS && status == CLATTN_SUCCESS && views[o]; ++i)
-            if (views[i]) status = clattn__check_no_alias(names[o], views[o], names[i], views[i]);
+    clattn__tensor_list tensors;
+    tensors_of(a, &tensors);
+    int status = clattn__check_apart("out", a->out, &tensors);
+    if (status == CLATTN_SUCCESS && a->o.weights)
+        status = clattn__check_apart("weights", a->o.weights, &tensors);
     return status;
 }
 
@@ -701,11 +687,10 @@ static mha_args make_args(const clattn_tensor *query, const clattn_tensor *key,
 
 static int get_workspace(const mha_args *a, const mha_plan *plan, cl_context context, cl_mem *ws,
                          bool *owned) {
-    const char *names[MHA_TENSORS];
-    const clattn_tensor *views[MHA_TENSORS];
-    tensors_of(a, names, views);
-    return clattn__get_workspace(a->o.workspace, plan->floats * sizeof(float), context, names,
-                                 views, MHA_TENSORS, ws, owned);
+    clattn__tensor_list tensors;
+    tensors_of(a, &tensors);
+    return clattn__get_workspace(a->o.workspace, plan->floats * sizeof(float), context, &tensors,
+                                 ws, owned);
 }
 
 int clattn_mha_forward(const clattn_tensor *query, const clattn_tensor *key,

@@ -118,9 +118,10 @@ static int check_softmax(softmax_args *a, const clattn_mask *mask, cl_context co
         status = clattn__mask_prepare(mask, a->x->shape, context, &a->mask);
     if (status == CLATTN_SUCCESS) status = clattn__mask_check_output(&a->mask, "y", a->y);
     if (status == CLATTN_SUCCESS && a->lse) {
-        const char *names[2] = {"x", "y"};
-        const clattn_tensor *views[2] = {a->x, a->y};
-        status = clattn__mask_check_lse(&a->mask, a->lse, a->x->shape, names, views, 2, context);
+        clattn__tensor_list inputs = {0};
+        clattn__tensor_list_add(&inputs, "x", a->x);
+        clattn__tensor_list_add(&inputs, "y", a->y);
+        status = clattn__mask_check_lse(&a->mask, a->lse, a->x->shape, &inputs, context);
     }
     return status;
 }

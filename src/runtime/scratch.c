@@ -55,7 +55,7 @@ size_t clattn_scratch_peak_bytes(int reset) {
 /* The caller's workspace must be writable and apart from every tensor of the call: it is
  * checked as an f32 view of the whole buffer. */
 static int check_workspace(cl_mem workspace, size_t bytes, cl_context context,
-                           const char *const *names, const clattn_tensor *const *views, int count) {
+                           const clattn__tensor_list *tensors) {
     size_t size = 0;
     cl_context owner = NULL;
     cl_mem_flags flags = 0;
@@ -71,19 +71,19 @@ static int check_workspace(cl_mem workspace, size_t bytes, cl_context context,
         return clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "the workspace is CL_MEM_READ_ONLY");
     clattn_tensor whole = clattn_tensor_4d(workspace, CLATTN_F32, 1, 1, 1, (int64_t)(size / 4));
     int status = CLATTN_SUCCESS;
-    for (int i = 0; i < count && status == CLATTN_SUCCESS; ++i)
-        if (views[i] && views[i]->buffer)
-            status = clattn__check_no_alias("workspace", &whole, names[i], views[i]);
+    for (int i = 0; i < tensors->count && status == CLATTN_SUCCESS; ++i)
+        if (tensors->views[i]->buffer)
+            status =
+                clattn__check_no_alias("workspace", &whole, tensors->names[i], tensors->views[i]);
     return status;
 }
 
 int clattn__get_workspace(cl_mem workspace, size_t bytes, cl_context context,
-                          const char *const *names, const clattn_tensor *const *views, int count,
-                          cl_mem *out, bool *owned) {
+                          const clattn__tensor_list *tensors, cl_mem *out, bool *owned) {
     *out = workspace;
     *owned = false;
     if (bytes == 0) return CLATTN_SUCCESS;
-    if (workspace) return check_workspace(workspace, bytes, context, names, views, count);
+    if (workspace) return check_workspace(workspace, bytes, context, tensors);
     *owned = true;
     return clattn__scratch_alloc(context, bytes, out);
 }

@@ -3,6 +3,7 @@
 #define CLATTN_RUNTIME_SCRATCH_H
 
 #include "status.h"
+#include "tensor.h"
 
 /* A device buffer of `bytes` for the library's own scratch, counted by
  * clattn_scratch_peak_bytes. The caller releases it (OpenCL defers the release until the
@@ -11,10 +12,9 @@ int clattn__scratch_alloc(cl_context context, size_t bytes, cl_mem *out);
 
 /* The scratch of a call that needs `bytes` (0: none, *out is `workspace` as given): the
  * caller's `workspace`, once checked (in `context`, at least `bytes`, not read-only, apart from
- * each of the `count` views; NULL views are skipped), or a fresh buffer, *owned, for the caller
- * to release after enqueueing. */
+ * each of the call's `tensors` that has a buffer), or a fresh buffer, *owned, for the caller to
+ * release after enqueueing. */
 int clattn__get_workspace(cl_mem workspace, size_t bytes, cl_context context,
-                          const char *const *names, const clattn_tensor *const *views, int count,
-                          cl_mem *out, bool *owned);
+                          const clattn__tensor_list *tensors, cl_mem *out, bool *owned);
 
 #endif

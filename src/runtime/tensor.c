@@ -231,6 +231,22 @@ int clattn__check_no_alias(const char *out_name, const clattn_tensor *out, const
     return CLATTN_SUCCESS;
 }
 
+void clattn__tensor_list_add(clattn__tensor_list *list, const char *name, const clattn_tensor *t) {
+    /* sized for the largest call: MHA's 14 tensors, or an op's and its mask's 5 */
+    if (!t || list->count >= CLATTN__CALL_TENSORS_MAX) return;
+    list->names[list->count] = name;
+    list->views[list->count++] = t;
+}
+
+int clattn__check_apart(const char *out_name, const clattn_tensor *out,
+                        const clattn__tensor_list *list) {
+    int status = CLATTN_SUCCESS;
+    for (int i = 0; i < list->count && status == CLATTN_SUCCESS; ++i)
+        if (list->views[i] != out)
+            status = clattn__check_no_alias(out_name, out, list->names[i], list->views[i]);
+    return status;
+}
+
 bool clattn__needs_wide_index(const clattn_tensor *const *views, size_t count) {
     for (size_t i = 0; i < count; ++i)
         if (views[i] && clattn__tensor_last_element(views[i]) >= clattn__narrow_index_limit())

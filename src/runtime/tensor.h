@@ -29,6 +29,20 @@ int clattn__check_attention_shapes(const clattn_tensor *q, const clattn_tensor *
 /* An output's addressed byte range does not overlap an input's in the same buffer. */
 int clattn__check_no_alias(const char *out_name, const clattn_tensor *out, const char *in_name,
                            const clattn_tensor *in);
+/* The tensors of one call, each with its name, for the checks that look at all of them: an
+ * output apart from every input, a caller's workspace apart from every tensor. An op adds its
+ * own, then its mask's (ops/mask.h); NULL tensors are not added. */
+#define CLATTN__CALL_TENSORS_MAX 24
+typedef struct clattn__tensor_list {
+    int count;
+    const char *names[CLATTN__CALL_TENSORS_MAX];
+    const clattn_tensor *views[CLATTN__CALL_TENSORS_MAX];
+} clattn__tensor_list;
+void clattn__tensor_list_add(clattn__tensor_list *list, const char *name, const clattn_tensor *t);
+/* `out` overlaps none of the list's tensors (itself, by address, excepted). */
+int clattn__check_apart(const char *out_name, const clattn_tensor *out,
+                        const clattn__tensor_list *list);
+
 /* Some of the views (NULL entries are skipped) reaches the narrow-index limit (hooks.h): the
  * call needs 64-bit IDX. */
 bool clattn__needs_wide_index(const clattn_tensor *const *views, size_t count);
