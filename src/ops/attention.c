@@ -3,6 +3,7 @@
  * for the device, and enqueues.
  */
 #include "attention.h"
+#include "softmax.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -23,13 +24,7 @@
 #define KEYS_MAX_QUERIES     8
 #define ATTENTION_SPLIT_MAX  128
 
-typedef struct attention_launch {
-    /* the table's row, with LANES narrowed to divide the head dims, TK halved to fit the local
-     * memory and GROUP the keys variant's own where it runs */
-    clattn__attention_tuning t;
-    int variant;       /* CLATTN__ATTENTION_BLOCKS, _TILES or _KEYS */
-    int splits, chunk; /* the key axis in `splits` chunks of `chunk` keys (1: unsplit) */
-} attention_launch;
+typedef clattn__attention_launch attention_launch;
 
 typedef clattn__attention_args attention_args;
 
@@ -279,42 +274,48 @@ static int check_launch_size(const attention_args *a, const attention_launch *l)
     return CLATTN_SUCCESS;
 }
 
-/* Checks the arguments: fills `a` and the path the call takes. */
-static int prepare_attention(attention_args *a, const clattn_mask *mask,
-                             const clattn_attention_options *options, cl_context context,
-                             int *path) {
+int clattn__attention_check(attention_args *a, const clattn_attention_options *options,
+                            cl_context context, int *path) {
     *path = resolve_path(options);
     if (*path < 0) return *path;
     int status = CLATTN_SUCCESS;
     if (!isfinite(a->scale))
         status =
             clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "scale = %g is not finite", (double)a->scale);
-    if (status == CLATTN_SUCCESS) status = check_attention(a, mask, context);
+    if (status == CLATTN_SUCCESS) status = check_attention(a, a->mask_desc, context);
     if (status == CLATTN_SUCCESS && a->scale == 0.0f)
         a->scale = 1.0f / sqrtf((float)a->q->shape[3]);
     return status;
 }
 
-/* What a call runs, decided once: the path, the fused launch, the scratch bytes. */
-typedef struct attention_plan {
-    int path;
-    attention_launch launch; /* the fused path's */
-    size_t bytes;
-} attention_plan;
-
-/* Everything a call checks and decides before it enqueues. */
-static int plan_attention(attention_args *a, const clattn_attention_options *options,
-                          const clattn__call *call, attention_plan *plan) {
-    int status = prepare_attention(a, a->mask_desc, options, call->context, &plan->path);
-    if (status != CLATTN_SUCCESS) return status;
-    if (plan->path == CLATTN_PATH_COMPOSED) {
+int clattn__attention_plan(const attention_args *a, int path, cl_device_id device,
+                           clattn__attention_schedule *plan) {
+    memset(plan, 0, sizeof *plan);
+    plan->path = path;
+    if (path == CLATTN_PATH_COMPOSED) {
         plan->bytes = clattn__attention_composed_workspace(a);
-        return CLATTN_SUCCESS;
+        return clattn__softmax_plan(device, CLATTN_F32, &plan->softmax);
     }
-    status = pick_launch(call->device, a, &plan->launch);
+    int status = pick_launch(device, a, &plan->launch);
     if (status != CLATTN_SUCCESS) return status;
     plan->bytes = partial_floats(a, &plan->launch) * sizeof(float);
     return check_launch_size(a, &plan->launch);
+}
+
+int clattn__attention_enqueue(const attention_args *a, const clattn__attention_schedule *plan,
+                              const clattn__call *call, cl_mem workspace) {
+    return plan->path == CLATTN_PATH_COMPOSED
+               ? clattn__attention_composed(a, &plan->softmax, call, workspace)
+               : enqueue_attention(a, &plan->launch, call, workspace);
+}
+
+/* Every check, then the plan. */
+static int plan_call(attention_args *a, const clattn_attention_options *options,
+                     const clattn__call *call, clattn__attention_schedule *plan) {
+    int path = 0;
+    int status = clattn__attention_check(a, options, call->context, &path);
+    if (status == CLATTN_SUCCESS) status = clattn__attention_plan(a, path, call->device, plan);
+    return status;
 }
 
 /* The caller's workspace, checked against every tensor of the call, or a fresh one. */
@@ -339,17 +340,15 @@ int clattn_attention_ex(const clattn_tensor *q, const clattn_tensor *k, const cl
                         cl_event *event) {
     clattn__call call;
     attention_args a = {q, k, v, out, lse, options ? options->weights : NULL, mask, scale, {0}};
-    attention_plan plan;
+    clattn__attention_schedule plan;
     int status = clattn__begin_call(&call, queue, num_wait, wait_list, event);
-    if (status == CLATTN_SUCCESS) status = plan_attention(&a, options, &call, &plan);
+    if (status == CLATTN_SUCCESS) status = plan_call(&a, options, &call, &plan);
     cl_mem workspace = NULL;
     bool owned = false;
     if (status == CLATTN_SUCCESS)
         status = get_workspace(&a, options, plan.bytes, call.context, &workspace, &owned);
     if (status != CLATTN_SUCCESS) return status;
-    status = plan.path == CLATTN_PATH_COMPOSED
-                 ? clattn__attention_composed(&a, &call, workspace)
-                 : enqueue_attention(&a, &plan.launch, &call, workspace);
+    status = clattn__attention_enqueue(&a, &plan, &call, workspace);
     if (owned && workspace) clReleaseMemObject(workspace);
     return status;
 }
@@ -369,26 +368,11 @@ int clattn_attention_workspace_size(const clattn_tensor *q, const clattn_tensor 
                                     size_t *bytes) {
     clattn__call call;
     attention_args a = {q, k, v, out, lse, options ? options->weights : NULL, mask, 1.0f, {0}};
-    attention_plan plan;
+    clattn__attention_schedule plan;
     int status = clattn__begin_call(&call, queue, 0, NULL, NULL);
     if (status == CLATTN_SUCCESS && !bytes)
         status = clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "bytes is NULL");
-    if (status == CLATTN_SUCCESS) status = plan_attention(&a, options, &call, &plan);
+    if (status == CLATTN_SUCCESS) status = plan_call(&a, options, &call, &plan);
     if (status == CLATTN_SUCCESS) *bytes = plan.bytes;
-    return status;
-}
-
-int clattn__attention_scratch_bytes(const clattn_tensor *q, const clattn_tensor *k,
-                                    const clattn_tensor *v, const clattn_tensor *out,
-                                    const clattn_tensor *weights, cl_device_id device,
-                                    size_t *bytes) {
-    attention_args a = {q, k, v, out, NULL, weights, NULL, 1.0f, {0}};
-    attention_launch launch;
-    if (weights) {
-        *bytes = clattn__attention_composed_workspace(&a);
-        return CLATTN_SUCCESS;
-    }
-    int status = pick_launch(device, &a, &launch);
-    *bytes = status == CLATTN_SUCCESS ? partial_floats(&a, &launch) * sizeof(float) : 0;
     return status;
 }

@@ -1,34 +1,61 @@
-/* What src/ops/attention.c (validation, the fused kernels) shares with src/ops/attention_composed.c
- * (the CLBlast path). Not installed. */
+/* Attention as other ops run it (MHA), and what src/ops/attention.c (validation, the fused
+ * kernels) shares with src/ops/attention_composed.c (the CLBlast path). Not installed.
+ *
+ * A call is three steps: check (every argument; the mask packed), plan (the path's launch and
+ * its scratch bytes, from shapes, strides, dtypes and the device alone), enqueue (no checks).
+ * clattn_attention_ex runs all three; MHA plans first, from views whose buffers do not exist
+ * yet (they live in its own scratch, which the plan sizes), then checks and enqueues with that
+ * one plan. */
 #ifndef CLATTN_ATTENTION_H
 #define CLATTN_ATTENTION_H
 
 #include "mask.h"
 #include "runtime/launch.h"
 
-/* One validated clattn_attention_ex call. */
+/* One clattn_attention_ex call. */
 typedef struct clattn__attention_args {
     const clattn_tensor *q, *k, *v, *out, *lse, *weights;
-    const clattn_mask *mask_desc; /* the caller's, for clattn_softmax */
-    float scale;                  /* resolved: never 0 */
-    clattn__mask_plan mask;
+    const clattn_mask *mask_desc; /* the caller's */
+    float scale;                  /* after the check: never 0 */
+    clattn__mask_plan mask;       /* after the check */
 } clattn__attention_args;
+
+/* The fused kernel's launch: the tuning table's row, with LANES narrowed to divide the head
+ * dims, TK halved to fit the local memory and GROUP the keys variant's own where it runs. */
+typedef struct clattn__attention_launch {
+    clattn__attention_tuning t;
+    int variant;       /* CLATTN__ATTENTION_BLOCKS, _TILES or _KEYS */
+    int splits, chunk; /* the key axis in `splits` chunks of `chunk` keys (1: unsplit) */
+} clattn__attention_launch;
+
+/* What a call runs, decided once. */
+typedef struct clattn__attention_schedule {
+    int path;                        /* CLATTN_PATH_FUSED or CLATTN_PATH_COMPOSED */
+    clattn__attention_launch launch; /* the fused path's */
+    clattn__softmax_tuning softmax;  /* the composed path's softmax */
+    size_t bytes;                    /* scratch */
+} clattn__attention_schedule;
+
+/* Every check clattn_attention_ex makes: fills a->mask and a->scale, and *path from the
+ * options. */
+int clattn__attention_check(clattn__attention_args *a, const clattn_attention_options *options,
+                            cl_context context, int *path);
+/* The plan of a call that takes `path` on `device`; the buffers of a's views may be NULL. */
+int clattn__attention_plan(const clattn__attention_args *a, int path, cl_device_id device,
+                           clattn__attention_schedule *plan);
+/* Enqueues a checked call with its plan; `workspace` holds plan->bytes (NULL when 0). */
+int clattn__attention_enqueue(const clattn__attention_args *a,
+                              const clattn__attention_schedule *plan, const clattn__call *call,
+                              cl_mem workspace);
 
 /* The scratch bytes the composed path needs for `a` (0: none). */
 size_t clattn__attention_composed_workspace(const clattn__attention_args *a);
 
-/* Enqueues the composed path: CLBlast GEMMs around clattn_softmax. `workspace` holds at least
- * clattn__attention_composed_workspace(a) bytes (NULL when that is 0). */
-int clattn__attention_composed(const clattn__attention_args *a, const clattn__call *call,
+/* Enqueues the composed path: CLBlast GEMMs around the softmax (with `softmax`, its plan).
+ * `workspace` holds at least clattn__attention_composed_workspace(a) bytes (NULL when that is
+ * 0). */
+int clattn__attention_composed(const clattn__attention_args *a,
+                               const clattn__softmax_tuning *softmax, const clattn__call *call,
                                cl_mem workspace);
-
-/* The scratch bytes clattn_attention_ex needs for these views on `device` with the automatic
- * path (composed when `weights` is given, else fused), from the views' shapes, strides and
- * dtypes alone: no validation, and the buffers may be NULL. For a caller that places the
- * views in scratch of its own before it can make them (src/ops/mha.c). */
-int clattn__attention_scratch_bytes(const clattn_tensor *q, const clattn_tensor *k,
-                                    const clattn_tensor *v, const clattn_tensor *out,
-                                    const clattn_tensor *weights, cl_device_id device,
-                                    size_t *bytes);
 
 #endif

@@ -1,15 +1,17 @@
 /*
  * The composed attention path: scores = q k^T by CLBlast's strided-batched SGEMM with the heads
- * as the batch, clattn_softmax in place (every mask part, lse), out = p v by SGEMM. It costs
+ * as the batch, the softmax in place (every mask part, lse), out = p v by SGEMM. It costs
  * B*Hq*Sq*Sk floats of scratch and the full quadratic work, so it serves what the fused kernel
  * cannot give: the attention weights, and a cross-check of the fused kernel in the tests.
  *
  * CLBlast reads row-major f32 matrices, so an input that is f16/bf16, or whose head dim is not
- * contiguous, is first converted into f32 scratch by clattn_copy; an output that CLBlast cannot
+ * contiguous, is first converted into f32 scratch by the copy kernel; an output that CLBlast cannot
  * write directly is produced in scratch and converted into place the same way.
  */
 #include "attention.h"
 #include "blas.h"
+#include "heads.h"
+#include "softmax.h"
 
 /* Where each operand lives in the workspace (offsets in floats; SIZE_MAX: used in place). */
 typedef struct composed_plan {
@@ -81,14 +83,24 @@ static int gemm_over_heads(const clattn__call *call, bool trans_w, const clattn_
     return status;
 }
 
-/* clattn_copy from `src` into `dst` unless they are the same view. */
+/* Copies `src` into `dst` unless they are the same view. */
 static int convert(const clattn__call *call, const clattn_tensor *src, const clattn_tensor *dst) {
     if (src->buffer == dst->buffer && src->offset == dst->offset && src->dtype == dst->dtype)
         return CLATTN_SUCCESS;
-    return clattn_copy(src, NULL, dst, call->queue, 0, NULL, NULL);
+    const clattn__call step = {call->queue, call->context, call->device, 0, NULL, NULL};
+    return clattn__copy_enqueue(src, NULL, dst, &step);
 }
 
-int clattn__attention_composed(const clattn__attention_args *a, const clattn__call *call,
+/* The softmax over the scores p in place, with the attention's checked mask and scale. */
+static int normalize(const clattn__attention_args *a, const clattn__softmax_tuning *softmax,
+                     const clattn__call *call, const clattn_tensor *p) {
+    const clattn__softmax_args s = {p, p, a->lse, a->scale, a->mask};
+    const clattn__call step = {call->queue, call->context, call->device, 0, NULL, NULL};
+    return clattn__softmax_enqueue(&s, softmax, &step);
+}
+
+int clattn__attention_composed(const clattn__attention_args *a,
+                               const clattn__softmax_tuning *softmax, const clattn__call *call,
                                cl_mem workspace) {
     const composed_plan plan = plan_composed(a);
     const bool ooo = clattn__queue_out_of_order(call->queue);
@@ -114,8 +126,7 @@ int clattn__attention_composed(const clattn__attention_args *a, const clattn__ca
     if (status == CLATTN_SUCCESS) status = clattn__steps_boundary(call, ooo);
     if (status == CLATTN_SUCCESS) status = gemm_over_heads(call, true, &q, &k, &p, sk, d);
     if (status == CLATTN_SUCCESS) status = clattn__steps_boundary(call, ooo);
-    if (status == CLATTN_SUCCESS)
-        status = clattn_softmax(&p, a->scale, a->mask_desc, &p, a->lse, call->queue, 0, NULL, NULL);
+    if (status == CLATTN_SUCCESS) status = normalize(a, softmax, call, &p);
     if (status == CLATTN_SUCCESS) status = clattn__steps_boundary(call, ooo);
     if (status == CLATTN_SUCCESS) status = gemm_over_heads(call, false, &p, &v, &o, dv, sk);
     if (status == CLATTN_SUCCESS) status = clattn__steps_boundary(call, ooo);

@@ -2,7 +2,7 @@
  * Multi-head reshape ops: clattn_copy and the views that make split heads, merge heads and the
  * packed-QKV split out of it. Kernel: cl/heads.cl (copy4d).
  */
-#include "runtime/runtime.h"
+#include "heads.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -164,9 +164,8 @@ static int set_copy_args(cl_kernel kernel, const copy_plan *plan, uint64_t run, 
     return status;
 }
 
-/* Enqueues one already validated copy. */
-static int enqueue_copy(const clattn_tensor *src, const clattn_tensor *bias,
-                        const clattn_tensor *dst, const clattn__call *call) {
+int clattn__copy_enqueue(const clattn_tensor *src, const clattn_tensor *bias,
+                         const clattn_tensor *dst, const clattn__call *call) {
     copy_plan plan;
     plan_copy(src, bias, dst, &plan);
     pair_16bit_elements(&plan);
@@ -228,7 +227,7 @@ int clattn_copy(const clattn_tensor *src, const clattn_tensor *bias, const clatt
     int status = clattn__begin_call(&call, queue, num_wait, wait_list, event);
     if (status == CLATTN_SUCCESS) status = check_copy("src", src, bias, "dst", dst, call.context);
     if (status != CLATTN_SUCCESS) return status;
-    return enqueue_copy(src, bias, dst, &call);
+    return clattn__copy_enqueue(src, bias, dst, &call);
 }
 
 /* ---- views ---- */
@@ -280,7 +279,7 @@ int clattn_split_heads(const clattn_tensor *x, int num_heads, const clattn_tenso
     clattn_tensor view = heads_view(x, num_heads, 1, 0);
     status = check_copy("x", &view, NULL, "out", out, call.context);
     if (status != CLATTN_SUCCESS) return status;
-    return enqueue_copy(&view, NULL, out, &call);
+    return clattn__copy_enqueue(&view, NULL, out, &call);
 }
 
 int clattn_merge_heads(const clattn_tensor *x, const clattn_tensor *out, cl_command_queue queue,
@@ -299,7 +298,7 @@ int clattn_merge_heads(const clattn_tensor *x, const clattn_tensor *out, cl_comm
     clattn_tensor view = heads_view(out, num_heads, 1, 0);
     status = check_copy("x", x, NULL, "out", &view, call.context);
     if (status != CLATTN_SUCCESS) return status;
-    return enqueue_copy(x, NULL, &view, &call);
+    return clattn__copy_enqueue(x, NULL, &view, &call);
 }
 
 /* The bias of a packed QKV split: shape {1,1,1,3*H*D}, seen as [B,H,S,D] broadcast over B and S
@@ -346,7 +345,7 @@ static int enqueue_qkv(const clattn_tensor *x, const clattn_tensor *bias, int nu
         clattn_tensor bias_view = bias ? qkv_bias_view(bias, x, num_heads, p) : src;
         clattn__call part = *call;
         part.event = call->event ? &parts[p] : NULL;
-        status = enqueue_copy(&src, bias ? &bias_view : NULL, outs[p], &part);
+        status = clattn__copy_enqueue(&src, bias ? &bias_view : NULL, outs[p], &part);
     }
     if (status == CLATTN_SUCCESS && call->event) {
         cl_int err = clEnqueueMarkerWithWaitList(call->queue, 3, parts, call->event);

@@ -7,8 +7,9 @@
  *   3. the input projections: one GEMM when query, key and value are one view and the weights
  *      are packed (self-attention), else one per input (key and value share one when they are
  *      one view)
- *   4. clattn_attention on [B,H,S,D] views of the projections (a head is D columns of a row),
- *      writing [B,Sq,E] rows straight away: no head is ever split or merged by a copy
+ *   4. the attention (ops/attention.h: planned with MHA's plan, checked, enqueued) on
+ *      [B,H,S,D] views of the projections (a head is D columns of a row), writing [B,Sq,E]
+ *      rows straight away: no head is ever split or merged by a copy
  *   5. the output projection, and the heads' mean of the weights when it is asked for
  *   6. out converted from its f32 image when it is not f32 rows itself
  *
@@ -17,6 +18,7 @@
  */
 #include "attention.h"
 #include "blas.h"
+#include "heads.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -48,8 +50,8 @@ typedef struct proj_job {
 
 /* Where everything lives in the workspace (offsets in floats; NONE: not there). */
 typedef struct mha_plan {
-    size_t attn_bytes; /* the attention's scratch: the workspace's first bytes */
-    size_t in_at[3];   /* f32 images of query, key, value */
+    clattn__attention_schedule attn; /* its scratch (attn.bytes): the workspace's first bytes */
+    size_t in_at[3];                 /* f32 images of query, key, value */
     size_t w_at[W_COUNT];
     proj_job jobs[3];
     int njobs;
@@ -357,16 +359,20 @@ static size_t plan_regions(const mha_args *a, mha_plan *plan, size_t f, bool *ov
 static int plan_mha(const mha_args *a, cl_device_id device, mha_plan *plan) {
     memset(plan, 0, sizeof *plan);
     plan_jobs(a, plan);
+    /* the attention's plan, from its views before they have a buffer (they live in the
+     * workspace it sizes): the path, launch and scratch it enqueues with later */
     const bool averaged = a->o.weights && a->o.average_attn_weights;
     clattn_tensor heads[4], probs = probs_view(a, plan, NULL);
     head_views(a, plan, NULL, heads);
-    int status = clattn__attention_scratch_bytes(&heads[0], &heads[1], &heads[2], &heads[3],
-                                                 averaged ? &probs : a->o.weights, device,
-                                                 &plan->attn_bytes);
+    const clattn_tensor *weights = averaged ? &probs : a->o.weights;
+    const clattn__attention_args attn = {&heads[0], &heads[1], &heads[2], &heads[3], NULL,
+                                         weights,   NULL,      1.0f,      {0}};
+    int status = clattn__attention_plan(&attn, weights ? CLATTN_PATH_COMPOSED : CLATTN_PATH_FUSED,
+                                        device, &plan->attn);
     if (status != CLATTN_SUCCESS) return status;
     bool overflow = false;
-    plan->floats =
-        plan_regions(a, plan, (plan->attn_bytes + sizeof(float) - 1) / sizeof(float), &overflow);
+    const size_t attn_floats = (plan->attn.bytes + sizeof(float) - 1) / sizeof(float);
+    plan->floats = plan_regions(a, plan, attn_floats, &overflow);
     if (overflow || plan->floats > SIZE_MAX / sizeof(float))
         return clattn__fail(CLATTN_ERR_DEVICE_LIMIT,
                             "the scratch this call needs does not fit in a size_t");
@@ -391,7 +397,8 @@ static clattn_tensor image_of(const clattn_tensor *t, size_t at, cl_mem ws) {
 
 static int copy_into(const clattn__call *call, const clattn_tensor *src, const clattn_tensor *bias,
                      const clattn_tensor *dst) {
-    return clattn_copy(src, bias, dst, call->queue, 0, NULL, NULL);
+    const clattn__call step = {call->queue, call->context, call->device, 0, NULL, NULL};
+    return clattn__copy_enqueue(src, bias, dst, &step);
 }
 
 /* Step 1: the f32 images of inputs and weights. */
@@ -600,12 +607,13 @@ static int average_weights(const mha_args *a, const mha_plan *plan, const clattn
 
 /* ---- the call ---- */
 
-/* The attention step's arguments, checked by the attention's own validation before anything
- * is enqueued. */
+/* The attention step: its views in the workspace and its mask, checked by the attention's
+ * own checks before anything is enqueued, then enqueued with the plan made with MHA's. */
 typedef struct attention_step {
     clattn_tensor heads[4], probs, keep, bias;
     clattn_mask mask;
-    clattn_attention_options options;
+    clattn__attention_args args;
+    cl_mem scratch; /* the attention's region of the workspace (NULL: it needs none) */
 } attention_step;
 
 static int prepare_attention(const mha_args *a, const mha_plan *plan, const clattn__call *call,
@@ -613,33 +621,30 @@ static int prepare_attention(const mha_args *a, const mha_plan *plan, const clat
     head_views(a, plan, ws, s->heads);
     s->probs = probs_view(a, plan, ws);
     s->mask = attention_mask(a, plan, ws, &s->keep, &s->bias);
-    memset(&s->options, 0, sizeof s->options);
-    s->options.weights = a->o.weights && a->o.average_attn_weights ? &s->probs : a->o.weights;
-    size_t bytes = 0;
-    int status =
-        clattn_attention_workspace_size(&s->heads[0], &s->heads[1], &s->heads[2], &s->mask,
-                                        &s->heads[3], NULL, &s->options, call->queue, &bytes);
-    if (status == CLATTN_SUCCESS && bytes > plan->attn_bytes)
-        status = clattn__fail(CLATTN_ERR_INVALID_ARGUMENT,
-                              "internal: the attention needs %zu bytes of scratch, planned %zu",
-                              bytes, plan->attn_bytes);
-    if (status != CLATTN_SUCCESS || plan->attn_bytes == 0) return status;
+    const clattn_tensor *weights =
+        a->o.weights && a->o.average_attn_weights ? &s->probs : a->o.weights;
+    s->args = (clattn__attention_args){&s->heads[0], &s->heads[1], &s->heads[2], &s->heads[3], NULL,
+                                       weights,      &s->mask,     0.0f,         {0}};
+    const clattn_attention_options options = {.weights = weights};
+    int path = 0;
+    int status = clattn__attention_check(&s->args, &options, call->context, &path);
+    if (status != CLATTN_SUCCESS || plan->attn.bytes == 0) return status;
     /* OpenCL makes no sub-buffer of a sub-buffer: a caller's workspace that is one gives the
      * region of its parent at its own origin (aligned, since the caller's exists) */
     cl_mem parent = NULL;
     size_t origin = 0;
     clGetMemObjectInfo(ws, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof parent, &parent, NULL);
     if (parent) clGetMemObjectInfo(ws, CL_MEM_OFFSET, sizeof origin, &origin, NULL);
-    const cl_buffer_region region = {origin, plan->attn_bytes};
+    const cl_buffer_region region = {origin, plan->attn.bytes};
     cl_int err;
-    s->options.workspace =
+    s->scratch =
         clCreateSubBuffer(parent ? parent : ws, 0, CL_BUFFER_CREATE_TYPE_REGION, &region, &err);
     return err == CL_SUCCESS ? CLATTN_SUCCESS : clattn__cl_fail(err, "clCreateSubBuffer");
 }
 
-static int run_attention(const attention_step *s, const clattn__call *call) {
-    return clattn_attention_ex(&s->heads[0], &s->heads[1], &s->heads[2], 0.0f, &s->mask,
-                               &s->heads[3], NULL, &s->options, call->queue, 0, NULL, NULL);
+static int run_attention(const mha_plan *plan, const attention_step *s, const clattn__call *call) {
+    const clattn__call step = {call->queue, call->context, call->device, 0, NULL, NULL};
+    return clattn__attention_enqueue(&s->args, &plan->attn, &step, s->scratch);
 }
 
 static int enqueue_mha(const mha_args *a, const mha_plan *plan, const attention_step *s,
@@ -653,7 +658,7 @@ static int enqueue_mha(const mha_args *a, const mha_plan *plan, const attention_
     if (status == CLATTN_SUCCESS) status = clattn__steps_boundary(call, ooo);
     if (status == CLATTN_SUCCESS) status = project_inputs(a, plan, call, ws);
     if (status == CLATTN_SUCCESS) status = clattn__steps_boundary(call, ooo);
-    if (status == CLATTN_SUCCESS) status = run_attention(s, call);
+    if (status == CLATTN_SUCCESS) status = run_attention(plan, s, call);
     if (status == CLATTN_SUCCESS) status = clattn__steps_boundary(call, ooo);
     if (status == CLATTN_SUCCESS) status = project_output(a, plan, call, ws);
     if (status == CLATTN_SUCCESS && a->o.weights && a->o.average_attn_weights)
@@ -711,7 +716,7 @@ int clattn_mha_forward(const clattn_tensor *query, const clattn_tensor *key,
     if (status == CLATTN_SUCCESS) status = clattn__blas_prepare(call.device);
     if (status == CLATTN_SUCCESS) status = prepare_attention(&a, &plan, &call, ws, &step);
     if (status == CLATTN_SUCCESS) status = enqueue_mha(&a, &plan, &step, &call, ws);
-    if (step.options.workspace) clReleaseMemObject(step.options.workspace);
+    if (step.scratch) clReleaseMemObject(step.scratch);
     if (owned && ws) clReleaseMemObject(ws);
     return status;
 }

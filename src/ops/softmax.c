@@ -2,18 +2,17 @@
  * Masked softmax, forward and backward (cl/softmax.cl). This file validates, picks the kernel
  * variant for the device, and enqueues.
  */
-#include "mask.h"
+#include "softmax.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-/* The launch of one row-wise softmax kernel: the tuning table's row for the device
- * (tuning_table.def says what each row is based on). VARIANT is CLATTN__SOFTMAX_ROWS or
- * CLATTN__SOFTMAX_GROUP; GROUP is the group size the kernel is built and run with. */
+/* VARIANT is CLATTN__SOFTMAX_ROWS or CLATTN__SOFTMAX_GROUP; GROUP is the group size the kernel
+ * is built and run with. */
 typedef clattn__softmax_tuning softmax_params;
 
-static int softmax_params_for(cl_device_id device, clattn_dtype dtype, softmax_params *p) {
+int clattn__softmax_plan(cl_device_id device, clattn_dtype dtype, softmax_params *p) {
     int status = clattn__softmax_tuning_get(device, dtype, p);
     if (status != CLATTN_SUCCESS) return status;
     /* a default row too large for this device's local memory recomputes the exponentials */
@@ -101,14 +100,14 @@ static int check_rows_limit(const clattn_tensor *x) {
 
 /* ---- forward ---- */
 
-typedef struct softmax_args {
-    const clattn_tensor *x, *y, *lse;
-    float scale;
-    clattn__mask_plan mask;
-} softmax_args;
+typedef clattn__softmax_args softmax_args;
 
-static int check_softmax(softmax_args *a, const clattn_mask *mask, cl_context context) {
-    int status = clattn__check_tensor("x", a->x, context, CLATTN__FLOAT_DTYPES, false);
+int clattn__softmax_check(softmax_args *a, const clattn_mask *mask, cl_context context) {
+    int status = isfinite(a->scale) ? CLATTN_SUCCESS
+                                    : clattn__fail(CLATTN_ERR_INVALID_ARGUMENT,
+                                                   "scale = %g is not finite", (double)a->scale);
+    if (status == CLATTN_SUCCESS)
+        status = clattn__check_tensor("x", a->x, context, CLATTN__FLOAT_DTYPES, false);
     if (status == CLATTN_SUCCESS)
         status = clattn__check_tensor("y", a->y, context, CLATTN__FLOAT_DTYPES, true);
     if (status == CLATTN_SUCCESS) status = clattn__check_same_shape("x", a->x, "y", a->y);
@@ -143,10 +142,9 @@ static int set_softmax_args(cl_kernel kernel, const softmax_args *a, bool wide) 
     return status;
 }
 
-static int enqueue_softmax(const softmax_args *a, const clattn__call *call) {
-    softmax_params params;
-    int status = softmax_params_for(call->device, a->x->dtype, &params);
-    if (status != CLATTN_SUCCESS) return status;
+int clattn__softmax_enqueue(const softmax_args *a, const softmax_params *plan,
+                            const clattn__call *call) {
+    softmax_params params = *plan; /* build_kernel may narrow its group */
     bool wide = softmax_needs_wide_index(a);
     char options[768];
     snprintf(options, sizeof options,
@@ -159,7 +157,7 @@ static int enqueue_softmax(const softmax_args *a, const clattn__call *call) {
     clattn__mask_options(&a->mask, options, sizeof options);
     const char *name = params.VARIANT == CLATTN__SOFTMAX_GROUP ? "softmax_group" : "softmax_rows";
     cl_kernel kernel = NULL;
-    status = build_kernel(call, options, &params, name, &kernel);
+    int status = build_kernel(call, options, &params, name, &kernel);
     if (status == CLATTN_SUCCESS) status = set_softmax_args(kernel, a, wide);
     if (status == CLATTN_SUCCESS)
         status = enqueue_rows(call, kernel, &params,
@@ -173,13 +171,12 @@ int clattn_softmax(const clattn_tensor *x, float scale, const clattn_mask *mask,
                    cl_uint num_wait, const cl_event *wait_list, cl_event *event) {
     clattn__call call;
     softmax_args a = {x, y, lse, scale, {0}};
+    softmax_params plan;
     int status = clattn__begin_call(&call, queue, num_wait, wait_list, event);
-    if (status == CLATTN_SUCCESS && !isfinite(scale))
-        status =
-            clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "scale = %g is not finite", (double)scale);
-    if (status == CLATTN_SUCCESS) status = check_softmax(&a, mask, call.context);
+    if (status == CLATTN_SUCCESS) status = clattn__softmax_check(&a, mask, call.context);
+    if (status == CLATTN_SUCCESS) status = clattn__softmax_plan(call.device, x->dtype, &plan);
     if (status != CLATTN_SUCCESS) return status;
-    return enqueue_softmax(&a, &call);
+    return clattn__softmax_enqueue(&a, &plan, &call);
 }
 
 /* ---- backward ---- */
@@ -205,7 +202,7 @@ static int check_backward(const backward_args *a, cl_context context) {
 
 static int enqueue_backward(const backward_args *a, const clattn__call *call) {
     softmax_params params;
-    int status = softmax_params_for(call->device, a->y->dtype, &params);
+    int status = clattn__softmax_plan(call->device, a->y->dtype, &params);
     if (status != CLATTN_SUCCESS) return status;
     const clattn_tensor *views[3] = {a->y, a->dy, a->dz};
     bool wide = clattn__needs_wide_index(views, 3);
