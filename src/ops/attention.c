@@ -37,6 +37,18 @@ static int check_dims(const attention_args *a) {
     return CLATTN_SUCCESS;
 }
 
+/* Every tensor of the call, the mask's too (after the mask is checked). */
+static void list_tensors(const attention_args *a, clattn__tensor_list *list) {
+    *list = (clattn__tensor_list){0};
+    clattn__tensor_list_add(list, "q", a->q);
+    clattn__tensor_list_add(list, "k", a->k);
+    clattn__tensor_list_add(list, "v", a->v);
+    clattn__tensor_list_add(list, "out", a->out);
+    clattn__tensor_list_add(list, "lse", a->lse);
+    clattn__tensor_list_add(list, "weights", a->weights);
+    clattn__mask_list_tensors(&a->mask, list);
+}
+
 /* The optional [B,Hq,Sq,Sk] weights output: its own view, apart from every other tensor. */
 static int check_weights(const attention_args *a, const int64_t scores[4], cl_context context) {
     const clattn_tensor *w = a->weights;
@@ -47,14 +59,9 @@ static int check_weights(const attention_args *a, const int64_t scores[4], cl_co
                                   "weights must be [B,Hq,Sq,Sk] = [%lld,%lld,%lld,%lld]",
                                   (long long)scores[0], (long long)scores[1], (long long)scores[2],
                                   (long long)scores[3]);
-    clattn__tensor_list others = {0};
-    clattn__tensor_list_add(&others, "q", a->q);
-    clattn__tensor_list_add(&others, "k", a->k);
-    clattn__tensor_list_add(&others, "v", a->v);
-    clattn__tensor_list_add(&others, "out", a->out);
-    clattn__tensor_list_add(&others, "lse", a->lse);
-    clattn__mask_list_tensors(&a->mask, &others);
-    if (status == CLATTN_SUCCESS) status = clattn__check_apart("weights", w, &others);
+    clattn__tensor_list all;
+    list_tensors(a, &all);
+    if (status == CLATTN_SUCCESS) status = clattn__check_apart("weights", w, &all);
     return status;
 }
 
@@ -321,14 +328,8 @@ static int plan_call(attention_args *a, const clattn_attention_options *options,
 /* The caller's workspace, checked against every tensor of the call, or a fresh one. */
 static int get_workspace(const attention_args *a, const clattn_attention_options *options,
                          size_t bytes, cl_context context, cl_mem *workspace, bool *owned) {
-    clattn__tensor_list tensors = {0};
-    clattn__tensor_list_add(&tensors, "q", a->q);
-    clattn__tensor_list_add(&tensors, "k", a->k);
-    clattn__tensor_list_add(&tensors, "v", a->v);
-    clattn__tensor_list_add(&tensors, "out", a->out);
-    clattn__tensor_list_add(&tensors, "lse", a->lse);
-    clattn__tensor_list_add(&tensors, "weights", a->weights);
-    clattn__mask_list_tensors(&a->mask, &tensors);
+    clattn__tensor_list tensors;
+    list_tensors(a, &tensors);
     return clattn__get_workspace(options ? options->workspace : NULL, bytes, context, &tensors,
                                  workspace, owned);
 }
