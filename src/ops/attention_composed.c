@@ -87,7 +87,7 @@ static int gemm_over_heads(const clattn__call *call, bool trans_w, const clattn_
 static int convert(const clattn__call *call, const clattn_tensor *src, const clattn_tensor *dst) {
     if (src->buffer == dst->buffer && src->offset == dst->offset && src->dtype == dst->dtype)
         return CLATTN_SUCCESS;
-    const clattn__call step = {call->queue, call->context, call->device, 0, NULL, NULL};
+    const clattn__call step = clattn__step_call(call);
     return clattn__copy_enqueue(src, NULL, dst, &step);
 }
 
@@ -95,7 +95,7 @@ static int convert(const clattn__call *call, const clattn_tensor *src, const cla
 static int normalize(const clattn__attention_args *a, const clattn__softmax_tuning *softmax,
                      const clattn__call *call, const clattn_tensor *p) {
     const clattn__softmax_args s = {p, p, a->lse, a->scale, a->mask};
-    const clattn__call step = {call->queue, call->context, call->device, 0, NULL, NULL};
+    const clattn__call step = clattn__step_call(call);
     return clattn__softmax_enqueue(&s, softmax, &step);
 }
 

@@ -98,14 +98,15 @@ static int check_state(const linear_args *a, cl_context context) {
         status =
             clattn__fail(CLATTN_ERR_SHAPE_MISMATCH, "z must be {1,B,Hkv,D} = {1,%lld,%lld,%lld}",
                          (long long)B, (long long)H, (long long)D);
-    const char *names[5] = {"q", "k", "v", "out", "z"};
-    const clattn_tensor *views[5] = {a->q, a->k, a->v, a->out, a->z};
-    for (int i = 0; i < 5 && status == CLATTN_SUCCESS; ++i)
-        status = clattn__check_no_alias("state", a->state, names[i], views[i]);
-    for (int i = 0; i < 4 && status == CLATTN_SUCCESS; ++i)
-        status = clattn__check_no_alias("z", a->z, names[i], views[i]);
-    if (status == CLATTN_SUCCESS) status = clattn__mask_check_output(&a->mask, "state", a->state);
-    if (status == CLATTN_SUCCESS) status = clattn__mask_check_output(&a->mask, "z", a->z);
+    clattn__tensor_list others = {0};
+    clattn__tensor_list_add(&others, "q", a->q);
+    clattn__tensor_list_add(&others, "k", a->k);
+    clattn__tensor_list_add(&others, "v", a->v);
+    clattn__tensor_list_add(&others, "out", a->out);
+    clattn__tensor_list_add(&others, "z", a->z);
+    clattn__mask_list_tensors(&a->mask, &others);
+    if (status == CLATTN_SUCCESS) status = clattn__check_apart("state", a->state, &others);
+    if (status == CLATTN_SUCCESS) status = clattn__check_apart("z", a->z, &others);
     return status;
 }
 
@@ -121,8 +122,9 @@ static int check_linear(linear_args *a, const clattn_linear_options *options, cl
         const int64_t scores[4] = {a->q->shape[0], a->q->shape[1], a->q->shape[2], a->k->shape[2]};
         status = clattn__mask_prepare(a->mask_desc, scores, context, &a->mask);
     }
-    for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
-        status = clattn__check_no_alias("out", a->out, names[i], views[i]);
+    clattn__tensor_list inputs = {0};
+    for (int i = 0; i < 3; ++i) clattn__tensor_list_add(&inputs, names[i], views[i]);
+    if (status == CLATTN_SUCCESS) status = clattn__check_apart("out", a->out, &inputs);
     if (status == CLATTN_SUCCESS) status = clattn__mask_check_output(&a->mask, "out", a->out);
     if (status == CLATTN_SUCCESS && a->step) status = check_state(a, context);
     return status;
@@ -150,7 +152,7 @@ static size_t phik_floats(const linear_args *a, const linear_launch *l) {
 /* Chunks: the causal form's fixed size; the non-causal one as few as fill the device. */
 static void pick_chunks(linear_launch *l, cl_device_id device, const linear_args *a) {
     const int64_t Sk = a->k->shape[2];
-    int64_t chunk = l->chunk;
+    int64_t chunk = l->t.CHUNK;
     if (!l->causal) {
         cl_uint units = 1;
         clGetDeviceInfo(device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL);
@@ -182,7 +184,6 @@ static int pick_launch(cl_device_id device, const linear_args *a, linear_launch 
     const int lanes = (int)l->t.LANES;
     if (l->t.ROWS == 0 || d % l->t.ROWS) l->t.ROWS = register_tile(d, dv, lanes);
     if (l->t.BM == 0) l->t.BM = register_tile(4, dv, lanes);
-    l->chunk = (int)l->t.CHUNK;
     pick_chunks(l, device, a);
     return CLATTN_SUCCESS;
 }

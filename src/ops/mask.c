@@ -72,19 +72,13 @@ typedef struct mask_tensor {
     size_t field;     /* offsetof(clattn_mask, bias) */
     int shape;
     unsigned dtypes;
-    const char *has_macro, *type_macro; /* type_macro NULL: FIXED */
+    const char *has_macro, *type_macro; /* type_macro "FIXED": one dtype, no macro */
     int first_stride;
 } mask_tensor;
-#define FIXED NULL
 #define MASK_TENSOR(FIELD, SHAPE, DTYPES, HAS, TYPE, FIRST)                                        \
-    {"mask." #FIELD, offsetof(clattn_mask, FIELD), SHAPE, DTYPES, #HAS, TYPE, FIRST},
-#define BIAS_T  "BIAS_T"
-#define ALIBI_T "ALIBI_T"
+    {"mask." #FIELD, offsetof(clattn_mask, FIELD), SHAPE, DTYPES, #HAS, #TYPE, FIRST},
 static const mask_tensor mask_tensors[CLATTN__MASK_TENSOR_COUNT] = {
     CLATTN__MASK_TENSORS(MASK_TENSOR)};
-#undef BIAS_T
-#undef ALIBI_T
-#undef FIXED
 
 static const clattn_tensor *given(const clattn_mask *mask, int i) {
     return *(const clattn_tensor *const *)((const char *)mask + mask_tensors[i].field);
@@ -173,9 +167,10 @@ void clattn__mask_options(const clattn__mask_plan *plan, char *out, size_t capac
         /* an absent tensor's type macro still names a dtype, so that the option set (and the
          * program cache key) is the same shape for every call */
         const clattn_dtype dtype = plan->has[i] ? plan->tensors[i].dtype : CLATTN_F32;
-        n = m->type_macro && used < capacity ? snprintf(out + used, capacity - used, " -D%s=%s",
-                                                        m->type_macro, clattn_dtype_name(dtype))
-                                             : 0;
+        n = strcmp(m->type_macro, "FIXED") != 0 && used < capacity
+                ? snprintf(out + used, capacity - used, " -D%s=%s", m->type_macro,
+                           clattn_dtype_name(dtype))
+                : 0;
         if (n > 0) used += (size_t)n;
     }
     if (used < capacity)

@@ -397,7 +397,7 @@ static clattn_tensor image_of(const clattn_tensor *t, size_t at, cl_mem ws) {
 
 static int copy_into(const clattn__call *call, const clattn_tensor *src, const clattn_tensor *bias,
                      const clattn_tensor *dst) {
-    const clattn__call step = {call->queue, call->context, call->device, 0, NULL, NULL};
+    const clattn__call step = clattn__step_call(call);
     return clattn__copy_enqueue(src, bias, dst, &step);
 }
 
@@ -539,7 +539,7 @@ static int launch_flat(const clattn__call *call, cl_kernel kernel, size_t total)
     if (status != CLATTN_SUCCESS) return status;
     if (group > 256) group = 256;
     const size_t global = clattn__round_up(total, group);
-    const clattn__call step = {call->queue, call->context, call->device, 0, NULL, NULL};
+    const clattn__call step = clattn__step_call(call);
     return clattn__enqueue(&step, kernel, 1, &global, &group);
 }
 
@@ -643,7 +643,7 @@ static int prepare_attention(const mha_args *a, const mha_plan *plan, const clat
 }
 
 static int run_attention(const mha_plan *plan, const attention_step *s, const clattn__call *call) {
-    const clattn__call step = {call->queue, call->context, call->device, 0, NULL, NULL};
+    const clattn__call step = clattn__step_call(call);
     return clattn__attention_enqueue(&s->args, &plan->attn, &step, s->scratch);
 }
 

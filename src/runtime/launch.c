@@ -125,6 +125,10 @@ int clattn__steps_end(const clattn__call *call) {
     return clattn__cl_fail(err, "clEnqueueMarkerWithWaitList");
 }
 
+clattn__call clattn__step_call(const clattn__call *call) {
+    return (clattn__call){call->queue, call->context, call->device, 0, NULL, NULL};
+}
+
 int clattn__head_lanes(cl_uint width, int64_t d, int64_t dv) {
     int lanes = width >= 16 ? 16 : width >= 8 ? 8 : width >= 4 ? 4 : 1;
     while (lanes > 1 && (d % lanes || dv % lanes)) lanes /= 2;

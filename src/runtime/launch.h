@@ -52,6 +52,9 @@ bool clattn__queue_out_of_order(cl_command_queue queue);
 int clattn__steps_begin(const clattn__call *call);
 int clattn__steps_boundary(const clattn__call *call, bool out_of_order);
 int clattn__steps_end(const clattn__call *call);
+/* One step of such a call: its queue, context and device, with no wait list (steps_begin waited
+ * for it) and no event (steps_end gives the call's). */
+clattn__call clattn__step_call(const clattn__call *call);
 
 /* Smallest power of two >= n (n >= 1), capped at `cap`. */
 size_t clattn__pow2_at_least(size_t n, size_t cap);
