@@ -78,6 +78,18 @@ static int check_options(const clattn_linear_options *o, linear_args *a) {
     return CLATTN_SUCCESS;
 }
 
+/* Every tensor of the call, the mask's too (after the mask is checked). */
+static void list_tensors(const linear_args *a, clattn__tensor_list *list) {
+    *list = (clattn__tensor_list){0};
+    clattn__tensor_list_add(list, "q", a->q);
+    clattn__tensor_list_add(list, "k", a->k);
+    clattn__tensor_list_add(list, "v", a->v);
+    clattn__tensor_list_add(list, "out", a->out);
+    clattn__tensor_list_add(list, "state", a->state);
+    clattn__tensor_list_add(list, "z", a->z);
+    clattn__mask_list_tensors(&a->mask, list);
+}
+
 /* The step's state: f32 S [B,Hkv,D,Dv] and z {1,B,Hkv,D}, apart from each other and the rest. */
 static int check_state(const linear_args *a, cl_context context) {
     const int64_t B = a->k->shape[0], H = a->k->shape[1], D = a->k->shape[3], Dv = a->v->shape[3];
@@ -98,15 +110,10 @@ static int check_state(const linear_args *a, cl_context context) {
         status =
             clattn__fail(CLATTN_ERR_SHAPE_MISMATCH, "z must be {1,B,Hkv,D} = {1,%lld,%lld,%lld}",
                          (long long)B, (long long)H, (long long)D);
-    clattn__tensor_list others = {0};
-    clattn__tensor_list_add(&others, "q", a->q);
-    clattn__tensor_list_add(&others, "k", a->k);
-    clattn__tensor_list_add(&others, "v", a->v);
-    clattn__tensor_list_add(&others, "out", a->out);
-    clattn__tensor_list_add(&others, "z", a->z);
-    clattn__mask_list_tensors(&a->mask, &others);
-    if (status == CLATTN_SUCCESS) status = clattn__check_apart("state", a->state, &others);
-    if (status == CLATTN_SUCCESS) status = clattn__check_apart("z", a->z, &others);
+    clattn__tensor_list all;
+    list_tensors(a, &all);
+    if (status == CLATTN_SUCCESS) status = clattn__check_apart("state", a->state, &all);
+    if (status == CLATTN_SUCCESS) status = clattn__check_apart("z", a->z, &all);
     return status;
 }
 
@@ -379,14 +386,8 @@ static int enqueue_linear(const linear_args *a, const linear_launch *l, const cl
 /* The caller's workspace, checked against every tensor of the call, or a fresh one. */
 static int get_workspace(const linear_args *a, size_t bytes, cl_context context, cl_mem *workspace,
                          bool *owned) {
-    clattn__tensor_list tensors = {0};
-    clattn__tensor_list_add(&tensors, "q", a->q);
-    clattn__tensor_list_add(&tensors, "k", a->k);
-    clattn__tensor_list_add(&tensors, "v", a->v);
-    clattn__tensor_list_add(&tensors, "out", a->out);
-    clattn__tensor_list_add(&tensors, "state", a->state);
-    clattn__tensor_list_add(&tensors, "z", a->z);
-    clattn__mask_list_tensors(&a->mask, &tensors);
+    clattn__tensor_list tensors;
+    list_tensors(a, &tensors);
     return clattn__get_workspace(a->workspace, bytes, context, &tensors, workspace, owned);
 }
 
