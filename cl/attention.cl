@@ -17,6 +17,14 @@
  *                     then share the value dims. The GPU variant for decoding (Sq <= 8), where
  *                     a work-item per query would leave a GPU idle; at most KEYS_CHUNK keys
  *                     per group, so longer rows are always split.
+ *   attention_lanes   the CPU variant: keys along the vector lanes. One work-item (groups of
+ *                     one) per BM queries of one (batch, query head) against tiles of VEC keys:
+ *                     a score tile is BM vectors of VEC keys, built by broadcasting q[t][d] and
+ *                     loading the VEC keys' d-th components as one vector from K packed
+ *                     d-major by attention_pack_keys, so no score ends in a horizontal sum;
+ *                     p.v broadcasts p[t][j] against V row j as vectors. Every multiply is a
+ *                     full-width vector FMA, and the masks, the exponentials and the rescale
+ *                     work on whole vectors of keys.
  *   attention_merge   with SPLITS > 1 (decoding: few queries, long keys), either kernel above
  *                     takes one of SPLITS chunks of the keys per work-item or group and writes a
  *                     partial (max, sum, acc) to scratch; this kernel merges the partials by
@@ -412,6 +420,161 @@ __kernel void attention_keys(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSO
 #endif
     }
 }
+
+#if VEC >= 4
+/* K of every (batch, kv head) in tiles of VEC keys, each tile HEAD_DIM x VEC floats, d-major:
+ * packed[((bh * tiles + tile) * HEAD_DIM + d) * VEC + e] = k[b, h, tile * VEC + e, d], 0 past
+ * Sk. A work-item per (bh, tile, d); O(Sk * HEAD_DIM) work against attention's O(Sq * Sk *
+ * HEAD_DIM). */
+__kernel void attention_pack_keys(TENSOR_PARAMS(K_T, k), __global float *packed, IDX packed_off,
+                                  int B, int Hkv, int Sk) {
+    const int tiles = (Sk + VEC - 1) / VEC;
+    const IDX item = (IDX)get_global_id(0);
+    if (item >= (IDX)B * Hkv * tiles * HEAD_DIM) return;
+    const int d = (int)(item % HEAD_DIM), tile = (int)(item / HEAD_DIM % tiles);
+    const int bh = (int)(item / HEAD_DIM / tiles), h = bh % Hkv, b = bh / Hkv;
+    float lanes[VEC];
+    for (int e = 0; e < VEC; ++e) {
+        const int j = tile * VEC + e;
+        lanes[e] = j < Sk ? CAT(load_, K_T)(k, AT(k, b, h, j, d)) : 0.0f;
+    }
+    CAT(vstore, VEC)(CAT(vload, VEC)(0, lanes), 0, packed + packed_off + item * VEC);
+}
+
+/* Lane vectors of V row `at` in chunks of PV_CHUNK (p.v keeps BM x PV_CHUNK accumulators in
+ * registers while it walks a tile's VEC rows): the largest of 4, 3, 2, 1 dividing the row. */
+#define V_LANES  LANES(VALUE_DIM)
+#define PV_CHUNK (V_LANES % 4 == 0 ? 4 : V_LANES % 3 == 0 ? 3 : V_LANES % 2 == 0 ? 2 : 1)
+
+/* Lanes c * VEC .. c * VEC + VEC - 1 of the V row starting at `at`. */
+inline floatV value_lanes(__global const CAT(storage_, V_T) * v, IDX at, IDX stride, int c) {
+    if (stride == 1) return CAT(CAT(load, VEC), CAT(_, V_T))(v, at + (IDX)(c * VEC));
+    float lanes[VEC];
+    for (int e = 0; e < VEC; ++e) lanes[e] = CAT(load_, V_T)(v, at + (IDX)(c * VEC + e) * stride);
+    return CAT(vload, VEC)(0, lanes);
+}
+
+/* The masked scores of keys j0 .. j0 + VEC - 1 for one query row, from their raw dots x. A tile
+ * that ends past Sk is masked key by key, so that no mask tensor is read past its end. */
+inline floatV lanes_mask(const mask_params *p, const mask_row *r, int j0, int Sk, floatV x) {
+    if (j0 + VEC <= Sk) return mask_score_vec(p, r, j0, x);
+    float lanes[VEC];
+    CAT(vstore, VEC)(x, 0, lanes);
+    for (int e = 0; e < VEC; ++e)
+        lanes[e] = j0 + e < Sk ? mask_score(p, r, j0 + e, lanes[e]) : -INFINITY;
+    return CAT(vload, VEC)(0, lanes);
+}
+
+/* Loops over the block's rows and lane vectors are unrolled, so that the score tile and the
+ * accumulators live in registers: PoCL's LLVM left them as stack arrays otherwise, a load and a
+ * store around every FMA. */
+#define UNROLL _Pragma("unroll")
+
+/* acc[t] += pr[t][jj] * V row j0 + jj over the tile's rows below hi, PV_CHUNK lane vectors at a
+ * time; LOAD_LANES(at, cc) loads lane vector c0 + cc of the row at `at`, and a row t takes key
+ * jj only where TAKES holds. */
+#define PV_TILE(LOAD_LANES, TAKES)                                                                 \
+    UNROLL for (int c0 = 0; c0 < V_LANES; c0 += PV_CHUNK) {                                       \
+        for (int jj = 0; jj < VEC && j0 + jj < hi; ++jj) {                                         \
+            const IDX at = AT(v, b, hk, j0 + jj, 0);                                              \
+            floatV vv[PV_CHUNK];                                                                   \
+            UNROLL for (int cc = 0; cc < PV_CHUNK; ++cc) {                                         \
+                vv[cc] = LOAD_LANES;                                                               \
+            }                                                                                      \
+            UNROLL for (int t = 0; t < BM; ++t) {                                                  \
+                if (!(TAKES)) continue;                                                            \
+                const floatV w = (floatV)pr[t][jj];                                                \
+                UNROLL for (int cc = 0; cc < PV_CHUNK; ++cc) {                                     \
+                    acc[t][c0 + cc] = fma(w, vv[cc], acc[t][c0 + cc]);                             \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+__attribute__((reqd_work_group_size(1, 1, 1))) __kernel void
+attention_lanes(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v),
+                __global CAT(storage_, O_T) * o, IDX o_off, IDX o_s0, IDX o_s1, IDX o_s2, IDX o_s3,
+                int B, int Hq, int Hkv, int Sq, int Sk LSE_PARAMS PART_PARAMS,
+                __global const float *packed, IDX packed_off, MASK_PARAMS) {
+    const int blocks = (Sq + BM - 1) / BM;
+    const int item = (int)get_global_id(0);
+    if (item >= B * Hq * blocks * SPLITS) return;
+    const int split = item % SPLITS, unit = item / SPLITS;
+    const int i0 = (unit % blocks) * BM, bh = unit / blocks, h = bh % Hq, b = bh / Hq;
+    const int hk = h / (Hq / Hkv), tiles = (Sk + VEC - 1) / VEC;
+    __global const float *kp = packed + packed_off + (IDX)(b * Hkv + hk) * tiles * VEC * HEAD_DIM;
+    MASK_PACK(p);
+
+    /* the block's queries: their masks, their elements (broadcast one at a time), their running
+     * softmax state */
+    mask_row r[BM];
+    float qs[BM][HEAD_DIM], m[BM], l[BM];
+    floatV acc[BM][V_LANES];
+    int nan_seen[BM];
+    int lo = Sk, hi = 0;
+    UNROLL for (int t = 0; t < BM; ++t) {
+        const int i = min(i0 + t, Sq - 1); /* rows past Sq repeat the last one, unwritten */
+        r[t] = mask_row_start(&p, b, h, i, Sq, Sk);
+        CLIP_TO_SPLIT(r[t], split);
+        if (i0 + t >= Sq) r[t].hi = r[t].lo, r[t].end = r[t].start; /* and see nothing */
+        lo = min(lo, r[t].lo);
+        hi = max(hi, r[t].hi);
+        for (int d = 0; d < HEAD_DIM; ++d) qs[t][d] = CAT(load_, Q_T)(q, AT(q, b, h, i, d));
+        UNROLL for (int c = 0; c < V_LANES; ++c) acc[t][c] = 0.0f;
+        m[t] = -INFINITY;
+        l[t] = 0.0f;
+        nan_seen[t] = 0;
+    }
+
+    for (int j0 = lo / VEC * VEC; j0 < hi; j0 += VEC) {
+        /* the raw scores: BM x VEC dots as BM x HEAD_DIM vector FMAs */
+        __global const float *tile = kp + (IDX)j0 * HEAD_DIM;
+        floatV s[BM], s_odd[BM]; /* even and odd d: twice the independent FMA chains */
+        UNROLL for (int t = 0; t < BM; ++t) s[t] = s_odd[t] = 0.0f;
+        for (int d = 0; d < HEAD_DIM; d += 2) {
+            const floatV k_even = CAT(vload, VEC)(d, tile), k_odd = CAT(vload, VEC)(d + 1, tile);
+            UNROLL for (int t = 0; t < BM; ++t) {
+                s[t] = fma((floatV)qs[t][d], k_even, s[t]);
+                s_odd[t] = fma((floatV)qs[t][d + 1], k_odd, s_odd[t]);
+            }
+        }
+        UNROLL for (int t = 0; t < BM; ++t) s[t] += s_odd[t];
+        /* masked, and the online softmax: a rescale only when a row's maximum grows */
+        float pr[BM][VEC];
+        bool dense = true; /* every row sees every key of the tile */
+        UNROLL for (int t = 0; t < BM; ++t) {
+            floatV x = (floatV)(-INFINITY);
+            if (j0 < r[t].hi && j0 + VEC > r[t].lo) x = lanes_mask(&p, &r[t], j0, Sk, s[t]);
+            dense = dense && all(x != (floatV)(-INFINITY));
+            nan_seen[t] |= any(isnan(x));
+            const float m_new = fmax(m[t], hmax(x));
+            if (m_new > m[t]) {
+                const float keep = exp(m[t] - m_new);
+                l[t] *= keep;
+                UNROLL for (int c = 0; c < V_LANES; ++c) acc[t][c] *= keep;
+                m[t] = m_new;
+            }
+            const floatV e = select(exp(x - m_new), (floatV)0.0f, x == (floatV)(-INFINITY));
+            l[t] += hsum(e);
+            CAT(vstore, VEC)(e, 0, pr[t]);
+        }
+        /* acc += p v. A tile some row cannot see all of skips that row's zero weights, so that
+         * whatever an invisible V row holds (NaN, Inf) never reaches acc */
+        if (dense && v_s3 == 1) {
+            PV_TILE(CAT(CAT(load, VEC), CAT(_, V_T))(v, at + (IDX)((c0 + cc) * VEC)), true)
+        } else {
+            PV_TILE(value_lanes(v, at, v_s3, c0 + cc), pr[t][jj] != 0.0f)
+        }
+    }
+
+    /* through a copy: a variable index into acc would keep it out of registers */
+    UNROLL for (int t = 0; t < BM; ++t) {
+        floatV row[V_LANES];
+        UNROLL for (int c = 0; c < V_LANES; ++c) row[c] = acc[t][c];
+        if (i0 + t < Sq) STORE_RESULT(i0 + t, row, m[t], l[t], nan_seen[t]);
+    }
+}
+#endif /* VEC >= 4 */
 
 #if SPLITS > 1
 /* out[b, h, i, e] (and lse once per row) from the SPLITS partial results of row (b, h, i): each

@@ -156,8 +156,8 @@ static bool run_variant(test_ctx *t, const at_spec *s, const at_data *d, int var
 
 /* Every kernel variant and the composed path run every case, whichever the device would pick. */
 static const int variants[] = {CLATTN__ATTENTION_BLOCKS, CLATTN__ATTENTION_TILES,
-                               CLATTN__ATTENTION_KEYS, COMPOSED};
-static const char *const variant_names[] = {"blocks", "tiles", "keys", "composed"};
+                               CLATTN__ATTENTION_KEYS, CLATTN__ATTENTION_LANES, COMPOSED};
+static const char *const variant_names[] = {"blocks", "tiles", "keys", "lanes", "composed"};
 #define VARIANTS (int)(sizeof variants / sizeof variants[0])
 
 static bool variant_runs(int variant) {

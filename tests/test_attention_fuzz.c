@@ -77,7 +77,9 @@ static int one_case(test_ctx *t, uint64_t seed, int verbose) {
     /* the composed path and the key split stay out of runs under Oclgrind's --uninitialized
      * (see test_under_uninit_checker) */
     const bool uninit = test_under_uninit_checker();
-    const int variant = (int)R(g, uninit ? 3 : 4); /* blocks, tiles, keys, 3: composed */
+    /* the fused variants (blocks, tiles, keys, lanes), then CLATTN__ATTENTION_VARIANTS: composed */
+    const int variant =
+        (int)R(g, uninit ? CLATTN__ATTENTION_VARIANTS : CLATTN__ATTENTION_VARIANTS + 1);
     const int splits = R(g, 3) == 0 && !uninit ? 2 + (int)R(g, 6) : -1;
     int64_t D = dims[R(g, sizeof dims / sizeof dims[0])];
     int64_t Dv = R(g, 2) ? D : dims[R(g, sizeof dims / sizeof dims[0])];
@@ -124,7 +126,9 @@ static int one_case(test_ctx *t, uint64_t seed, int verbose) {
             if (!upload(t, &kl)) return -1;
             mask.key_lengths = &kl.t;
             rm.key_lengths = klen;
-            poison = (int)R(g, 2) && variant != 3; /* composed: 0 * Inf is NaN, as in torch */
+            poison =
+                (int)R(g, 2) &&
+                variant != CLATTN__ATTENTION_VARIANTS; /* composed: 0 * Inf is NaN, as in torch */
         }
         if (R(g, 3) == 0) {
             for (int b = 0; b < B; ++b) qlen[b] = (int32_t)R(g, (uint64_t)Sq + 3) - 1;
@@ -257,10 +261,11 @@ static int one_case(test_ctx *t, uint64_t seed, int verbose) {
                 }
     double sc = scale != 0.0f ? scale : 1.0 / sqrt((double)D);
     ref_softmax(x, B, Hq, Sq, Sk, sc, &rm, p, rl, NULL);
-    clattn__hook_set(CLATTN__HOOK_ATTENTION_VARIANT, variant < 3 ? variant : -1);
+    const bool fused = variant < CLATTN__ATTENTION_VARIANTS;
+    clattn__hook_set(CLATTN__HOOK_ATTENTION_VARIANT, fused ? variant : -1);
     clattn__hook_set(CLATTN__HOOK_ATTENTION_SPLITS, splits);
-    const clattn_attention_options path = {variant < 3 ? CLATTN_PATH_FUSED : CLATTN_PATH_COMPOSED,
-                                           NULL, NULL};
+    const clattn_attention_options path = {fused ? CLATTN_PATH_FUSED : CLATTN_PATH_COMPOSED, NULL,
+                                           NULL};
     int status =
         clattn_attention_ex(&q.t, &k.t, &v.t, scale, use_mask ? &mask : NULL, &o.t,
                             want_lse ? &l.t : NULL, &path, clattn_env_queue(t->env), 0, NULL, NULL);

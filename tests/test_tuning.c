@@ -76,7 +76,7 @@ static void malformed_overrides_are_errors(test_ctx *t) {
                                       "GROUP=8,GROUP=16"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i)
         CHECK_STATUS(t, clattn_tuning_override("softmax", bad[i]), CLATTN_ERR_INVALID_TUNING);
-    CHECK_STATUS(t, clattn_tuning_override("attention", "DECODE=3"), CLATTN_ERR_INVALID_TUNING);
+    CHECK_STATUS(t, clattn_tuning_override("attention", "DECODE=4"), CLATTN_ERR_INVALID_TUNING);
     CHECK_STATUS(t, clattn_tuning_override("copy", "VEC=17"), CLATTN_ERR_INVALID_TUNING);
     CHECK_STATUS(t, clattn_tuning_override("gemm", "GROUP=8"), CLATTN_ERR_INVALID_TUNING);
     CHECK_STATUS(t, clattn_tuning_override("gemv", "GROUP=8"), CLATTN_ERR_INVALID_ARGUMENT);

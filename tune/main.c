@@ -1,7 +1,7 @@
 /*
  * clattn-tune: searches the launch parameters of clattn's kernels on one device and prints the
- * winning rows in the tuning table's own format (src/runtime/tuning_table.def), ready to paste. Every
- * candidate is checked against the float64 reference at the tests' tolerance before it is
+ * winning rows in the tuning table's own format (src/runtime/tuning_table.def), ready to paste.
+ * Every candidate is checked against the float64 reference at the tests' tolerance before it is
  * timed; a candidate past the device's limits is skipped (the table's own check).
  *
  *   clattn-tune [--device SPEC] [--op NAME] [--key KEY] [--repeats N] [--budget S] [--quiet]
@@ -30,10 +30,11 @@ static bool softmax_redundant(const long *v) {
     return v[0] == 1 && (v[1] != 4 || v[3] != 0);
 }
 
-/* BM and BN shape attention_blocks only: while neither variant is blocks, one value stands for
- * all. */
+/* BM shapes attention_blocks and attention_lanes, BN blocks only: while neither variant uses
+ * one, one value of it stands for all. */
 static bool attention_redundant(const long *v) {
-    return v[0] != 0 && v[1] != 0 && (v[7] != 4 || v[8] != 16);
+    const bool blocks = v[0] == 0 || v[1] == 0, lanes = v[0] == 3 || v[1] == 3;
+    return (!blocks && !lanes && v[7] != 4) || (!blocks && v[8] != 16);
 }
 
 /* The Xgemm kernel's A and B tiles load in the shape of the work-group (MDIMA = MDIMC, NDIMB
@@ -54,8 +55,8 @@ static const tune_space spaces[] = {
      .redundant = softmax_redundant,
      .cases = tune_softmax_cases},
     {.spec = &clattn__tuning_attention,
-     .stages = {"PREFILL=0|1 LANES=4|8|16 GROUP=16|32|64|128 TK=16|32", "BM=2|4|8 BN=8|16|32",
-                "DECODE=0|1|2 SPLIT_TARGET=2|8|32 SPLIT_MIN=64|256|1024"},
+     .stages = {"PREFILL=0|1|3 LANES=4|8|16 GROUP=16|32|64|128 TK=16|32", "BM=2|4|8 BN=8|16|32",
+                "DECODE=0|1|2|3 SPLIT_TARGET=2|8|32 SPLIT_MIN=64|256|1024"},
      .redundant = attention_redundant,
      .cases = tune_attention_cases},
     {.spec = &clattn__tuning_linear_attention,

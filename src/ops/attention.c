@@ -91,8 +91,23 @@ static bool attention_needs_wide_index(const attention_args *a) {
     return clattn__needs_wide_index(views, 5) || clattn__mask_needs_wide_index(&a->mask);
 }
 
+/* Floats of scratch the split launch's partial results take (0: unsplit). */
+static size_t partial_floats(const attention_args *a, const attention_launch *l) {
+    if (l->splits <= 1) return 0;
+    return (size_t)(a->q->shape[0] * a->q->shape[1] * a->q->shape[2]) * (size_t)l->splits *
+           (size_t)(a->v->shape[3] + 2);
+}
+
+/* Floats of scratch K packed d-major in tiles of LANES keys takes (the lanes variant; 0 for the
+ * others). It follows the partials in the workspace. */
+static size_t packed_key_floats(const attention_args *a, const attention_launch *l) {
+    if (l->variant != CLATTN__ATTENTION_LANES) return 0;
+    return (size_t)(a->k->shape[0] * a->k->shape[1]) *
+           clattn__round_up((size_t)a->k->shape[2], (size_t)l->t.LANES) * (size_t)a->k->shape[3];
+}
+
 static int set_attention_args(cl_kernel kernel, const attention_args *a, bool wide,
-                              const attention_launch *l, cl_mem part) {
+                              const attention_launch *l, cl_mem workspace) {
     cl_uint arg = 0;
     const clattn_tensor *views[4] = {a->q, a->k, a->v, a->out};
     int status = CLATTN_SUCCESS;
@@ -105,9 +120,13 @@ static int set_attention_args(cl_kernel kernel, const attention_args *a, bool wi
     if (status == CLATTN_SUCCESS && a->lse)
         status = clattn__set_view_args(kernel, &arg, a->lse, 1, wide);
     if (status == CLATTN_SUCCESS && l->splits > 1)
-        status = clattn__set_arg(kernel, arg++, sizeof part, &part);
+        status = clattn__set_arg(kernel, arg++, sizeof workspace, &workspace);
     if (status == CLATTN_SUCCESS && l->splits > 1)
         status = clattn__set_arg(kernel, arg++, sizeof l->chunk, &l->chunk);
+    if (status == CLATTN_SUCCESS && l->variant == CLATTN__ATTENTION_LANES)
+        status = clattn__set_arg(kernel, arg++, sizeof workspace, &workspace);
+    if (status == CLATTN_SUCCESS && l->variant == CLATTN__ATTENTION_LANES)
+        status = clattn__set_idx_arg(kernel, arg++, partial_floats(a, l), wide);
     if (status == CLATTN_SUCCESS)
         status = clattn__mask_set_args(kernel, &arg, &a->mask, a->scale, wide);
     return status;
@@ -138,13 +157,6 @@ static void pick_splits(attention_launch *l, cl_device_id device, const attentio
     l->splits = (int)((Sk + chunk - 1) / chunk);
 }
 
-/* Floats of scratch the split launch's partial results take (0: unsplit). */
-static size_t partial_floats(const attention_args *a, const attention_launch *l) {
-    if (l->splits <= 1) return 0;
-    return (size_t)(a->q->shape[0] * a->q->shape[1] * a->q->shape[2]) * (size_t)l->splits *
-           (size_t)(a->v->shape[3] + 2);
-}
-
 static int pick_launch(cl_device_id device, const attention_args *a, attention_launch *l) {
     *l = (attention_launch){.splits = 1};
     int status = clattn__attention_tuning_get(device, a->q->dtype, &l->t);
@@ -156,7 +168,11 @@ static int pick_launch(cl_device_id device, const attention_args *a, attention_l
     l->t.LANES = clattn__head_lanes((cl_uint)l->t.LANES, d, dv);
     const int forced = clattn__hook_value(CLATTN__HOOK_ATTENTION_VARIANT);
     if (forced >= 0) l->variant = forced;
+    /* lanes needs vectors of at least 4 (hsum, hmax); head dims that allow no more take blocks */
+    if (l->variant == CLATTN__ATTENTION_LANES && l->t.LANES < 4)
+        l->variant = CLATTN__ATTENTION_BLOCKS;
     if (l->variant == CLATTN__ATTENTION_KEYS) l->t.GROUP = ATTENTION_KEYS_SIZE;
+    if (l->variant == CLATTN__ATTENTION_LANES) l->t.GROUP = 1; /* its reqd_work_group_size */
     /* every variant a device runs is built with the same options, so that one program serves
      * them all (the tests run each variant on each device) */
     while (l->t.TK > 1 && (uint64_t)l->t.TK * (uint64_t)(d + dv) * 4 > local_bytes / 2)
@@ -178,8 +194,8 @@ static void attention_options(const attention_args *a, const attention_launch *l
     clattn__mask_options(&a->mask, options, size);
 }
 
-/* Work-items (rounded up to whole groups) the variant launches: blocks, a work-item per BM
- * queries; tiles, a group per `group` queries of one (batch, head), the kernel reading its
+/* Work-items (rounded up to whole groups) the variant launches: blocks and lanes, a work-item
+ * per BM queries; tiles, a group per `group` queries of one (batch, head), the kernel reading its
  * group size back; keys, a group per query; each times the key splits. */
 static size_t attention_items(const attention_args *a, const attention_launch *l, size_t group) {
     const size_t rows = (size_t)(a->q->shape[0] * a->q->shape[1]), sq = (size_t)a->q->shape[2];
@@ -194,9 +210,50 @@ static size_t attention_items(const attention_args *a, const attention_launch *l
     }
 }
 
-/* The merge of a split launch's partials: a work-item per output element, after `after`. */
+/* One kernel of the fused path's chain (pack, attention, merge): after `*prev` (the call's
+ * wait list for the first), into the call's event when it is the last, into *prev otherwise. */
+static int enqueue_link(const clattn__call *call, cl_kernel kernel, size_t global, size_t local,
+                        cl_event *prev, bool last) {
+    cl_event next = NULL;
+    clattn__call link = *call;
+    if (*prev) link.num_wait = 1, link.wait_list = prev;
+    if (!last) link.event = &next;
+    int status = clattn__enqueue(&link, kernel, 1, &global, &local);
+    if (*prev) clReleaseEvent(*prev);
+    *prev = next;
+    return status;
+}
+
+/* K packed for the lanes variant, into the workspace after the partials. */
+static int enqueue_pack(const attention_args *a, const attention_launch *l,
+                        const clattn__call *call, cl_mem workspace, bool wide, const char *options,
+                        cl_event *prev) {
+    cl_kernel kernel = NULL;
+    int status = clattn__create_kernel(call->context, call->device, "attention.cl", options,
+                                       "attention_pack_keys", &kernel);
+    cl_uint arg = 0;
+    const cl_int dims[3] = {(cl_int)a->k->shape[0], (cl_int)a->k->shape[1], (cl_int)a->k->shape[2]};
+    if (status == CLATTN_SUCCESS) status = clattn__set_view_args(kernel, &arg, a->k, 0, wide);
+    if (status == CLATTN_SUCCESS)
+        status = clattn__set_arg(kernel, arg++, sizeof workspace, &workspace);
+    if (status == CLATTN_SUCCESS)
+        status = clattn__set_idx_arg(kernel, arg++, partial_floats(a, l), wide);
+    for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
+        status = clattn__set_arg(kernel, arg++, sizeof dims[i], &dims[i]);
+    size_t group = 1;
+    if (status == CLATTN_SUCCESS) status = clattn__kernel_max_group(kernel, call->device, &group);
+    if (status == CLATTN_SUCCESS) {
+        size_t local = group < 64 ? group : 64;
+        size_t global = clattn__round_up(packed_key_floats(a, l) / (size_t)l->t.LANES, local);
+        status = enqueue_link(call, kernel, global, local, prev, false);
+    }
+    if (kernel) clReleaseKernel(kernel);
+    return status;
+}
+
+/* The merge of a split launch's partials: a work-item per output element, after `*prev`. */
 static int enqueue_merge(const attention_args *a, const clattn__call *call, cl_mem part, bool wide,
-                         const char *options, cl_event after) {
+                         const char *options, cl_event *prev) {
     cl_kernel kernel = NULL;
     int status = clattn__create_kernel(call->context, call->device, "attention.cl", options,
                                        "attention_merge", &kernel);
@@ -214,44 +271,44 @@ static int enqueue_merge(const attention_args *a, const clattn__call *call, cl_m
         size_t local = group < 64 ? group : 64;
         size_t global = clattn__round_up(
             (size_t)dims[0] * (size_t)dims[1] * (size_t)dims[2] * (size_t)a->v->shape[3], local);
-        const clattn__call merge = {call->queue, call->context, call->device,
-                                    1,           &after,        call->event};
-        status = clattn__enqueue(&merge, kernel, 1, &global, &local);
+        status = enqueue_link(call, kernel, global, local, prev, true);
     }
     if (kernel) clReleaseKernel(kernel);
     return status;
 }
 
-/* The fused kernel with launch `l`, and the merge after it when the keys are split; `part` is
- * the scratch for the partials (NULL when unsplit). */
+/* The fused path with launch `l`: K packed first for the lanes variant, the merge after the
+ * kernel when the keys are split. `workspace` holds the partials, then the packed K (NULL when
+ * neither is needed). */
 static int enqueue_attention(const attention_args *a, const attention_launch *launch,
-                             const clattn__call *call, cl_mem part) {
-    static const char *const kernels[] = {"attention_blocks", "attention_tiles", "attention_keys"};
+                             const clattn__call *call, cl_mem workspace) {
+    static const char *const kernels[CLATTN__ATTENTION_VARIANTS] = {
+        "attention_blocks", "attention_tiles", "attention_keys", "attention_lanes"};
     const attention_launch l = *launch;
-    bool wide = attention_needs_wide_index(a) ||
-                partial_floats(a, &l) >= (size_t)clattn__narrow_index_limit();
+    bool wide = attention_needs_wide_index(a) || partial_floats(a, &l) + packed_key_floats(a, &l) >=
+                                                     (size_t)clattn__narrow_index_limit();
     char options[1024];
     attention_options(a, &l, wide, options, sizeof options);
     cl_kernel kernel = NULL;
     int status = clattn__create_kernel(call->context, call->device, "attention.cl", options,
                                        kernels[l.variant], &kernel);
     size_t max_group = 1;
-    if (status == CLATTN_SUCCESS) status = set_attention_args(kernel, a, wide, &l, part);
+    if (status == CLATTN_SUCCESS) status = set_attention_args(kernel, a, wide, &l, workspace);
     if (status == CLATTN_SUCCESS)
         status = clattn__kernel_max_group(kernel, call->device, &max_group);
-    cl_event done = NULL;
+    cl_event prev = NULL;
+    if (status == CLATTN_SUCCESS && l.variant == CLATTN__ATTENTION_LANES)
+        status = enqueue_pack(a, &l, call, workspace, wide, options, &prev);
     if (status == CLATTN_SUCCESS) {
         size_t local = max_group < (size_t)l.t.GROUP ? max_group : (size_t)l.t.GROUP;
         if (l.variant == CLATTN__ATTENTION_KEYS) /* its reductions want a power of two */
             while (local & (local - 1)) local &= local - 1;
-        size_t global = attention_items(a, &l, local);
-        clattn__call first = *call;
-        if (l.splits > 1) first.event = &done;
-        status = clattn__enqueue(&first, kernel, 1, &global, &local);
+        status =
+            enqueue_link(call, kernel, attention_items(a, &l, local), local, &prev, l.splits <= 1);
     }
     if (status == CLATTN_SUCCESS && l.splits > 1)
-        status = enqueue_merge(a, call, part, wide, options, done);
-    if (done) clReleaseEvent(done);
+        status = enqueue_merge(a, call, workspace, wide, options, &prev);
+    if (prev) clReleaseEvent(prev);
     if (kernel) clReleaseKernel(kernel);
     return status;
 }
@@ -273,7 +330,10 @@ static int resolve_path(const clattn_attention_options *options) {
  * that, which only a split of keys past 2^30 can reach, is refused before anything runs. */
 static int check_launch_size(const attention_args *a, const attention_launch *l) {
     size_t items = attention_items(a, l, (size_t)l->t.GROUP);
-    size_t numbered = l->variant == CLATTN__ATTENTION_BLOCKS ? items : items / (size_t)l->t.GROUP;
+    size_t numbered =
+        l->variant == CLATTN__ATTENTION_BLOCKS || l->variant == CLATTN__ATTENTION_LANES
+            ? items
+            : items / (size_t)l->t.GROUP;
     if (numbered > 0x7fffffff)
         return clattn__fail(CLATTN_ERR_DEVICE_LIMIT,
                             "the launch needs %zu work-groups or work-items; at most 2^31 - 1",
@@ -305,7 +365,8 @@ int clattn__attention_plan(const attention_args *a, int path, cl_device_id devic
     }
     int status = pick_launch(device, a, &plan->launch);
     if (status != CLATTN_SUCCESS) return status;
-    plan->bytes = partial_floats(a, &plan->launch) * sizeof(float);
+    plan->bytes =
+        (partial_floats(a, &plan->launch) + packed_key_floats(a, &plan->launch)) * sizeof(float);
     return check_launch_size(a, &plan->launch);
 }
 

@@ -20,7 +20,13 @@ int clattn__hook_value(clattn__hook hook);
 /* Softmax kernel variants (cl/softmax.cl). */
 enum { CLATTN__SOFTMAX_ROWS = 0, CLATTN__SOFTMAX_GROUP = 1 };
 /* Fused attention kernel variants (cl/attention.cl). */
-enum { CLATTN__ATTENTION_BLOCKS = 0, CLATTN__ATTENTION_TILES = 1, CLATTN__ATTENTION_KEYS = 2 };
+enum {
+    CLATTN__ATTENTION_BLOCKS = 0,
+    CLATTN__ATTENTION_TILES = 1,
+    CLATTN__ATTENTION_KEYS = 2,
+    CLATTN__ATTENTION_LANES = 3,
+    CLATTN__ATTENTION_VARIANTS
+};
 /* Linear attention launch rows (the tuning table's "default" and "type:gpu" rows). */
 enum { CLATTN__LINEAR_CPU = 0, CLATTN__LINEAR_GPU = 1 };
 

@@ -80,7 +80,7 @@ static const char *linear_attention_fits(cl_device_id device,
     return NULL;
 }
 
-/* Variants: 0 blocks, 1 tiles, 2 keys. */
+/* Variants: 0 blocks, 1 tiles, 2 keys, 3 lanes. */
 static const char *attention_fits(cl_device_id device, const clattn__attention_tuning *t) {
     if (t->PREFILL == 2) return "PREFILL cannot be the keys variant (a group per query row)";
     if (!is_lane_width(t->LANES)) return "LANES must be 1, 4, 8 or 16";

@@ -41,15 +41,17 @@
 /* Fused attention. PREFILL: the variant for Sq > 8, DECODE: for Sq <= 8 (0 attention_blocks,
  * BM queries a work-item against BN-key tiles; 1 attention_tiles, a query a work-item,
  * groups sharing TK-key K/V tiles in local memory; 2 attention_keys, a group of 128 per query
- * row); LANES: head-dim vector width; GROUP: blocks' and tiles' group size; TK: the largest
+ * row; 3 attention_lanes, BM queries a work-item against tiles of LANES keys along the vector
+ * lanes, K packed d-major in the workspace); LANES: head-dim vector width (lanes: the keys a
+ * tile, blocks when under 4); GROUP: blocks' and tiles' group size; TK: the largest
  * key tile (halved to fit); SPLIT_TARGET, SPLIT_MIN: a launch with fewer groups than
  * SPLIT_TARGET per compute unit splits the keys into chunks of at least SPLIT_MIN; BM, BN: the
  * blocks' queries per work-item and keys per tile.
  * Default: PoCL on AVX-512: blocks at 16 lanes (the tiles variant's one query per work-item
  * ran far slower there), clattn-bench --op attention_causal. */
 #define CLATTN__TUNING_ATTENTION(X)                                                                \
-    X(PREFILL, 0, 0, 1, HOST)                                                                      \
-    X(DECODE, 0, 0, 2, HOST)                                                                       \
+    X(PREFILL, 0, 0, 3, HOST)                                                                      \
+    X(DECODE, 0, 0, 3, HOST)                                                                       \
     X(LANES, 16, 1, 16, VEC)                                                                       \
     X(GROUP, 16, 1, 1024, HOST)                                                                    \
     X(TK, 32, 1, 32, TK)                                                                           \
