@@ -2,7 +2,9 @@
  *
  * gemm: c = a w^T on the MHA's projection shapes, first through CLBlast with its own database
  * (what a CLBlast user gets untuned), then through clattn's bridge with the tuning table's gemm
- * row, each against the FMA kernel timed beside it, beside torch's a @ w.T (OpenBLAS). CLBlast
+ * row (clblast-row), then as the library runs it (clattn: the GEMM the device's matmul row
+ * picks, clattn's micro-kernel on CPUs), each against the FMA kernel timed beside it, beside
+ * torch's a @ w.T (OpenBLAS). CLBlast
  * cannot return to its database once parameters were given, and it rebuilds its GEMM on each
  * change, so the two cannot alternate call by call: the database rows run first, before any
  * other op of the process gives CLBlast the row (clattn-bench runs this family first), and the
@@ -15,7 +17,7 @@
  */
 #include "bench.h"
 
-#include "ops/blas.h"
+#include "ops/gemm.h"
 
 #include <clblast_c.h>
 #include <math.h>
@@ -27,8 +29,8 @@
 typedef struct gemm_case {
     const char *op; /* "gemm" */
     int64_t m, n, k;
-    bool tuned; /* false: CLBlast's database; true: the tuning table's row */
-    int shape;  /* the database row of the same shape, for the ratio */
+    int kind;  /* GEMM_DATABASE, GEMM_ROW or GEMM_LIBRARY */
+    int shape; /* the database row of the same shape, for the ratio */
 } gemm_case;
 
 /* The database rows' GFLOP/s over their FMA rate, by shape (< 0: not measured). */
@@ -52,6 +54,9 @@ static int gemm_clblast_db(void *p, cl_command_queue queue) {
     return s == CLBlastSuccess ? CLATTN_SUCCESS : CLATTN_ERR_BLAS;
 }
 
+enum { GEMM_DATABASE, GEMM_ROW, GEMM_LIBRARY };
+static const char *const gemm_variants[] = {"clblast-db", "clblast-row", "clattn"};
+
 /* The same through the bridge, which gives CLBlast the tuning table's gemm row. */
 static int gemm_tuned(void *p, cl_command_queue queue) {
     gemm_ctx *x = p;
@@ -60,6 +65,16 @@ static int gemm_tuned(void *p, cl_command_queue queue) {
     const clattn__matrices a = {x->a.buffer, 0, k, 0}, w = {x->w.buffer, 0, k, 0},
                            c = {x->out.buffer, 0, n, 0};
     return clattn__sgemm_batched(&x->call, true, m, n, k, &a, &w, 0.0f, &c, 1);
+}
+
+/* The GEMM every op of the library runs on the device. */
+static int gemm_library(void *p, cl_command_queue queue) {
+    gemm_ctx *x = p;
+    x->call.queue = queue;
+    const size_t m = (size_t)x->c->m, n = (size_t)x->c->n, k = (size_t)x->c->k;
+    const clattn__matrices a = {x->a.buffer, 0, k, 0}, w = {x->w.buffer, 0, k, 0},
+                           c = {x->out.buffer, 0, n, 0};
+    return clattn__gemm_batched(&x->call, true, m, n, k, &a, &w, 0.0f, &c, 1);
 }
 
 /* f32 tensors of the given shapes, uniform in [-scales[i], scales[i]); hosts[i] receives
@@ -121,15 +136,15 @@ static void gemm_shape(const gemm_case *c, char *shape, size_t size) {
              (long long)c->k);
 }
 
-/* The tuned row's ratio to the database row of the same shape, both normalized by their FMA
- * rate, or why there is none. */
+/* A row's ratio to the database row of the same shape, both normalized by their FMA rate, or
+ * why there is none. */
 static void print_gemm_ratio(const gemm_case *c, double relative) {
     char shape[96];
     gemm_shape(c, shape, sizeof shape);
     if (db_relative[c->shape] > 0)
-        printf("  gemm %s: tuned row / CLBlast's database %.2fx (each GFLOP/s over the FMA rate "
+        printf("  gemm %s: %s / CLBlast's database %.2fx (each GFLOP/s over the FMA rate "
                "timed beside it)\n",
-               shape, relative / db_relative[c->shape]);
+               shape, gemm_variants[c->kind], relative / db_relative[c->shape]);
     else
         printf("  gemm %s: CLBlast's database not measured (parameters were given before in "
                "this process: run --op gemm)\n",
@@ -142,7 +157,7 @@ static int measure_gemm(const bench_options *opt, clattn_env *env, bench_ceiling
     const clattn__call call = {NULL, clattn_env_context(env), clattn_env_device(env), 0, NULL,
                                NULL};
     gemm_ctx x = {c, {0}, {0}, {0}, call, NULL, NULL};
-    if (!c->tuned && clattn__blas_overridden(x.call.device)) return CLATTN_SUCCESS;
+    if (c->kind == GEMM_DATABASE && clattn__blas_overridden(x.call.device)) return CLATTN_SUCCESS;
     const int64_t shapes[3][4] = {{1, 1, c->m, c->k}, {1, 1, c->n, c->k}, {1, 1, c->m, c->n}};
     clattn_tensor *tensors[3] = {&x.a, &x.w, &x.out};
     char shape[96];
@@ -154,8 +169,8 @@ static int measure_gemm(const bench_options *opt, clattn_env *env, bench_ceiling
     float *hosts[3] = {NULL, NULL, NULL};
     int status = alloc_random(env, shapes, tensors, scales, hosts, 3);
     x.host_a = hosts[0], x.host_w = hosts[1];
-    const bench_fn fn = c->tuned ? gemm_tuned : gemm_clblast_db;
-    const bench_row_name row = {"gemm", c->tuned ? "tuned-row" : "clblast-db", CLATTN_F32, shape};
+    const bench_fn fns[] = {gemm_clblast_db, gemm_tuned, gemm_library}, fn = fns[c->kind];
+    const bench_row_name row = {"gemm", gemm_variants[c->kind], CLATTN_F32, shape};
     bool wrong = false;
     if (status == CLATTN_SUCCESS)
         status = bench_check_row(report, env, fn, &x, check_gemm, &row, &wrong);
@@ -166,8 +181,8 @@ static int measure_gemm(const bench_options *opt, clattn_env *env, bench_ceiling
                                        flops, fma, torch_ms);
     if (status == CLATTN_SUCCESS && !wrong) {
         const double relative = flops / t.median_ms * 1e-6 / fma;
-        if (!c->tuned) db_relative[c->shape] = relative;
-        if (c->tuned) print_gemm_ratio(c, relative);
+        if (c->kind == GEMM_DATABASE) db_relative[c->shape] = relative;
+        if (c->kind != GEMM_DATABASE) print_gemm_ratio(c, relative);
     }
     free_tensors(tensors, 3);
     for (int k = 0; k < 3; ++k) free(hosts[k]);
@@ -200,8 +215,8 @@ static int run_mha(void *p, cl_command_queue queue) {
 
 static int run_projections(void *p, cl_command_queue queue) {
     mha_ctx *x = p;
-    int status = gemm_tuned(&x->qkv, queue);
-    return status == CLATTN_SUCCESS ? gemm_tuned(&x->proj, queue) : status;
+    int status = gemm_library(&x->qkv, queue);
+    return status == CLATTN_SUCCESS ? gemm_library(&x->proj, queue) : status;
 }
 
 static int run_attention_alone(void *p, cl_command_queue queue) {
@@ -406,11 +421,14 @@ int bench_mha(const bench_options *opt, clattn_env *env, bench_ceilings *ceiling
     const int64_t b = opt->quick ? 1 : 4, s = opt->quick ? 256 : 1024;
     const int64_t e = opt->quick ? 256 : 512, big_s = opt->quick ? 512 : 4096;
     const int64_t big_e = opt->quick ? 256 : 1024;
-    /* every database row before the first tuned one: see the top of this file */
+    /* every database row before the first that gives CLBlast parameters: see the top of this file
+     */
     const gemm_case gemms[] = {
-        {"gemm", b * s, 3 * e, e, false, 0},  {"gemm", b * s, e, e, false, 1},
-        {"gemm", 1024, 1024, 1024, false, 2}, {"gemm", b * s, 3 * e, e, true, 0},
-        {"gemm", b * s, e, e, true, 1},       {"gemm", 1024, 1024, 1024, true, 2},
+        {"gemm", b * s, 3 * e, e, GEMM_DATABASE, 0},  {"gemm", b * s, e, e, GEMM_DATABASE, 1},
+        {"gemm", 1024, 1024, 1024, GEMM_DATABASE, 2}, {"gemm", b * s, 3 * e, e, GEMM_ROW, 0},
+        {"gemm", b * s, e, e, GEMM_ROW, 1},           {"gemm", 1024, 1024, 1024, GEMM_ROW, 2},
+        {"gemm", b * s, 3 * e, e, GEMM_LIBRARY, 0},   {"gemm", b * s, e, e, GEMM_LIBRARY, 1},
+        {"gemm", 1024, 1024, 1024, GEMM_LIBRARY, 2},
     };
     const mha_case cases[] = {
         {"mha", b, s, e, 8},

@@ -23,6 +23,7 @@ static const tuned_op tuned_ops[] = {
     {&clattn__tuning_softmax, tune_softmax_cases},
     {&clattn__tuning_attention, tune_attention_cases},
     {&clattn__tuning_linear_attention, tune_linear_cases},
+    {&clattn__tuning_matmul, tune_matmul_cases},
 };
 
 static int add_row(bench_report *report, clattn_env *env, const bench_ceilings *ceilings,

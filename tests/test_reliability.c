@@ -1,6 +1,6 @@
 /* Reliability: the runner's canaries themselves, fault injection through the library's
- * test-only hook (src/runtime/testing.c: a program build, a scratch allocation and a CLBlast GEMM that
- * fail), the CLATTN_MAX_WORK_GROUP cap, and results that are bit-identical from run to run. */
+ * test-only hook (src/runtime/testing.c: a program build, a scratch allocation and a CLBlast GEMM
+ * that fail), the CLATTN_MAX_WORK_GROUP cap, and results that are bit-identical from run to run. */
 #include "harness.h"
 #include "runtime/runtime.h"
 #include "runtime/testing.h"
@@ -243,13 +243,15 @@ static void a_clblast_failure_midway_leaks_nothing_and_the_queue_still_works(tes
     clattn_mask causal;
     memset(&causal, 0, sizeof causal);
     causal.causal = 1;
-    clattn__fault_arm(CLATTN__FAULT_BLAS, 2);
+    clattn__fault_arm(CLATTN__FAULT_GEMM, 2);
     cl_event event;
+    clattn_tuning_override("matmul", "KERNEL=0"); /* CLBlast, whichever GEMM the device takes */
     int failed = attend(t, &a, CLATTN_PATH_COMPOSED, &causal, &event);
     char message[1024];
     snprintf(message, sizeof message, "%s", clattn_last_error());
+    clattn_tuning_override("matmul", NULL);
     cl_event failed_event = event;
-    clattn__fault_arm(CLATTN__FAULT_BLAS, 0);
+    clattn__fault_arm(CLATTN__FAULT_GEMM, 0);
     clFinish(clattn_env_queue(t->env));
     bool freed = scratch_back_to(baseline);
     int again = attend(t, &a, CLATTN_PATH_COMPOSED, &causal, &event);

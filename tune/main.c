@@ -15,7 +15,7 @@ static void usage(FILE *out) {
     fprintf(out, "usage: clattn-tune [--device SPEC] [--op NAME] [--key KEY] [--repeats N] "
                  "[--budget S] [--quiet]\n"
                  "  SPEC: P:D or a name substring (as CLATTN_DEVICE)\n"
-                 "  NAME: copy | softmax | attention | linear_attention | gemm (default: all)\n"
+                 "  NAME: copy | softmax | attention | linear_attention | gemm | matmul (default: all)\n"
                  "  KEY:  the device key of the printed rows (default name:<device name>;\n"
                  "        vendor:<vendor>/<type>, type:<type>, default)\n"
                  "  --repeats: timed calls per candidate, each beside the current row "
@@ -73,6 +73,11 @@ static const tune_space spaces[] = {
      .sequential = true,
      .seed = "MWG=128 NWG=256 KWG=16 MDIMC=8 NDIMC=16 MDIMA=8 NDIMB=16 KWI=1 VWM=16 VWN=8 "
              "STRM=0 STRN=0 SA=0 SB=0 MIN_INDIRECT=256"},
+    /* clattn's kernel: the register tile (MR x NV vectors of VEC) and the panels a work-item
+     * walks */
+    {.spec = &clattn__tuning_matmul,
+     .stages = {"KERNEL=1 MR=4|6|8|12 NV=1|2|4 VEC=8|16", "PANELS=1|2|4|16"},
+     .cases = tune_matmul_cases},
 };
 #define SPACES (int)(sizeof spaces / sizeof spaces[0])
 

@@ -58,6 +58,15 @@ static bool next_candidate(const grid *g, int *digit) {
 
 /* ---- running one parameter set ---- */
 
+/* Fills the case's output with NaN, so that an element a candidate leaves unwritten fails the
+ * check rather than pass with the last candidate's value. */
+static int poison_output(tune_case *c, cl_command_queue queue) {
+    const float nan = NAN;
+    size_t bytes = 4;
+    for (int d = 0; d < 4; ++d) bytes *= (size_t)c->out.shape[d];
+    return clEnqueueFillBuffer(queue, c->out.buffer, &nan, sizeof nan, 0, bytes, 0, NULL, NULL);
+}
+
 /* Runs each case once with `params` and checks it; *why says what failed. */
 static int verify(tune_case *cases, int count, const char *op, const char *params, bool *ok,
                   char *why, size_t capacity) {
@@ -66,7 +75,8 @@ static int verify(tune_case *cases, int count, const char *op, const char *param
     for (int i = 0; i < count && *ok && status == CLATTN_SUCCESS; ++i) {
         tune_run r = {&cases[i], op, params};
         cl_command_queue queue = clattn_env_queue(cases[i].env);
-        status = tune_run_with(&r, queue);
+        status = poison_output(&cases[i], queue);
+        if (status == CLATTN_SUCCESS) status = tune_run_with(&r, queue);
         if (status == CLATTN_SUCCESS) status = clFinish(queue);
         if (status != CLATTN_SUCCESS) {
             snprintf(why, capacity, "%s: %s (%s)", cases[i].shape, clattn_status_name(status),

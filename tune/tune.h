@@ -41,6 +41,7 @@ int tune_softmax_cases(clattn_env *env, bool with_reference, tune_case *cases, i
 int tune_attention_cases(clattn_env *env, bool with_reference, tune_case *cases, int *count);
 int tune_linear_cases(clattn_env *env, bool with_reference, tune_case *cases, int *count);
 int tune_gemm_cases(clattn_env *env, bool with_reference, tune_case *cases, int *count);
+int tune_matmul_cases(clattn_env *env, bool with_reference, tune_case *cases, int *count);
 
 /* One call of c's op with `params` ("NAME=VALUE,..." of tuning op `op`) in force: the override
  * is set on every call, so two parameter sets can alternate call by call. A bench_fn. */

@@ -9,7 +9,7 @@
  * write directly is produced in scratch and converted into place the same way.
  */
 #include "attention.h"
-#include "blas.h"
+#include "gemm.h"
 #include "heads.h"
 #include "softmax.h"
 
@@ -78,7 +78,7 @@ static int gemm_over_heads(const clattn__call *call, bool trans_w, const clattn_
                                          (size_t)ws[1]};
             const clattn__matrices cm = {c->buffer, c->offset + (size_t)(b * cs[0] + r * cs[1]),
                                          (size_t)cs[2], (size_t)(ratio * cs[1])};
-            status = clattn__sgemm_batched(call, trans_w, m, n, k, &am, &wm, 0.0f, &cm, count);
+            status = clattn__gemm_batched(call, trans_w, m, n, k, &am, &wm, 0.0f, &cm, count);
         }
     return status;
 }
@@ -118,7 +118,7 @@ int clattn__attention_composed(const clattn__attention_args *a,
 
     /* the gemm row is read (and given to CLBlast) before the first enqueue: a bad override
      * fails the call with nothing enqueued */
-    int status = clattn__blas_prepare(call->device);
+    int status = clattn__gemm_prepare(call->device);
     if (status == CLATTN_SUCCESS) status = clattn__steps_begin(call);
     if (status == CLATTN_SUCCESS) status = convert(call, a->q, &q);
     if (status == CLATTN_SUCCESS) status = convert(call, a->k, &k);

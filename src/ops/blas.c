@@ -89,7 +89,7 @@ int clattn__sgemm_batched(const clattn__call *call, bool trans_b, size_t m, size
     const CLBlastTranspose tb = trans_b ? CLBlastTransposeYes : CLBlastTransposeNo;
     /* one matrix takes CLBlast's plain GEMM, whose checks do not ask for batch strides */
     CLBlastStatusCode status =
-        clattn__fault_hit(CLATTN__FAULT_BLAS) ? CLBlastUnexpectedError
+        clattn__fault_hit(CLATTN__FAULT_GEMM) ? CLBlastUnexpectedError
         : batch == 1
             ? CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, tb, m, n, k, 1.0f, a->buffer,
                            a->offset, a->ld, b->buffer, b->offset, b->ld, beta, c->buffer,

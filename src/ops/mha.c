@@ -17,7 +17,7 @@
  * sub-buffer at origin 0 (always aligned); the rest follows it.
  */
 #include "attention.h"
-#include "blas.h"
+#include "gemm.h"
 #include "heads.h"
 
 #include <stdio.h>
@@ -465,8 +465,8 @@ static int project_inputs(const mha_args *a, const mha_plan *plan, const clattn_
         clattn__matrices wm = matrix_of(weight_of(a, job->slot), plan->w_at[job->slot], ws);
         wm.offset += (size_t)job->first_row * wm.ld;
         const clattn__matrices cm = {ws, job->at, job->ld, 0};
-        status = clattn__sgemm_batched(call, true, (size_t)(x->shape[1] * x->shape[2]),
-                                       (size_t)job->n, (size_t)x->shape[3], &xm, &wm, beta, &cm, 1);
+        status = clattn__gemm_batched(call, true, (size_t)(x->shape[1] * x->shape[2]),
+                                      (size_t)job->n, (size_t)x->shape[3], &xm, &wm, beta, &cm, 1);
     }
     return status;
 }
@@ -478,8 +478,8 @@ static int project_output(const mha_args *a, const mha_plan *plan, const clattn_
     const clattn__matrices wm = matrix_of(a->p->out_proj_weight, plan->w_at[W_OUT], ws);
     const clattn__matrices c = out_matrix(a, plan, ws);
     const size_t m = (size_t)(a->B * a->Sq), e = (size_t)a->E;
-    return clattn__sgemm_batched(call, true, m, e, e, &ctx, &wm, a->p->out_proj_bias ? 1.0f : 0.0f,
-                                 &c, 1);
+    return clattn__gemm_batched(call, true, m, e, e, &ctx, &wm, a->p->out_proj_bias ? 1.0f : 0.0f,
+                                &c, 1);
 }
 
 /* ---- the masks ---- */
@@ -713,7 +713,7 @@ int clattn_mha_forward(const clattn_tensor *query, const clattn_tensor *key,
     cl_mem ws = NULL;
     bool owned = false;
     if (status == CLATTN_SUCCESS) status = get_workspace(&a, &plan, call.context, &ws, &owned);
-    if (status == CLATTN_SUCCESS) status = clattn__blas_prepare(call.device);
+    if (status == CLATTN_SUCCESS) status = clattn__gemm_prepare(call.device);
     if (status == CLATTN_SUCCESS) status = prepare_attention(&a, &plan, &call, ws, &step);
     if (status == CLATTN_SUCCESS) status = enqueue_mha(&a, &plan, &step, &call, ws);
     if (step.scratch) clReleaseMemObject(step.scratch);

@@ -37,11 +37,13 @@ uint64_t clattn__narrow_index_limit(void);
 
 /* The places a test can make fail: a program build (the source gets an #error, so the driver's
  * real failure path and log run), the library's scratch allocation (as
- * CL_MEM_OBJECT_ALLOCATION_FAILURE), and a CLBlast GEMM (as CLBlast's own error code). */
+ * CL_MEM_OBJECT_ALLOCATION_FAILURE), and a GEMM (CLBlast's: as CLBlast's own error code;
+ * clattn's kernel: its product's enqueue as CL_OUT_OF_RESOURCES, after b's packing was
+ * enqueued). */
 typedef enum clattn__fault_site {
     CLATTN__FAULT_BUILD,
     CLATTN__FAULT_ALLOC,
-    CLATTN__FAULT_BLAS,
+    CLATTN__FAULT_GEMM,
     CLATTN__FAULT_SITES
 } clattn__fault_site;
 /* Counts one use of `site`: true when it is the armed one (which disarms it). Unarmed, a site

@@ -92,6 +92,12 @@ static const char *attention_fits(cl_device_id device, const clattn__attention_t
     return NULL;
 }
 
+static const char *matmul_fits(cl_device_id device, const clattn__matmul_tuning *t) {
+    (void)device; /* groups of one, no local memory */
+    if (t->VEC != 4 && t->VEC != 8 && t->VEC != 16) return "VEC must be 4, 8 or 16";
+    return NULL;
+}
+
 /* CLBlast's constraints on its Xgemm kernel. */
 static const char *gemm_fits(cl_device_id device, const clattn__gemm_tuning *t) {
     if (!is_lane_width(t->VWM) && t->VWM != 2) return "VWM must be 1, 2, 4, 8 or 16";

@@ -99,6 +99,18 @@
     X(SB, 1, 0, 1, HOST)                                                                           \
     X(MIN_INDIRECT, 384, 1, 1 << 16, HOST)
 
+/* Which GEMM runs MHA's projections and the composed attention path, and clattn's own.
+ * KERNEL: 0 CLBlast's SGEMM (with the gemm row below, where the device has one), 1 clattn's
+ * matmul_tiles (cl/matmul.cl): a work-item (groups of one) per MR rows x PANELS panels of NV
+ * vectors of VEC columns, B packed k-major a panel at a time, MR x NV vector accumulators.
+ * Default: CLBlast (its database knows GPUs); CPUs take the kernel (tuning_table.def). */
+#define CLATTN__TUNING_MATMUL(X)                                                                   \
+    X(KERNEL, 0, 0, 1, HOST)                                                                       \
+    X(MR, 8, 1, 16, MR)                                                                            \
+    X(NV, 2, 1, 4, NV)                                                                             \
+    X(VEC, 16, 4, 16, VEC)                                                                         \
+    X(PANELS, 4, 1, 64, PANELS)
+
 /* The ops the tuning table knows: OP(name, PARAMS, has_default_row), in the order clattn-tune and
  * CLATTN_TUNE list them. */
 #define CLATTN__TUNING_OPS(OP)                                                                     \
@@ -106,6 +118,7 @@
     OP(softmax, CLATTN__TUNING_SOFTMAX, 1)                                                         \
     OP(attention, CLATTN__TUNING_ATTENTION, 1)                                                     \
     OP(linear_attention, CLATTN__TUNING_LINEAR_ATTENTION, 1)                                       \
-    OP(gemm, CLATTN__TUNING_GEMM, 0)
+    OP(gemm, CLATTN__TUNING_GEMM, 0)                                                               \
+    OP(matmul, CLATTN__TUNING_MATMUL, 1)
 
 #endif

@@ -1,0 +1,125 @@
+/*
+ * The GEMM every op runs (ops/gemm.h): the device's matmul row picks clattn's micro-kernel or
+ * CLBlast. The kernel packs b into scratch (matmul_pack), then multiplies (matmul_tiles); the
+ * two are chained by an event, so an out-of-order queue runs them in order too.
+ */
+#include "gemm.h"
+
+#include <limits.h>
+#include <stdio.h>
+
+typedef clattn__matmul_tuning matmul_tuning;
+
+/* Whether the kernel can take the call: its work-items and sizes are numbered with int. */
+static bool kernel_takes(const matmul_tuning *t, size_t m, size_t n, size_t k, size_t batch) {
+    const size_t nr = (size_t)(t->NV * t->VEC);
+    if (m == 0 || n == 0 || k == 0 || batch == 0) return false;
+    if (m > INT_MAX || n > INT_MAX || k > INT_MAX || batch > INT_MAX) return false;
+    const size_t blocks = (m + (size_t)t->MR - 1) / (size_t)t->MR, panels = (n + nr - 1) / nr;
+    const size_t groups = (panels + (size_t)t->PANELS - 1) / (size_t)t->PANELS;
+    return blocks * groups <= INT_MAX / batch && panels * k <= INT_MAX / batch;
+}
+
+static int pack_b(const clattn__call *call, const char *options, bool trans_b, size_t n, size_t k,
+                  const clattn__matrices *b, size_t batch, cl_mem packed, size_t items,
+                  cl_event *done) {
+    cl_kernel kernel = NULL;
+    int status = clattn__create_kernel(call->context, call->device, "matmul.cl", options,
+                                       "matmul_pack", &kernel);
+    const cl_ulong offs[3] = {b->offset, b->ld, b->stride};
+    const cl_int tb = trans_b, sizes[3] = {(cl_int)n, (cl_int)k, (cl_int)batch};
+    cl_uint arg = 0;
+    if (status == CLATTN_SUCCESS)
+        status = clattn__set_arg(kernel, arg++, sizeof b->buffer, &b->buffer);
+    for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
+        status = clattn__set_arg(kernel, arg++, sizeof offs[i], &offs[i]);
+    if (status == CLATTN_SUCCESS) status = clattn__set_arg(kernel, arg++, sizeof tb, &tb);
+    if (status == CLATTN_SUCCESS) status = clattn__set_arg(kernel, arg++, sizeof packed, &packed);
+    for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
+        status = clattn__set_arg(kernel, arg++, sizeof sizes[i], &sizes[i]);
+    size_t group = 1;
+    if (status == CLATTN_SUCCESS) status = clattn__kernel_max_group(kernel, call->device, &group);
+    if (status == CLATTN_SUCCESS) {
+        const size_t local = group < 64 ? group : 64, global = clattn__round_up(items, local);
+        const clattn__call step = {call->queue, call->context, call->device, 0, NULL, done};
+        status = clattn__enqueue(&step, kernel, 1, &global, &local);
+    }
+    if (kernel) clReleaseKernel(kernel);
+    return status;
+}
+
+static int multiply(const clattn__call *call, const char *options, const clattn__matmul_tuning *t,
+                    size_t m, size_t n, size_t k, const clattn__matrices *a, cl_mem packed,
+                    float beta, const clattn__matrices *c, size_t batch, cl_event packed_done) {
+    cl_kernel kernel = NULL;
+    int status = clattn__create_kernel(call->context, call->device, "matmul.cl", options,
+                                       "matmul_tiles", &kernel);
+    const cl_ulong a_offs[3] = {a->offset, a->ld, a->stride},
+                   c_offs[3] = {c->offset, c->ld, c->stride};
+    const cl_int sizes[3] = {(cl_int)m, (cl_int)n, (cl_int)k}, count = (cl_int)batch;
+    cl_uint arg = 0;
+    if (status == CLATTN_SUCCESS)
+        status = clattn__set_arg(kernel, arg++, sizeof a->buffer, &a->buffer);
+    for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
+        status = clattn__set_arg(kernel, arg++, sizeof a_offs[i], &a_offs[i]);
+    if (status == CLATTN_SUCCESS) status = clattn__set_arg(kernel, arg++, sizeof packed, &packed);
+    if (status == CLATTN_SUCCESS)
+        status = clattn__set_arg(kernel, arg++, sizeof c->buffer, &c->buffer);
+    for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
+        status = clattn__set_arg(kernel, arg++, sizeof c_offs[i], &c_offs[i]);
+    for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
+        status = clattn__set_arg(kernel, arg++, sizeof sizes[i], &sizes[i]);
+    if (status == CLATTN_SUCCESS) status = clattn__set_arg(kernel, arg++, sizeof beta, &beta);
+    if (status == CLATTN_SUCCESS) status = clattn__set_arg(kernel, arg++, sizeof count, &count);
+    if (status == CLATTN_SUCCESS) {
+        const size_t nr = (size_t)(t->NV * t->VEC), panels = (n + nr - 1) / nr;
+        const size_t blocks = (m + (size_t)t->MR - 1) / (size_t)t->MR;
+        const size_t global =
+                         blocks * ((panels + (size_t)t->PANELS - 1) / (size_t)t->PANELS) * batch,
+                     local = 1; /* its reqd_work_group_size */
+        const clattn__call step = {call->queue, call->context, call->device, 1, &packed_done, NULL};
+        status = clattn__fault_hit(CLATTN__FAULT_GEMM)
+                     ? clattn__cl_fail(CL_OUT_OF_RESOURCES, "clEnqueueNDRangeKernel (matmul_tiles)")
+                     : clattn__enqueue(&step, kernel, 1, &global, &local);
+    }
+    if (kernel) clReleaseKernel(kernel);
+    return status;
+}
+
+/* The micro-kernel: b packed into fresh scratch, then the product. */
+static int matmul_batched(const clattn__call *call, const matmul_tuning *t, bool trans_b, size_t m,
+                          size_t n, size_t k, const clattn__matrices *a, const clattn__matrices *b,
+                          float beta, const clattn__matrices *c, size_t batch) {
+    char options[256];
+    snprintf(options, sizeof options, "-cl-std=CL1.2");
+    clattn__matmul_tuning_options(t, options, sizeof options);
+    const size_t nr = (size_t)(t->NV * t->VEC), items = batch * ((n + nr - 1) / nr) * k;
+    cl_mem packed = NULL;
+    cl_event packed_done = NULL;
+    int status = clattn__scratch_alloc(call->context, items * nr * sizeof(float), &packed);
+    if (status == CLATTN_SUCCESS)
+        status = pack_b(call, options, trans_b, n, k, b, batch, packed, items, &packed_done);
+    if (status == CLATTN_SUCCESS)
+        status = multiply(call, options, t, m, n, k, a, packed, beta, c, batch, packed_done);
+    if (packed_done) clReleaseEvent(packed_done);
+    if (packed) clReleaseMemObject(packed);
+    return status;
+}
+
+int clattn__gemm_prepare(cl_device_id device) {
+    matmul_tuning t;
+    int status = clattn__matmul_tuning_get(device, CLATTN_F32, &t);
+    if (status == CLATTN_SUCCESS && t.KERNEL == 0) status = clattn__blas_prepare(device);
+    return status;
+}
+
+int clattn__gemm_batched(const clattn__call *call, bool trans_b, size_t m, size_t n, size_t k,
+                         const clattn__matrices *a, const clattn__matrices *b, float beta,
+                         const clattn__matrices *c, size_t batch) {
+    matmul_tuning t;
+    int status = clattn__matmul_tuning_get(call->device, CLATTN_F32, &t);
+    if (status != CLATTN_SUCCESS) return status;
+    if (t.KERNEL == 1 && kernel_takes(&t, m, n, k, batch))
+        return matmul_batched(call, &t, trans_b, m, n, k, a, b, beta, c, batch);
+    return clattn__sgemm_batched(call, trans_b, m, n, k, a, b, beta, c, batch);
+}
