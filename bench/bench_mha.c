@@ -57,24 +57,23 @@ static int gemm_clblast_db(void *p, cl_command_queue queue) {
 enum { GEMM_DATABASE, GEMM_ROW, GEMM_LIBRARY };
 static const char *const gemm_variants[] = {"clblast-db", "clblast-row", "clattn"};
 
-/* The same through the bridge, which gives CLBlast the tuning table's gemm row. */
-static int gemm_tuned(void *p, cl_command_queue queue) {
-    gemm_ctx *x = p;
+/* The same through the bridge, which gives CLBlast the tuning table's gemm row (`library`
+ * false), or as the library runs it: the GEMM the device's matmul row picks. */
+static int gemm_through(gemm_ctx *x, cl_command_queue queue, bool library) {
     x->call.queue = queue;
     const size_t m = (size_t)x->c->m, n = (size_t)x->c->n, k = (size_t)x->c->k;
     const clattn__matrices a = {x->a.buffer, 0, k, 0}, w = {x->w.buffer, 0, k, 0},
                            c = {x->out.buffer, 0, n, 0};
-    return clattn__sgemm_batched(&x->call, true, m, n, k, &a, &w, 0.0f, &c, 1);
+    return library ? clattn__gemm_batched(&x->call, true, m, n, k, &a, &w, 0.0f, &c, 1)
+                   : clattn__sgemm_batched(&x->call, true, m, n, k, &a, &w, 0.0f, &c, 1);
 }
 
-/* The GEMM every op of the library runs on the device. */
+static int gemm_tuned(void *p, cl_command_queue queue) {
+    return gemm_through(p, queue, false);
+}
+
 static int gemm_library(void *p, cl_command_queue queue) {
-    gemm_ctx *x = p;
-    x->call.queue = queue;
-    const size_t m = (size_t)x->c->m, n = (size_t)x->c->n, k = (size_t)x->c->k;
-    const clattn__matrices a = {x->a.buffer, 0, k, 0}, w = {x->w.buffer, 0, k, 0},
-                           c = {x->out.buffer, 0, n, 0};
-    return clattn__gemm_batched(&x->call, true, m, n, k, &a, &w, 0.0f, &c, 1);
+    return gemm_through(p, queue, true);
 }
 
 /* f32 tensors of the given shapes, uniform in [-scales[i], scales[i]); hosts[i] receives

@@ -424,21 +424,25 @@ __kernel void attention_keys(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSO
 #if VEC >= 4
 /* K of every (batch, kv head) in tiles of VEC keys, each tile HEAD_DIM x VEC floats, d-major:
  * packed[((bh * tiles + tile) * HEAD_DIM + d) * VEC + e] = k[b, h, tile * VEC + e, d], 0 past
- * Sk. A work-item per (bh, tile, d); O(Sk * HEAD_DIM) work against attention's O(Sq * Sk *
- * HEAD_DIM). */
+ * the batch's key length (no query sees those keys, and they may hold anything). A work-item
+ * per (bh, tile, d); O(Sk * HEAD_DIM) work against attention's O(Sq * Sk * HEAD_DIM). */
 __kernel void attention_pack_keys(TENSOR_PARAMS(K_T, k), __global float *packed, IDX packed_off,
-                                  int B, int Hkv, int Sk) {
+                                  int B, int Hkv, int Sk, MASK_PARAMS) {
     const int tiles = (Sk + VEC - 1) / VEC;
     const IDX item = (IDX)get_global_id(0);
     if (item >= (IDX)B * Hkv * tiles * HEAD_DIM) return;
     const int d = (int)(item % HEAD_DIM), tile = (int)(item / HEAD_DIM % tiles);
     const int bh = (int)(item / HEAD_DIM / tiles), h = bh % Hkv, b = bh / Hkv;
-    float lanes[VEC];
+    MASK_PACK(p);
+    int keys = Sk;
+#if HAS_KLEN
+    keys = clamp(p.klen[p.klen_off + (IDX)b * p.klen_s], 0, Sk);
+#endif
+    __global float *out = packed + packed_off + item * VEC;
     for (int e = 0; e < VEC; ++e) {
         const int j = tile * VEC + e;
-        lanes[e] = j < Sk ? CAT(load_, K_T)(k, AT(k, b, h, j, d)) : 0.0f;
+        out[e] = j < keys ? CAT(load_, K_T)(k, AT(k, b, h, j, d)) : 0.0f;
     }
-    CAT(vstore, VEC)(CAT(vload, VEC)(0, lanes), 0, packed + packed_off + item * VEC);
 }
 
 /* Lane vectors of V row `at` in chunks of PV_CHUNK (p.v keeps BM x PV_CHUNK accumulators in
@@ -519,7 +523,10 @@ attention_lanes(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T,
         if (i0 + t >= Sq) r[t].hi = r[t].lo, r[t].end = r[t].start; /* and see nothing */
         lo = min(lo, r[t].lo);
         hi = max(hi, r[t].hi);
-        for (int d = 0; d < HEAD_DIM; ++d) qs[t][d] = CAT(load_, Q_T)(q, AT(q, b, h, i, d));
+        /* a row that sees no key is never read: it may hold anything */
+        const bool sees = r[t].lo < r[t].hi;
+        for (int d = 0; d < HEAD_DIM; ++d)
+            qs[t][d] = sees ? CAT(load_, Q_T)(q, AT(q, b, h, i, d)) : 0.0f;
         UNROLL for (int c = 0; c < V_LANES; ++c) acc[t][c] = 0.0f;
         m[t] = -INFINITY;
         l[t] = 0.0f;

@@ -10,14 +10,13 @@
  *
  * Per (batch, kv head) the keys are cut into `nchunks` chunks of `chunk` keys, and a state is
  * the pair (S, z): HEAD_DIM x VALUE_DIM floats of S, row-major, then HEAD_DIM of z (SLOT floats).
- * The scratch `states` holds nchunks + 1 of them per (batch, kv head). Three kernels run:
+ * The scratch `states` holds nchunks + 1 of them per (batch, kv head). Four kernels run:
  *
- *   linear_features CAUSAL only: one work-item per key row below the key length, phi(k_j) into
- *                   f32 scratch `phik` [B,Hkv,Sk,HEAD_DIM] in VEC-wide vectors, so that the map
- *                   runs once per key for both the states and the products within chunks.
+ *   linear_features one work-item per key row below the key length, phi(k_j) into f32 scratch
+ *                   `phik` [B,Hkv,Sk,HEAD_DIM] in VEC-wide vectors, so that the map runs once
+ *                   per key, as vectors, for the states and (CAUSAL) the products within chunks.
  *   linear_states   one work-item per ROWS state rows of one chunk: the chunk's own sums over
- *                   its keys below the key length, into slot c + 1 (phi(k) from `phik` when
- *                   CAUSAL, else applied here: each element of k serves one work-item).
+ *                   its keys below the key length, into slot c + 1, from `phik`.
  *   linear_scan     one work-item per VEC lanes of a state row: slot c becomes the sum of the
  * chunks before c (slot 0: zero, or the caller's state with HAS_STATE), and slot nchunks the total,
  * which HAS_STATE writes back to the caller's state. A serial walk over the nchunks slots, parallel
@@ -149,11 +148,7 @@ __kernel void linear_states(KEY_SIDE_PARAMS) {
     for (int j = first; j < last; ++j) {
         float f[ROWS];
         for (int r = 0; r < ROWS; ++r)
-#if CAUSAL
             f[r] = phik[phik_off + ((IDX)bh * (IDX)Sk + (IDX)j) * HEAD_DIM + d0 + r];
-#else
-            f[r] = feature(CAT(load_, K_T)(k, AT(k, b, h, j, d0 + r)));
-#endif
         lane_t row[LANES(VALUE_DIM)];
         LOAD_ROW(V_T, v, AT(v, b, h, j, 0), v_s3, VALUE_DIM, row);
 #pragma unroll

@@ -160,9 +160,14 @@ static const int variants[] = {CLATTN__ATTENTION_BLOCKS, CLATTN__ATTENTION_TILES
 static const char *const variant_names[] = {"blocks", "tiles", "keys", "lanes", "composed"};
 #define VARIANTS (int)(sizeof variants / sizeof variants[0])
 
+/* Under Oclgrind's --uninitialized, the paths that read scratch another kernel wrote (the
+ * composed path's GEMMs, the key split's partials, the lanes variant's packed K) stay out: the
+ * checker misreads them (README, Known limits). */
 static bool variant_runs(int variant) {
     const bool split = clattn__hook_value(CLATTN__HOOK_ATTENTION_SPLITS) > 1;
-    return !(variants[variant] == COMPOSED || split) || !test_under_uninit_checker();
+    const bool scratch =
+        variants[variant] == COMPOSED || variants[variant] == CLATTN__ATTENTION_LANES || split;
+    return !scratch || !test_under_uninit_checker();
 }
 
 static void check_weights(test_ctx *t, const at_spec *s, const at_data *d, const float *w,

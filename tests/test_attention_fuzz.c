@@ -74,12 +74,12 @@ static int one_case(test_ctx *t, uint64_t seed, int verbose) {
     int64_t Hq = Hkv * grp;
     int64_t Sq = 1 + (int64_t)R(g, R(g, 2) ? 40 : 9), Sk = 1 + (int64_t)R(g, R(g, 2) ? 70 : 20);
     if (R(g, 8) == 0) Sq = 60 + (int64_t)R(g, 90); /* past one 64-query group of the tiles kernel */
-    /* the composed path and the key split stay out of runs under Oclgrind's --uninitialized
-     * (see test_under_uninit_checker) */
+    /* the composed path, the lanes variant and the key split stay out of runs under Oclgrind's
+     * --uninitialized (see test_under_uninit_checker) */
     const bool uninit = test_under_uninit_checker();
     /* the fused variants (blocks, tiles, keys, lanes), then CLATTN__ATTENTION_VARIANTS: composed */
     const int variant =
-        (int)R(g, uninit ? CLATTN__ATTENTION_VARIANTS : CLATTN__ATTENTION_VARIANTS + 1);
+        (int)R(g, uninit ? CLATTN__ATTENTION_LANES : CLATTN__ATTENTION_VARIANTS + 1);
     const int splits = R(g, 3) == 0 && !uninit ? 2 + (int)R(g, 6) : -1;
     int64_t D = dims[R(g, sizeof dims / sizeof dims[0])];
     int64_t Dv = R(g, 2) ? D : dims[R(g, sizeof dims / sizeof dims[0])];

@@ -240,6 +240,8 @@ static int enqueue_pack(const attention_args *a, const attention_launch *l,
         status = clattn__set_idx_arg(kernel, arg++, partial_floats(a, l), wide);
     for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
         status = clattn__set_arg(kernel, arg++, sizeof dims[i], &dims[i]);
+    if (status == CLATTN_SUCCESS) /* for the key lengths */
+        status = clattn__mask_set_args(kernel, &arg, &a->mask, a->scale, wide);
     size_t group = 1;
     if (status == CLATTN_SUCCESS) status = clattn__kernel_max_group(kernel, call->device, &group);
     if (status == CLATTN_SUCCESS) {

@@ -152,7 +152,7 @@ static size_t state_floats(const linear_args *a, const linear_launch *l) {
 }
 
 static size_t phik_floats(const linear_args *a, const linear_launch *l) {
-    if (!l->causal) return 0;
+    (void)l;
     return (size_t)(a->k->shape[0] * a->k->shape[1] * a->k->shape[2] * a->k->shape[3]);
 }
 
@@ -362,8 +362,10 @@ static int enqueue_linear(const linear_args *a, const linear_launch *l, const cl
         {"linear_states", (size_t)(B * Hkv * l->nchunks * (D / l->t.ROWS)), NULL, &events[1]},
         {"linear_scan", (size_t)(B * Hkv * D * (a->v->shape[3] / l->t.LANES)), NULL, &events[2]},
         {"linear_outputs", (size_t)(B * a->q->shape[1] * blocks), NULL, call->event}};
-    /* phi(k) goes to scratch first only when causal (the products within chunks read it) */
-    const int first = l->causal ? 0 : 1;
+    /* phi(k) goes to scratch first, in vectors: the states read it (a scalar feature map per
+     * element there cost more than the FMAs it fed), and when causal the products within
+     * chunks too */
+    const int first = 0;
     cl_kernel kernels[4] = {NULL, NULL, NULL, NULL};
     int status = CLATTN_SUCCESS;
     for (int i = first; i < 4 && status == CLATTN_SUCCESS; ++i) {
