@@ -434,10 +434,7 @@ __kernel void attention_pack_keys(TENSOR_PARAMS(K_T, k), __global float *packed,
     const int d = (int)(item % HEAD_DIM), tile = (int)(item / HEAD_DIM % tiles);
     const int bh = (int)(item / HEAD_DIM / tiles), h = bh % Hkv, b = bh / Hkv;
     MASK_PACK(p);
-    int keys = Sk;
-#if HAS_KLEN
-    keys = clamp(p.klen[p.klen_off + (IDX)b * p.klen_s], 0, Sk);
-#endif
+    const int keys = mask_key_length(&p, b, Sk);
     __global float *out = packed + packed_off + item * VEC;
     for (int e = 0; e < VEC; ++e) {
         const int j = tile * VEC + e;
@@ -469,10 +466,8 @@ inline floatV lanes_mask(const mask_params *p, const mask_row *r, int j0, int Sk
     return CAT(vload, VEC)(0, lanes);
 }
 
-/* Loops over the block's rows and lane vectors are unrolled, so that the score tile and the
- * accumulators live in registers: PoCL's LLVM left them as stack arrays otherwise, a load and a
- * store around every FMA. */
-#define UNROLL _Pragma("unroll")
+/* Loops over the block's rows and lane vectors are UNROLLed (common.cl), so that the score tile
+ * and the accumulators live in registers. */
 
 /* acc[t] += pr[t][jj] * V row j0 + jj over the tile's rows below hi, PV_CHUNK lane vectors at a
  * time; LOAD_LANES(at, cc) loads lane vector c0 + cc of the row at `at`, and a row t takes key

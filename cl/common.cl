@@ -17,6 +17,11 @@
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)
 
+/* Full unrolling of a loop with a constant trip count (a Clang pragma, ignored where unknown).
+ * A private array indexed by such a loop's counter then lives in registers: PoCL's LLVM keeps
+ * a variably indexed one on the stack, a load and a store around every FMA of a register tile. */
+#define UNROLL _Pragma("unroll")
+
 /* The index type. The host picks uint when every offset of the call fits in 32 bits (cheaper
  * address arithmetic on GPUs), ulong otherwise. */
 #ifndef IDX

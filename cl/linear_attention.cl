@@ -74,15 +74,6 @@ inline float feature(float x) {
 #endif
 }
 
-/* Batch b's key length, clamped to [0, Sk] as the mask clamps it. */
-inline int key_length(const mask_params *p, int b, int Sk) {
-#if HAS_KLEN
-    return clamp(p->klen[p->klen_off + (IDX)b * p->klen_s], 0, Sk);
-#else
-    return Sk;
-#endif
-}
-
 /* The feature map on a vector of lanes (every lane computes exp, then the select). */
 #if VEC > 1
 inline floatV feature_lanes(floatV x) {
@@ -122,7 +113,7 @@ __kernel void linear_features(KEY_SIDE_PARAMS) {
     if (item >= B * H * Sk) return;
     const int j = item % Sk, bh = item / Sk, b = bh / H, h = bh % H;
     MASK_PACK(p);
-    if (j >= key_length(&p, b, Sk)) return;
+    if (j >= mask_key_length(&p, b, Sk)) return;
     lane_t row[LANES(HEAD_DIM)];
     LOAD_ROW(K_T, k, AT(k, b, h, j, 0), k_s3, HEAD_DIM, row);
     for (int c = 0; c < LANES(HEAD_DIM); ++c) row[c] = feature_lanes(row[c]);
@@ -136,7 +127,7 @@ __kernel void linear_states(KEY_SIDE_PARAMS) {
     const int d0 = (item % row_blocks) * ROWS, unit = item / row_blocks;
     const int part = unit % nchunks, bh = unit / nchunks, b = bh / H, h = bh % H;
     MASK_PACK(p);
-    const int first = part * chunk, last = min(first + chunk, key_length(&p, b, Sk));
+    const int first = part * chunk, last = min(first + chunk, mask_key_length(&p, b, Sk));
 
     lane_t acc[ROWS][LANES(VALUE_DIM)];
     float z[ROWS];

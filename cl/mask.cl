@@ -175,12 +175,18 @@ typedef struct mask_row {
 #endif
 } mask_row;
 
+/* Batch b's key length, clamped to [0, Sk]: no query of the batch sees a key past it. */
+inline int mask_key_length(const mask_params *p, int b, int Sk) {
+#if HAS_KLEN
+    return clamp(p->klen[p->klen_off + (IDX)b * p->klen_s], 0, Sk);
+#else
+    return Sk;
+#endif
+}
+
 inline mask_row mask_row_start(const mask_params *p, int b, int h, int i, int Sq, int Sk) {
     mask_row r;
-    int klen_b = Sk, qlen_b = Sq;
-#if HAS_KLEN
-    klen_b = clamp(p->klen[p->klen_off + (IDX)b * p->klen_s], 0, Sk);
-#endif
+    int klen_b = mask_key_length(p, b, Sk), qlen_b = Sq;
 #if HAS_QLEN
     qlen_b = clamp(p->qlen[p->qlen_off + (IDX)b * p->qlen_s], 0, Sq);
 #endif

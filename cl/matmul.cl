@@ -35,9 +35,8 @@
 #define NR (NV * VEC)
 #define floatV CAT(float, VEC)
 
-/* The loops over the tile's rows and vectors are unrolled, so that the accumulators live in
- * registers (PoCL's LLVM keeps a variably indexed private array on the stack). */
-#define UNROLL _Pragma("unroll")
+/* The loops over the tile's rows and vectors are UNROLLed (common.cl), so that the accumulators
+ * live in registers. */
 
 __kernel void matmul_pack(__global const float *b, ulong b_off, ulong ldb, ulong b_stride,
                           int trans_b, __global float *packed, int n, int k, int batch) {

@@ -210,20 +210,6 @@ static size_t attention_items(const attention_args *a, const attention_launch *l
     }
 }
 
-/* One kernel of the fused path's chain (pack, attention, merge): after `*prev` (the call's
- * wait list for the first), into the call's event when it is the last, into *prev otherwise. */
-static int enqueue_link(const clattn__call *call, cl_kernel kernel, size_t global, size_t local,
-                        cl_event *prev, bool last) {
-    cl_event next = NULL;
-    clattn__call link = *call;
-    if (*prev) link.num_wait = 1, link.wait_list = prev;
-    if (!last) link.event = &next;
-    int status = clattn__enqueue(&link, kernel, 1, &global, &local);
-    if (*prev) clReleaseEvent(*prev);
-    *prev = next;
-    return status;
-}
-
 /* K packed for the lanes variant, into the workspace after the partials. */
 static int enqueue_pack(const attention_args *a, const attention_launch *l,
                         const clattn__call *call, cl_mem workspace, bool wide, const char *options,
@@ -247,7 +233,7 @@ static int enqueue_pack(const attention_args *a, const attention_launch *l,
     if (status == CLATTN_SUCCESS) {
         size_t local = group < 64 ? group : 64;
         size_t global = clattn__round_up(packed_key_floats(a, l) / (size_t)l->t.LANES, local);
-        status = enqueue_link(call, kernel, global, local, prev, false);
+        status = clattn__enqueue_link(call, kernel, global, local, prev, false);
     }
     if (kernel) clReleaseKernel(kernel);
     return status;
@@ -273,7 +259,7 @@ static int enqueue_merge(const attention_args *a, const clattn__call *call, cl_m
         size_t local = group < 64 ? group : 64;
         size_t global = clattn__round_up(
             (size_t)dims[0] * (size_t)dims[1] * (size_t)dims[2] * (size_t)a->v->shape[3], local);
-        status = enqueue_link(call, kernel, global, local, prev, true);
+        status = clattn__enqueue_link(call, kernel, global, local, prev, true);
     }
     if (kernel) clReleaseKernel(kernel);
     return status;
@@ -305,8 +291,8 @@ static int enqueue_attention(const attention_args *a, const attention_launch *la
         size_t local = max_group < (size_t)l.t.GROUP ? max_group : (size_t)l.t.GROUP;
         if (l.variant == CLATTN__ATTENTION_KEYS) /* its reductions want a power of two */
             while (local & (local - 1)) local &= local - 1;
-        status =
-            enqueue_link(call, kernel, attention_items(a, &l, local), local, &prev, l.splits <= 1);
+        status = clattn__enqueue_link(call, kernel, attention_items(a, &l, local), local, &prev,
+                                      l.splits <= 1);
     }
     if (status == CLATTN_SUCCESS && l.splits > 1)
         status = enqueue_merge(a, call, workspace, wide, options, &prev);

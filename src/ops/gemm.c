@@ -10,14 +10,26 @@
 
 typedef clattn__matmul_tuning matmul_tuning;
 
+/* The kernel's launch for an m x n product: row blocks of MR, panels of NR = NV * VEC columns,
+ * PANELS panels a work-item. */
+typedef struct matmul_grid {
+    size_t nr, blocks, panels, groups;
+} matmul_grid;
+
+static matmul_grid grid_of(const matmul_tuning *t, size_t m, size_t n) {
+    matmul_grid g;
+    g.nr = (size_t)(t->NV * t->VEC);
+    g.blocks = (m + (size_t)t->MR - 1) / (size_t)t->MR;
+    g.panels = (n + g.nr - 1) / g.nr;
+    g.groups = (g.panels + (size_t)t->PANELS - 1) / (size_t)t->PANELS;
+    return g;
+}
+
 /* Whether the kernel can take the call: its work-items and sizes are numbered with int. */
-static bool kernel_takes(const matmul_tuning *t, size_t m, size_t n, size_t k, size_t batch) {
-    const size_t nr = (size_t)(t->NV * t->VEC);
+static bool kernel_takes(const matmul_grid *g, size_t m, size_t n, size_t k, size_t batch) {
     if (m == 0 || n == 0 || k == 0 || batch == 0) return false;
     if (m > INT_MAX || n > INT_MAX || k > INT_MAX || batch > INT_MAX) return false;
-    const size_t blocks = (m + (size_t)t->MR - 1) / (size_t)t->MR, panels = (n + nr - 1) / nr;
-    const size_t groups = (panels + (size_t)t->PANELS - 1) / (size_t)t->PANELS;
-    return blocks * groups <= INT_MAX / batch && panels * k <= INT_MAX / batch;
+    return g->blocks * g->groups <= INT_MAX / batch && g->panels * k <= INT_MAX / batch;
 }
 
 static int pack_b(const clattn__call *call, const char *options, bool trans_b, size_t n, size_t k,
@@ -40,17 +52,17 @@ static int pack_b(const clattn__call *call, const char *options, bool trans_b, s
     size_t group = 1;
     if (status == CLATTN_SUCCESS) status = clattn__kernel_max_group(kernel, call->device, &group);
     if (status == CLATTN_SUCCESS) {
-        const size_t local = group < 64 ? group : 64, global = clattn__round_up(items, local);
-        const clattn__call step = {call->queue, call->context, call->device, 0, NULL, done};
-        status = clattn__enqueue(&step, kernel, 1, &global, &local);
+        const size_t local = group < 64 ? group : 64;
+        status =
+            clattn__enqueue_link(call, kernel, clattn__round_up(items, local), local, done, false);
     }
     if (kernel) clReleaseKernel(kernel);
     return status;
 }
 
-static int multiply(const clattn__call *call, const char *options, const clattn__matmul_tuning *t,
-                    size_t m, size_t n, size_t k, const clattn__matrices *a, cl_mem packed,
-                    float beta, const clattn__matrices *c, size_t batch, cl_event packed_done) {
+static int multiply(const clattn__call *call, const char *options, const matmul_grid *g, size_t m,
+                    size_t n, size_t k, const clattn__matrices *a, cl_mem packed, float beta,
+                    const clattn__matrices *c, size_t batch, cl_event *packed_done) {
     cl_kernel kernel = NULL;
     int status = clattn__create_kernel(call->context, call->device, "matmul.cl", options,
                                        "matmul_tiles", &kernel);
@@ -72,35 +84,34 @@ static int multiply(const clattn__call *call, const char *options, const clattn_
     if (status == CLATTN_SUCCESS) status = clattn__set_arg(kernel, arg++, sizeof beta, &beta);
     if (status == CLATTN_SUCCESS) status = clattn__set_arg(kernel, arg++, sizeof count, &count);
     if (status == CLATTN_SUCCESS) {
-        const size_t nr = (size_t)(t->NV * t->VEC), panels = (n + nr - 1) / nr;
-        const size_t blocks = (m + (size_t)t->MR - 1) / (size_t)t->MR;
-        const size_t global =
-                         blocks * ((panels + (size_t)t->PANELS - 1) / (size_t)t->PANELS) * batch,
-                     local = 1; /* its reqd_work_group_size */
-        const clattn__call step = {call->queue, call->context, call->device, 1, &packed_done, NULL};
+        const size_t global = g->blocks * g->groups * batch;
         status = clattn__fault_hit(CLATTN__FAULT_GEMM)
                      ? clattn__cl_fail(CL_OUT_OF_RESOURCES, "clEnqueueNDRangeKernel (matmul_tiles)")
-                     : clattn__enqueue(&step, kernel, 1, &global, &local);
+                     : clattn__enqueue_link(call, kernel, global, 1, packed_done, true);
     }
     if (kernel) clReleaseKernel(kernel);
     return status;
 }
 
-/* The micro-kernel: b packed into fresh scratch, then the product. */
-static int matmul_batched(const clattn__call *call, const matmul_tuning *t, bool trans_b, size_t m,
-                          size_t n, size_t k, const clattn__matrices *a, const clattn__matrices *b,
-                          float beta, const clattn__matrices *c, size_t batch) {
+/* The micro-kernel: b packed into fresh scratch, then the product (groups of one, its
+ * reqd_work_group_size), chained by an event; the call's wait list and event stay unused, as
+ * clattn__gemm_batched promises. */
+static int matmul_batched(const clattn__call *call, const matmul_tuning *t, const matmul_grid *g,
+                          bool trans_b, size_t m, size_t n, size_t k, const clattn__matrices *a,
+                          const clattn__matrices *b, float beta, const clattn__matrices *c,
+                          size_t batch) {
     char options[256];
     snprintf(options, sizeof options, "-cl-std=CL1.2");
     clattn__matmul_tuning_options(t, options, sizeof options);
-    const size_t nr = (size_t)(t->NV * t->VEC), items = batch * ((n + nr - 1) / nr) * k;
+    const clattn__call chain = {call->queue, call->context, call->device, 0, NULL, NULL};
+    const size_t items = batch * g->panels * k;
     cl_mem packed = NULL;
     cl_event packed_done = NULL;
-    int status = clattn__scratch_alloc(call->context, items * nr * sizeof(float), &packed);
+    int status = clattn__scratch_alloc(call->context, items * g->nr * sizeof(float), &packed);
     if (status == CLATTN_SUCCESS)
-        status = pack_b(call, options, trans_b, n, k, b, batch, packed, items, &packed_done);
+        status = pack_b(&chain, options, trans_b, n, k, b, batch, packed, items, &packed_done);
     if (status == CLATTN_SUCCESS)
-        status = multiply(call, options, t, m, n, k, a, packed, beta, c, batch, packed_done);
+        status = multiply(&chain, options, g, m, n, k, a, packed, beta, c, batch, &packed_done);
     if (packed_done) clReleaseEvent(packed_done);
     if (packed) clReleaseMemObject(packed);
     return status;
@@ -119,7 +130,8 @@ int clattn__gemm_batched(const clattn__call *call, bool trans_b, size_t m, size_
     matmul_tuning t;
     int status = clattn__matmul_tuning_get(call->device, CLATTN_F32, &t);
     if (status != CLATTN_SUCCESS) return status;
-    if (t.KERNEL == 1 && kernel_takes(&t, m, n, k, batch))
-        return matmul_batched(call, &t, trans_b, m, n, k, a, b, beta, c, batch);
+    const matmul_grid g = grid_of(&t, m, n);
+    if (t.KERNEL == 1 && kernel_takes(&g, m, n, k, batch))
+        return matmul_batched(call, &t, &g, trans_b, m, n, k, a, b, beta, c, batch);
     return clattn__sgemm_batched(call, trans_b, m, n, k, a, b, beta, c, batch);
 }

@@ -134,3 +134,15 @@ int clattn__head_lanes(cl_uint width, int64_t d, int64_t dv) {
     while (lanes > 1 && (d % lanes || dv % lanes)) lanes /= 2;
     return lanes == 2 ? 1 : lanes;
 }
+
+int clattn__enqueue_link(const clattn__call *call, cl_kernel kernel, size_t global, size_t local,
+                         cl_event *prev, bool last) {
+    cl_event next = NULL;
+    clattn__call link = *call;
+    if (*prev) link.num_wait = 1, link.wait_list = prev;
+    if (!last) link.event = &next;
+    int status = clattn__enqueue(&link, kernel, 1, &global, &local);
+    if (*prev) clReleaseEvent(*prev);
+    *prev = next;
+    return status;
+}

@@ -44,6 +44,13 @@ int clattn__set_view_args(cl_kernel kernel, cl_uint *arg, const clattn_tensor *t
 int clattn__enqueue(const clattn__call *call, cl_kernel kernel, cl_uint dims, const size_t *global,
                     const size_t *local);
 
+/* One kernel of a chain of dependent launches (1-D): it waits for *prev (the call's wait list
+ * when *prev is NULL, as for the first), goes into the call's event when it is the last and
+ * into *prev otherwise; the old *prev is released. An out-of-order queue runs the chain in
+ * order. */
+int clattn__enqueue_link(const clattn__call *call, cl_kernel kernel, size_t global, size_t local,
+                         cl_event *prev, bool last);
+
 /* Calls that enqueue several steps (the composed attention path, MHA) wrap them so: a barrier
  * on the call's wait list first (nothing when it is empty), a barrier between dependent steps
  * on an out-of-order queue (an in-order one orders them already), and a marker into the call's
