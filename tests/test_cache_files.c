@@ -598,6 +598,88 @@ static void two_processes_fill_one_empty_dir(test_ctx *t) {
           files.other, files.first_other);
 }
 
+/* ---- the program dump ---- */
+
+/* Builds the dumped pair DIR/NAME.cl, DIR/NAME.options on the test's device: true when it
+ * builds, as the dump promises. */
+static bool dumped_pair_builds(test_ctx *t, const char *dir, const char *name) {
+    char path[1024];
+    size_t text_size, options_size;
+    snprintf(path, sizeof path, "%s/%s.cl", dir, name);
+    char *text = (char *)read_file(path, &text_size);
+    snprintf(path, sizeof path, "%s/%s.options", dir, name);
+    char *options = (char *)read_file(path, &options_size);
+    bool ok = false;
+    if (text && options) {
+        text[text_size] = options[options_size] = '\0';
+        cl_device_id device = clattn_env_device(t->env);
+        cl_int err;
+        const char *texts[1] = {text};
+        cl_program p =
+            clCreateProgramWithSource(clattn_env_context(t->env), 1, texts, NULL, &err);
+        ok = err == CL_SUCCESS && clBuildProgram(p, 1, &device, options, NULL, NULL) == CL_SUCCESS;
+        if (p) clReleaseProgram(p);
+    }
+    free(text);
+    free(options);
+    return ok;
+}
+
+/* CLATTN_DUMP_PROGRAMS: a pair per program, named by op, written once, and each pair builds. */
+static void programs_are_dumped_one_pair_each(test_ctx *t) {
+    char dir[512];
+    CHECK(t, make_temp_dir(dir, sizeof dir), "mkdtemp: %s", strerror(errno));
+    saved_env env = env_set("CLATTN_DUMP_PROGRAMS", dir);
+    bool ok = true;
+    for (int round = 0; round < 2 && ok; ++round) { /* the second round finds its pairs there */
+        clattn_cache_clear(NULL);
+        ok = run_ops(t);
+    }
+    env_restore(&env);
+    int cl = 0, options = 0, other = 0, built = 0, heads = 0, softmax = 0;
+    char first_other[256] = "";
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        const char *name = e->d_name, *dot = strrchr(name, '.');
+        if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0) continue;
+        if (dot && strcmp(dot, ".options") == 0) {
+            ++options;
+        } else if (dot && strcmp(dot, ".cl") == 0) {
+            char stem[256];
+            snprintf(stem, sizeof stem, "%.*s", (int)(dot - name), name);
+            ++cl;
+            heads += strncmp(name, "heads-", 6) == 0;
+            softmax += strncmp(name, "softmax-", 8) == 0;
+            built += ok && dumped_pair_builds(t, dir, stem);
+        } else if (!other++) {
+            snprintf(first_other, sizeof first_other, "%s", name);
+        }
+    }
+    if (d) closedir(d);
+    remove_dir(dir);
+    if (!ok) return;
+    CHECK(t, cl == 2 && options == 2 && other == 0,
+          "%d .cl, %d .options and %d other files (%s) for 2 programs", cl, options, other,
+          first_other);
+    CHECK(t, heads == 1 && softmax == 1, "%d heads and %d softmax programs", heads, softmax);
+    CHECK(t, built == 2, "%d of the 2 dumped programs build with their options", built);
+}
+
+/* A dump directory that cannot be written only warns. */
+static void unusable_dump_dir_warns(test_ctx *t) {
+    saved_env env = env_set("CLATTN_DUMP_PROGRAMS", "/nonexistent/clattn-dump");
+    clattn_cache_clear(NULL);
+    warnings w = {0, ""};
+    clattn_set_log_callback(collect_warning, &w);
+    const bool ok = run_ops(t);
+    clattn_set_log_callback(NULL, NULL);
+    env_restore(&env);
+    if (!ok) return;
+    CHECK(t, clattn_last_error()[0] == '\0', "the dump left an error: %s", clattn_last_error());
+    CHECK(t, w.count >= 2 && strstr(w.last, "CLATTN_DUMP_PROGRAMS"), "%d warnings, last \"%s\"",
+          w.count, w.last);
+}
+
 /* The child of two_processes_fill_one_empty_dir: a few rounds of ops on CLATTN_CACHE_DIR. */
 static void child_fills_the_cache(test_ctx *t) {
     const char *child = getenv("CLATTN_TEST_CACHE_CHILD");
@@ -619,5 +701,7 @@ static const test_case cases[] = {
     {"unusable_cache_dirs_do_not_fail_ops", unusable_cache_dirs_do_not_fail_ops},
     {"two_processes_fill_one_empty_dir", two_processes_fill_one_empty_dir},
     {"child_fills_the_cache", child_fills_the_cache},
+    {"programs_are_dumped_one_pair_each", programs_are_dumped_one_pair_each},
+    {"unusable_dump_dir_warns", unusable_dump_dir_warns},
 };
 SUITE(cache_files_suite, "cache_files", cases);

@@ -6,6 +6,7 @@
 #include "program_binary.h"
 #include "program_build.h"
 #include "program_cache.h"
+#include "program_dump.h"
 #include "sources.h"
 #include "status.h"
 
@@ -24,6 +25,7 @@ static int get_program(cl_context context, cl_device_id device, const char *op_f
 
     if (!program && !text) status = clattn__program_source(op_file, &text);
     if (!program && status == CLATTN_SUCCESS) {
+        clattn__program_dump(op_file, options, text);
         const uint64_t text_hash = clattn__text_hash(text);
         const bool loaded =
             clattn__disk_cache_load(context, device, op_file, options, text_hash, &program);

@@ -22,13 +22,13 @@
  * from source.
  */
 #include "program_binary.h"
+#include "files.h"
 #include "program_cache.h"
 #include "sources.h"
 #include "status.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -491,26 +491,6 @@ bool clattn__disk_cache_load(cl_context context, cl_device_id device, const char
     return loaded;
 }
 
-static bool write_all(int fd, const unsigned char *data, size_t n) {
-    while (n > 0) {
-        ssize_t w = write(fd, data, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return false;
-        data += w;
-        n -= (size_t)w;
-    }
-    return true;
-}
-
-/* Distinguishes the temporary files of threads of one process (the pid, processes). */
-static atomic_ulong temp_counter;
-
-/* strerror's text, thread-safely (the library's calls come from any thread). */
-static const char *error_text(int code, char *buffer, size_t capacity) {
-    if (strerror_r(code, buffer, capacity) != 0) snprintf(buffer, capacity, "errno %d", code);
-    return buffer;
-}
-
 void clattn__disk_cache_store(cl_device_id device, const char *op_file, const char *options,
                               uint64_t text_hash, cl_program program) {
     const char *dir = cache_dir();
@@ -518,40 +498,20 @@ void clattn__disk_cache_store(cl_device_id device, const char *op_file, const ch
     if (!dir || query_identity(device, &id) != CL_SUCCESS) return;
     entry e;
     unsigned char *binary = NULL, *data = NULL;
-    char *path = NULL, *temp = NULL;
+    char *path = NULL;
     const char *why = NULL;
     if (!entry_for(&id, op_file, options, text_hash, program, device, true, &binary, &e))
         why = "the driver gives no binary";
     else if (!(data = malloc(entry_bytes(&e))) ||
              !(path = cache_path(dir, &id, options, text_hash)))
         why = "out of memory";
-    size_t size = why ? 0 : write_entry(&e, data);
-    if (!why) {
-        size_t n = strlen(path) + 64;
-        temp = malloc(n);
-        if (!temp)
-            why = "out of memory";
-        else
-            snprintf(temp, n, "%s.tmp.%ld.%lu", path, (long)getpid(),
-                     atomic_fetch_add(&temp_counter, 1));
-    }
-    /* a whole file under a name of its own, then renamed over the final name: readers see the
-     * old file or the new one, never a part */
     char text[128];
-    int fd = why ? -1 : open(temp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (!why && fd < 0) why = error_text(errno, text, sizeof text);
-    if (fd >= 0) {
-        const bool written = write_all(fd, data, size);
-        const int saved = errno;
-        if (close(fd) != 0 || !written)
-            why = error_text(written ? errno : saved, text, sizeof text);
-        else if (rename(temp, path) != 0)
-            why = error_text(errno, text, sizeof text);
-        if (why) unlink(temp);
+    if (!why) {
+        const size_t size = write_entry(&e, data);
+        if (!clattn__write_file(path, data, size, text, sizeof text)) why = text;
     }
     if (why)
         clattn__warn("CLATTN_CACHE_DIR: cannot store cl/%s's binary in %s: %s", op_file, dir, why);
-    free(temp);
     free(path);
     free(data);
     free(binary);

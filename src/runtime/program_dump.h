@@ -1,0 +1,12 @@
+/* The program dump (CLATTN_DUMP_PROGRAMS): every program the library builds, as the driver
+ * receives it, for other compilers to rebuild. Not installed. */
+#ifndef CLATTN_RUNTIME_PROGRAM_DUMP_H
+#define CLATTN_RUNTIME_PROGRAM_DUMP_H
+
+/* With CLATTN_DUMP_PROGRAMS=DIR, writes the joined source `text` of cl/<op_file> to
+ * DIR/<op>-<16 hex digits>.cl and its build `options` to the same name with .options (first,
+ * so that a .cl file always has its options), named by a hash of both; a pair already there is
+ * left alone. A failure is a warning to the log callback, never an error of the call. */
+void clattn__program_dump(const char *op_file, const char *options, const char *text);
+
+#endif
