@@ -1,5 +1,6 @@
-/* Program binaries (src/runtime/program_binary.c): clattn_cache_export / clattn_cache_import, damaged and
- * foreign blobs, and the on-disk cache CLATTN_CACHE_DIR, filled by two processes at once. */
+/* Program files: binaries (src/runtime/program_binary.c) through clattn_cache_export and
+ * clattn_cache_import, damaged and foreign blobs, the on-disk cache CLATTN_CACHE_DIR filled by
+ * two processes at once; and the program dump CLATTN_DUMP_PROGRAMS (program_dump.c). */
 #include "harness.h"
 
 #include <dirent.h>
@@ -109,8 +110,8 @@ static long imports_elsewhere(test_ctx *t, const void *data, size_t size) {
     return status == CLATTN_SUCCESS ? (long)imported : -1;
 }
 
-/* The layout of src/runtime/program_binary.c: a header of 52 bytes with six u32 string lengths at 28
- * (op file, options, platform, device, driver, device version), the binary's u64 size at 20 and
+/* The layout of src/runtime/program_binary.c: a header of 52 bytes with six u32 string lengths at
+ * 28 (op file, options, platform, device, driver, device version), the binary's u64 size at 20 and
  * the text hash at 12, then the strings, the binary, and an FNV-1a 64 checksum. */
 enum { HEADER = 52 };
 static uint32_t get_u32(const unsigned char *p) {
@@ -615,8 +616,7 @@ static bool dumped_pair_builds(test_ctx *t, const char *dir, const char *name) {
         cl_device_id device = clattn_env_device(t->env);
         cl_int err;
         const char *texts[1] = {text};
-        cl_program p =
-            clCreateProgramWithSource(clattn_env_context(t->env), 1, texts, NULL, &err);
+        cl_program p = clCreateProgramWithSource(clattn_env_context(t->env), 1, texts, NULL, &err);
         ok = err == CL_SUCCESS && clBuildProgram(p, 1, &device, options, NULL, NULL) == CL_SUCCESS;
         if (p) clReleaseProgram(p);
     }
