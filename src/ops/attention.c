@@ -228,13 +228,9 @@ static int enqueue_pack(const attention_args *a, const attention_launch *l,
         status = clattn__set_arg(kernel, arg++, sizeof dims[i], &dims[i]);
     if (status == CLATTN_SUCCESS) /* for the key lengths */
         status = clattn__mask_set_args(kernel, &arg, &a->mask, a->scale, wide);
-    size_t group = 1;
-    if (status == CLATTN_SUCCESS) status = clattn__kernel_max_group(kernel, call->device, &group);
-    if (status == CLATTN_SUCCESS) {
-        size_t local = group < 64 ? group : 64;
-        size_t global = clattn__round_up(packed_key_floats(a, l) / (size_t)l->t.LANES, local);
-        status = clattn__enqueue_link(call, kernel, global, local, prev, false);
-    }
+    if (status == CLATTN_SUCCESS) /* a work-item per (tile, d): LANES floats each */
+        status = clattn__enqueue_items(call, kernel, packed_key_floats(a, l) / (size_t)l->t.LANES,
+                                       64, prev, false);
     if (kernel) clReleaseKernel(kernel);
     return status;
 }
@@ -253,14 +249,10 @@ static int enqueue_merge(const attention_args *a, const clattn__call *call, cl_m
         status = clattn__set_arg(kernel, arg++, sizeof dims[i], &dims[i]);
     if (status == CLATTN_SUCCESS && a->lse)
         status = clattn__set_view_args(kernel, &arg, a->lse, 1, wide);
-    size_t group = 1;
-    if (status == CLATTN_SUCCESS) status = clattn__kernel_max_group(kernel, call->device, &group);
-    if (status == CLATTN_SUCCESS) {
-        size_t local = group < 64 ? group : 64;
-        size_t global = clattn__round_up(
-            (size_t)dims[0] * (size_t)dims[1] * (size_t)dims[2] * (size_t)a->v->shape[3], local);
-        status = clattn__enqueue_link(call, kernel, global, local, prev, true);
-    }
+    const size_t elements =
+        (size_t)dims[0] * (size_t)dims[1] * (size_t)dims[2] * (size_t)a->v->shape[3];
+    if (status == CLATTN_SUCCESS)
+        status = clattn__enqueue_items(call, kernel, elements, 64, prev, true);
     if (kernel) clReleaseKernel(kernel);
     return status;
 }

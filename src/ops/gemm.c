@@ -32,30 +32,30 @@ static bool kernel_takes(const matmul_grid *g, size_t m, size_t n, size_t k, siz
     return g->blocks * g->groups <= INT_MAX / batch && g->panels * k <= INT_MAX / batch;
 }
 
+/* A matrix argument as cl/matmul.cl takes it: buffer, then offset, ld and stride as ulong. */
+static int set_matrix_args(cl_kernel kernel, cl_uint *arg, const clattn__matrices *m) {
+    const cl_ulong offs[3] = {m->offset, m->ld, m->stride};
+    int status = clattn__set_arg(kernel, (*arg)++, sizeof m->buffer, &m->buffer);
+    for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
+        status = clattn__set_arg(kernel, (*arg)++, sizeof offs[i], &offs[i]);
+    return status;
+}
+
 static int pack_b(const clattn__call *call, const char *options, bool trans_b, size_t n, size_t k,
                   const clattn__matrices *b, size_t batch, cl_mem packed, size_t items,
                   cl_event *done) {
     cl_kernel kernel = NULL;
     int status = clattn__create_kernel(call->context, call->device, "matmul.cl", options,
                                        "matmul_pack", &kernel);
-    const cl_ulong offs[3] = {b->offset, b->ld, b->stride};
     const cl_int tb = trans_b, sizes[3] = {(cl_int)n, (cl_int)k, (cl_int)batch};
     cl_uint arg = 0;
-    if (status == CLATTN_SUCCESS)
-        status = clattn__set_arg(kernel, arg++, sizeof b->buffer, &b->buffer);
-    for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
-        status = clattn__set_arg(kernel, arg++, sizeof offs[i], &offs[i]);
+    if (status == CLATTN_SUCCESS) status = set_matrix_args(kernel, &arg, b);
     if (status == CLATTN_SUCCESS) status = clattn__set_arg(kernel, arg++, sizeof tb, &tb);
     if (status == CLATTN_SUCCESS) status = clattn__set_arg(kernel, arg++, sizeof packed, &packed);
     for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
         status = clattn__set_arg(kernel, arg++, sizeof sizes[i], &sizes[i]);
-    size_t group = 1;
-    if (status == CLATTN_SUCCESS) status = clattn__kernel_max_group(kernel, call->device, &group);
-    if (status == CLATTN_SUCCESS) {
-        const size_t local = group < 64 ? group : 64;
-        status =
-            clattn__enqueue_link(call, kernel, clattn__round_up(items, local), local, done, false);
-    }
+    if (status == CLATTN_SUCCESS)
+        status = clattn__enqueue_items(call, kernel, items, 64, done, false);
     if (kernel) clReleaseKernel(kernel);
     return status;
 }
@@ -66,19 +66,11 @@ static int multiply(const clattn__call *call, const char *options, const matmul_
     cl_kernel kernel = NULL;
     int status = clattn__create_kernel(call->context, call->device, "matmul.cl", options,
                                        "matmul_tiles", &kernel);
-    const cl_ulong a_offs[3] = {a->offset, a->ld, a->stride},
-                   c_offs[3] = {c->offset, c->ld, c->stride};
     const cl_int sizes[3] = {(cl_int)m, (cl_int)n, (cl_int)k}, count = (cl_int)batch;
     cl_uint arg = 0;
-    if (status == CLATTN_SUCCESS)
-        status = clattn__set_arg(kernel, arg++, sizeof a->buffer, &a->buffer);
-    for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
-        status = clattn__set_arg(kernel, arg++, sizeof a_offs[i], &a_offs[i]);
+    if (status == CLATTN_SUCCESS) status = set_matrix_args(kernel, &arg, a);
     if (status == CLATTN_SUCCESS) status = clattn__set_arg(kernel, arg++, sizeof packed, &packed);
-    if (status == CLATTN_SUCCESS)
-        status = clattn__set_arg(kernel, arg++, sizeof c->buffer, &c->buffer);
-    for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
-        status = clattn__set_arg(kernel, arg++, sizeof c_offs[i], &c_offs[i]);
+    if (status == CLATTN_SUCCESS) status = set_matrix_args(kernel, &arg, c);
     for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
         status = clattn__set_arg(kernel, arg++, sizeof sizes[i], &sizes[i]);
     if (status == CLATTN_SUCCESS) status = clattn__set_arg(kernel, arg++, sizeof beta, &beta);

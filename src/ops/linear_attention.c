@@ -151,8 +151,7 @@ static size_t state_floats(const linear_args *a, const linear_launch *l) {
     return (size_t)(a->k->shape[0] * a->k->shape[1]) * (size_t)(l->nchunks + 1) * slot;
 }
 
-static size_t phik_floats(const linear_args *a, const linear_launch *l) {
-    (void)l;
+static size_t phik_floats(const linear_args *a) {
     return (size_t)(a->k->shape[0] * a->k->shape[1] * a->k->shape[2] * a->k->shape[3]);
 }
 
@@ -218,14 +217,14 @@ static int plan_linear(linear_args *a, const clattn_linear_options *options,
     if (status != CLATTN_SUCCESS) return status;
     status = pick_launch(call->device, a, l);
     if (status != CLATTN_SUCCESS) return status;
-    *bytes = (state_floats(a, l) + phik_floats(a, l)) * sizeof(float);
+    *bytes = (state_floats(a, l) + phik_floats(a)) * sizeof(float);
     return check_launch_size(a, l);
 }
 
 static bool linear_needs_wide_index(const linear_args *a, const linear_launch *l) {
     const clattn_tensor *views[6] = {a->q, a->k, a->v, a->out, a->state, a->z};
     return clattn__needs_wide_index(views, 6) || clattn__mask_needs_wide_index(&a->mask) ||
-           state_floats(a, l) + phik_floats(a, l) >= (size_t)clattn__narrow_index_limit();
+           state_floats(a, l) + phik_floats(a) >= (size_t)clattn__narrow_index_limit();
 }
 
 static void linear_options_string(const linear_args *a, const linear_launch *l, bool wide,
@@ -241,12 +240,10 @@ static void linear_options_string(const linear_args *a, const linear_launch *l, 
     clattn__mask_options(&a->mask, options, size);
 }
 
-/* One of the three kernels, after `wait` (NULL: the call's own wait list), into *done. */
+/* One of the four kernels: its name and work-items. */
 typedef struct linear_step {
     const char *name;
     size_t items;
-    cl_event wait;
-    cl_event *done;
 } linear_step;
 
 static int set_int_args(cl_kernel kernel, cl_uint *arg, const cl_int *values, int count) {
@@ -332,19 +329,6 @@ static int set_step_args(cl_kernel kernel, int step, const linear_args *a, const
     }
 }
 
-static int enqueue_step(const clattn__call *call, cl_kernel kernel, const linear_step *step,
-                        size_t group) {
-    size_t max_group = 1;
-    int status = clattn__kernel_max_group(kernel, call->device, &max_group);
-    if (status != CLATTN_SUCCESS) return status;
-    size_t local = max_group < group ? max_group : group;
-    size_t global = clattn__round_up(step->items, local);
-    clattn__call c = *call;
-    if (step->wait) c.num_wait = 1, c.wait_list = &step->wait;
-    c.event = step->done;
-    return clattn__enqueue(&c, kernel, 1, &global, &local);
-}
-
 /* The kernels, each after the one before; the call's event is the last one's. All of them are
  * built and given their arguments before the first is enqueued, so that a build failure or a
  * bad argument enqueues nothing (and a step leaves the caller's state as it was). */
@@ -356,32 +340,28 @@ static int enqueue_linear(const linear_args *a, const linear_launch *l, const cl
     const int64_t B = a->k->shape[0], Hkv = a->k->shape[1], D = a->k->shape[3];
     const int64_t blocks = (a->q->shape[2] + l->t.BM - 1) / l->t.BM;
     const int64_t Sk = a->k->shape[2];
-    cl_event events[3] = {NULL, NULL, NULL};
-    const linear_step steps[4] = {
-        {"linear_features", (size_t)(B * Hkv * Sk), NULL, &events[0]},
-        {"linear_states", (size_t)(B * Hkv * l->nchunks * (D / l->t.ROWS)), NULL, &events[1]},
-        {"linear_scan", (size_t)(B * Hkv * D * (a->v->shape[3] / l->t.LANES)), NULL, &events[2]},
-        {"linear_outputs", (size_t)(B * a->q->shape[1] * blocks), NULL, call->event}};
     /* phi(k) goes to scratch first, in vectors: the states read it (a scalar feature map per
      * element there cost more than the FMAs it fed), and when causal the products within
      * chunks too */
-    const int first = 0;
+    const linear_step steps[4] = {
+        {"linear_features", (size_t)(B * Hkv * Sk)},
+        {"linear_states", (size_t)(B * Hkv * l->nchunks * (D / l->t.ROWS))},
+        {"linear_scan", (size_t)(B * Hkv * D * (a->v->shape[3] / l->t.LANES))},
+        {"linear_outputs", (size_t)(B * a->q->shape[1] * blocks)}};
     cl_kernel kernels[4] = {NULL, NULL, NULL, NULL};
     int status = CLATTN_SUCCESS;
-    for (int i = first; i < 4 && status == CLATTN_SUCCESS; ++i) {
+    for (int i = 0; i < 4 && status == CLATTN_SUCCESS; ++i) {
         status = clattn__create_kernel(call->context, call->device, "linear_attention.cl", options,
                                        steps[i].name, &kernels[i]);
         if (status == CLATTN_SUCCESS) status = set_step_args(kernels[i], i, a, l, scratch, wide);
     }
-    for (int i = first; i < 4 && status == CLATTN_SUCCESS; ++i) {
-        linear_step step = steps[i];
-        step.wait = i > first ? events[i - 1] : NULL;
-        status = enqueue_step(call, kernels[i], &step, i == 2 ? 64 : (size_t)l->t.GROUP);
-    }
+    cl_event prev = NULL;
+    for (int i = 0; i < 4 && status == CLATTN_SUCCESS; ++i)
+        status = clattn__enqueue_items(call, kernels[i], steps[i].items,
+                                       i == 2 ? 64 : (size_t)l->t.GROUP, &prev, i == 3);
+    if (prev) clReleaseEvent(prev);
     for (int i = 0; i < 4; ++i)
         if (kernels[i]) clReleaseKernel(kernels[i]);
-    for (int i = 0; i < 3; ++i)
-        if (events[i]) clReleaseEvent(events[i]);
     return status;
 }
 

@@ -534,13 +534,9 @@ static clattn_mask attention_mask(const mha_args *a, const mha_plan *plan, cl_me
 
 /* A 1-D launch of one of cl/mha.cl's kernels over `total` elements. */
 static int launch_flat(const clattn__call *call, cl_kernel kernel, size_t total) {
-    size_t group = 0;
-    int status = clattn__kernel_max_group(kernel, call->device, &group);
-    if (status != CLATTN_SUCCESS) return status;
-    if (group > 256) group = 256;
-    const size_t global = clattn__round_up(total, group);
     const clattn__call step = clattn__step_call(call);
-    return clattn__enqueue(&step, kernel, 1, &global, &group);
+    cl_event none = NULL; /* a step of its own: no wait, no event */
+    return clattn__enqueue_items(&step, kernel, total, 256, &none, true);
 }
 
 /* One of cl/mha.cl's kernels, built for the call. */

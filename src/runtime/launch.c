@@ -146,3 +146,12 @@ int clattn__enqueue_link(const clattn__call *call, cl_kernel kernel, size_t glob
     *prev = next;
     return status;
 }
+
+int clattn__enqueue_items(const clattn__call *call, cl_kernel kernel, size_t items, size_t cap,
+                          cl_event *prev, bool last) {
+    size_t group = 1;
+    int status = clattn__kernel_max_group(kernel, call->device, &group);
+    if (status != CLATTN_SUCCESS) return status;
+    const size_t local = group < cap ? group : cap;
+    return clattn__enqueue_link(call, kernel, clattn__round_up(items, local), local, prev, last);
+}

@@ -51,6 +51,11 @@ int clattn__enqueue(const clattn__call *call, cl_kernel kernel, cl_uint dims, co
 int clattn__enqueue_link(const clattn__call *call, cl_kernel kernel, size_t global, size_t local,
                          cl_event *prev, bool last);
 
+/* clattn__enqueue_link over `items` work-items in groups of the kernel's largest size up to
+ * `cap`, the global size rounded up to whole groups (the kernels check their own bounds). */
+int clattn__enqueue_items(const clattn__call *call, cl_kernel kernel, size_t items, size_t cap,
+                          cl_event *prev, bool last);
+
 /* Calls that enqueue several steps (the composed attention path, MHA) wrap them so: a barrier
  * on the call's wait list first (nothing when it is empty), a barrier between dependent steps
  * on an out-of-order queue (an in-order one orders them already), and a marker into the call's
