@@ -35,7 +35,11 @@
  * score makes its row NaN.
  *
  * Build options: Q_T, K_T, V_T, O_T, LSE_T (f32|f16|bf16), HAS_LSE, HEAD_DIM, VALUE_DIM, VEC
- * (head-dim lanes), BM, BN (blocks), TK (tiles), SPLITS, IDX, EMPTY_NAN, and the mask's.
+ * (head-dim lanes), BM, BN (blocks), TK (tiles), SPLITS, IDX, EMPTY_NAN, the mask's, and
+ * VARIANT (0 blocks, 1 tiles, 2 keys, 3 lanes with its pack): the one variant kernel the program
+ * holds, beside the merge. A device then compiles only the variants its calls run (the lanes
+ * kernel alone was more than half of the whole file's build time for Intel GPUs); without
+ * VARIANT every kernel is built.
  */
 #ifndef CLATTN_COMMON_CL
 #include "common.cl"
@@ -136,6 +140,14 @@
 #else
 #define STORE_RESULT STORE_QUERY_ROW
 #endif
+
+#ifdef VARIANT
+#define BUILDS(variant) (VARIANT == (variant))
+#else
+#define BUILDS(variant) 1
+#endif
+
+#if BUILDS(0)
 
 __kernel void attention_blocks(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v),
                                __global CAT(storage_, O_T) * o, IDX o_off, IDX o_s0, IDX o_s1,
@@ -242,6 +254,9 @@ __kernel void attention_blocks(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TEN
         STORE_RESULT(i0 + t, acc[t], m[t], l[t], nan_seen[t]);
 }
 
+#endif /* BUILDS(0) */
+
+#if BUILDS(1)
 /* The first and the end of the keys any query of the work-group can see: a tile no query
  * sees is never loaded. */
 inline int2 group_key_span(__local int *span, const mask_row *r, int Sk) {
@@ -321,6 +336,9 @@ __kernel void attention_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENS
     if (i < Sq) STORE_RESULT(i, acc, m, l, nan_seen);
 }
 
+#endif /* BUILDS(1) */
+
+#if BUILDS(2)
 /* The maximum (is_max) or the sum of one value per work-item over the group, for every
  * work-item. The group size is a power of two, at most KEYS_GROUP; `scratch` holds KEYS_GROUP
  * floats. */
@@ -421,7 +439,9 @@ __kernel void attention_keys(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSO
     }
 }
 
-#if VEC >= 4
+#endif /* BUILDS(2) */
+
+#if VEC >= 4 && BUILDS(3)
 /* K of every (batch, kv head) in tiles of VEC keys, each tile HEAD_DIM x VEC floats, d-major:
  * packed[((bh * tiles + tile) * HEAD_DIM + d) * VEC + e] = k[b, h, tile * VEC + e, d], 0 past
  * the batch's key length (no query sees those keys, and they may hold anything). A work-item
@@ -576,7 +596,7 @@ attention_lanes(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T,
         if (i0 + t < Sq) STORE_RESULT(i0 + t, row, m[t], l[t], nan_seen[t]);
     }
 }
-#endif /* VEC >= 4 */
+#endif /* VEC >= 4 && BUILDS(3) */
 
 #if SPLITS > 1
 /* out[b, h, i, e] (and lse once per row) from the SPLITS partial results of row (b, h, i): each

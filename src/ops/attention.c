@@ -173,8 +173,7 @@ static int pick_launch(cl_device_id device, const attention_args *a, attention_l
         l->variant = CLATTN__ATTENTION_BLOCKS;
     if (l->variant == CLATTN__ATTENTION_KEYS) l->t.GROUP = ATTENTION_KEYS_SIZE;
     if (l->variant == CLATTN__ATTENTION_LANES) l->t.GROUP = 1; /* its reqd_work_group_size */
-    /* every variant a device runs is built with the same options, so that one program serves
-     * them all (the tests run each variant on each device) */
+    /* the tiles variant's K and V tiles of TK rows take at most half the local memory */
     while (l->t.TK > 1 && (uint64_t)l->t.TK * (uint64_t)(d + dv) * 4 > local_bytes / 2)
         l->t.TK /= 2;
     pick_splits(l, device, a);
@@ -185,11 +184,12 @@ static void attention_options(const attention_args *a, const attention_launch *l
                               char *options, size_t size) {
     snprintf(options, size,
              "-cl-std=CL1.2 -DQ_T=%s -DK_T=%s -DV_T=%s -DO_T=%s -DHAS_LSE=%d -DLSE_T=%s "
-             "-DHEAD_DIM=%lld -DVALUE_DIM=%lld -DIDX=%s -DEMPTY_NAN=%d -DSPLITS=%d",
+             "-DHEAD_DIM=%lld -DVALUE_DIM=%lld -DIDX=%s -DEMPTY_NAN=%d -DSPLITS=%d -DVARIANT=%d",
              clattn_dtype_name(a->q->dtype), clattn_dtype_name(a->k->dtype),
              clattn_dtype_name(a->v->dtype), clattn_dtype_name(a->out->dtype), a->lse != NULL,
              clattn_dtype_name(a->lse ? a->lse->dtype : CLATTN_F32), (long long)a->q->shape[3],
-             (long long)a->v->shape[3], wide ? "ulong" : "uint", a->mask.empty_rows_nan, l->splits);
+             (long long)a->v->shape[3], wide ? "ulong" : "uint", a->mask.empty_rows_nan, l->splits,
+             l->variant);
     clattn__attention_tuning_options(&l->t, options, size);
     clattn__mask_options(&a->mask, options, size);
 }
