@@ -348,6 +348,48 @@ static void the_work_group_cap_applies_to_every_launch(test_ctx *t) {
           clattn_last_error());
 }
 
+/* ---- the local-memory cap ---- */
+
+/* CLATTN_MAX_LOCAL_MEMORY caps what the plans see (a malformed one fails the call before it
+ * enqueues), and the tiles variant under a cap of 2 KiB takes key tiles that fit half of it
+ * (2 rows of K and V for D = 40) and still gets the right result. */
+static void the_local_memory_cap_shapes_the_plan(test_ctx *t) {
+    const char *saved = getenv("CLATTN_MAX_LOCAL_MEMORY"); /* a CI lane sets one */
+    char *copy = saved ? strdup(saved) : NULL;
+    cl_device_id device = clattn_env_device(t->env);
+    qkv a;
+    bool made = make_qkv(t, &a, 1, 2, 19, 45, 40, 15) && fill_out(t, &a);
+    clattn_mask causal;
+    memset(&causal, 0, sizeof causal);
+    causal.causal = 1;
+    cl_event event = NOT_AN_EVENT;
+    setenv("CLATTN_MAX_LOCAL_MEMORY", "2k", 1);
+    int refused = made ? attend(t, &a, CLATTN_PATH_FUSED, &causal, &event) : -1;
+    cl_event refused_event = event;
+    bool untouched = made && out_untouched(t, &a);
+    setenv("CLATTN_MAX_LOCAL_MEMORY", "2048", 1);
+    cl_ulong capped_bytes = clattn__device_local_bytes(device);
+    int capped = clattn_tuning_override("attention", "PREFILL=1");
+    if (capped == CLATTN_SUCCESS && made)
+        capped = attend(t, &a, CLATTN_PATH_FUSED, &causal, &event);
+    clattn_tuning_override("attention", NULL);
+    bool right = capped == CLATTN_SUCCESS && attention_matches(t, &a, 1);
+    if (copy)
+        setenv("CLATTN_MAX_LOCAL_MEMORY", copy, 1);
+    else
+        unsetenv("CLATTN_MAX_LOCAL_MEMORY");
+    free(copy);
+    free_qkv(&a);
+    CHECK(t, made, "setup failed");
+    CHECK(t, refused == CLATTN_ERR_INVALID_ARGUMENT && refused_event == NULL,
+          "CLATTN_MAX_LOCAL_MEMORY=2k -> %s", clattn_status_name(refused));
+    CHECK(t, untouched, "a call refused for its cap enqueued a step");
+    CHECK(t, capped_bytes == 2048, "under a cap of 2048: %llu bytes",
+          (unsigned long long)capped_bytes);
+    CHECK(t, right || t->failed, "under a cap of 2048 -> %s: %s", clattn_status_name(capped),
+          clattn_last_error());
+}
+
 /* ---- determinism ---- */
 
 /* Runs `op` twice into two outputs and compares the bytes. */
@@ -451,6 +493,7 @@ static const test_case cases[] = {
      a_clblast_failure_midway_leaks_nothing_and_the_queue_still_works},
     {"the_work_group_cap_is_parsed_strictly", the_work_group_cap_is_parsed_strictly},
     {"the_work_group_cap_applies_to_every_launch", the_work_group_cap_applies_to_every_launch},
+    {"the_local_memory_cap_shapes_the_plan", the_local_memory_cap_shapes_the_plan},
     {"results_are_bit_identical_from_run_to_run", results_are_bit_identical_from_run_to_run},
 };
 SUITE(reliability_suite, "reliability", cases);

@@ -135,8 +135,7 @@ static int set_attention_args(cl_kernel kernel, const attention_args *a, bool wi
 /* Splits the keys when the launch has too few groups to fill the device (a few queries against
  * a long KV cache): chunks of at least SPLIT_MIN_CHUNK keys, whole 32-key tiles. */
 static void pick_splits(attention_launch *l, cl_device_id device, const attention_args *a) {
-    cl_uint units = 1;
-    clGetDeviceInfo(device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL);
+    const cl_uint units = clattn__device_compute_units(device);
     const int64_t Sk = a->k->shape[2];
     const int64_t per = l->variant == CLATTN__ATTENTION_KEYS    ? 1
                         : l->variant == CLATTN__ATTENTION_TILES ? (int64_t)l->t.GROUP
@@ -161,8 +160,7 @@ static int pick_launch(cl_device_id device, const attention_args *a, attention_l
     *l = (attention_launch){.splits = 1};
     int status = clattn__attention_tuning_get(device, a->q->dtype, &l->t);
     if (status != CLATTN_SUCCESS) return status;
-    cl_ulong local_bytes = 32768;
-    clGetDeviceInfo(device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_bytes, &local_bytes, NULL);
+    const cl_ulong local_bytes = clattn__device_local_bytes(device);
     const int64_t d = a->q->shape[3], dv = a->v->shape[3];
     l->variant = (int)(a->q->shape[2] <= KEYS_MAX_QUERIES ? l->t.DECODE : l->t.PREFILL);
     l->t.LANES = clattn__head_lanes((cl_uint)l->t.LANES, d, dv);

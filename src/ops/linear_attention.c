@@ -160,8 +160,7 @@ static void pick_chunks(linear_launch *l, cl_device_id device, const linear_args
     const int64_t Sk = a->k->shape[2];
     int64_t chunk = l->t.CHUNK;
     if (!l->causal) {
-        cl_uint units = 1;
-        clGetDeviceInfo(device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL);
+        const cl_uint units = clattn__device_compute_units(device);
         const int64_t per_chunk = a->k->shape[0] * a->k->shape[1] * (a->k->shape[3] / l->t.ROWS);
         int64_t chunks = ((int64_t)units * (int64_t)l->t.ITEMS + per_chunk - 1) / per_chunk;
         const int64_t most = (Sk + LINEAR_MIN_CHUNK - 1) / LINEAR_MIN_CHUNK;

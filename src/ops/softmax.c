@@ -16,9 +16,8 @@ int clattn__softmax_plan(cl_device_id device, clattn_dtype dtype, softmax_params
     int status = clattn__softmax_tuning_get(device, dtype, p);
     if (status != CLATTN_SUCCESS) return status;
     /* a default row too large for this device's local memory recomputes the exponentials */
-    cl_ulong local_bytes = 0;
-    clGetDeviceInfo(device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_bytes, &local_bytes, NULL);
-    if ((cl_ulong)p->GROUP * (cl_ulong)p->SCRATCH * 4 * 2 > local_bytes) p->SCRATCH = 0;
+    if ((cl_ulong)p->GROUP * (cl_ulong)p->SCRATCH * 4 * 2 > clattn__device_local_bytes(device))
+        p->SCRATCH = 0;
     const int forced = clattn__hook_value(CLATTN__HOOK_SOFTMAX_VARIANT);
     if (forced >= 0) p->VARIANT = forced;
     return CLATTN_SUCCESS;

@@ -13,5 +13,10 @@
 int clattn__parse_group_cap(const char *text, size_t *cap);
 /* The cap CLATTN_MAX_WORK_GROUP sets now (SIZE_MAX when unset); a malformed value fails. */
 int clattn__group_cap(size_t *cap);
+/* CLATTN_MAX_LOCAL_MEMORY, when set, caps the local memory (bytes, in [1024, 2^30]) clattn plans
+ * its kernels for: how CI dumps the programs a GPU with that much would build (the compile
+ * lane) on a CPU device that has more. *cap is CL_ULONG_MAX when unset; a malformed value
+ * fails. */
+int clattn__local_memory_cap(cl_ulong *cap);
 
 #endif

@@ -24,10 +24,12 @@ int clattn__begin_call(clattn__call *call, cl_command_queue queue, cl_uint num_w
         err =
             clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof call->device, &call->device, NULL);
     if (err != CL_SUCCESS) return clattn__cl_fail(err, "clGetCommandQueueInfo(queue)");
-    /* a malformed CLATTN_MAX_WORK_GROUP fails here, before a call of several steps enqueues its
-     * first (each launch reads it again) */
+    /* a malformed CLATTN_MAX_WORK_GROUP or CLATTN_MAX_LOCAL_MEMORY fails here, before a call of
+     * several steps enqueues its first (each launch reads them again) */
     size_t cap;
-    return clattn__group_cap(&cap);
+    cl_ulong local_cap;
+    int status = clattn__group_cap(&cap);
+    return status == CLATTN_SUCCESS ? clattn__local_memory_cap(&local_cap) : status;
 }
 
 size_t clattn__pow2_at_least(size_t n, size_t cap) {

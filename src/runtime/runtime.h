@@ -3,6 +3,7 @@
 #define CLATTN_RUNTIME_RUNTIME_H
 
 #include "config.h"
+#include "device_facts.h"
 #include "hooks.h"
 #include "kernel.h"
 #include "launch.h"

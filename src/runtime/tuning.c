@@ -5,6 +5,7 @@
  */
 #include "tuning.h"
 #include "config.h"
+#include "device_facts.h"
 #include "testing.h"
 
 #include <ctype.h>
@@ -26,26 +27,6 @@ static const tuning_row table[] = {
 
 /* ---- the ops and their device limits ---- */
 
-static size_t device_group_limit(cl_device_id device) {
-    size_t group = 1;
-    clGetDeviceInfo(device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof group, &group, NULL);
-    return group;
-}
-
-/* The limit of clattn's own kernels: the device's under CLATTN_MAX_WORK_GROUP's cap (a
- * malformed cap is reported by the launch, which reads it again). */
-static size_t device_max_group(cl_device_id device) {
-    size_t group = device_group_limit(device), cap = SIZE_MAX;
-    if (clattn__group_cap(&cap) == CLATTN_SUCCESS && cap < group) group = cap;
-    return group;
-}
-
-static cl_ulong device_local_bytes(cl_device_id device) {
-    cl_ulong bytes = 0;
-    clGetDeviceInfo(device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof bytes, &bytes, NULL);
-    return bytes;
-}
-
 static bool is_lane_width(long v) {
     return v == 1 || v == 4 || v == 8 || v == 16;
 }
@@ -55,7 +36,7 @@ static bool is_lane_width(long v) {
 static const char *copy_fits(cl_device_id device, const clattn__copy_tuning *t) {
     if (t->VEC != 2 && t->VEC != 4 && t->VEC != 8 && t->VEC != 16)
         return "VEC must be 2, 4, 8 or 16";
-    if ((size_t)t->GROUP > device_max_group(device))
+    if ((size_t)t->GROUP > clattn__device_max_group(device))
         return "GROUP exceeds the device's work-group size";
     return NULL;
 }
@@ -63,11 +44,11 @@ static const char *copy_fits(cl_device_id device, const clattn__copy_tuning *t) 
 /* The rows variant keeps SCRATCH floats per row of its group in local memory, with room to
  * spare (half of it). */
 static const char *softmax_fits(cl_device_id device, const clattn__softmax_tuning *t) {
-    if ((size_t)t->GROUP > device_max_group(device))
+    if ((size_t)t->GROUP > clattn__device_max_group(device))
         return "GROUP exceeds the device's work-group size";
     if (t->VARIANT == 0 && !is_lane_width(t->VEC)) return "VEC must be 1, 4, 8 or 16";
     if (t->VARIANT == 0 &&
-        (cl_ulong)t->GROUP * (cl_ulong)t->SCRATCH * 4 * 2 > device_local_bytes(device))
+        (cl_ulong)t->GROUP * (cl_ulong)t->SCRATCH * 4 * 2 > clattn__device_local_bytes(device))
         return "GROUP x SCRATCH floats exceed half the device's local memory";
     return NULL;
 }
@@ -75,7 +56,7 @@ static const char *softmax_fits(cl_device_id device, const clattn__softmax_tunin
 static const char *linear_attention_fits(cl_device_id device,
                                          const clattn__linear_attention_tuning *t) {
     if (!is_lane_width(t->LANES)) return "LANES must be 1, 4, 8 or 16";
-    if ((size_t)t->GROUP > device_max_group(device))
+    if ((size_t)t->GROUP > clattn__device_max_group(device))
         return "GROUP exceeds the device's work-group size";
     return NULL;
 }
@@ -84,9 +65,9 @@ static const char *linear_attention_fits(cl_device_id device,
 static const char *attention_fits(cl_device_id device, const clattn__attention_tuning *t) {
     if (t->PREFILL == 2) return "PREFILL cannot be the keys variant (a group per query row)";
     if (!is_lane_width(t->LANES)) return "LANES must be 1, 4, 8 or 16";
-    if ((size_t)t->GROUP > device_max_group(device))
+    if ((size_t)t->GROUP > clattn__device_max_group(device))
         return "GROUP exceeds the device's work-group size";
-    if ((t->DECODE == 2 || t->PREFILL == 2) && device_max_group(device) < 128)
+    if ((t->DECODE == 2 || t->PREFILL == 2) && clattn__device_max_group(device) < 128)
         return "the keys variant needs groups of 128";
     if (t->BN != 4 && t->BN != 8 && t->BN != 16 && t->BN != 32) return "BN must be 4, 8, 16 or 32";
     return NULL;
@@ -111,9 +92,10 @@ static const char *gemm_fits(cl_device_id device, const clattn__gemm_tuning *t) 
     if (items % t->MDIMA || items % t->NDIMB) return "MDIMA and NDIMB must divide MDIMC*NDIMC";
     if (t->KWG % (items / t->MDIMA) || t->KWG % (items / t->NDIMB))
         return "KWG must be a multiple of MDIMC*NDIMC/MDIMA and of MDIMC*NDIMC/NDIMB";
-    if ((size_t)items > device_group_limit(device)) /* CLBlast's: not capped */
+    if ((size_t)items > clattn__device_group_limit(device)) /* CLBlast's: not capped */
         return "MDIMC*NDIMC exceeds the device's work-group size";
-    if ((cl_ulong)(t->KWG * (t->SA * t->MWG + t->SB * t->NWG)) * 4 > device_local_bytes(device))
+    if ((cl_ulong)(t->KWG * (t->SA * t->MWG + t->SB * t->NWG)) * 4 >
+        clattn__device_local_bytes(device))
         return "the A and B tiles exceed the device's local memory";
     return NULL;
 }
