@@ -14,6 +14,8 @@ packages=(
   python3-numpy python3-torch python3-pytest  # Python binding tests (pytest), PyTorch peer and parity
   python3-matplotlib                        # benchmark plots
   libopenblas0-pthread                      # so PyTorch's GEMMs are not on the reference BLAS
+  mesa-opencl-icd                           # Mesa's rusticl: the second OpenCL implementation
+  intel-opencl-icd clang-15 libclc-15       # the compile lane: ocloc, clang's AMD and NVIDIA back ends
 )
 
 missing=()
