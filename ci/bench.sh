@@ -9,6 +9,9 @@ bash ci/setup.sh
 bash ci/build.sh
 build=${CLATTN_BUILD_DIR:-build}
 export POCL_CACHE_DIR="$PWD/$build/pocl-cache"
+# Mesa's rusticl shows its CPU device (llvmpipe) only when asked: a second OpenCL implementation
+# beside PoCL in the table. RUSTICL_ENABLE= (empty) leaves it out; its rows are slow.
+export RUSTICL_ENABLE=${RUSTICL_ENABLE-llvmpipe}
 mkdir -p bench/results "$POCL_CACHE_DIR"
 "$build/bench/clattn-bench" --device all --json bench/results/bench.json "$@"
 echo

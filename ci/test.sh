@@ -17,6 +17,8 @@
 #              test each
 #   python     pytest over tests/python (its closing line gives the counts)
 #   tools      the tool checks the selector names (lane_tools), one test each
+#   compile    the dumped programs in the selector's folder through other vendors' compilers
+#              (lane_compile), a test per target
 # The timeout is per process. The selector is clattn-tests' arguments (clattn-tests --help:
 # --suite NAME, --tag TAG, FILTER, each negatable with !); "each:ARGS" runs every test that
 # `clattn-tests --list ARGS` names in a process of its own. A runner process that prints no
@@ -57,6 +59,18 @@ fi
 export POCL_CACHE_DIR="$root/$build/pocl-cache"
 mkdir -p "$POCL_CACHE_DIR" "$logs"
 
+# Each lane loads only the OpenCL implementation it tests (OCL_ICD_VENDORS: a folder holding
+# that one's .icd file): the ICD loader would load every one installed, and Intel's (installed
+# for ocloc) dlopens with RTLD_DEEPBIND, which AddressSanitizer refuses.
+icd_dir() {
+  mkdir -p "$root/$build/icd/$1" && cp "/etc/OpenCL/vendors/$1.icd" "$root/$build/icd/$1/"
+  echo "$root/$build/icd/$1"
+}
+pocl_icd=$(icd_dir pocl) rusticl_icd=$(icd_dir rusticl)
+# The programs a GPU builds, dumped by the pocl-basic lane for the compile lane.
+programs="$root/$build/programs-gpu"
+rm -rf "$programs" && mkdir -p "$programs"
+
 # ---- LANES ---------------------------------------------------------------------------------
 lane_names=() lane_kinds=() lane_timeouts=() lane_selectors=() lane_envs=()
 # lane NAME KIND TIMEOUT SELECTOR [VAR=VALUE...]
@@ -65,7 +79,18 @@ lane() {
   shift 4
   lane_envs+=("$([ $# -eq 0 ] || printf '%q ' "$@")")
 }
-pthread=(POCL_DEVICES=pthread CLATTN_DEVICE=pthread)
+pthread=(OCL_ICD_VENDORS="$pocl_icd" POCL_DEVICES=pthread CLATTN_DEVICE=pthread)
+# What a GPU runs, on a CPU device: the tuning table's type:gpu rows (as CLATTN_TUNE, so every
+# test that does not force a variant runs the GPU's), under 48 KiB of local memory (the least
+# of the three vendors' current GPUs), each program dumped. The tests of the tuning lookup
+# itself, and the one that caps groups below the rows' sizes (overrides do not shrink), would
+# see the override and are left to the other lanes.
+gpu_rows=("CLATTN_TUNE=$(sed -n 's/^TUNING_ROW("\([a-z_]*\)", "\*", "type:gpu", "\([^"]*\)").*/\1:\2/p' \
+  src/runtime/tuning_table.def | paste -sd';')" CLATTN_MAX_LOCAL_MEMORY=49152
+  CLATTN_DUMP_PROGRAMS="$programs")
+gpu_rows_selector='--suite !tuning !the_work_group_cap_applies'
+basic=(OCL_ICD_VENDORS="$pocl_icd" POCL_DEVICES=basic CLATTN_DEVICE=basic CLATTN_FUZZ_N=12
+  CLATTN_TEST_SMALL=1 "${gpu_rows[@]}")
 sanitizers=("${pthread[@]}"
   "LSAN_OPTIONS=suppressions=$root/ci/lsan.supp:print_suppressions=0"
   "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
@@ -83,16 +108,29 @@ if [ -n "${CLATTN_DEVICE:-}" ]; then
 fi
 # PoCL's multi-threaded CPU device: the main lane, with the large shapes and the long fuzz test.
 lane pocl-pthread plain 1200 '' "${pthread[@]}"
-# The other PoCL lanes check how work-groups run: one thread (basic); the other work-group method
-# (cbs), there with every group of clattn's kernels capped at 16 work-items
-# (CLATTN_MAX_WORK_GROUP), so the small-group paths and the tuning table's fallbacks run. They
-# take a shorter fuzz test (CLATTN_FUZZ_N), since every random case compiles its own program and
-# the main lane has the long one, and the one-thread device takes the small shapes (the pthread
-# lane runs the large ones), to keep CI inside its time.
-lane pocl-basic plain 1200 '' POCL_DEVICES=basic CLATTN_DEVICE=basic CLATTN_FUZZ_N=12 \
-  CLATTN_TEST_SMALL=1
+# The other PoCL lanes check how work-groups run: one thread (basic), there with the GPU rows
+# above (gpu_rows), so the GPU's variants and tile sizes run in CI and its programs are dumped;
+# the other work-group method (cbs), there with every group of clattn's kernels capped at 16
+# work-items (CLATTN_MAX_WORK_GROUP), so the small-group paths and the tuning table's fallbacks
+# run. They take a shorter fuzz test (CLATTN_FUZZ_N), since every random case compiles its own
+# program and the main lane has the long one, and the one-thread device takes the small shapes
+# (the pthread lane runs the large ones), to keep CI inside its time.
+lane pocl-basic plain 1200 "$gpu_rows_selector" "${basic[@]}"
 lane pocl-cbs plain 1200 '' "${pthread[@]}" POCL_WORK_GROUP_METHOD=cbs CLATTN_FUZZ_N=12 \
   CLATTN_MAX_WORK_GROUP=16
+# The GPU programs pocl-basic dumped, built offline for Intel (ocloc: dg2-g10, pvc, tgllp), AMD
+# (clang: gfx90a, gfx1100) and NVIDIA (clang: PTX for sm_80) by tools/compile_programs.py, each
+# op's programs reduced to a cover of their build options; a target is a test, which passes when
+# every program builds, and the resource table goes to test-logs/compile-table.md. Then a planted non-portable construct (a
+# double, which Intel's Arc and Xe-LP compilers refuse) must fail it.
+lane compile compile 900 "$programs"
+# Mesa's rusticl on llvmpipe: a second OpenCL implementation, with its own compiler (clang to
+# SPIR-V to NIR to LLVM), runtime and limits (32 KiB of local memory, no subgroups, no fp16).
+# It compiles an attention program in tens of seconds, so it runs the tests tagged smoke
+# (tests/harness.h: every op's kernels and mask parts, in minutes), with a short fuzz test.
+lane rusticl plain 1200 '--tag smoke' OCL_ICD_VENDORS="$rusticl_icd" RUSTICL_ENABLE=llvmpipe \
+  CLATTN_DEVICE=llvmpipe CLATTN_TEST_SMALL=1 CLATTN_FUZZ_N=6 \
+  MESA_SHADER_CACHE_DIR="$root/$build/mesa-shader-cache"
 # The Python binding against PyTorch, and its ctypes structs against the C layout
 # (tests/python/test_abi.py, through the layout helper built beside the runner).
 lane python python 1200 tests/python "${pthread[@]}" CLATTN_LIBRARY="$root/$build/libclattn.so" \
@@ -350,6 +388,54 @@ lane_tools() {
       lane_f=$((lane_f + 1))
     fi
   done
+}
+
+# The dumped programs (the selector: their folder) through tools/compile_programs.py, a test per
+# target; the pocl-basic lane dumps them, and when it did not run this time, this lane runs its
+# tests to dump them. Then the planted construct, a test that passes when the tool fails on it.
+lane_compile() {
+  local name=$1 dump=$3 log="$logs/$1.log" target built chosen targets planted small
+  local -a selector
+  if ! compgen -G "$dump/*.cl" >/dev/null; then
+    read -ra selector <<<"$gpu_rows_selector"
+    env "${basic[@]}" timeout "$2" "$runner" "${selector[@]}" >"$logs/$name-dump.log" 2>&1
+  fi
+  timeout "$2" python3 "$root/tools/compile_programs.py" "$dump" \
+    --table "$logs/$name-table.md" >"$log" 2>&1
+  grep -E -A4 '^FAIL' "$log" | head -40 | sed "s/^/[$name] /"
+  if ! grep -qE '^[0-9]+ programs x [0-9]+ targets: [0-9]+ built, 0 failed$' "$log"; then
+    echo "[$name] not every program built; see $log"
+  fi
+  targets=0
+  while read -r _ target built _ chosen _; do
+    targets=$((targets + 1))
+    if [ "$built" = "$chosen" ]; then
+      lane_p=$((lane_p + 1))
+    else
+      echo "[$name] FAIL $target: $built of $chosen programs built"
+      lane_f=$((lane_f + 1))
+    fi
+  done < <(grep -E '^target [a-z0-9_-]+: [0-9]+ of [0-9]+ programs built$' "$log")
+  if [ "$targets" -eq 0 ]; then
+    echo "[$name] no result line; see $log"
+    lane_f=$((lane_f + 1))
+  fi
+  grep -E '^[0-9]+ programs x' "$log" | sed "s/^/[$name] /"
+  planted=$(mktemp -d)
+  # shellcheck disable=SC2012  # the dump's names are <op>-<hex>.cl
+  small=$(ls -S "$dump"/*.cl 2>/dev/null | tail -n 1)
+  if [ -n "$small" ] && cp "$small" "${small%.cl}.options" "$planted/" &&
+    echo '__kernel void planted(__global float *x) { double d = x[0]; x[0] = (float)(d * 3); }' \
+      >>"$planted/${small##*/}" &&
+    ! python3 "$root/tools/compile_programs.py" "$planted" --targets dg2-g10 \
+      >"$logs/$name-planted.log" 2>&1 &&
+    grep -q "requires cl_khr_fp64" "$logs/$name-planted.log"; then
+    lane_p=$((lane_p + 1))
+  else
+    echo "[$name] FAIL the planted double was not refused; see $logs/$name-planted.log"
+    lane_f=$((lane_f + 1))
+  fi
+  rm -rf "$planted"
 }
 
 # ---- the loop --------------------------------------------------------------------------------

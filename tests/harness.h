@@ -15,9 +15,12 @@ typedef struct test_ctx {
 
 /* Tags say what kind of test a case is, for selectors that no name expresses
  * (`clattn-tests --tag host`). TAG_HOST: the test runs no kernel (validation, status, device
- * selection, bad arguments, lookups), so it runs where kernels are too slow, under valgrind. */
-enum test_tag { TAG_NONE = 0, TAG_HOST = 1u << 0 };
-#define TEST_TAG_NAMES(X) X(TAG_HOST, "host")
+ * selection, bad arguments, lookups), so it runs where kernels are too slow, under valgrind.
+ * TAG_SMOKE: the subset for an implementation whose compiler is slow (Mesa's rusticl builds an
+ * attention program in tens of seconds): each suite, or a few tests of each that together
+ * build every kernel of its op and each mask part, in minutes. */
+enum test_tag { TAG_NONE = 0, TAG_HOST = 1u << 0, TAG_SMOKE = 1u << 1 };
+#define TEST_TAG_NAMES(X) X(TAG_HOST, "host") X(TAG_SMOKE, "smoke")
 
 typedef void (*test_fn)(test_ctx *t);
 /* `{"name", fn}`, or `{"name", fn, TAG_HOST}`: tags default to none. */

@@ -621,7 +621,7 @@ static const test_case cases[] = {
     {"masks", masks},
     {"blocks_of_other_shapes", blocks_of_other_shapes},
     {"storage_and_layouts", storage_and_layouts},
-    {"causality_is_bit_exact", causality_is_bit_exact},
+    {"causality_is_bit_exact", causality_is_bit_exact, TAG_SMOKE},
     {"padded_keys_holding_nan_change_nothing", padded_keys_holding_nan_change_nothing},
     {"bad_arguments_are_rejected", bad_arguments_are_rejected, TAG_HOST},
     {"bad_options_are_rejected", bad_options_are_rejected, TAG_HOST},

@@ -399,4 +399,4 @@ static void fuzz(test_ctx *t) {
 }
 
 static const test_case cases[] = {{"fuzz", fuzz}};
-SUITE(attention_fuzz_suite, "attention_fuzz", cases);
+SUITE_TAGGED(attention_fuzz_suite, "attention_fuzz", cases, TAG_SMOKE);

@@ -1,6 +1,6 @@
-/* The program cache and kernel sources (src/runtime/program_cache.c, kernel.c, sources.c): hits, keys, clearing, build failures
- * with their logs, CLATTN_KERNEL_DIR, and four threads running ops on their own queues over one
- * context, every result checked. */
+/* The program cache and kernel sources (src/runtime/program_cache.c, kernel.c, sources.c): hits,
+ * keys, clearing, build failures with their logs, CLATTN_KERNEL_DIR, and four threads running ops
+ * on their own queues over one context, every result checked. */
 #include "harness.h"
 
 #include <math.h>
@@ -327,4 +327,4 @@ static const test_case cases[] = {
     {"build_options_from_the_environment", build_options_from_the_environment},
     {"threads_on_their_own_queues_share_the_cache", threads_on_their_own_queues_share_the_cache},
 };
-SUITE(cache_suite, "cache", cases);
+SUITE_TAGGED(cache_suite, "cache", cases, TAG_SMOKE);

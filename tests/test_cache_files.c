@@ -736,4 +736,4 @@ static const test_case cases[] = {
     {"programs_are_dumped_one_pair_each", programs_are_dumped_one_pair_each},
     {"unusable_dump_dir_warns", unusable_dump_dir_warns},
 };
-SUITE(cache_files_suite, "cache_files", cases);
+SUITE_TAGGED(cache_files_suite, "cache_files", cases, TAG_SMOKE);

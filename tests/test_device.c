@@ -117,4 +117,4 @@ static const test_case cases[] = {
     {"env_tensors_round_trip", env_tensors_round_trip},
     {"env_alloc_refuses_counts_that_wrap", env_alloc_refuses_counts_that_wrap},
 };
-SUITE_TAGGED(device_suite, "device", cases, TAG_HOST);
+SUITE_TAGGED(device_suite, "device", cases, TAG_HOST | TAG_SMOKE);

@@ -560,4 +560,4 @@ static const test_case cases[] = {
     {"bad_input_is_rejected_before_enqueue", bad_input_is_rejected_before_enqueue, TAG_HOST},
     {"outputs_of_split_qkv_must_not_overlap", outputs_of_split_qkv_must_not_overlap},
 };
-SUITE(heads_suite, "heads", cases);
+SUITE_TAGGED(heads_suite, "heads", cases, TAG_SMOKE);

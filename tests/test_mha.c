@@ -651,18 +651,18 @@ static void a_failing_gemm_at_any_step_leaks_nothing(test_ctx *t) {
 }
 
 static const test_case cases[] = {
-    {"self_attention_one_head", self_attention_one_head},
+    {"self_attention_one_head", self_attention_one_head, TAG_SMOKE},
     {"a_failing_gemm_at_any_step_leaks_nothing", a_failing_gemm_at_any_step_leaks_nothing},
     {"self_attention_u8_masks", self_attention_u8_masks},
     {"self_attention_float_masks_causal", self_attention_float_masks_causal},
     {"cross_attention_separate_weights", cross_attention_separate_weights},
     {"cross_attention_shared_key_value", cross_attention_shared_key_value},
     {"cross_attention_separate_inputs", cross_attention_separate_inputs},
-    {"hidden_rows_give_the_bias", hidden_rows_give_the_bias},
+    {"hidden_rows_give_the_bias", hidden_rows_give_the_bias, TAG_SMOKE},
     {"half_storage_and_strided_rows", half_storage_and_strided_rows},
     {"gemm_bridge_matches_host", gemm_bridge_matches_host},
-    {"gemm_kernel_matches_host", gemm_kernel_matches_host},
+    {"gemm_kernel_matches_host", gemm_kernel_matches_host, TAG_SMOKE},
     {"gemm_bridge_reports_clblast_codes", gemm_bridge_reports_clblast_codes},
-    {"invalid_arguments", invalid_arguments, TAG_HOST},
+    {"invalid_arguments", invalid_arguments, TAG_HOST | TAG_SMOKE},
 };
 SUITE(mha_suite, "mha", cases);

@@ -486,14 +486,15 @@ static void results_are_bit_identical_from_run_to_run(test_ctx *t) {
 static const test_case cases[] = {
     {"canaries_catch_a_write_past_the_end", canaries_catch_a_write_past_the_end},
     {"a_failed_build_returns_its_log_and_the_next_call_builds",
-     a_failed_build_returns_its_log_and_the_next_call_builds},
+     a_failed_build_returns_its_log_and_the_next_call_builds, TAG_SMOKE},
     {"a_failed_scratch_allocation_enqueues_nothing_and_leaks_nothing",
-     a_failed_scratch_allocation_enqueues_nothing_and_leaks_nothing},
+     a_failed_scratch_allocation_enqueues_nothing_and_leaks_nothing, TAG_SMOKE},
     {"a_clblast_failure_midway_leaks_nothing_and_the_queue_still_works",
-     a_clblast_failure_midway_leaks_nothing_and_the_queue_still_works},
-    {"the_work_group_cap_is_parsed_strictly", the_work_group_cap_is_parsed_strictly},
-    {"the_work_group_cap_applies_to_every_launch", the_work_group_cap_applies_to_every_launch},
-    {"the_local_memory_cap_shapes_the_plan", the_local_memory_cap_shapes_the_plan},
+     a_clblast_failure_midway_leaks_nothing_and_the_queue_still_works, TAG_SMOKE},
+    {"the_work_group_cap_is_parsed_strictly", the_work_group_cap_is_parsed_strictly, TAG_SMOKE},
+    {"the_work_group_cap_applies_to_every_launch", the_work_group_cap_applies_to_every_launch,
+     TAG_SMOKE},
+    {"the_local_memory_cap_shapes_the_plan", the_local_memory_cap_shapes_the_plan, TAG_SMOKE},
     {"results_are_bit_identical_from_run_to_run", results_are_bit_identical_from_run_to_run},
 };
 SUITE(reliability_suite, "reliability", cases);

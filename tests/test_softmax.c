@@ -728,4 +728,4 @@ static const test_case cases[] = {
     {"backward_matches_reference", backward_matches_reference},
     {"bad_arguments_are_rejected", bad_arguments_are_rejected, TAG_HOST},
 };
-SUITE(softmax_suite, "softmax", cases);
+SUITE_TAGGED(softmax_suite, "softmax", cases, TAG_SMOKE);

@@ -85,4 +85,4 @@ static const test_case cases[] = {
      failures_reach_last_error_and_the_log_callback},
     {"a_long_message_is_cut_with_a_marker", a_long_message_is_cut_with_a_marker},
 };
-SUITE_TAGGED(status_suite, "status", cases, TAG_HOST);
+SUITE_TAGGED(status_suite, "status", cases, TAG_HOST | TAG_SMOKE);

@@ -196,4 +196,4 @@ static const test_case cases[] = {
     {"permute_and_numel", permute_and_numel},
     {"huge_dims_saturate_strides", huge_dims_saturate_strides},
 };
-SUITE_TAGGED(tensor_suite, "tensor", cases, TAG_HOST);
+SUITE_TAGGED(tensor_suite, "tensor", cases, TAG_HOST | TAG_SMOKE);

@@ -264,4 +264,4 @@ static const test_case cases[] = {
     {"rows_that_do_not_fit", rows_that_do_not_fit},
     {"gemm_rows_reach_clblast", gemm_rows_reach_clblast},
 };
-SUITE(tuning_suite, "tuning", cases);
+SUITE_TAGGED(tuning_suite, "tuning", cases, TAG_SMOKE);
