@@ -114,6 +114,9 @@ static int bench_device(const bench_args *a, const char *spec, bench_report *rep
     const clattn_device_desc *d = clattn_env_device_desc(env);
     *desc = *d;
     printf("\n== %s / %s (%s, driver %s)\n", d->platform_name, d->name, d->version, d->driver);
+    char facts[8192];
+    if (clattn_device_facts(d->device, facts, sizeof facts) == CLATTN_SUCCESS)
+        printf("facts: %s\n", facts);
     status = bench_ceilings_open(&a->opt, env, ceilings);
     if (status == CLATTN_SUCCESS) {
         printf("ceilings: copy %.1f GB/s (float4 stream, %s each way), FMA %.1f GFLOP/s, launch "

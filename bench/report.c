@@ -108,10 +108,13 @@ static void json_device(FILE *f, const clattn_device_desc *d, const bench_ceilin
     char opencl_c[128] = "";
     if (d->device)
         clGetDeviceInfo(d->device, CL_DEVICE_OPENCL_C_VERSION, sizeof opencl_c - 1, opencl_c, NULL);
-    const char *keys[6] = {"device", "platform", "vendor", "driver", "opencl", "opencl_c"};
-    const char *values[6] = {d->name, d->platform_name, d->vendor, d->driver, d->version, opencl_c};
+    char facts[8192] = ""; /* clattn's device facts line (clattn_device_facts) */
+    if (d->device) clattn_device_facts(d->device, facts, sizeof facts);
+    const char *keys[7] = {"device", "platform", "vendor", "driver", "opencl", "opencl_c", "facts"};
+    const char *values[7] = {d->name,    d->platform_name, d->vendor, d->driver,
+                             d->version, opencl_c,         facts};
     fputc('{', f);
-    for (int k = 0; k < 6; ++k) {
+    for (int k = 0; k < 7; ++k) {
         fprintf(f, "%s\"%s\": ", k ? ", " : "", keys[k]);
         json_string(f, values[k]);
     }

@@ -169,6 +169,15 @@ CLATTN_API cl_command_queue clattn_env_queue(const clattn_env *env);
 CLATTN_API cl_device_id clattn_env_device(const clattn_env *env);
 CLATTN_API const clattn_device_desc *clattn_env_device_desc(const clattn_env *env);
 
+/* What clattn relies on about `device`, as one line of space-separated name=value fields, in
+ * this order: opencl (the OpenCL version), opencl_c, local_memory and max_work_group (bytes and
+ * work-items, as clattn plans with them: under CLATTN_MAX_LOCAL_MEMORY and
+ * CLATTN_MAX_WORK_GROUP), compute_units, fp16, fp64 and subgroups (yes or no: what the driver
+ * reports, never inferred from a vendor name), vector_float and vector_half (the preferred
+ * widths), extensions (the last field, its names separated by commas). Cut to `capacity`, always
+ * terminated. Statuses: CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT, OpenCL's. */
+CLATTN_API int clattn_device_facts(cl_device_id device, char *text, size_t capacity);
+
 /* Allocates a contiguous tensor of `dtype` and shape {d0,d1,d2,d3} (read-write buffer). Release
  * it with clattn_tensor_free. */
 CLATTN_API int clattn_env_alloc(clattn_env *env, clattn_dtype dtype, const int64_t shape[4],
@@ -203,10 +212,10 @@ CLATTN_API void clattn_cache_stats(size_t *programs, size_t *builds, size_t *hit
  * another process on the same device and driver can skip the builds (clattn_cache_import).
  * Each entry carries its op file, build options, a hash of the full source text it was built
  * from, the device's identity (platform name, device name, driver version, device version), the
- * driver's binary (CL_PROGRAM_BINARIES) and a checksum; the format is in src/runtime/program_binary.c.
- * A program the driver gives no binary for is left out. *size is set to the bytes needed
- * (data == NULL: only that) or, on success, written; an empty cache writes 0 bytes.
- * Statuses: CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT (NULL context, device or size),
+ * driver's binary (CL_PROGRAM_BINARIES) and a checksum; the format is in
+ * src/runtime/program_binary.c. A program the driver gives no binary for is left out. *size is set
+ * to the bytes needed (data == NULL: only that) or, on success, written; an empty cache writes 0
+ * bytes. Statuses: CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT (NULL context, device or size),
  * CLATTN_ERR_BUFFER_TOO_SMALL (capacity below *size; nothing written),
  * CLATTN_ERR_OUT_OF_HOST_MEMORY, OpenCL's (querying the device). */
 CLATTN_API int clattn_cache_export(cl_context context, cl_device_id device, void *data,
@@ -278,7 +287,8 @@ CLATTN_API int clattn_split_qkv(const clattn_tensor *x, const clattn_tensor *bia
                                 const cl_event *wait_list, cl_event *event);
 
 /* ---------------------------------------------------------------------------------------------
- * The attention mask (cl/mask.cl, src/ops/mask.c), shared by softmax, attention and linear attention
+ * The attention mask (cl/mask.cl, src/ops/mask.c), shared by softmax, attention and linear
+ * attention
  *
  * For query i and key j of batch b, head h, with off = 0 (CLATTN_ALIGN_TOP_LEFT) or
  * key_len[b] - query_len[b] (CLATTN_ALIGN_BOTTOM_RIGHT, a KV cache) and pos = i + off:

@@ -110,7 +110,49 @@ static void env_alloc_refuses_counts_that_wrap(test_ctx *t) {
     CHECK(t, x.buffer == NULL, "a failed allocation left a buffer");
 }
 
+/* The facts line: every field in its order, the values the driver gives (local memory under
+ * CLATTN_MAX_LOCAL_MEMORY, as the plans see it), cut safely, and bad arguments refused. */
+static void facts_describe_the_device(test_ctx *t) {
+    cl_device_id device = clattn_env_device(t->env);
+    char facts[8192], version[128] = "";
+    CHECK_OK(t, clattn_device_facts(device, facts, sizeof facts));
+    static const char *const fields[] = {
+        "opencl=", "opencl_c=",  "local_memory=", "max_work_group=", "compute_units=", "fp16=",
+        "fp64=",   "subgroups=", "vector_float=", "vector_half=",    "extensions="};
+    const char *at = facts;
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; ++i) {
+        const char *next = strstr(at, fields[i]);
+        CHECK(t, next && (next == facts || next[-1] == ' '), "no %s after \"%s\" in \"%s\"",
+              fields[i], at, facts);
+        at = next;
+    }
+    clGetDeviceInfo(device, CL_DEVICE_VERSION, sizeof version, version, NULL);
+    char opencl[32];
+    snprintf(opencl, sizeof opencl, "opencl=%.3s ", version + strlen("OpenCL "));
+    CHECK(t, strncmp(facts, opencl, strlen(opencl)) == 0, "\"%s\" for %s", facts, version);
+    const char *saved = getenv("CLATTN_MAX_LOCAL_MEMORY");
+    char *copy = saved ? strdup(saved) : NULL;
+    setenv("CLATTN_MAX_LOCAL_MEMORY", "4096", 1);
+    char capped[8192];
+    int status = clattn_device_facts(device, capped, sizeof capped);
+    if (copy)
+        setenv("CLATTN_MAX_LOCAL_MEMORY", copy, 1);
+    else
+        unsetenv("CLATTN_MAX_LOCAL_MEMORY");
+    free(copy);
+    CHECK_OK(t, status);
+    CHECK(t, strstr(capped, " local_memory=4096 "), "under a cap of 4096: %s", capped);
+    char small[12];
+    CHECK_OK(t, clattn_device_facts(device, small, sizeof small));
+    CHECK(t, strlen(small) == sizeof small - 1 && strncmp(small, facts, sizeof small - 1) == 0,
+          "cut to 12 bytes: \"%s\"", small);
+    CHECK_STATUS(t, clattn_device_facts(NULL, facts, sizeof facts), CLATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(t, clattn_device_facts(device, NULL, 8), CLATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(t, clattn_device_facts(device, facts, 0), CLATTN_ERR_INVALID_ARGUMENT);
+}
+
 static const test_case cases[] = {
+    {"facts_describe_the_device", facts_describe_the_device},
     {"the_test_device_is_listed", the_test_device_is_listed},
     {"specs_select_by_index_and_by_name", specs_select_by_index_and_by_name},
     {"the_environment_variable_is_the_default_spec", the_environment_variable_is_the_default_spec},

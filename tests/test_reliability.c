@@ -267,6 +267,16 @@ static void a_clblast_failure_midway_leaks_nothing_and_the_queue_still_works(tes
 
 /* ---- the work-group cap ---- */
 
+/* Sets `name` back to `saved` (a copy of its value when the test began, or NULL for unset), which
+ * it frees. */
+static void restore_env(const char *name, char *saved) {
+    if (saved)
+        setenv(name, saved, 1);
+    else
+        unsetenv(name);
+    free(saved);
+}
+
 static void the_work_group_cap_is_parsed_strictly(test_ctx *t) {
     (void)t;
     size_t cap = 0;
@@ -332,11 +342,7 @@ static void the_work_group_cap_applies_to_every_launch(test_ctx *t) {
     causal.causal = 1;
     int capped = made ? attend(t, &a, CLATTN_PATH_FUSED, &causal, &event) : -1;
     bool right = capped == CLATTN_SUCCESS && attention_matches(t, &a, 1);
-    if (copy)
-        setenv("CLATTN_MAX_WORK_GROUP", copy, 1);
-    else
-        unsetenv("CLATTN_MAX_WORK_GROUP");
-    free(copy);
+    restore_env("CLATTN_MAX_WORK_GROUP", copy);
     free_qkv(&a);
     CHECK(t, made, "setup failed");
     CHECK(t, refused == CLATTN_ERR_INVALID_ARGUMENT && refused_event == NULL,
@@ -374,11 +380,7 @@ static void the_local_memory_cap_shapes_the_plan(test_ctx *t) {
         capped = attend(t, &a, CLATTN_PATH_FUSED, &causal, &event);
     clattn_tuning_override("attention", NULL);
     bool right = capped == CLATTN_SUCCESS && attention_matches(t, &a, 1);
-    if (copy)
-        setenv("CLATTN_MAX_LOCAL_MEMORY", copy, 1);
-    else
-        unsetenv("CLATTN_MAX_LOCAL_MEMORY");
-    free(copy);
+    restore_env("CLATTN_MAX_LOCAL_MEMORY", copy);
     free_qkv(&a);
     CHECK(t, made, "setup failed");
     CHECK(t, refused == CLATTN_ERR_INVALID_ARGUMENT && refused_event == NULL,

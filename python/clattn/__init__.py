@@ -40,8 +40,15 @@ def _check(code):
         raise Error(lib.clattn_status_name(code).decode(), lib.clattn_last_error().decode())
 
 
+def _device_facts(lib, device):
+    text = ctypes.create_string_buffer(8192)
+    _check(lib.clattn_device_facts(device, text, len(text)))
+    return text.value.decode(errors="replace")
+
+
 def devices():
-    """Every OpenCL device: index ("P:D"), platform, name, vendor, type, version."""
+    """Every OpenCL device: index ("P:D"), platform, name, vendor, type, version, and facts (what
+    clattn relies on about it, clattn_device_facts: "opencl=3.0 opencl_c=1.2 local_memory=...")."""
     lib = _lib_handle()
     count = ctypes.c_size_t(0)
     _check(lib.clattn_list_devices(None, 0, ctypes.byref(count)))
@@ -59,6 +66,7 @@ def devices():
                 "vendor": d.vendor.decode(errors="replace"),
                 "type": kind,
                 "version": d.version.decode(errors="replace"),
+                "facts": _device_facts(lib, d.device),
             }
         )
     return result

@@ -80,6 +80,7 @@ def main(argv=None):
     if args.command == "devices":
         for d in clattn.devices():
             print("%-5s %-4s %s / %s (%s)" % (d["index"], d["type"], d["platform"], d["name"], d["version"]))
+            print("           " + d["facts"])
         return 0
     return selftest(args.device)
 

@@ -125,6 +125,7 @@ def _declare(lib):
         "clattn_env_release": (None, [env_p]),
         "clattn_env_queue": (queue, [env_p]),
         "clattn_env_device_desc": (POINTER(DeviceDesc), [env_p]),
+        "clattn_device_facts": (c_int, [c_void_p, c_char_p, c_size_t]),
         "clattn_env_alloc": (c_int, [env_p, c_int, POINTER(c_int64), POINTER(Tensor)]),
         "clattn_env_upload": (c_int, [env_p, POINTER(Tensor), c_void_p]),
         "clattn_env_download": (c_int, [env_p, POINTER(Tensor), c_void_p]),

@@ -2,6 +2,9 @@
 #include "config.h"
 
 #include <stdint.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
 
 size_t clattn__device_group_limit(cl_device_id device) {
     size_t group = 1;
@@ -26,4 +29,90 @@ cl_uint clattn__device_compute_units(cl_device_id device) {
     cl_uint units = 1;
     clGetDeviceInfo(device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL);
     return units ? units : 1;
+}
+
+/* "OpenCL 3.0 ..." or "OpenCL C 1.2 ..." -> "3.0", "1.2": the word after `prefix`. */
+static void version_of(const char *text, const char *prefix, char *out, size_t capacity) {
+    const size_t n = strlen(prefix);
+    const char *at = strncmp(text, prefix, n) == 0 ? text + n : text;
+    size_t i = 0;
+    while (at[i] && at[i] != ' ' && i + 1 < capacity) out[i] = at[i], ++i;
+    out[i] = '\0';
+}
+
+/* Whether the space-separated list holds `name` as a whole word. */
+static bool has_extension(const char *list, const char *name) {
+    const size_t n = strlen(name);
+    for (const char *at = strstr(list, name); at; at = strstr(at + 1, name))
+        if ((at == list || at[-1] == ' ') && (at[n] == ' ' || at[n] == '\0')) return true;
+    return false;
+}
+
+/* CL_DEVICE_MAX_NUM_SUB_GROUPS (OpenCL 2.1), which the 1.2 headers clattn builds with lack. */
+#define DEVICE_MAX_NUM_SUB_GROUPS 0x105C
+
+int clattn__device_facts_get(cl_device_id device, clattn__device_facts *f) {
+    memset(f, 0, sizeof *f);
+    char text[256] = "";
+    cl_int err = clGetDeviceInfo(device, CL_DEVICE_VERSION, sizeof text, text, NULL);
+    if (err != CL_SUCCESS) return clattn__cl_fail(err, "clGetDeviceInfo(CL_DEVICE_VERSION)");
+    version_of(text, "OpenCL ", f->opencl, sizeof f->opencl);
+    text[0] = '\0';
+    clGetDeviceInfo(device, CL_DEVICE_OPENCL_C_VERSION, sizeof text, text, NULL);
+    version_of(text, "OpenCL C ", f->opencl_c, sizeof f->opencl_c);
+    clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof f->type, &f->type, NULL);
+    f->local_bytes = clattn__device_local_bytes(device);
+    f->max_group = clattn__device_max_group(device);
+    f->compute_units = clattn__device_compute_units(device);
+    clGetDeviceInfo(device, CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT, sizeof f->vector_float,
+                    &f->vector_float, NULL);
+    clGetDeviceInfo(device, CL_DEVICE_PREFERRED_VECTOR_WIDTH_HALF, sizeof f->vector_half,
+                    &f->vector_half, NULL);
+    size_t size = 0;
+    if (clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS, 0, NULL, &size) == CL_SUCCESS && size) {
+        char *all = malloc(size + 1);
+        if (!all) return clattn__fail(CLATTN_ERR_OUT_OF_HOST_MEMORY, "device facts: no memory");
+        all[0] = all[size] = '\0';
+        clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS, size, all, NULL);
+        f->fp16 = has_extension(all, "cl_khr_fp16");
+        f->fp64 = has_extension(all, "cl_khr_fp64");
+        f->subgroups =
+            has_extension(all, "cl_khr_subgroups") || has_extension(all, "cl_intel_subgroups");
+        snprintf(f->extensions, sizeof f->extensions, "%s", all);
+        free(all);
+    }
+    cl_device_fp_config doubles = 0;
+    clGetDeviceInfo(device, CL_DEVICE_DOUBLE_FP_CONFIG, sizeof doubles, &doubles, NULL);
+    f->fp64 = f->fp64 || doubles != 0;
+    cl_uint sub_groups = 0; /* fails before OpenCL 2.1: stays 0 */
+    clGetDeviceInfo(device, DEVICE_MAX_NUM_SUB_GROUPS, sizeof sub_groups, &sub_groups, NULL);
+    f->subgroups = f->subgroups || sub_groups > 0;
+    return CLATTN_SUCCESS;
+}
+
+int clattn_device_facts(cl_device_id device, char *text, size_t capacity) {
+    clattn__clear_error();
+    if (!device || !text || capacity == 0)
+        return clattn__fail(CLATTN_ERR_INVALID_ARGUMENT,
+                            "clattn_device_facts needs a device and a buffer");
+    text[0] = '\0';
+    clattn__device_facts f;
+    int status = clattn__device_facts_get(device, &f);
+    if (status != CLATTN_SUCCESS) return status;
+    /* the extensions as one field: names joined by single commas */
+    size_t n = 0;
+    for (const char *c = f.extensions; *c; ++c)
+        if (*c != ' ')
+            f.extensions[n++] = *c;
+        else if (n > 0 && f.extensions[n - 1] != ',')
+            f.extensions[n++] = ',';
+    while (n > 0 && f.extensions[n - 1] == ',') --n;
+    f.extensions[n] = '\0';
+    snprintf(text, capacity,
+             "opencl=%s opencl_c=%s local_memory=%llu max_work_group=%zu compute_units=%u "
+             "fp16=%s fp64=%s subgroups=%s vector_float=%u vector_half=%u extensions=%s",
+             f.opencl, f.opencl_c, (unsigned long long)f.local_bytes, f.max_group, f.compute_units,
+             f.fp16 ? "yes" : "no", f.fp64 ? "yes" : "no", f.subgroups ? "yes" : "no",
+             f.vector_float, f.vector_half, f.extensions);
+    return CLATTN_SUCCESS;
 }

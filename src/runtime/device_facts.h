@@ -7,6 +7,8 @@
 
 #include "status.h"
 
+#include <stdbool.h>
+
 /* CL_DEVICE_MAX_WORK_GROUP_SIZE: the limit of CLBlast's kernels, which the caps do not reach. */
 size_t clattn__device_group_limit(cl_device_id device);
 /* The largest group clattn's own kernels may take: the device's under CLATTN_MAX_WORK_GROUP (a
@@ -16,5 +18,20 @@ size_t clattn__device_max_group(cl_device_id device);
 cl_ulong clattn__device_local_bytes(cl_device_id device);
 /* CL_DEVICE_MAX_COMPUTE_UNITS, at least 1. */
 cl_uint clattn__device_compute_units(cl_device_id device);
+
+/* Every fact at once, for reports (clattn_device_facts) and for the capability probes of
+ * optional features: what the driver says, never a vendor name. */
+typedef struct clattn__device_facts {
+    char opencl[16], opencl_c[16]; /* "3.0", "1.2": from CL_DEVICE_VERSION and its OpenCL C */
+    cl_device_type type;
+    cl_ulong local_bytes; /* under CLATTN_MAX_LOCAL_MEMORY */
+    size_t max_group;     /* under CLATTN_MAX_WORK_GROUP */
+    cl_uint compute_units;
+    cl_uint vector_float, vector_half; /* CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT, _HALF */
+    bool fp16, fp64;                   /* cl_khr_fp16; cl_khr_fp64 or a double config */
+    bool subgroups;        /* cl_khr_subgroups, cl_intel_subgroups, or sub-groups in OpenCL 2.1+ */
+    char extensions[4096]; /* CL_DEVICE_EXTENSIONS (cut to fit) */
+} clattn__device_facts;
+int clattn__device_facts_get(cl_device_id device, clattn__device_facts *facts);
 
 #endif

@@ -36,6 +36,11 @@ def causal_mask(sq, sk, bottom_right=False):
 def test_devices_are_listed():
     found = clattn.devices()
     assert found and all({"index", "platform", "name", "type"} <= set(d) for d in found), found
+    # every device's facts line starts with its OpenCL version and names the fields in order
+    for d in found:
+        names = [field.split("=")[0] for field in d["facts"].split(" ")]
+        assert names[:3] == ["opencl", "opencl_c", "local_memory"], d["facts"]
+        assert names[-1] == "extensions", d["facts"]
 
 
 def test_softmax_random_shapes_and_seeds(ctx):
