@@ -2,6 +2,7 @@
  * clattn_cache_import, damaged and foreign blobs, the on-disk cache CLATTN_CACHE_DIR filled by
  * two processes at once; and the program dump CLATTN_DUMP_PROGRAMS (program_dump.c). */
 #include "harness.h"
+#include "runtime/testing.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -662,6 +663,22 @@ static void programs_are_dumped_one_pair_each(test_ctx *t) {
     char dir[512];
     CHECK(t, make_temp_dir(dir, sizeof dir), "mkdtemp: %s", strerror(errno));
     saved_env env = env_set("CLATTN_DUMP_PROGRAMS", dir);
+    /* a build the device refuses (injected) dumps nothing */
+    clattn_cache_clear(NULL);
+    clattn__fault_arm(CLATTN__FAULT_BUILD, 1);
+    cl_mem from = test_buffer(t, sizeof(float) * 64), to = test_buffer(t, sizeof(float) * 64);
+    clattn_tensor x = clattn_tensor_4d(from, CLATTN_F32, 1, 1, 8, 8);
+    clattn_tensor y = clattn_tensor_4d(to, CLATTN_F32, 1, 1, 8, 8);
+    const int refused =
+        from && to ? clattn_copy(&x, NULL, &y, clattn_env_queue(t->env), 0, NULL, NULL) : -1;
+    clattn__fault_arm(CLATTN__FAULT_BUILD, 0);
+    if (from) clReleaseMemObject(from);
+    if (to) clReleaseMemObject(to);
+    DIR *after_refusal = opendir(dir);
+    int entries = 0;
+    for (struct dirent *e; after_refusal && (e = readdir(after_refusal));)
+        entries += e->d_name[0] != '.';
+    if (after_refusal) closedir(after_refusal);
     bool ok = true;
     for (int round = 0; round < 2 && ok; ++round) { /* the second round finds its pairs there */
         clattn_cache_clear(NULL);
@@ -690,6 +707,8 @@ static void programs_are_dumped_one_pair_each(test_ctx *t) {
     if (d) closedir(d);
     remove_dir(dir);
     if (!ok) return;
+    CHECK(t, refused == CLATTN_ERR_BUILD_FAILED && entries == 0,
+          "a refused build -> %s, %d files dumped", clattn_status_name(refused), entries);
     CHECK(t, cl == 2 && options == 2 && other == 0,
           "%d .cl, %d .options and %d other files (%s) for 2 programs", cl, options, other,
           first_other);

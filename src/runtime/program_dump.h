@@ -1,5 +1,6 @@
-/* The program dump (CLATTN_DUMP_PROGRAMS): every program the library builds, as the driver
- * receives it, for other compilers to rebuild. Not installed. */
+/* The program dump (CLATTN_DUMP_PROGRAMS): every program the library builds (or loads from the
+ * disk cache) and the device accepts, as the driver received it, for other compilers to
+ * rebuild. Not installed. */
 #ifndef CLATTN_RUNTIME_PROGRAM_DUMP_H
 #define CLATTN_RUNTIME_PROGRAM_DUMP_H
 
