@@ -121,8 +121,8 @@ lane pocl-cbs plain 1200 '' "${pthread[@]}" POCL_WORK_GROUP_METHOD=cbs CLATTN_FU
 # The GPU programs pocl-basic dumped, built offline for Intel (ocloc: dg2-g10, pvc, tgllp), AMD
 # (clang: gfx90a, gfx1100) and NVIDIA (clang: PTX for sm_80) by tools/compile_programs.py, each
 # op's programs reduced to a cover of their build options; a target is a test, which passes when
-# every program builds, and the resource table goes to test-logs/compile-table.md. Then a planted non-portable construct (a
-# double, which Intel's Arc and Xe-LP compilers refuse) must fail it.
+# every program builds, and the resource table goes to test-logs/compile-table.md. Then a planted
+# non-portable construct (a double, which Intel's Arc and Xe-LP compilers refuse) must fail it.
 lane compile compile 900 "$programs"
 # Mesa's rusticl on llvmpipe: a second OpenCL implementation, with its own compiler (clang to
 # SPIR-V to NIR to LLVM), runtime and limits (32 KiB of local memory, no subgroups, no fp16).
