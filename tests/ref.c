@@ -235,6 +235,64 @@ bool ref_attention(const float *q, const float *k, const float *v, int64_t B, in
     return true;
 }
 
+/* dS_ij = P_ij (dP_ij - D_i) of one row, into ds [Sk], with dP = dO v^T and D_i = sum_j P_ij dP_ij
+ * (= rowsum(dO o O)); a row with no visible key gets zeros. */
+static void row_score_grads(const double *p, const float *dout_i, const float *v, int64_t Sk,
+                            int64_t Dv, double *ds) {
+    double d = 0;
+    bool empty = true;
+    for (int64_t j = 0; j < Sk; ++j) {
+        double dp = 0;
+        for (int64_t e = 0; e < Dv; ++e) dp += (double)dout_i[e] * v[j * Dv + e];
+        ds[j] = dp;
+        if (p[j] > 0) d += p[j] * dp, empty = false;
+    }
+    for (int64_t j = 0; j < Sk; ++j) ds[j] = empty || !(p[j] > 0) ? 0.0 : p[j] * (ds[j] - d);
+}
+
+bool ref_attention_backward(const float *q, const float *k, const float *v, const float *dout,
+                            int64_t B, int64_t Hq, int64_t Hkv, int64_t Sq, int64_t Sk, int64_t D,
+                            int64_t Dv, double scale, const ref_mask *m, double *dq, double *dk,
+                            double *dv, double *dbias) {
+    const size_t scores = (size_t)(B * Hq * Sq * Sk);
+    double *x = malloc(scores * sizeof *x), *p = malloc(scores * sizeof *p);
+    double *ds = malloc((size_t)Sk * sizeof *ds);
+    bool ok = x && p && ds;
+    if (ok) {
+        ref_attention_scores(q, k, B, Hq, Hkv, Sq, Sk, D, x);
+        ref_softmax(x, B, Hq, Sq, Sk, scale, m, p, NULL, NULL);
+        memset(dq, 0, (size_t)(B * Hq * Sq * D) * sizeof *dq);
+        memset(dk, 0, (size_t)(B * Hkv * Sk * D) * sizeof *dk);
+        memset(dv, 0, (size_t)(B * Hkv * Sk * Dv) * sizeof *dv);
+    }
+    const int64_t group = Hq / Hkv;
+    for (int64_t b = 0; ok && b < B; ++b)
+        for (int64_t h = 0; h < Hq; ++h)
+            for (int64_t i = 0; i < Sq; ++i) {
+                const int64_t row = (b * Hq + h) * Sq + i, kv = b * Hkv + h / group;
+                const double *pi = p + row * Sk;
+                const float *qi = q + row * D, *doi = dout + row * Dv;
+                const float *kh = k + kv * Sk * D, *vh = v + kv * Sk * Dv;
+                row_score_grads(pi, doi, vh, Sk, Dv, ds);
+                for (int64_t j = 0; j < Sk; ++j) {
+                    if (!(pi[j] > 0)) continue; /* invisible, or a row with none (0 or NaN) */
+                    for (int64_t e = 0; e < Dv; ++e) dv[(kv * Sk + j) * Dv + e] += pi[j] * doi[e];
+                    if (dbias) dbias[at4(m->bias_strides, b, h, i, j)] += ds[j];
+                    double dx = ds[j] * scale; /* through scale x, then the softcap's tanh */
+                    if (m->softcap > 0) {
+                        const double t = tanh(scale * x[row * Sk + j] / m->softcap);
+                        dx *= 1 - t * t;
+                    }
+                    for (int64_t e = 0; e < D; ++e) {
+                        dq[row * D + e] += dx * kh[j * D + e];
+                        dk[(kv * Sk + j) * D + e] += dx * qi[e];
+                    }
+                }
+            }
+    free(x), free(p), free(ds);
+    return ok;
+}
+
 double ref_feature(int feature_map, double x) {
     switch (feature_map) {
     case CLATTN_FEATURE_ELU1:
@@ -281,6 +339,69 @@ void ref_linear_attention(const ref_linear *p, const float *q, const float *k, c
             }
     free(num);
     free(mag);
+}
+
+static double feature_slope(int feature_map, double x) {
+    switch (feature_map) {
+    case CLATTN_FEATURE_ELU1:
+        return x > 0 ? 1 : exp(x);
+    case CLATTN_FEATURE_RELU:
+        return x > 0 ? 1 : 0;
+    default:
+        return 1;
+    }
+}
+
+bool ref_linear_attention_backward(const ref_linear *p, const float *q, const float *k,
+                                   const float *v, const float *dout, double *dq, double *dk,
+                                   double *dv) {
+    const int64_t group = p->Hq / p->Hkv, D = p->D, Dv = p->Dv;
+    double *out = malloc(sizeof(double) * (size_t)(p->B * p->Hq * p->Sq * Dv));
+    double *dnum = malloc(sizeof(double) * (size_t)Dv),
+           *dphi_q = malloc(sizeof(double) * (size_t)D);
+    const bool ok = out && dnum && dphi_q;
+    if (ok) {
+        ref_linear_attention(p, q, k, v, out, NULL);
+        memset(dq, 0, sizeof(double) * (size_t)(p->B * p->Hq * p->Sq * D));
+        memset(dk, 0, sizeof(double) * (size_t)(p->B * p->Hkv * p->Sk * D));
+        memset(dv, 0, sizeof(double) * (size_t)(p->B * p->Hkv * p->Sk * Dv));
+    }
+    for (int64_t b = 0; ok && b < p->B; ++b)
+        for (int64_t h = 0; h < p->Hq; ++h)
+            for (int64_t i = 0; i < p->Sq; ++i) {
+                const int64_t row = (b * p->Hq + h) * p->Sq + i, kv = b * p->Hkv + h / group;
+                const float *qi = q + row * D, *doi = dout + row * Dv;
+                double den = p->eps, dden = 0;
+                bool seen = false;
+                for (int64_t j = 0; j < p->Sk; ++j)
+                    if (ref_visible(p->mask, b, h, i, j, p->Sq, p->Sk))
+                        den += feature_dot(p, qi, k + (kv * p->Sk + j) * D), seen = true;
+                if (!seen) continue;
+                for (int64_t e = 0; e < Dv; ++e) {
+                    dnum[e] = doi[e] / den;
+                    dden -= doi[e] * out[row * Dv + e] / den;
+                }
+                for (int64_t d = 0; d < D; ++d) dphi_q[d] = 0;
+                for (int64_t j = 0; j < p->Sk; ++j) {
+                    if (!ref_visible(p->mask, b, h, i, j, p->Sq, p->Sk)) continue;
+                    const float *kj = k + (kv * p->Sk + j) * D, *vj = v + (kv * p->Sk + j) * Dv;
+                    const double w = feature_dot(p, qi, kj);
+                    double dw = dden;
+                    for (int64_t e = 0; e < Dv; ++e) {
+                        dw += dnum[e] * vj[e];
+                        dv[(kv * p->Sk + j) * Dv + e] += w * dnum[e];
+                    }
+                    for (int64_t d = 0; d < D; ++d) {
+                        dphi_q[d] += dw * ref_feature(p->feature_map, kj[d]);
+                        dk[(kv * p->Sk + j) * D + d] += dw * ref_feature(p->feature_map, qi[d]) *
+                                                        feature_slope(p->feature_map, kj[d]);
+                    }
+                }
+                for (int64_t d = 0; d < D; ++d)
+                    dq[row * D + d] = dphi_q[d] * feature_slope(p->feature_map, qi[d]);
+            }
+    free(out), free(dnum), free(dphi_q);
+    return ok;
 }
 
 /* Query i's visible keys [0, end): the end of the prefix, checked to be one. */

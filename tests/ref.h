@@ -65,6 +65,18 @@ bool ref_attention(const float *q, const float *k, const float *v, int64_t B, in
                    int64_t Hkv, int64_t Sq, int64_t Sk, int64_t D, int64_t Dv, double scale,
                    const ref_mask *m, double *out, double *p, double *lse);
 
+/* The gradients of ref_attention's out, given dout [B,Hq,Sq,Dv], straight from the formulas:
+ * dP = dO v^T, dS = P (dP - rowsum(dO o O)), then through the softcap (ds/dx = scale (1 -
+ * tanh^2)) to dq = dX k and dk = dX^T q, dv = P^T dO; kv heads sum over their query heads. Keys a
+ * query cannot see, and rows with no visible key (empty_nan too), contribute nothing. dbias (may
+ * be NULL) is accumulated at m->bias_strides, so that a broadcast dim (stride 0) sums, as
+ * autograd sums it: the caller zeroes it. dq [B,Hq,Sq,D], dk [B,Hkv,Sk,D], dv [B,Hkv,Sk,Dv].
+ * False when host memory runs out. */
+bool ref_attention_backward(const float *q, const float *k, const float *v, const float *dout,
+                            int64_t B, int64_t Hq, int64_t Hkv, int64_t Sq, int64_t Sk, int64_t D,
+                            int64_t Dv, double scale, const ref_mask *m, double *dq, double *dk,
+                            double *dv, double *dbias);
+
 /* ---- linear attention, in float64: the naive masked O(S^2) form and the cumsum form ---- */
 
 typedef struct ref_linear {
@@ -85,6 +97,15 @@ void ref_linear_attention(const ref_linear *p, const float *q, const float *k, c
  * end of its visible prefix (which the mask makes a prefix). */
 void ref_linear_attention_cumsum(const ref_linear *p, const float *q, const float *k,
                                  const float *v, double *out);
+/* The gradients of ref_linear_attention's out, given dout [B,Hq,Sq,Dv]: with w_ij = phi(q_i) .
+ * phi(k_j), out_i = num_i / (den_i + eps), dnum_i = dO_i / (den_i + eps), dden_i = -dO_i . out_i
+ * / (den_i + eps), dw_ij = dnum_i . v_j + dden_i, then through phi' (elu1: 1 above 0, exp below;
+ * relu: 1 above 0, else 0; identity: 1). kv heads sum over their query heads; a query that sees
+ * no key contributes nothing. dq [B,Hq,Sq,D], dk [B,Hkv,Sk,D], dv [B,Hkv,Sk,Dv]. False when host
+ * memory runs out. */
+bool ref_linear_attention_backward(const ref_linear *p, const float *q, const float *k,
+                                   const float *v, const float *dout, double *dq, double *dk,
+                                   double *dv);
 
 /* ---- multi-head attention: torch.nn.MultiheadAttention's forward (eval), in float64 ---- */
 

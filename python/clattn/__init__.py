@@ -177,6 +177,24 @@ class Context:
                 return y
             return y, self._download(lse, x.shape[:-1], np.float32)
 
+    def softmax_backward(self, y, dy, scale=1.0):
+        """dz = scale * y * (dy - sum(dy * y, -1)): the gradient of y = softmax(z) over the last
+        axis (z = scale * x: the gradient with respect to x, without softcap). y and dy share
+        one shape of 1 to 4 dims and one dtype; entries where y is 0 give exactly 0."""
+        y = _float_array("y", y)
+        dy = _float_array("dy", dy, y.dtype)
+        if dy.shape != y.shape:
+            raise ValueError("dy: shape %s differs from y's %s" % (dy.shape, y.shape))
+        shape4 = _as_4d("y", y.shape)
+        with _Scope(self) as scope:
+            yt = self._upload(scope, y, _FLOAT_DTYPES[y.dtype])
+            dyt = self._upload(scope, dy, _FLOAT_DTYPES[y.dtype])
+            dzt = self._alloc(scope, shape4, _FLOAT_DTYPES[y.dtype])
+            _check(self._lib.clattn_softmax_backward(
+                ctypes.byref(yt), ctypes.byref(dyt), float(scale), ctypes.byref(dzt),
+                self._queue(), 0, None, None))
+            return self._download(dzt, y.shape, y.dtype)
+
     def split_heads(self, x, num_heads):
         """[B,S,H*D] -> [B,H,S,D]."""
         x = _float_array("x", x)

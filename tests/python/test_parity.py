@@ -4,6 +4,7 @@ Torch 1.13 gives NaN on fully masked rows; clattn gives 0 there (the design's de
 those rows are compared to 0 explicitly. The tests share one device context, the `ctx` fixture
 (conftest.py)."""
 import numpy as np
+import pytest
 import torch
 
 import clattn
@@ -41,6 +42,23 @@ def test_devices_are_listed():
         names = [field.split("=")[0] for field in d["facts"].split(" ")]
         assert names[:3] == ["opencl", "opencl_c", "local_memory"], d["facts"]
         assert names[-1] == "extensions", d["facts"]
+
+
+def test_softmax_backward_matches_autograd(ctx):
+    # the gradient of a masked, scaled softmax against torch.autograd in float64
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 3, 7, 11)).astype(np.float32) * 2
+    dy = rng.standard_normal(x.shape).astype(np.float32)
+    keep = causal_mask(7, 11, bottom_right=True)
+    y = ctx.softmax(x, scale=0.5, causal="bottom_right")
+    xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    yt = torch.softmax((0.5 * xt).masked_fill(~torch.tensor(keep), float("-inf")), dim=-1)
+    yt.backward(torch.tensor(dy, dtype=torch.float64))
+    got = ctx.softmax_backward(y, dy, scale=0.5)
+    assert_close(got, xt.grad.numpy(), 1e-5, 1e-6, "softmax_backward")
+    assert np.all(got[..., ~keep] == 0), "masked entries are not exactly 0"
+    with pytest.raises(ValueError):
+        ctx.softmax_backward(y, dy[..., :5])
 
 
 def test_softmax_random_shapes_and_seeds(ctx):
