@@ -76,11 +76,18 @@ _FLOAT_DTYPES = {np.dtype(np.float32): _lib.F32, np.dtype(np.float16): _lib.F16}
 
 
 def _float_array(name, value, dtype=None):
+    """`value` as a contiguous float array clattn can store. float64 (numpy's default, and Python
+    floats) becomes float32, as torch's default dtype would; float32 and float16 stay; any other
+    dtype (integers, bool, complex) is a TypeError naming the argument. `dtype`, the first
+    input's, then converts a float input to match it."""
     array = np.asarray(value)
+    if array.dtype == np.float64:
+        array = array.astype(np.float32)
+    if array.dtype not in _FLOAT_DTYPES:
+        raise TypeError("%s: dtype %s is not a float dtype clattn stores (float32, float16; "
+                        "float64 becomes float32)" % (name, array.dtype))
     if dtype is not None:
         array = array.astype(dtype, copy=False)
-    if array.dtype not in _FLOAT_DTYPES:
-        raise ValueError("%s: dtype %s is not supported (float32 or float16)" % (name, array.dtype))
     return np.ascontiguousarray(array)
 
 

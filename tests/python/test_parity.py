@@ -61,6 +61,14 @@ def test_softmax_backward_matches_autograd(ctx):
         ctx.softmax_backward(y, dy[..., :5])
 
 
+def test_float64_and_python_floats_become_float32(ctx):
+    x = RNG.standard_normal((1, 2, 3, 5))
+    got = ctx.softmax(x, scale=0.5)
+    assert got.dtype == np.float32
+    assert np.array_equal(got, ctx.softmax(x.astype(np.float32), scale=0.5))
+    assert np.array_equal(ctx.softmax(x.tolist(), scale=0.5), got)
+
+
 def test_softmax_random_shapes_and_seeds(ctx):
     for seed in range(4):
         rng = np.random.default_rng(seed)
@@ -135,7 +143,9 @@ def test_split_merge_and_qkv_match_torch_views(ctx):
 def test_errors_name_the_argument(ctx):
     x = np.zeros((2, 3, 4, 5), np.float32)
     for call, kind, word in (
-        (lambda: ctx.softmax(x.astype(np.int64)), ValueError, "x"),
+        (lambda: ctx.softmax(x.astype(np.int64)), TypeError, "x"),
+        (lambda: ctx.softmax(x.astype(bool)), TypeError, "x"),
+        (lambda: ctx.softmax(x, bias=x.astype(np.complex64)), TypeError, "bias"),
         (lambda: ctx.softmax(np.zeros((1, 2, 3, 4, 5), np.float32)), ValueError, "rank"),
         (lambda: ctx.softmax(x, key_lengths=[1, 2, 3]), ValueError, "key_lengths"),
         (lambda: ctx.softmax(x, mask=np.ones((3, 5), bool)), clattn.Error, "mask.keep"),
