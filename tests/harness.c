@@ -63,6 +63,25 @@ bool test_is_pocl31_basic(test_ctx *t) {
            strncmp(desc->name, "basic", 5) == 0 && strstr(desc->driver, "3.1");
 }
 
+test_saved_env test_env_set(const char *name, const char *value) {
+    const char *old = getenv(name);
+    test_saved_env s = {name, old ? strdup(old) : NULL};
+    if (value)
+        setenv(name, value, 1);
+    else
+        unsetenv(name);
+    return s;
+}
+
+void test_env_restore(test_saved_env *s) {
+    if (s->value)
+        setenv(s->name, s->value, 1);
+    else
+        unsetenv(s->name);
+    free(s->value);
+    s->value = NULL;
+}
+
 bool test_platform_is(test_ctx *t, const char *name) {
     return strstr(clattn_env_device_desc(t->env)->platform_name, name) != NULL;
 }

@@ -78,6 +78,15 @@ void test_skip(test_ctx *t, const char *why);
  * driver limitations only, never to pick what a test checks). */
 bool test_platform_is(test_ctx *t, const char *name);
 
+/* An environment variable set for a test (NULL: unset) and put back after it (the CI lanes set
+ * some): test_env_set keeps the old value, test_env_restore puts it back and frees it. */
+typedef struct test_saved_env {
+    const char *name;
+    char *value;
+} test_saved_env;
+test_saved_env test_env_set(const char *name, const char *value);
+void test_env_restore(test_saved_env *s);
+
 /* The device under test is PoCL 3.1's single-threaded `basic` device, whose driver bugs two
  * tests document and skip (a deadlock in clSetUserEventStatus behind a waiting kernel; an
  * assertion in its kernel-library cache when threads run kernels on their own queues while the

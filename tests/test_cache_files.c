@@ -157,29 +157,6 @@ static void collect_warning(int status, const char *message, void *user) {
     snprintf(w->last, sizeof w->last, "%s", message);
 }
 
-/* An environment variable set for a test and put back after it (the CI lanes set some). */
-typedef struct saved_env {
-    const char *name;
-    char *value;
-} saved_env;
-static saved_env env_set(const char *name, const char *value) {
-    const char *old = getenv(name);
-    saved_env s = {name, old ? strdup(old) : NULL};
-    if (value)
-        setenv(name, value, 1);
-    else
-        unsetenv(name);
-    return s;
-}
-static void env_restore(saved_env *s) {
-    if (s->value)
-        setenv(s->name, s->value, 1);
-    else
-        unsetenv(s->name);
-    free(s->value);
-    s->value = NULL;
-}
-
 static bool make_temp_dir(char *dir, size_t capacity) {
     const char *tmp = getenv("TMPDIR");
     snprintf(dir, capacity, "%s/clattn-cache-files-XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -456,7 +433,7 @@ static void garbage_empty_and_null_blobs(test_ctx *t) {
 static void disk_cache_is_written_then_loaded(test_ctx *t) {
     char dir[512];
     CHECK(t, make_temp_dir(dir, sizeof dir), "mkdtemp: %s", strerror(errno));
-    saved_env env = env_set("CLATTN_CACHE_DIR", dir);
+    test_saved_env env = test_env_set("CLATTN_CACHE_DIR", dir);
     clattn_cache_clear(NULL);
     const size_t builds = stat_builds();
     bool ok = run_ops(t);
@@ -466,7 +443,7 @@ static void disk_cache_is_written_then_loaded(test_ctx *t) {
     const size_t before = stat_builds();
     ok = ok && run_ops(t);
     const size_t rebuilt = stat_builds() - before, programs = stat_programs();
-    env_restore(&env);
+    test_env_restore(&env);
     remove_dir(dir);
     if (!ok) return;
     if (files.clbin == 0 && files.other == 0)
@@ -482,7 +459,7 @@ static void disk_cache_is_written_then_loaded(test_ctx *t) {
 static void damaged_cache_files_are_misses_and_rewritten(test_ctx *t) {
     char dir[512];
     CHECK(t, make_temp_dir(dir, sizeof dir), "mkdtemp: %s", strerror(errno));
-    saved_env env = env_set("CLATTN_CACHE_DIR", dir);
+    test_saved_env env = test_env_set("CLATTN_CACHE_DIR", dir);
     clattn_cache_clear(NULL);
     bool ok = run_ops(t);
     dir_files files = list_cache_dir(t, dir);
@@ -504,7 +481,7 @@ static void damaged_cache_files_are_misses_and_rewritten(test_ctx *t) {
     dir_files after = list_cache_dir(t, dir);
     size_t new_sizes[2] = {0, 0};
     for (int i = 0; i < 2; ++i) free(read_file(files.names[i], &new_sizes[i]));
-    env_restore(&env);
+    test_env_restore(&env);
     remove_dir(dir);
     if (!ok && !t->failed) {
         if (files.clbin == 0) return test_skip(t, "the driver gives no program binaries");
@@ -533,14 +510,14 @@ static void unusable_cache_dirs_do_not_fail_ops(test_ctx *t) {
     for (int i = 0; i < 3 && !t->failed; ++i) {
         char bad[700];
         snprintf(bad, sizeof bad, "%s/%s", dir, names[i]);
-        saved_env env = env_set("CLATTN_CACHE_DIR", bad);
+        test_saved_env env = test_env_set("CLATTN_CACHE_DIR", bad);
         clattn_cache_clear(NULL);
         warnings w = {0, ""};
         clattn_set_log_callback(collect_warning, &w);
         const size_t builds = stat_builds();
         const bool ok = run_ops(t);
         clattn_set_log_callback(NULL, NULL);
-        env_restore(&env);
+        test_env_restore(&env);
         if (!ok) break;
         CHECK(t, clattn_last_error()[0] == '\0', "CLATTN_CACHE_DIR=%s left an error: %s", bad,
               clattn_last_error());
@@ -662,7 +639,7 @@ static bool dumped_pair_builds(test_ctx *t, const char *dir, const char *name) {
 static void programs_are_dumped_one_pair_each(test_ctx *t) {
     char dir[512];
     CHECK(t, make_temp_dir(dir, sizeof dir), "mkdtemp: %s", strerror(errno));
-    saved_env env = env_set("CLATTN_DUMP_PROGRAMS", dir);
+    test_saved_env env = test_env_set("CLATTN_DUMP_PROGRAMS", dir);
     /* a build the device refuses (injected) dumps nothing */
     clattn_cache_clear(NULL);
     clattn__fault_arm(CLATTN__FAULT_BUILD, 1);
@@ -684,7 +661,7 @@ static void programs_are_dumped_one_pair_each(test_ctx *t) {
         clattn_cache_clear(NULL);
         ok = run_ops(t);
     }
-    env_restore(&env);
+    test_env_restore(&env);
     int cl = 0, options = 0, other = 0, built = 0, heads = 0, softmax = 0;
     char first_other[256] = "";
     DIR *d = opendir(dir);
@@ -718,13 +695,13 @@ static void programs_are_dumped_one_pair_each(test_ctx *t) {
 
 /* A dump directory that cannot be written only warns. */
 static void unusable_dump_dir_warns(test_ctx *t) {
-    saved_env env = env_set("CLATTN_DUMP_PROGRAMS", "/nonexistent/clattn-dump");
+    test_saved_env env = test_env_set("CLATTN_DUMP_PROGRAMS", "/nonexistent/clattn-dump");
     clattn_cache_clear(NULL);
     warnings w = {0, ""};
     clattn_set_log_callback(collect_warning, &w);
     const bool ok = run_ops(t);
     clattn_set_log_callback(NULL, NULL);
-    env_restore(&env);
+    test_env_restore(&env);
     if (!ok) return;
     CHECK(t, clattn_last_error()[0] == '\0', "the dump left an error: %s", clattn_last_error());
     CHECK(t, w.count >= 2 && strstr(w.last, "CLATTN_DUMP_PROGRAMS"), "%d warnings, last \"%s\"",

@@ -130,16 +130,10 @@ static void facts_describe_the_device(test_ctx *t) {
     char opencl[32];
     snprintf(opencl, sizeof opencl, "opencl=%.3s ", version + strlen("OpenCL "));
     CHECK(t, strncmp(facts, opencl, strlen(opencl)) == 0, "\"%s\" for %s", facts, version);
-    const char *saved = getenv("CLATTN_MAX_LOCAL_MEMORY");
-    char *copy = saved ? strdup(saved) : NULL;
-    setenv("CLATTN_MAX_LOCAL_MEMORY", "4096", 1);
+    test_saved_env cap = test_env_set("CLATTN_MAX_LOCAL_MEMORY", "4096");
     char capped[8192];
     int status = clattn_device_facts(device, capped, sizeof capped);
-    if (copy)
-        setenv("CLATTN_MAX_LOCAL_MEMORY", copy, 1);
-    else
-        unsetenv("CLATTN_MAX_LOCAL_MEMORY");
-    free(copy);
+    test_env_restore(&cap);
     CHECK_OK(t, status);
     CHECK(t, strstr(capped, " local_memory=4096 "), "under a cap of 4096: %s", capped);
     char small[12];

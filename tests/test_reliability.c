@@ -267,16 +267,6 @@ static void a_clblast_failure_midway_leaks_nothing_and_the_queue_still_works(tes
 
 /* ---- the work-group cap ---- */
 
-/* Sets `name` back to `saved` (a copy of its value when the test began, or NULL for unset), which
- * it frees. */
-static void restore_env(const char *name, char *saved) {
-    if (saved)
-        setenv(name, saved, 1);
-    else
-        unsetenv(name);
-    free(saved);
-}
-
 static void the_work_group_cap_is_parsed_strictly(test_ctx *t) {
     (void)t;
     size_t cap = 0;
@@ -300,8 +290,6 @@ static void the_work_group_cap_is_parsed_strictly(test_ctx *t) {
  * under a cap of 3 the size every launch takes (clattn__kernel_max_group) is at most 3, and a
  * cap of 2 still gives right results. */
 static void the_work_group_cap_applies_to_every_launch(test_ctx *t) {
-    const char *saved = getenv("CLATTN_MAX_WORK_GROUP"); /* a CI lane sets one */
-    char *copy = saved ? strdup(saved) : NULL;
     qkv a;
     bool made = make_qkv(t, &a, 1, 3, 17, 40, 8, 14) && fill_out(t, &a);
     /* the composed path's scratch in a caller workspace, so that its first step (q k^T into
@@ -318,7 +306,7 @@ static void the_work_group_cap_applies_to_every_launch(test_ctx *t) {
     if (made) memset(pattern, 0x7e, bytes);
     made = made && test_write(t, ws.buffer, pattern, bytes);
     o.workspace = ws.buffer;
-    setenv("CLATTN_MAX_WORK_GROUP", "lots", 1);
+    test_saved_env cap = test_env_set("CLATTN_MAX_WORK_GROUP", "lots");
     cl_event event = NOT_AN_EVENT;
     int refused = made ? clattn_attention_ex(&a.q, &a.k, &a.v, 0.0f, NULL, &a.out, NULL, &o,
                                              clattn_env_queue(t->env), 0, NULL, &event)
@@ -342,7 +330,7 @@ static void the_work_group_cap_applies_to_every_launch(test_ctx *t) {
     causal.causal = 1;
     int capped = made ? attend(t, &a, CLATTN_PATH_FUSED, &causal, &event) : -1;
     bool right = capped == CLATTN_SUCCESS && attention_matches(t, &a, 1);
-    restore_env("CLATTN_MAX_WORK_GROUP", copy);
+    test_env_restore(&cap);
     free_qkv(&a);
     CHECK(t, made, "setup failed");
     CHECK(t, refused == CLATTN_ERR_INVALID_ARGUMENT && refused_event == NULL,
@@ -360,8 +348,6 @@ static void the_work_group_cap_applies_to_every_launch(test_ctx *t) {
  * enqueues), and the tiles variant under a cap of 2 KiB takes key tiles that fit half of it
  * (2 rows of K and V for D = 40) and still gets the right result. */
 static void the_local_memory_cap_shapes_the_plan(test_ctx *t) {
-    const char *saved = getenv("CLATTN_MAX_LOCAL_MEMORY"); /* a CI lane sets one */
-    char *copy = saved ? strdup(saved) : NULL;
     cl_device_id device = clattn_env_device(t->env);
     qkv a;
     bool made = make_qkv(t, &a, 1, 2, 19, 45, 40, 15) && fill_out(t, &a);
@@ -369,7 +355,7 @@ static void the_local_memory_cap_shapes_the_plan(test_ctx *t) {
     memset(&causal, 0, sizeof causal);
     causal.causal = 1;
     cl_event event = NOT_AN_EVENT;
-    setenv("CLATTN_MAX_LOCAL_MEMORY", "2k", 1);
+    test_saved_env cap = test_env_set("CLATTN_MAX_LOCAL_MEMORY", "2k");
     int refused = made ? attend(t, &a, CLATTN_PATH_FUSED, &causal, &event) : -1;
     cl_event refused_event = event;
     bool untouched = made && out_untouched(t, &a);
@@ -380,7 +366,7 @@ static void the_local_memory_cap_shapes_the_plan(test_ctx *t) {
         capped = attend(t, &a, CLATTN_PATH_FUSED, &causal, &event);
     clattn_tuning_override("attention", NULL);
     bool right = capped == CLATTN_SUCCESS && attention_matches(t, &a, 1);
-    restore_env("CLATTN_MAX_LOCAL_MEMORY", copy);
+    test_env_restore(&cap);
     free_qkv(&a);
     CHECK(t, made, "setup failed");
     CHECK(t, refused == CLATTN_ERR_INVALID_ARGUMENT && refused_event == NULL,

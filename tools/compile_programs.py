@@ -110,15 +110,21 @@ def build(folder, stem, options, target):
     return stem, target, ok, text, resources
 
 
-def kernels_of(folder, stem, results):
-    """The kernels the program holds: those AMD's compiler reported (the source text also has
-    kernels its build options leave out), else every __kernel of the text."""
-    emitted = {name for s, t, ok, _, resources in results
-               if s == stem and ok and TARGETS[t][0] == "amdgcn" for name in resources}
-    if emitted:
-        return sorted(emitted)
-    with open(os.path.join(folder, stem + ".cl")) as f:
-        return KERNEL.findall(f.read())
+def kernels_of(folder, results):
+    """{stem: the kernels its program holds}: those AMD's compiler reported (the source text also
+    has kernels its build options leave out), else every __kernel of the text."""
+    emitted = collections.defaultdict(set)
+    for stem, target, ok, _, resources in results:
+        if ok and TARGETS[target][0] == "amdgcn":
+            emitted[stem].update(resources)
+    held = {}
+    for stem in {r[0] for r in results}:
+        if emitted[stem]:
+            held[stem] = sorted(emitted[stem])
+        else:
+            with open(os.path.join(folder, stem + ".cl")) as f:
+                held[stem] = KERNEL.findall(f.read())
+    return held
 
 
 WORST = {"SGPRs": max, "VGPRs": max, "ScratchSize": max, "Occupancy": min, "Spill": max,
@@ -129,10 +135,11 @@ def table(results, folder, targets):
     """Markdown rows: kernel, then per target its worst case over the programs built."""
     worst = collections.defaultdict(dict)  # (kernel, target) -> measure -> value
     seen = collections.Counter()
+    held = kernels_of(folder, results)
     for stem, target, ok, _, resources in results:
         if not ok:
             continue
-        names = kernels_of(folder, stem, results)
+        names = held[stem]
         if target == targets[0]:
             seen.update(names)
         for name in names:
@@ -201,10 +208,11 @@ def main():
                 failures += 1
                 print(f"FAIL {stem} for {target}:")
                 print("\n".join(line for line in text.splitlines() if ERROR.search(line))[:3000])
-    print(table(results, args.folder, targets))
+    resources = table(results, args.folder, targets)
+    print(resources)
     if args.table:
         with open(args.table, "w") as f:
-            f.write(table(results, args.folder, targets) + "\n")
+            f.write(resources + "\n")
     for t in targets:
         built = sum(1 for _, target, ok, _, _ in results if target == t and ok)
         print(f"target {t}: {built} of {len(chosen)} programs built")
