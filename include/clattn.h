@@ -441,6 +441,52 @@ CLATTN_API int clattn_attention_workspace_size(const clattn_tensor *q, const cla
                                                cl_command_queue queue, size_t *bytes);
 
 /* ---------------------------------------------------------------------------------------------
+ * Attention backward (cl/attention_backward.cl, src/ops/attention_backward.c)
+ * ------------------------------------------------------------------------------------------- */
+
+/* Options of clattn_attention_backward; NULL means all-zero. */
+typedef struct clattn_attention_backward_options {
+    /* optional output: the gradient of mask->bias, in the bias's own shape (the dims it
+     * broadcasts over summed, as PyTorch's autograd sums them), any float dtype and strides.
+     * The keep mask, the lengths, the window and the ALiBi slopes have no gradient. */
+    const clattn_tensor *dbias;
+    /* optional scratch of at least clattn_attention_backward_workspace_size bytes, as for
+     * clattn_attention_options */
+    cl_mem workspace;
+} clattn_attention_backward_options;
+
+/* The gradients of out = clattn_attention(q, k, v, scale, mask) given dout, the loss's gradient
+ * in out: dq, dk, dv (and dbias), with the forward's q, k, v, out, scale and mask and the lse it
+ * returned. The scores are recomputed tile by tile from q, k and lse, never stored.
+ *   q, k, v, out  as the forward had them; dout [B,Hq,Sq,Dv]; any float dtype and strides
+ *   lse           {1,B,Hq,Sq} f32: the forward's log-sum-exp
+ *   dq, dk, dv    outputs in the shapes of q, k, v, any float dtype and strides; with GQA/MQA a
+ *                 kv head's gradient sums over its query heads
+ * A query row whose lse is -inf (it saw no key) or NaN adds nothing to any gradient and gets
+ * dq 0; a key no query sees gets dk and dv 0. Invisible positions (masked, past the lengths)
+ * never reach a gradient, whatever q, k, v, dout or the bias hold there. No atomics: two runs
+ * give the same bits. Scratch: 8 bytes per query row plus K and V as f32 tiles.
+ * Statuses: those of clattn_attention_ex, plus CLATTN_ERR_INVALID_ARGUMENT for dbias without a
+ * bias, CLATTN_ERR_SHAPE_MISMATCH for a gradient or lse of another shape, CLATTN_ERR_ALIASING
+ * for an output that overlaps any other tensor of the call. */
+CLATTN_API int
+clattn_attention_backward(const clattn_tensor *q, const clattn_tensor *k, const clattn_tensor *v,
+                          const clattn_tensor *out, const clattn_tensor *dout,
+                          const clattn_tensor *lse, float scale, const clattn_mask *mask,
+                          const clattn_tensor *dq, const clattn_tensor *dk, const clattn_tensor *dv,
+                          const clattn_attention_backward_options *options, cl_command_queue queue,
+                          cl_uint num_wait, const cl_event *wait_list, cl_event *event);
+
+/* The bytes of scratch the same clattn_attention_backward call needs, after the same
+ * validation. */
+CLATTN_API int clattn_attention_backward_workspace_size(
+    const clattn_tensor *q, const clattn_tensor *k, const clattn_tensor *v,
+    const clattn_tensor *out, const clattn_tensor *dout, const clattn_tensor *lse,
+    const clattn_mask *mask, const clattn_tensor *dq, const clattn_tensor *dk,
+    const clattn_tensor *dv, const clattn_attention_backward_options *options,
+    cl_command_queue queue, size_t *bytes);
+
+/* ---------------------------------------------------------------------------------------------
  * Linear attention (cl/linear_attention.cl, src/ops/linear_attention.c)
  *
  * Katharopoulos et al. (2020), with a feature map phi applied to every row of q and k:

@@ -5,6 +5,8 @@
 #include "harness.h"
 #include "ref.h"
 
+#include <stdio.h>
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,10 +182,406 @@ static void linear_reference_matches_finite_differences(test_ctx *t) {
         }
 }
 
+/* ---- the kernels (src/ops/attention_backward.c) against the float64 reference ---- */
+
+enum { BIAS_NONE, BIAS_FULL, BIAS_HEADS, BIAS_KEYS }; /* [B,Hq,Sq,Sk], [1,Hq,Sq,Sk], [B,1,1,Sk] */
+
+typedef struct bw_spec {
+    int64_t B, Hq, Hkv, Sq, Sk, D, Dv;
+    clattn_dtype dt;
+    float scale;                              /* 0: 1/sqrt(D) */
+    int causal, bottom_right, window, layout; /* layout: test_upload_bhsd's bshd */
+    int64_t left, right, global_stride;
+    const int32_t *klen, *qlen;
+    int keep; /* a [B,1,Sq,Sk] keep mask that hides about a fifth of the scores */
+    int bias; /* BIAS_* */
+    int alibi;
+    float softcap;
+    uint64_t seed;
+} bw_spec;
+
+/* One case's host data and device tensors. */
+typedef struct bw_case {
+    bw_spec s;
+    float *q, *k, *v, *dout, *bias_f; /* dense host values */
+    double *bias;                     /* the same bias, for the reference */
+    uint8_t *keep;
+    double alibi[16];
+    ref_mask rm;
+    clattn_mask mask;
+    clattn_tensor klen_t, qlen_t, keep_t, bias_t, alibi_t;
+    int64_t bias_shape[4];
+} bw_case;
+
+/* The gradients of one run, dense f32 (dbias in the bias's shape). */
+typedef struct bw_grads {
+    float *dq, *dk, *dv, *dbias;
+} bw_grads;
+
+static size_t count4(const int64_t n[4]) {
+    return (size_t)(n[0] * n[1] * n[2] * n[3]);
+}
+
+static cl_mem upload(test_ctx *t, const void *host, size_t bytes) {
+    cl_mem m = test_buffer(t, bytes);
+    if (m && !test_write(t, m, host, bytes)) return NULL;
+    return m;
+}
+
+static void bias_shape(const bw_spec *s, int64_t n[4]) {
+    const int64_t full[4] = {s->B, s->Hq, s->Sq, s->Sk};
+    for (int i = 0; i < 4; ++i) n[i] = full[i];
+    if (s->bias == BIAS_HEADS) n[0] = 1;
+    if (s->bias == BIAS_KEYS) n[1] = n[2] = 1;
+}
+
+/* The mask's tensors on the device and in the reference's form. */
+static bool prepare_mask(test_ctx *t, bw_case *c, uint64_t *rng) {
+    const bw_spec *s = &c->s;
+    c->rm = (ref_mask){.causal = s->causal,
+                       .bottom_right = s->bottom_right,
+                       .window = s->window,
+                       .left = s->left,
+                       .right = s->right,
+                       .global_stride = s->global_stride,
+                       .softcap = s->softcap,
+                       .key_lengths = s->klen,
+                       .query_lengths = s->qlen};
+    c->mask =
+        (clattn_mask){.causal = s->causal,
+                      .align = s->bottom_right ? CLATTN_ALIGN_BOTTOM_RIGHT : CLATTN_ALIGN_TOP_LEFT,
+                      .window = s->window,
+                      .window_left = s->left,
+                      .window_right = s->right,
+                      .global_stride = s->global_stride,
+                      .softcap = s->softcap};
+    bool ok = true;
+    if (s->klen) {
+        c->klen_t =
+            clattn_tensor_4d(upload(t, s->klen, 4 * (size_t)s->B), CLATTN_I32, 1, 1, 1, s->B);
+        c->mask.key_lengths = &c->klen_t;
+        ok = ok && c->klen_t.buffer;
+    }
+    if (s->qlen) {
+        c->qlen_t =
+            clattn_tensor_4d(upload(t, s->qlen, 4 * (size_t)s->B), CLATTN_I32, 1, 1, 1, s->B);
+        c->mask.query_lengths = &c->qlen_t;
+        ok = ok && c->qlen_t.buffer;
+    }
+    if (s->keep) {
+        const size_t n = (size_t)(s->B * s->Sq * s->Sk);
+        c->keep = malloc(n);
+        for (size_t i = 0; c->keep && i < n; ++i) c->keep[i] = test_rand_u64(rng) % 5 != 0;
+        c->keep_t = clattn_tensor_4d(c->keep ? upload(t, c->keep, n) : NULL, CLATTN_U8, s->B, 1,
+                                     s->Sq, s->Sk);
+        c->keep_t.strides[1] = 0;
+        c->rm.keep = c->keep;
+        memcpy(c->rm.keep_strides, c->keep_t.strides, sizeof c->rm.keep_strides);
+        c->mask.keep = &c->keep_t;
+        ok = ok && c->keep_t.buffer;
+    }
+    if (s->bias != BIAS_NONE) {
+        bias_shape(s, c->bias_shape);
+        const size_t n = count4(c->bias_shape);
+        c->bias = malloc(n * sizeof(double));
+        c->bias_f = malloc(n * sizeof(float));
+        if (c->bias && c->bias_f) test_fill_exact(c->bias_f, n, s->dt, rng);
+        for (size_t i = 0; c->bias && c->bias_f && i < n; ++i) c->bias[i] = c->bias_f[i];
+        c->bias_t = clattn_tensor_4d(NULL, s->dt, c->bias_shape[0], c->bias_shape[1],
+                                     c->bias_shape[2], c->bias_shape[3]);
+        void *stored = malloc(n * 4);
+        for (size_t i = 0; stored && c->bias_f && i < n; ++i)
+            ref_store(stored, s->dt, i, c->bias_f[i]);
+        c->bias_t.buffer = stored ? upload(t, stored, n * clattn_dtype_size(s->dt)) : NULL;
+        free(stored);
+        c->rm.bias = c->bias;
+        for (int i = 0; i < 4; ++i)
+            c->rm.bias_strides[i] = c->bias_shape[i] == 1 ? 0 : c->bias_t.strides[i];
+        c->mask.bias = &c->bias_t;
+        ok = ok && c->bias_t.buffer;
+    }
+    if (s->alibi) {
+        float slopes[16];
+        for (int64_t h = 0; h < s->Hq; ++h) c->alibi[h] = slopes[h] = 1.0f / (float)(2 << h);
+        c->alibi_t =
+            clattn_tensor_4d(upload(t, slopes, 4 * (size_t)s->Hq), CLATTN_F32, 1, 1, 1, s->Hq);
+        c->rm.alibi = c->alibi;
+        c->mask.alibi_slopes = &c->alibi_t;
+        ok = ok && c->alibi_t.buffer;
+    }
+    return ok;
+}
+
+static bool prepare_case(test_ctx *t, const bw_spec *s, bw_case *c) {
+    memset(c, 0, sizeof *c);
+    c->s = *s;
+    uint64_t rng = s->seed * 31 + 11;
+    const size_t nq = (size_t)(s->B * s->Hq * s->Sq * s->D),
+                 nk = (size_t)(s->B * s->Hkv * s->Sk * s->D);
+    const size_t nv = (size_t)(s->B * s->Hkv * s->Sk * s->Dv),
+                 no = (size_t)(s->B * s->Hq * s->Sq * s->Dv);
+    c->q = malloc(nq * 4), c->k = malloc(nk * 4), c->v = malloc(nv * 4), c->dout = malloc(no * 4);
+    if (!c->q || !c->k || !c->v || !c->dout) return false;
+    test_fill_exact(c->q, nq, s->dt, &rng);
+    test_fill_exact(c->k, nk, s->dt, &rng);
+    test_fill_exact(c->v, nv, s->dt, &rng);
+    test_fill_exact(c->dout, no, s->dt, &rng);
+    return prepare_mask(t, c, &rng);
+}
+
+static void free_case(bw_case *c) {
+    clattn_tensor *ts[5] = {&c->klen_t, &c->qlen_t, &c->keep_t, &c->bias_t, &c->alibi_t};
+    for (int i = 0; i < 5; ++i)
+        if (ts[i]->buffer) clReleaseMemObject(ts[i]->buffer);
+    free(c->q), free(c->k), free(c->v), free(c->dout), free(c->bias_f), free(c->bias),
+        free(c->keep);
+}
+
+static void free_grads(bw_grads *g) {
+    free(g->dq), free(g->dk), free(g->dv), free(g->dbias);
+    memset(g, 0, sizeof *g);
+}
+
+/* A view's elements, dense in its logical [n0,n1,n2,n3] order, as f32. */
+static float *download(test_ctx *t, const clattn_tensor *view) {
+    const size_t n = count4(view->shape);
+    void *raw = malloc(n * 4);
+    float *dense = malloc(n * 4);
+    bool ok = raw && dense && test_read(t, view->buffer, raw, n * clattn_dtype_size(view->dtype));
+    size_t at = 0;
+    for (int64_t a = 0; ok && a < view->shape[0]; ++a)
+        for (int64_t b = 0; b < view->shape[1]; ++b)
+            for (int64_t c = 0; c < view->shape[2]; ++c)
+                for (int64_t d = 0; d < view->shape[3]; ++d)
+                    dense[at++] = ref_load(raw, view->dtype,
+                                           (uint64_t)(a * view->strides[0] + b * view->strides[1] +
+                                                      c * view->strides[2] + d * view->strides[3]));
+    free(raw);
+    if (!ok) free(dense);
+    return ok ? dense : NULL;
+}
+
+/* A [B,H,S,D] output of dtype dt in the case's layout, every element NaN (so that an element
+ * the op does not write shows). */
+static clattn_tensor nan_output(test_ctx *t, const bw_spec *s, int64_t H, int64_t S, int64_t D) {
+    const size_t n = (size_t)(s->B * H * S * D);
+    float *nan = malloc(n * 4);
+    for (size_t i = 0; nan && i < n; ++i) nan[i] = NAN;
+    clattn_tensor v = nan ? test_upload_bhsd(t, nan, s->B, H, S, D, s->dt, s->layout)
+                          : clattn_tensor_4d(NULL, s->dt, s->B, H, S, D);
+    free(nan);
+    return v;
+}
+
+/* The forward (out in the case's dtype, lse in f32), then the backward into NaN-filled outputs;
+ * the gradients come back dense. `options` may carry a workspace; its dbias is the case's. */
+static int run_backward(test_ctx *t, const bw_case *c, clattn_attention_backward_options *options,
+                        bw_grads *g) {
+    const bw_spec *s = &c->s;
+    memset(g, 0, sizeof *g);
+    clattn_tensor q = test_upload_bhsd(t, c->q, s->B, s->Hq, s->Sq, s->D, s->dt, s->layout);
+    clattn_tensor k = test_upload_bhsd(t, c->k, s->B, s->Hkv, s->Sk, s->D, s->dt, s->layout);
+    clattn_tensor v = test_upload_bhsd(t, c->v, s->B, s->Hkv, s->Sk, s->Dv, s->dt, s->layout);
+    clattn_tensor dout = test_upload_bhsd(t, c->dout, s->B, s->Hq, s->Sq, s->Dv, s->dt, s->layout);
+    clattn_tensor out = nan_output(t, s, s->Hq, s->Sq, s->Dv);
+    clattn_tensor lse = clattn_tensor_4d(test_buffer(t, 4 * (size_t)(s->B * s->Hq * s->Sq)),
+                                         CLATTN_F32, 1, s->B, s->Hq, s->Sq);
+    clattn_tensor dq = nan_output(t, s, s->Hq, s->Sq, s->D);
+    clattn_tensor dk = nan_output(t, s, s->Hkv, s->Sk, s->D);
+    clattn_tensor dv = nan_output(t, s, s->Hkv, s->Sk, s->Dv);
+    clattn_tensor db = c->bias_t;
+    if (s->bias != BIAS_NONE) {
+        const size_t n = count4(c->bias_shape);
+        float *nan = malloc(n * 4);
+        for (size_t i = 0; nan && i < n; ++i) nan[i] = NAN;
+        db = clattn_tensor_4d(nan ? upload(t, nan, n * 4) : NULL, CLATTN_F32, c->bias_shape[0],
+                              c->bias_shape[1], c->bias_shape[2], c->bias_shape[3]);
+        free(nan);
+    }
+    clattn_attention_backward_options plain = {0};
+    if (!options) options = &plain;
+    options->dbias = s->bias != BIAS_NONE ? &db : NULL;
+    clattn_tensor *all[10] = {&q, &k, &v, &dout, &out, &lse, &dq, &dk, &dv, &db};
+    int status = CLATTN_ERR_OUT_OF_HOST_MEMORY;
+    bool ok = true;
+    for (int i = 0; i < 10; ++i) ok = ok && (all[i]->buffer || (i == 9 && !options->dbias));
+    cl_command_queue queue = clattn_env_queue(t->env);
+    if (ok)
+        status = clattn_attention(&q, &k, &v, s->scale, &c->mask, &out, &lse, queue, 0, NULL, NULL);
+    if (status == CLATTN_SUCCESS)
+        status = clattn_attention_backward(&q, &k, &v, &out, &dout, &lse, s->scale, &c->mask, &dq,
+                                           &dk, &dv, options, queue, 0, NULL, NULL);
+    if (status == CLATTN_SUCCESS) {
+        g->dq = download(t, &dq), g->dk = download(t, &dk), g->dv = download(t, &dv);
+        if (options->dbias) g->dbias = download(t, &db);
+    }
+    for (int i = 0; i < 10; ++i)
+        if (all[i]->buffer && (i < 9 || options->dbias)) clReleaseMemObject(all[i]->buffer);
+    options->dbias = NULL;
+    return status;
+}
+
+/* got against want over n elements: |got - want| <= tol * (1 + |want| + the largest |want|).
+ * The inputs lie in [-2, 2], so the terms of every sum are of order 1: the 1 covers gradients
+ * that cancel to 0 (one visible key: dS = P (dP - D) is 0 up to the rounding of dP and D). */
+static void check_close(test_ctx *t, const char *what, const char *name, const float *got,
+                        const double *want, size_t n, double tol) {
+    double largest = 0;
+    for (size_t i = 0; i < n; ++i) largest = fmax(largest, fabs(want[i]));
+    for (size_t i = 0; i < n; ++i)
+        if (!(fabs(got[i] - want[i]) <= tol * (1 + fabs(want[i]) + largest))) {
+            test_fail_at(t, __FILE__, __LINE__, "%s: %s[%zu] = %.9g, expected %.9g (largest %.3g)",
+                         what, name, i, got[i], want[i], largest);
+            return;
+        }
+}
+
+static void check_against_reference(test_ctx *t, const bw_case *c, const bw_grads *g,
+                                    const char *what) {
+    const bw_spec *s = &c->s;
+    const size_t nq = (size_t)(s->B * s->Hq * s->Sq * s->D),
+                 nk = (size_t)(s->B * s->Hkv * s->Sk * s->D);
+    const size_t nv = (size_t)(s->B * s->Hkv * s->Sk * s->Dv);
+    const size_t nb = s->bias != BIAS_NONE ? count4(c->bias_shape) : 0;
+    double *dq = malloc(nq * 8), *dk = malloc(nk * 8), *dv = malloc(nv * 8);
+    double *db = calloc(nb + 1, 8);
+    const double scale = s->scale != 0.0f ? s->scale : 1.0 / sqrt((double)s->D);
+    bool ok = dq && dk && dv && db &&
+              ref_attention_backward(c->q, c->k, c->v, c->dout, s->B, s->Hq, s->Hkv, s->Sq, s->Sk,
+                                     s->D, s->Dv, scale, &c->rm, dq, dk, dv, nb ? db : NULL);
+    /* f32: rounding of sums over the keys; 16-bit: of out and the gradients' storage */
+    const double tol = s->dt == CLATTN_F32 ? 2e-5 : s->dt == CLATTN_F16 ? 4e-3 : 3e-2;
+    if (!ok) test_fail_at(t, __FILE__, __LINE__, "%s: out of host memory", what);
+    if (ok) check_close(t, what, "dq", g->dq, dq, nq, tol);
+    if (ok && !t->failed) check_close(t, what, "dk", g->dk, dk, nk, tol);
+    if (ok && !t->failed) check_close(t, what, "dv", g->dv, dv, nv, tol);
+    if (ok && !t->failed && nb) check_close(t, what, "dbias", g->dbias, db, nb, tol);
+    free(dq), free(dk), free(dv), free(db);
+}
+
+static void check_spec(test_ctx *t, const bw_spec *s, const char *what) {
+    if (t->failed) return;
+    bw_case c;
+    bw_grads g = {0};
+    if (!prepare_case(t, s, &c)) {
+        test_fail_at(t, __FILE__, __LINE__, "%s: could not prepare the case", what);
+    } else {
+        const int status = run_backward(t, &c, NULL, &g);
+        if (status != CLATTN_SUCCESS)
+            test_fail_at(t, __FILE__, __LINE__, "%s: %s: %s", what, clattn_status_name(status),
+                         clattn_last_error());
+        else
+            check_against_reference(t, &c, &g, what);
+    }
+    free_grads(&g);
+    free_case(&c);
+}
+
+static bw_spec spec(int64_t B, int64_t Hq, int64_t Hkv, int64_t Sq, int64_t Sk, int64_t D) {
+    bw_spec s;
+    memset(&s, 0, sizeof s);
+    s.B = B, s.Hq = Hq, s.Hkv = Hkv, s.Sq = Sq, s.Sk = Sk, s.D = s.Dv = D;
+    s.dt = CLATTN_F32;
+    s.seed = (uint64_t)(B * 7 + Hq * 11 + Sq * 13 + Sk * 17 + D);
+    return s;
+}
+
+static void gradients_of_shapes(test_ctx *t) {
+    static const int64_t shapes[][3] = {
+        {1, 1, 16}, {7, 7, 16}, {33, 9, 40}, {9, 33, 64}, {17, 20, 17}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i) {
+        bw_spec s = spec(1, 2, 2, shapes[i][0], shapes[i][1], shapes[i][2]);
+        char what[64];
+        snprintf(what, sizeof what, "Sq=%lld Sk=%lld D=%lld", (long long)s.Sq, (long long)s.Sk,
+                 (long long)s.D);
+        check_spec(t, &s, what);
+    }
+    bw_spec s = spec(2, 2, 1, 6, 11, 32);
+    s.Dv = 24;
+    check_spec(t, &s, "Dv != D");
+    if (test_large_shapes(t)) {
+        s = spec(1, 1, 1, 5, 37, 256);
+        s.Dv = 128;
+        check_spec(t, &s, "D=256 Dv=128");
+    }
+}
+
+static void gradients_of_gqa_and_mqa(test_ctx *t) {
+    static const int64_t ratios[][2] = {{4, 2}, {4, 1}};
+    for (size_t i = 0; i < 2; ++i) {
+        bw_spec s = spec(2, ratios[i][0], ratios[i][1], 7, 13, 16);
+        s.causal = (int)i;
+        check_spec(t, &s, i ? "MQA, causal" : "GQA");
+    }
+}
+
+static void gradients_of_masks(test_ctx *t) {
+    static const int32_t klen[2] = {21, 0}, qlen[2] = {5, 9};
+    bw_spec s = spec(2, 2, 1, 9, 21, 16);
+    s.causal = 1;
+    check_spec(t, &s, "causal");
+    s.bottom_right = 1, s.Sq = 5;
+    check_spec(t, &s, "causal bottom-right (KV cache)");
+    s.Sq = 30;
+    check_spec(t, &s, "causal bottom-right, Sq > Sk");
+    s = spec(2, 2, 2, 9, 21, 16);
+    s.klen = klen, s.qlen = qlen, s.bottom_right = 1, s.causal = 1;
+    check_spec(t, &s, "key and query lengths (0: empty rows)");
+    s = spec(2, 2, 2, 9, 21, 16);
+    s.window = 1, s.left = 2, s.right = 1, s.global_stride = 5, s.alibi = 1, s.softcap = 4.0f;
+    s.scale = 0.5f;
+    check_spec(t, &s, "window + global + alibi + softcap");
+    s = spec(2, 2, 1, 9, 21, 16);
+    s.keep = 1;
+    check_spec(t, &s, "keep mask");
+}
+
+static void gradients_of_biases(test_ctx *t) {
+    static const char *const names[] = {"", "dense bias", "per-head bias", "key-padding bias"};
+    for (int bias = BIAS_FULL; bias <= BIAS_KEYS; ++bias) {
+        bw_spec s = spec(2, 2, 1, 7, 19, 16);
+        s.bias = bias, s.causal = bias == BIAS_HEADS, s.keep = bias == BIAS_KEYS;
+        check_spec(t, &s, names[bias]);
+    }
+}
+
+static void gradients_of_storage_and_layouts(test_ctx *t) {
+    static const clattn_dtype dtypes[] = {CLATTN_F16, CLATTN_BF16};
+    for (int i = 0; i < 2; ++i) {
+        bw_spec s = spec(1, 2, 2, 9, 21, 32);
+        s.dt = dtypes[i], s.causal = 1;
+        check_spec(t, &s, clattn_dtype_name(dtypes[i]));
+    }
+    for (int layout = 1; layout <= 2; ++layout) {
+        bw_spec s = spec(2, 2, 1, 9, 21, 16);
+        s.layout = layout, s.bias = BIAS_HEADS;
+        check_spec(t, &s, layout == 1 ? "[B,S,H,D] storage" : "[B,H,D,S] storage");
+    }
+}
+
+/* Other key tiles and query blocks than the device's row: the lanes of 4 and 8, 1 (scalar code,
+ * which odd head dims take), 3 queries a work-item. */
+static void gradients_of_other_launches(test_ctx *t) {
+    static const char *const rows[] = {"LANES=4,BM=3", "LANES=8,BM=1", "LANES=1,BM=2"};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0] && !t->failed; ++i) {
+        CHECK_OK(t, clattn_tuning_override("attention", rows[i]));
+        bw_spec s = spec(2, 2, 1, 11, 23, 16);
+        s.causal = 1, s.bottom_right = 1, s.keep = 1;
+        check_spec(t, &s, rows[i]);
+    }
+    clattn_tuning_override("attention", NULL);
+}
+
 static const test_case cases[] = {
     {"reference_matches_finite_differences", reference_matches_finite_differences,
      TAG_HOST | TAG_SMOKE},
     {"linear_reference_matches_finite_differences", linear_reference_matches_finite_differences,
      TAG_HOST | TAG_SMOKE},
+    {"gradients_of_shapes", gradients_of_shapes, TAG_SMOKE},
+    {"gradients_of_gqa_and_mqa", gradients_of_gqa_and_mqa},
+    {"gradients_of_masks", gradients_of_masks, TAG_SMOKE},
+    {"gradients_of_biases", gradients_of_biases, TAG_SMOKE},
+    {"gradients_of_storage_and_layouts", gradients_of_storage_and_layouts},
+    {"gradients_of_other_launches", gradients_of_other_launches},
 };
 SUITE(attention_backward_suite, "attention_backward", cases);

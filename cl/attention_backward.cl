@@ -1,0 +1,392 @@
+/*
+ * The gradients of fused attention (cl/attention.cl), never storing the Sq x Sk scores. Given
+ * dO (the loss's gradient in out), the forward's out and its log-sum-exp, with
+ * P_ij = exp(s_ij - lse_i) over the visible keys (cl/mask.cl's s, from x_ij = q_i . k_j):
+ *
+ *   dV_j = sum_i P_ij dO_i      dP_ij = dO_i . V_j      dS_ij = P_ij (dP_ij - D_i)
+ *   D_i  = dO_i . O_i           dQ_i = sum_j c_ij dS_ij K_j      dK_j = sum_i c_ij dS_ij Q_i
+ *   dbias_ij = dS_ij (summed over the bias's broadcast dims)
+ *
+ * c_ij = ds/dx = scale, times 1 - tanh^2(scale x_ij / softcap) under a softcap. Query head h
+ * reads kv head h / (Hq / Hkv); a kv head's gradients sum over its query heads.
+ *
+ *   backward_rows     a work-item per query row: D_i and the row's lse into `stats`. A row whose
+ *                     lse is not finite (no visible key: -inf; a NaN score: NaN) is dead: it
+ *                     adds nothing to any gradient and gets dq 0, and its q, dO and out are
+ *                     never read.
+ *   backward_pack     K and V in tiles of VEC keys, d-major (tile[d][lane], as attention.cl's
+ *                     pack), 0 past the batch's key length.
+ *   backward_keys     a work-item per tile of VEC keys of one (batch, kv head), the keys along
+ *                     the vector lanes: dK and dV are HEAD_DIM + VALUE_DIM vectors of VEC keys.
+ *                     It walks the query heads of its group and their queries BM at a time;
+ *                     each score, dP, dV and dK update is a full-width vector FMA that
+ *                     broadcasts one element of q or dO, and no sum is horizontal. No atomics:
+ *                     every gradient element has one writer and a fixed summation order.
+ *   backward_queries  a work-item per BM queries of one (batch, query head): a tile's scores
+ *                     and dP as vectors of VEC keys (as above), then dQ += dS K along the head
+ *                     dim, K row by row.
+ *   backward_bias     (HAS_DBIAS) a work-item per element of dbias: dS recomputed over the
+ *                     bias's broadcast dims and summed.
+ *
+ * Invisible positions never reach a gradient: a masked score gives P = 0 and dS is selected 0
+ * where P is not positive, the packed K and V are 0 past the key lengths, and dQ skips the K
+ * rows of zero weights in a tile some row cannot see all of.
+ *
+ * Build options: Q_T, K_T, V_T, O_T (out), DO_T (dout), DQ_T, DK_T, DV_T, DB_T (dbias),
+ * HEAD_DIM, VALUE_DIM, VEC (keys a tile, and head-dim lanes: it divides both head dims), BM,
+ * HAS_DBIAS, IDX and the mask's.
+ */
+#ifndef CLATTN_COMMON_CL
+#include "common.cl"
+#endif
+#ifndef CLATTN_MASK_CL
+#include "mask.cl"
+#endif
+
+#ifndef BM
+#define BM 4
+#endif
+#ifndef DO_T
+#define DO_T f32
+#endif
+#ifndef DQ_T
+#define DQ_T f32
+#endif
+#ifndef DK_T
+#define DK_T f32
+#endif
+#ifndef DV_T
+#define DV_T f32
+#endif
+#ifndef DB_T
+#define DB_T f32
+#endif
+#ifndef HAS_DBIAS
+#define HAS_DBIAS 0
+#endif
+#ifndef CLATTN_ROWS_CL
+#include "rows.cl"
+#endif
+
+#define OUT_PARAMS(T, name)                                                                        \
+    __global CAT(storage_, T) * name, IDX name##_off, IDX name##_s0, IDX name##_s1, IDX name##_s2, \
+        IDX name##_s3
+
+/* A tile of VEC keys as one value (a float when VEC is 1). */
+#if VEC > 1
+typedef floatV keys_t;
+#define LOAD_KEYS(i, p)     CAT(vload, VEC)(i, p)
+#define STORE_KEYS(v, i, p) CAT(vstore, VEC)(v, i, p)
+#define ALL_KEYS(c)         all(c)
+#else
+typedef float keys_t;
+#define LOAD_KEYS(i, p)     ((p)[i])
+#define STORE_KEYS(v, i, p) ((p)[i] = (v))
+#define ALL_KEYS(c)         (c)
+#endif
+
+/* Floats of one packed tile of K (HEAD_DIM x VEC) and of V. */
+#define K_TILE (HEAD_DIM * VEC)
+#define V_TILE (VALUE_DIM * VEC)
+
+/* The masked scores of keys j0 .. j0 + VEC - 1 for one query row, from their raw dots x. A tile
+ * that ends past Sk is masked key by key, so that no mask tensor is read past its end. */
+inline keys_t tile_mask(const mask_params *p, const mask_row *r, int j0, int Sk, keys_t x) {
+#if VEC > 1
+    if (j0 + VEC <= Sk) return mask_score_vec(p, r, j0, x);
+#endif
+    float lanes[VEC];
+    STORE_KEYS(x, 0, lanes);
+    for (int e = 0; e < VEC; ++e)
+        lanes[e] = j0 + e < Sk ? mask_score(p, r, j0 + e, lanes[e]) : -INFINITY;
+    return LOAD_KEYS(0, lanes);
+}
+
+/* ds/dx at raw dots x: the scale, times the softcap's tanh slope. */
+inline keys_t score_slope(const mask_params *p, keys_t x) {
+#if HAS_SOFTCAP
+    const keys_t u = tanh(p->scale * x / p->softcap);
+    return p->scale * (1.0f - u * u);
+#else
+    return (keys_t)p->scale;
+#endif
+}
+
+/* dS times ds/dx for one row against a tile: 0 wherever P is not positive (masked, underflowed),
+ * so that nothing an invisible position holds reaches a gradient. */
+inline keys_t tile_grad(const mask_params *p, keys_t x, keys_t pr, keys_t dp, float delta) {
+    const keys_t ds = pr * (dp - delta) * score_slope(p, x);
+    return select((keys_t)0.0f, ds, pr > (keys_t)0.0f);
+}
+
+/* The row's stats: lse (-inf when dead) and D_i. */
+#define ROW_STATS(b, h, i) (stats + 2 * (((IDX)(b)*Hq + (IDX)(h)) * (IDX)Sq + (IDX)(i)))
+
+/* Loads query row i of q and dO as floats into qs[t] and dos[t] when the row is live, else
+ * zeros (a dead row's data is never read). */
+#define LOAD_QUERY_ROWS(t, i, live)                                                                \
+    do {                                                                                           \
+        for (int d = 0; d < HEAD_DIM; ++d)                                                         \
+            qs[t][d] = (live) ? CAT(load_, Q_T)(q, AT(q, b, h, i, d)) : 0.0f;                      \
+        for (int e = 0; e < VALUE_DIM; ++e)                                                        \
+            dos[t][e] = (live) ? CAT(load_, DO_T)(dout, AT(dout, b, h, i, e)) : 0.0f;              \
+    } while (0)
+
+/* The BM rows' scores s[t] and dP[t] against one packed tile (kt, vt). */
+#define TILE_PRODUCTS(kt, vt)                                                                      \
+    do {                                                                                           \
+        UNROLL for (int t = 0; t < BM; ++t) s[t] = dp[t] = 0.0f;                                   \
+        for (int d = 0; d < HEAD_DIM; ++d) {                                                       \
+            const keys_t kd = LOAD_KEYS(d, kt);                                                    \
+            UNROLL for (int t = 0; t < BM; ++t) s[t] = fma((keys_t)qs[t][d], kd, s[t]);            \
+        }                                                                                          \
+        for (int e = 0; e < VALUE_DIM; ++e) {                                                      \
+            const keys_t ve = LOAD_KEYS(e, vt);                                                    \
+            UNROLL for (int t = 0; t < BM; ++t) dp[t] = fma((keys_t)dos[t][e], ve, dp[t]);         \
+        }                                                                                          \
+    } while (0)
+
+__kernel void backward_rows(TENSOR_PARAMS(O_T, o), TENSOR_PARAMS(DO_T, dout),
+                            __global const float *lse, IDX lse_off, IDX lse_s1, IDX lse_s2,
+                            IDX lse_s3, __global float *stats, int B, int Hq, int Sq) {
+    const int row = (int)get_global_id(0);
+    if (row >= B * Hq * Sq) return;
+    const int i = row % Sq, bh = row / Sq, h = bh % Hq, b = bh / Hq;
+    const float m = lse[lse_off + (IDX)b * lse_s1 + (IDX)h * lse_s2 + (IDX)i * lse_s3];
+    const bool live = m > -INFINITY && m < INFINITY;
+    float delta = 0.0f;
+    if (live) {
+        lane_t ov[LANES(VALUE_DIM)], gv[LANES(VALUE_DIM)], acc = 0.0f;
+        LOAD_ROW(O_T, o, AT(o, b, h, i, 0), o_s3, VALUE_DIM, ov);
+        LOAD_ROW(DO_T, dout, AT(dout, b, h, i, 0), dout_s3, VALUE_DIM, gv);
+        for (int c = 0; c < LANES(VALUE_DIM); ++c) acc = fma(ov[c], gv[c], acc);
+        delta = DOT_FINISH(acc);
+    }
+    __global float *at = ROW_STATS(b, h, i);
+    at[0] = live ? m : -INFINITY;
+    at[1] = delta;
+}
+
+/* packed + pack_off holds K's tiles of every (batch, kv head), then V's: a work-item per
+ * (batch, kv head, tile, d), d over HEAD_DIM then VALUE_DIM, VEC floats each. */
+__kernel void backward_pack(TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v), __global float *packed,
+                            IDX pack_off, int B, int Hkv, int Sk, MASK_PARAMS) {
+    const int tiles = (Sk + VEC - 1) / VEC;
+    const IDX item = (IDX)get_global_id(0), dims = HEAD_DIM + VALUE_DIM;
+    if (item >= (IDX)B * Hkv * tiles * dims) return;
+    const int d = (int)(item % dims);
+    const IDX unit = item / dims; /* (batch, kv head, tile) */
+    const int tile = (int)(unit % tiles), bh = (int)(unit / tiles), h = bh % Hkv, b = bh / Hkv;
+    MASK_PACK(p);
+    const int keys = mask_key_length(&p, b, Sk);
+    __global float *out = packed + pack_off;
+    if (d < HEAD_DIM) {
+        out += (unit * HEAD_DIM + (IDX)d) * VEC;
+        for (int e = 0; e < VEC; ++e) {
+            const int j = tile * VEC + e;
+            out[e] = j < keys ? CAT(load_, K_T)(k, AT(k, b, h, j, d)) : 0.0f;
+        }
+    } else {
+        out += (IDX)B * Hkv * tiles * K_TILE + (unit * VALUE_DIM + (IDX)(d - HEAD_DIM)) * VEC;
+        for (int e = 0; e < VEC; ++e) {
+            const int j = tile * VEC + e;
+            out[e] = j < keys ? CAT(load_, V_T)(v, AT(v, b, h, j, d - HEAD_DIM)) : 0.0f;
+        }
+    }
+}
+
+/* Row i of (b, h): its mask row, lse and D_i; whether it is inside Sq and live. */
+inline bool row_start(const mask_params *p, __global const float *stats, int b, int h, int i,
+                      int Hq, int Sq, int Sk, mask_row *r, float *lse, float *delta) {
+    *r = mask_row_start(p, b, h, min(i, Sq - 1), Sq, Sk);
+    __global const float *at = ROW_STATS(b, h, min(i, Sq - 1));
+    *lse = at[0], *delta = at[1];
+    return i < Sq && *lse != -INFINITY;
+}
+
+/* P of a row against a tile: 0 where the score is masked (and for a dead row, whose lse is
+ * -inf). */
+inline keys_t tile_weights(keys_t x, float lse) {
+    return select(exp(x - lse), (keys_t)0.0f, x == (keys_t)(-INFINITY));
+}
+
+__kernel void backward_keys(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(DO_T, dout), OUT_PARAMS(DK_T, dk),
+                            OUT_PARAMS(DV_T, dv), __global const float *stats,
+                            __global const float *packed, IDX pack_off, int B, int Hq, int Hkv,
+                            int Sq, int Sk, MASK_PARAMS) {
+    const int tiles = (Sk + VEC - 1) / VEC;
+    const int item = (int)get_global_id(0);
+    if (item >= B * Hkv * tiles) return;
+    const int tile = item % tiles, bhk = item / tiles, hk = bhk % Hkv, b = bhk / Hkv;
+    const int j0 = tile * VEC, group = Hq / Hkv;
+    __global const float *kt = packed + pack_off + (IDX)item * K_TILE;
+    __global const float *vt = packed + pack_off + (IDX)B * Hkv * tiles * K_TILE +
+                               (IDX)item * V_TILE;
+    MASK_PACK(p);
+
+    keys_t gk[HEAD_DIM], gv[VALUE_DIM];
+    for (int d = 0; d < HEAD_DIM; ++d) gk[d] = 0.0f;
+    for (int e = 0; e < VALUE_DIM; ++e) gv[e] = 0.0f;
+    for (int h = hk * group; h < hk * group + group; ++h)
+        for (int i0 = 0; i0 < Sq; i0 += BM) {
+            mask_row r[BM];
+            float lse[BM], delta[BM];
+            bool live[BM], any = false;
+            UNROLL for (int t = 0; t < BM; ++t) {
+                live[t] = row_start(&p, stats, b, h, i0 + t, Hq, Sq, Sk, &r[t], &lse[t],
+                                    &delta[t]) &&
+                          j0 < r[t].hi && j0 + VEC > r[t].lo;
+                any = any || live[t];
+            }
+            if (!any) continue;
+            float qs[BM][HEAD_DIM], dos[BM][VALUE_DIM];
+            UNROLL for (int t = 0; t < BM; ++t) LOAD_QUERY_ROWS(t, i0 + t, live[t]);
+            keys_t s[BM], dp[BM], pr[BM], gs[BM];
+            TILE_PRODUCTS(kt, vt);
+            UNROLL for (int t = 0; t < BM; ++t) {
+                const keys_t x =
+                    live[t] ? tile_mask(&p, &r[t], j0, Sk, s[t]) : (keys_t)(-INFINITY);
+                pr[t] = tile_weights(x, lse[t]);
+                gs[t] = tile_grad(&p, s[t], pr[t], dp[t], delta[t]);
+            }
+            for (int e = 0; e < VALUE_DIM; ++e) {
+                keys_t acc = gv[e];
+                UNROLL for (int t = 0; t < BM; ++t) acc = fma((keys_t)dos[t][e], pr[t], acc);
+                gv[e] = acc;
+            }
+            for (int d = 0; d < HEAD_DIM; ++d) {
+                keys_t acc = gk[d];
+                UNROLL for (int t = 0; t < BM; ++t) acc = fma((keys_t)qs[t][d], gs[t], acc);
+                gk[d] = acc;
+            }
+        }
+
+    /* lane e of each vector is key j0 + e */
+    float lanes[VEC];
+    for (int d = 0; d < HEAD_DIM; ++d) {
+        STORE_KEYS(gk[d], 0, lanes);
+        for (int e = 0; e < VEC && j0 + e < Sk; ++e)
+            CAT(store_, DK_T)(dk, AT(dk, b, hk, j0 + e, d), lanes[e]);
+    }
+    for (int c = 0; c < VALUE_DIM; ++c) {
+        STORE_KEYS(gv[c], 0, lanes);
+        for (int e = 0; e < VEC && j0 + e < Sk; ++e)
+            CAT(store_, DV_T)(dv, AT(dv, b, hk, j0 + e, c), lanes[e]);
+    }
+}
+
+__kernel void backward_queries(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
+                               TENSOR_PARAMS(DO_T, dout), OUT_PARAMS(DQ_T, dq),
+                               __global const float *stats, __global const float *packed,
+                               IDX pack_off, int B, int Hq, int Hkv, int Sq, int Sk, MASK_PARAMS) {
+    const int blocks = (Sq + BM - 1) / BM, tiles = (Sk + VEC - 1) / VEC;
+    const int item = (int)get_global_id(0);
+    if (item >= B * Hq * blocks) return;
+    const int i0 = (item % blocks) * BM, bh = item / blocks, h = bh % Hq, b = bh / Hq;
+    const int hk = h / (Hq / Hkv);
+    __global const float *kp = packed + pack_off + (IDX)(b * Hkv + hk) * tiles * K_TILE;
+    __global const float *vp = packed + pack_off + (IDX)B * Hkv * tiles * K_TILE +
+                               (IDX)(b * Hkv + hk) * tiles * V_TILE;
+    MASK_PACK(p);
+
+    mask_row r[BM];
+    float lse[BM], delta[BM], qs[BM][HEAD_DIM], dos[BM][VALUE_DIM];
+    bool live[BM];
+    int lo = Sk, hi = 0;
+    UNROLL for (int t = 0; t < BM; ++t) {
+        const int i = i0 + t;
+        live[t] = row_start(&p, stats, b, h, i, Hq, Sq, Sk, &r[t], &lse[t], &delta[t]) &&
+                  r[t].lo < r[t].hi;
+        if (live[t]) lo = min(lo, r[t].lo), hi = max(hi, r[t].hi);
+        LOAD_QUERY_ROWS(t, i, live[t]);
+    }
+    lane_t g[BM][LANES(HEAD_DIM)];
+    UNROLL for (int t = 0; t < BM; ++t) for (int c = 0; c < LANES(HEAD_DIM); ++c) g[t][c] = 0.0f;
+
+    for (int j0 = lo / VEC * VEC; j0 < hi; j0 += VEC) {
+        keys_t s[BM], dp[BM];
+        TILE_PRODUCTS(kp + (IDX)(j0 / VEC) * K_TILE, vp + (IDX)(j0 / VEC) * V_TILE);
+        float gs[BM][VEC];
+        bool dense = true; /* every row sees every key of the tile */
+        UNROLL for (int t = 0; t < BM; ++t) {
+            keys_t x = (keys_t)(-INFINITY);
+            if (live[t] && j0 < r[t].hi && j0 + VEC > r[t].lo)
+                x = tile_mask(&p, &r[t], j0, Sk, s[t]);
+            dense = dense && ALL_KEYS(x != (keys_t)(-INFINITY));
+            STORE_KEYS(tile_grad(&p, s[t], tile_weights(x, lse[t]), dp[t], delta[t]), 0, gs[t]);
+        }
+        /* dQ += dS K. A tile some row cannot see all of skips the zero weights, so that
+         * whatever an invisible K row holds never reaches dQ. */
+        for (int jj = 0; jj < VEC && j0 + jj < hi; ++jj) {
+            lane_t kr[LANES(HEAD_DIM)];
+            LOAD_ROW(K_T, k, AT(k, b, hk, j0 + jj, 0), k_s3, HEAD_DIM, kr);
+            UNROLL for (int t = 0; t < BM; ++t) {
+                const float w = gs[t][jj];
+                if (dense || w != 0.0f)
+                    for (int c = 0; c < LANES(HEAD_DIM); ++c)
+                        g[t][c] = fma((lane_t)w, kr[c], g[t][c]);
+            }
+        }
+    }
+
+    UNROLL for (int t = 0; t < BM; ++t) {
+        if (i0 + t >= Sq) continue;
+        float row[HEAD_DIM];
+        for (int c = 0; c < LANES(HEAD_DIM); ++c) {
+#if VEC > 1
+            CAT(vstore, VEC)(g[t][c], c, row);
+#else
+            row[c] = g[t][c];
+#endif
+        }
+        for (int d = 0; d < HEAD_DIM; ++d)
+            CAT(store_, DQ_T)(dq, AT(dq, b, h, i0 + t, d), row[d]);
+    }
+}
+
+#if HAS_DBIAS
+/* The dot of rows at `a` (stride sa) and `b` (stride sb), n elements, in f32. */
+#define ROW_DOT(TA, pa, a, sa, TB, pb, b_, sb, n, out)                                             \
+    do {                                                                                           \
+        lane_t ra_[LANES(n)], rb_[LANES(n)], acc_ = 0.0f;                                          \
+        LOAD_ROW(TA, pa, a, sa, n, ra_);                                                           \
+        LOAD_ROW(TB, pb, b_, sb, n, rb_);                                                          \
+        for (int c = 0; c < LANES(n); ++c) acc_ = fma(ra_[c], rb_[c], acc_);                       \
+        out = DOT_FINISH(acc_);                                                                    \
+    } while (0)
+
+/* dbias has shape n0 x n1 x n2 x n3, each dim the scores' or 1 (summed over). */
+__kernel void backward_bias(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v),
+                            TENSOR_PARAMS(DO_T, dout), OUT_PARAMS(DB_T, db), int n0, int n1,
+                            int n2, int n3, __global const float *stats, int B, int Hq, int Hkv,
+                            int Sq, int Sk, MASK_PARAMS) {
+    const size_t item = get_global_id(0);
+    if (item >= (size_t)n0 * n1 * n2 * n3) return;
+    const int e3 = (int)(item % n3), e2 = (int)(item / n3 % n2);
+    const int e1 = (int)(item / n3 / n2 % n1), e0 = (int)(item / n3 / n2 / n1);
+    MASK_PACK(p);
+    float sum = 0.0f;
+    for (int b = n0 == 1 ? 0 : e0; b < (n0 == 1 ? B : e0 + 1); ++b)
+        for (int h = n1 == 1 ? 0 : e1; h < (n1 == 1 ? Hq : e1 + 1); ++h) {
+            const int hk = h / (Hq / Hkv);
+            for (int i = n2 == 1 ? 0 : e2; i < (n2 == 1 ? Sq : e2 + 1); ++i) {
+                __global const float *at = ROW_STATS(b, h, i);
+                const float lse = at[0], delta = at[1];
+                if (lse == -INFINITY) continue;
+                const mask_row r = mask_row_start(&p, b, h, i, Sq, Sk);
+                for (int j = n3 == 1 ? r.lo : max(e3, r.lo);
+                     j < (n3 == 1 ? r.hi : min(e3 + 1, r.hi)); ++j) {
+                    float x, dp;
+                    ROW_DOT(Q_T, q, AT(q, b, h, i, 0), q_s3, K_T, k, AT(k, b, hk, j, 0), k_s3,
+                            HEAD_DIM, x);
+                    const float pr = exp(mask_score(&p, &r, j, x) - lse);
+                    if (!(pr > 0.0f)) continue;
+                    ROW_DOT(DO_T, dout, AT(dout, b, h, i, 0), dout_s3, V_T, v, AT(v, b, hk, j, 0),
+                            v_s3, VALUE_DIM, dp);
+                    sum = fma(pr, dp - delta, sum);
+                }
+            }
+        }
+    CAT(store_, DB_T)(db, AT(db, e0, e1, e2, e3), sum);
+}
+#endif

@@ -1,0 +1,374 @@
+/*
+ * The gradients of fused attention (cl/attention_backward.cl): validation, the launch, and the
+ * chain of kernels: rows (D_i), pack (K and V in key tiles), keys (dK, dV), queries (dQ), and
+ * bias (dbias) when asked.
+ */
+#include "mask.h"
+#include "runtime/runtime.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Head dims are compile-time sizes of the kernels' private arrays, as in the forward. */
+#define BACKWARD_MAX_HEAD_DIM 256
+
+typedef struct backward_args {
+    const clattn_tensor *q, *k, *v, *out, *dout, *lse; /* inputs */
+    const clattn_tensor *dq, *dk, *dv, *dbias;         /* outputs (dbias may be NULL) */
+    const clattn_mask *mask_desc;                      /* the caller's */
+    float scale;                                       /* after the check: never 0 */
+    clattn__mask_plan mask;                            /* after the check */
+} backward_args;
+
+/* The launch, from the forward's tuning row (the backward has none of its own yet): LANES keys
+ * a tile (narrowed to divide both head dims), BM queries a work-item, GROUP the group size. */
+typedef struct backward_launch {
+    long lanes, bm, group;
+    size_t rows, tiles; /* B*Hq*Sq query rows; key tiles of one (batch, kv head) */
+} backward_launch;
+
+static void list_inputs(const backward_args *a, clattn__tensor_list *list) {
+    *list = (clattn__tensor_list){0};
+    const char *names[6] = {"q", "k", "v", "out", "dout", "lse"};
+    const clattn_tensor *views[6] = {a->q, a->k, a->v, a->out, a->dout, a->lse};
+    for (int i = 0; i < 6; ++i) clattn__tensor_list_add(list, names[i], views[i]);
+}
+
+/* Every tensor of the call, the mask's too (after the mask is checked). */
+static void list_tensors(const backward_args *a, clattn__tensor_list *list) {
+    list_inputs(a, list);
+    clattn__tensor_list_add(list, "dq", a->dq);
+    clattn__tensor_list_add(list, "dk", a->dk);
+    clattn__tensor_list_add(list, "dv", a->dv);
+    clattn__tensor_list_add(list, "dbias", a->dbias);
+    clattn__mask_list_tensors(&a->mask, list);
+}
+
+static int check_inputs(backward_args *a, cl_context context) {
+    const char *names[5] = {"q", "k", "v", "out", "dout"};
+    const clattn_tensor *views[5] = {a->q, a->k, a->v, a->out, a->dout};
+    int status = CLATTN_SUCCESS;
+    for (int i = 0; i < 5 && status == CLATTN_SUCCESS; ++i)
+        status = clattn__check_tensor(names[i], views[i], context, CLATTN__FLOAT_DTYPES, false);
+    if (status == CLATTN_SUCCESS)
+        status = clattn__check_attention_shapes(a->q, a->k, a->v, a->out, BACKWARD_MAX_HEAD_DIM);
+    if (status == CLATTN_SUCCESS) status = clattn__check_same_shape("dout", a->dout, "out", a->out);
+    if (status != CLATTN_SUCCESS) return status;
+    const int64_t *q = a->q->shape, Sk = a->k->shape[2];
+    if (q[0] * q[1] * q[2] > 0x7fffffff || a->k->shape[0] * a->k->shape[1] * Sk > 0x7fffffff)
+        return clattn__fail(CLATTN_ERR_DEVICE_LIMIT, "B*Hq*Sq or B*Hkv*Sk exceeds INT_MAX");
+    /* the lse the forward wrote: 16-bit storage would put its rounding into every gradient */
+    status = clattn__check_tensor("lse", a->lse, context, 1u << CLATTN_F32, false);
+    const int64_t *l = a->lse ? a->lse->shape : NULL;
+    if (status == CLATTN_SUCCESS && (l[0] != 1 || l[1] != q[0] || l[2] != q[1] || l[3] != q[2]))
+        status = clattn__fail(CLATTN_ERR_SHAPE_MISMATCH, "lse: shape must be {1,%lld,%lld,%lld}",
+                              (long long)q[0], (long long)q[1], (long long)q[2]);
+    const int64_t scores[4] = {q[0], q[1], q[2], Sk};
+    if (status == CLATTN_SUCCESS)
+        status = clattn__mask_prepare(a->mask_desc, scores, context, &a->mask);
+    return status;
+}
+
+/* dbias: the shape of mask.bias as given (its broadcast dims are summed over). */
+static int check_dbias(const backward_args *a, cl_context context) {
+    const clattn_tensor *bias = a->mask_desc ? a->mask_desc->bias : NULL;
+    if (!bias)
+        return clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "dbias is given but mask.bias is not");
+    int status = clattn__check_tensor("dbias", a->dbias, context, CLATTN__FLOAT_DTYPES, true);
+    if (status == CLATTN_SUCCESS && memcmp(a->dbias->shape, bias->shape, sizeof bias->shape) != 0)
+        status = clattn__fail(CLATTN_ERR_SHAPE_MISMATCH,
+                              "dbias: shape must be mask.bias's, [%lld,%lld,%lld,%lld]",
+                              (long long)bias->shape[0], (long long)bias->shape[1],
+                              (long long)bias->shape[2], (long long)bias->shape[3]);
+    if (status == CLATTN_SUCCESS &&
+        a->q->shape[0] * a->q->shape[1] * a->q->shape[2] * a->k->shape[2] > 0x7fffffff)
+        status = clattn__fail(CLATTN_ERR_DEVICE_LIMIT, "dbias: B*Hq*Sq*Sk exceeds INT_MAX");
+    return status;
+}
+
+/* dq, dk and dv in the shapes of q, k and v, and dbias; each apart from every other tensor. */
+static int check_outputs(const backward_args *a, cl_context context) {
+    const char *names[3] = {"dq", "dk", "dv"};
+    const clattn_tensor *outs[3] = {a->dq, a->dk, a->dv}, *ins[3] = {a->q, a->k, a->v};
+    int status = CLATTN_SUCCESS;
+    for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i) {
+        status = clattn__check_tensor(names[i], outs[i], context, CLATTN__FLOAT_DTYPES, true);
+        if (status == CLATTN_SUCCESS)
+            status = clattn__check_same_shape(names[i], outs[i], names[i] + 1, ins[i]);
+    }
+    if (status == CLATTN_SUCCESS && a->dbias) status = check_dbias(a, context);
+    clattn__tensor_list all;
+    list_tensors(a, &all);
+    for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
+        status = clattn__check_apart(names[i], outs[i], &all);
+    if (status == CLATTN_SUCCESS && a->dbias) status = clattn__check_apart("dbias", a->dbias, &all);
+    return status;
+}
+
+static int check_call(backward_args *a, cl_context context) {
+    if (!isfinite(a->scale))
+        return clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "scale = %g is not finite",
+                            (double)a->scale);
+    int status = check_inputs(a, context);
+    if (status == CLATTN_SUCCESS) status = check_outputs(a, context);
+    if (status == CLATTN_SUCCESS && a->scale == 0.0f)
+        a->scale = 1.0f / sqrtf((float)a->q->shape[3]);
+    return status;
+}
+
+static int plan_launch(cl_device_id device, const backward_args *a, backward_launch *l) {
+    clattn__attention_tuning t;
+    int status = clattn__attention_tuning_get(device, a->q->dtype, &t);
+    if (status != CLATTN_SUCCESS) return status;
+    l->lanes = clattn__head_lanes((cl_uint)t.LANES, a->q->shape[3], a->v->shape[3]);
+    l->bm = t.BM;
+    l->group = t.GROUP;
+    l->rows = (size_t)(a->q->shape[0] * a->q->shape[1] * a->q->shape[2]);
+    l->tiles = (size_t)((a->k->shape[2] + l->lanes - 1) / l->lanes);
+    return CLATTN_SUCCESS;
+}
+
+/* Floats of scratch: each row's (lse, D_i), then K's and V's packed tiles. */
+static size_t stats_floats(const backward_launch *l) {
+    return 2 * l->rows;
+}
+static size_t workspace_floats(const backward_args *a, const backward_launch *l) {
+    const size_t kv_tiles = (size_t)(a->k->shape[0] * a->k->shape[1]) * l->tiles;
+    return stats_floats(l) +
+           kv_tiles * (size_t)l->lanes * (size_t)(a->q->shape[3] + a->v->shape[3]);
+}
+
+static bool needs_wide_index(const backward_args *a, const backward_launch *l) {
+    const clattn_tensor *views[10] = {a->q,   a->k,  a->v,  a->out, a->dout,
+                                      a->lse, a->dq, a->dk, a->dv,  a->dbias};
+    return clattn__needs_wide_index(views, 10) || clattn__mask_needs_wide_index(&a->mask) ||
+           workspace_floats(a, l) >= (size_t)clattn__narrow_index_limit();
+}
+
+static void backward_options(const backward_args *a, const backward_launch *l, bool wide,
+                             char *options, size_t size) {
+    snprintf(options, size,
+             "-cl-std=CL1.2 -DQ_T=%s -DK_T=%s -DV_T=%s -DO_T=%s -DDO_T=%s -DDQ_T=%s -DDK_T=%s "
+             "-DDV_T=%s -DDB_T=%s -DHAS_DBIAS=%d -DHEAD_DIM=%lld -DVALUE_DIM=%lld -DVEC=%ld "
+             "-DBM=%ld -DIDX=%s",
+             clattn_dtype_name(a->q->dtype), clattn_dtype_name(a->k->dtype),
+             clattn_dtype_name(a->v->dtype), clattn_dtype_name(a->out->dtype),
+             clattn_dtype_name(a->dout->dtype), clattn_dtype_name(a->dq->dtype),
+             clattn_dtype_name(a->dk->dtype), clattn_dtype_name(a->dv->dtype),
+             clattn_dtype_name(a->dbias ? a->dbias->dtype : CLATTN_F32), a->dbias != NULL,
+             (long long)a->q->shape[3], (long long)a->v->shape[3], l->lanes, l->bm,
+             wide ? "ulong" : "uint");
+    clattn__mask_options(&a->mask, options, size);
+}
+
+/* One kernel of the chain: its arguments set by the caller between create and enqueue. */
+typedef struct backward_step {
+    const clattn__call *call;
+    const char *options;
+    const backward_args *a;
+    const backward_launch *l;
+    cl_mem workspace;
+    bool wide;
+    cl_event *prev;
+} backward_step;
+
+static int set_ints(cl_kernel kernel, cl_uint *arg, const int64_t *values, int count) {
+    int status = CLATTN_SUCCESS;
+    for (int i = 0; i < count && status == CLATTN_SUCCESS; ++i) {
+        const cl_int v = (cl_int)values[i];
+        status = clattn__set_arg(kernel, (*arg)++, sizeof v, &v);
+    }
+    return status;
+}
+
+/* stats and packed: the workspace, at offsets 0 and pack_off. */
+static int set_scratch_args(const backward_step *s, cl_kernel kernel, cl_uint *arg, bool stats) {
+    int status = CLATTN_SUCCESS;
+    if (stats) status = clattn__set_arg(kernel, (*arg)++, sizeof s->workspace, &s->workspace);
+    if (status == CLATTN_SUCCESS)
+        status = clattn__set_arg(kernel, (*arg)++, sizeof s->workspace, &s->workspace);
+    if (status == CLATTN_SUCCESS)
+        status = clattn__set_idx_arg(kernel, (*arg)++, stats_floats(s->l), s->wide);
+    return status;
+}
+
+/* The views of `kernel`'s leading tensor parameters, in order. */
+static int set_views(const backward_step *s, cl_kernel kernel, cl_uint *arg,
+                     const clattn_tensor *const *views, int count) {
+    int status = CLATTN_SUCCESS;
+    for (int i = 0; i < count && status == CLATTN_SUCCESS; ++i)
+        status = clattn__set_view_args(kernel, arg, views[i], 0, s->wide);
+    return status;
+}
+
+static int run_rows(const backward_step *s, cl_kernel kernel) {
+    const backward_args *a = s->a;
+    const clattn_tensor *views[2] = {a->out, a->dout};
+    cl_uint arg = 0;
+    int status = set_views(s, kernel, &arg, views, 2);
+    if (status == CLATTN_SUCCESS) status = clattn__set_view_args(kernel, &arg, a->lse, 1, s->wide);
+    if (status == CLATTN_SUCCESS)
+        status = clattn__set_arg(kernel, arg++, sizeof s->workspace, &s->workspace);
+    if (status == CLATTN_SUCCESS) status = set_ints(kernel, &arg, a->q->shape, 3);
+    if (status == CLATTN_SUCCESS)
+        status = clattn__enqueue_items(s->call, kernel, s->l->rows, 64, s->prev, false);
+    return status;
+}
+
+static int run_pack(const backward_step *s, cl_kernel kernel) {
+    const backward_args *a = s->a;
+    const clattn_tensor *views[2] = {a->k, a->v};
+    cl_uint arg = 0;
+    int status = set_views(s, kernel, &arg, views, 2);
+    if (status == CLATTN_SUCCESS) status = set_scratch_args(s, kernel, &arg, false);
+    if (status == CLATTN_SUCCESS) status = set_ints(kernel, &arg, a->k->shape, 3);
+    if (status == CLATTN_SUCCESS) /* for the key lengths */
+        status = clattn__mask_set_args(kernel, &arg, &a->mask, a->scale, s->wide);
+    const size_t items = (size_t)(a->k->shape[0] * a->k->shape[1]) * s->l->tiles *
+                         (size_t)(a->k->shape[3] + a->v->shape[3]);
+    if (status == CLATTN_SUCCESS)
+        status = clattn__enqueue_items(s->call, kernel, items, 64, s->prev, false);
+    return status;
+}
+
+/* B, Hq, Hkv, Sq, Sk, then the mask. */
+static int set_dims_and_mask(const backward_step *s, cl_kernel kernel, cl_uint *arg) {
+    const backward_args *a = s->a;
+    const int64_t dims[5] = {a->q->shape[0], a->q->shape[1], a->k->shape[1], a->q->shape[2],
+                             a->k->shape[2]};
+    int status = set_ints(kernel, arg, dims, 5);
+    if (status == CLATTN_SUCCESS)
+        status = clattn__mask_set_args(kernel, arg, &a->mask, a->scale, s->wide);
+    return status;
+}
+
+static int run_keys(const backward_step *s, cl_kernel kernel) {
+    const backward_args *a = s->a;
+    const clattn_tensor *views[4] = {a->q, a->dout, a->dk, a->dv};
+    cl_uint arg = 0;
+    int status = set_views(s, kernel, &arg, views, 4);
+    if (status == CLATTN_SUCCESS) status = set_scratch_args(s, kernel, &arg, true);
+    if (status == CLATTN_SUCCESS) status = set_dims_and_mask(s, kernel, &arg);
+    const size_t items = (size_t)(a->k->shape[0] * a->k->shape[1]) * s->l->tiles;
+    if (status == CLATTN_SUCCESS)
+        status = clattn__enqueue_items(s->call, kernel, items, (size_t)s->l->group, s->prev, false);
+    return status;
+}
+
+static int run_queries(const backward_step *s, cl_kernel kernel) {
+    const backward_args *a = s->a;
+    const clattn_tensor *views[4] = {a->q, a->k, a->dout, a->dq};
+    cl_uint arg = 0;
+    int status = set_views(s, kernel, &arg, views, 4);
+    if (status == CLATTN_SUCCESS) status = set_scratch_args(s, kernel, &arg, true);
+    if (status == CLATTN_SUCCESS) status = set_dims_and_mask(s, kernel, &arg);
+    const size_t blocks = (size_t)((a->q->shape[2] + s->l->bm - 1) / s->l->bm);
+    const size_t items = (size_t)(a->q->shape[0] * a->q->shape[1]) * blocks;
+    if (status == CLATTN_SUCCESS)
+        status = clattn__enqueue_items(s->call, kernel, items, (size_t)s->l->group, s->prev,
+                                       a->dbias == NULL);
+    return status;
+}
+
+static int run_bias(const backward_step *s, cl_kernel kernel) {
+    const backward_args *a = s->a;
+    const clattn_tensor *views[5] = {a->q, a->k, a->v, a->dout, a->dbias};
+    cl_uint arg = 0;
+    int status = set_views(s, kernel, &arg, views, 5);
+    if (status == CLATTN_SUCCESS) status = set_ints(kernel, &arg, a->dbias->shape, 4);
+    if (status == CLATTN_SUCCESS)
+        status = clattn__set_arg(kernel, arg++, sizeof s->workspace, &s->workspace);
+    if (status == CLATTN_SUCCESS) status = set_dims_and_mask(s, kernel, &arg);
+    const int64_t *n = a->dbias->shape;
+    if (status == CLATTN_SUCCESS)
+        status = clattn__enqueue_items(s->call, kernel, (size_t)(n[0] * n[1] * n[2] * n[3]), 64,
+                                       s->prev, true);
+    return status;
+}
+
+typedef int (*step_fn)(const backward_step *s, cl_kernel kernel);
+
+static int run_step(const backward_step *s, const char *name, step_fn fn) {
+    cl_kernel kernel = NULL;
+    int status = clattn__create_kernel(s->call->context, s->call->device, "attention_backward.cl",
+                                       s->options, name, &kernel);
+    if (status == CLATTN_SUCCESS) status = fn(s, kernel);
+    if (kernel) clReleaseKernel(kernel);
+    return status;
+}
+
+static int enqueue_backward(const backward_args *a, const backward_launch *l,
+                            const clattn__call *call, cl_mem workspace) {
+    const bool wide = needs_wide_index(a, l);
+    char options[1024];
+    backward_options(a, l, wide, options, sizeof options);
+    cl_event prev = NULL;
+    const backward_step s = {call, options, a, l, workspace, wide, &prev};
+    int status = run_step(&s, "backward_rows", run_rows);
+    if (status == CLATTN_SUCCESS) status = run_step(&s, "backward_pack", run_pack);
+    if (status == CLATTN_SUCCESS) status = run_step(&s, "backward_keys", run_keys);
+    if (status == CLATTN_SUCCESS) status = run_step(&s, "backward_queries", run_queries);
+    if (status == CLATTN_SUCCESS && a->dbias) status = run_step(&s, "backward_bias", run_bias);
+    if (prev) clReleaseEvent(prev);
+    return status;
+}
+
+static const clattn_tensor *option_dbias(const clattn_attention_backward_options *options) {
+    return options ? options->dbias : NULL;
+}
+
+/* Every check, then the launch and its scratch bytes. */
+static int plan_call(backward_args *a, const clattn__call *call, backward_launch *l,
+                     size_t *bytes) {
+    int status = check_call(a, call->context);
+    if (status == CLATTN_SUCCESS) status = plan_launch(call->device, a, l);
+    if (status == CLATTN_SUCCESS) *bytes = workspace_floats(a, l) * sizeof(float);
+    return status;
+}
+
+int clattn_attention_backward(const clattn_tensor *q, const clattn_tensor *k,
+                              const clattn_tensor *v, const clattn_tensor *out,
+                              const clattn_tensor *dout, const clattn_tensor *lse, float scale,
+                              const clattn_mask *mask, const clattn_tensor *dq,
+                              const clattn_tensor *dk, const clattn_tensor *dv,
+                              const clattn_attention_backward_options *options,
+                              cl_command_queue queue, cl_uint num_wait, const cl_event *wait_list,
+                              cl_event *event) {
+    clattn__call call;
+    backward_args a = {q,    k,     v,  out, dout, lse, dq, dk, dv, option_dbias(options),
+                       mask, scale, {0}};
+    backward_launch l;
+    size_t bytes = 0;
+    int status = clattn__begin_call(&call, queue, num_wait, wait_list, event);
+    if (status == CLATTN_SUCCESS) status = plan_call(&a, &call, &l, &bytes);
+    cl_mem workspace = NULL;
+    bool owned = false;
+    if (status == CLATTN_SUCCESS) {
+        clattn__tensor_list tensors;
+        list_tensors(&a, &tensors);
+        status = clattn__get_workspace(options ? options->workspace : NULL, bytes, call.context,
+                                       &tensors, &workspace, &owned);
+    }
+    if (status != CLATTN_SUCCESS) return status;
+    status = enqueue_backward(&a, &l, &call, workspace);
+    if (owned) clReleaseMemObject(workspace);
+    return status;
+}
+
+int clattn_attention_backward_workspace_size(const clattn_tensor *q, const clattn_tensor *k,
+                                             const clattn_tensor *v, const clattn_tensor *out,
+                                             const clattn_tensor *dout, const clattn_tensor *lse,
+                                             const clattn_mask *mask, const clattn_tensor *dq,
+                                             const clattn_tensor *dk, const clattn_tensor *dv,
+                                             const clattn_attention_backward_options *options,
+                                             cl_command_queue queue, size_t *bytes) {
+    clattn__call call;
+    backward_args a = {q, k, v, out, dout, lse, dq, dk, dv, option_dbias(options), mask, 1.0f, {0}};
+    backward_launch l;
+    int status = clattn__begin_call(&call, queue, 0, NULL, NULL);
+    if (status == CLATTN_SUCCESS && !bytes)
+        status = clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "bytes is NULL");
+    if (status == CLATTN_SUCCESS) status = plan_call(&a, &call, &l, bytes);
+    return status;
+}
