@@ -177,6 +177,9 @@ int bench_softmax(const bench_options *opt, clattn_env *env, bench_ceilings *cei
                   bench_report *report);
 int bench_attention(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
                     bench_report *report);
+/* The attention backward (bench/bench_attention_backward.c). */
+int bench_attention_backward(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
+                             bench_report *report);
 int bench_linear(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
                  bench_report *report);
 /* GEMMs (CLBlast's database, then the tuning table's gemm row) and the MHA forward

@@ -22,6 +22,8 @@ static void usage(FILE *out) {
                  "  SPEC: P:D or a name substring (as CLATTN_DEVICE); all: every device\n"
                  "  NAME: split_heads | merge_heads | split_qkv | softmax | softmax_masked |\n"
                  "        attention | attention_causal | attention_memory | attention_decode |\n"
+                 "        attention_backward | attention_backward_causal |\n"
+                 "        attention_backward_memory |\n"
                  "        linear_attention | linear_attention_causal | linear_step |\n"
                  "        linear_crossover | gemm | mha | tuning\n");
 }
@@ -133,6 +135,8 @@ static int bench_device(const bench_args *a, const char *spec, bench_report *rep
         if (status == CLATTN_SUCCESS) status = bench_heads(&a->opt, env, ceilings, report);
         if (status == CLATTN_SUCCESS) status = bench_softmax(&a->opt, env, ceilings, report);
         if (status == CLATTN_SUCCESS) status = bench_attention(&a->opt, env, ceilings, report);
+        if (status == CLATTN_SUCCESS)
+            status = bench_attention_backward(&a->opt, env, ceilings, report);
         if (status == CLATTN_SUCCESS) status = bench_linear(&a->opt, env, ceilings, report);
         if (status == CLATTN_SUCCESS) status = bench_tuning(&a->opt, env, ceilings, report);
         if (status == CLATTN_SUCCESS && !a->opt.op)

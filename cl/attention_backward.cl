@@ -301,7 +301,9 @@ __kernel void backward_queries(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
         LOAD_QUERY_ROWS(t, i, live[t]);
     }
     lane_t g[BM][LANES(HEAD_DIM)];
-    UNROLL for (int t = 0; t < BM; ++t) for (int c = 0; c < LANES(HEAD_DIM); ++c) g[t][c] = 0.0f;
+    UNROLL for (int t = 0; t < BM; ++t) {
+        UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c) g[t][c] = 0.0f;
+    }
 
     for (int j0 = lo / VEC * VEC; j0 < hi; j0 += VEC) {
         keys_t s[BM], dp[BM];
@@ -322,9 +324,11 @@ __kernel void backward_queries(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
             LOAD_ROW(K_T, k, AT(k, b, hk, j0 + jj, 0), k_s3, HEAD_DIM, kr);
             UNROLL for (int t = 0; t < BM; ++t) {
                 const float w = gs[t][jj];
-                if (dense || w != 0.0f)
-                    for (int c = 0; c < LANES(HEAD_DIM); ++c)
+                if (dense || w != 0.0f) {
+                    UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c) {
                         g[t][c] = fma((lane_t)w, kr[c], g[t][c]);
+                    }
+                }
             }
         }
     }
@@ -332,7 +336,7 @@ __kernel void backward_queries(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
     UNROLL for (int t = 0; t < BM; ++t) {
         if (i0 + t >= Sq) continue;
         float row[HEAD_DIM];
-        for (int c = 0; c < LANES(HEAD_DIM); ++c) {
+        UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c) {
 #if VEC > 1
             CAT(vstore, VEC)(g[t][c], c, row);
 #else

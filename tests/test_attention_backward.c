@@ -374,9 +374,10 @@ static clattn_tensor nan_output(test_ctx *t, const bw_spec *s, int64_t H, int64_
 }
 
 /* The forward (out in the case's dtype, lse in f32), then the backward into NaN-filled outputs;
- * the gradients come back dense. `options` may carry a workspace; its dbias is the case's. */
+ * the gradients come back dense. `options` may carry a workspace; its dbias is the case's.
+ * *workspace_bytes (when not NULL) receives the size the call asks for. */
 static int run_backward(test_ctx *t, const bw_case *c, clattn_attention_backward_options *options,
-                        bw_grads *g) {
+                        bw_grads *g, size_t *workspace_bytes) {
     const bw_spec *s = &c->s;
     memset(g, 0, sizeof *g);
     clattn_tensor q = test_upload_bhsd(t, c->q, s->B, s->Hq, s->Sq, s->D, s->dt, s->layout);
@@ -408,6 +409,10 @@ static int run_backward(test_ctx *t, const bw_case *c, clattn_attention_backward
     cl_command_queue queue = clattn_env_queue(t->env);
     if (ok)
         status = clattn_attention(&q, &k, &v, s->scale, &c->mask, &out, &lse, queue, 0, NULL, NULL);
+    if (status == CLATTN_SUCCESS && workspace_bytes)
+        status =
+            clattn_attention_backward_workspace_size(&q, &k, &v, &out, &dout, &lse, &c->mask, &dq,
+                                                     &dk, &dv, options, queue, workspace_bytes);
     if (status == CLATTN_SUCCESS)
         status = clattn_attention_backward(&q, &k, &v, &out, &dout, &lse, s->scale, &c->mask, &dq,
                                            &dk, &dv, options, queue, 0, NULL, NULL);
@@ -466,7 +471,7 @@ static void check_spec(test_ctx *t, const bw_spec *s, const char *what) {
     if (!prepare_case(t, s, &c)) {
         test_fail_at(t, __FILE__, __LINE__, "%s: could not prepare the case", what);
     } else {
-        const int status = run_backward(t, &c, NULL, &g);
+        const int status = run_backward(t, &c, NULL, &g, NULL);
         if (status != CLATTN_SUCCESS)
             test_fail_at(t, __FILE__, __LINE__, "%s: %s: %s", what, clattn_status_name(status),
                          clattn_last_error());
@@ -572,6 +577,228 @@ static void gradients_of_other_launches(test_ctx *t) {
     clattn_tuning_override("attention", NULL);
 }
 
+/* Garbage (NaN, Inf, 1e30) wherever no query looks (q and dout past the query lengths, k and v
+ * past the key lengths, the bias where the mask hides it) leaves every gradient bit for bit as it
+ * was; those rows get exact zeros; and two runs give the same bits. */
+static size_t grads_bytes(const bw_case *c, int which) {
+    const bw_spec *s = &c->s;
+    const size_t n[4] = {(size_t)(s->B * s->Hq * s->Sq * s->D),
+                         (size_t)(s->B * s->Hkv * s->Sk * s->D),
+                         (size_t)(s->B * s->Hkv * s->Sk * s->Dv), count4(c->bias_shape)};
+    return n[which] * sizeof(float);
+}
+
+static bool same_grads(const bw_case *c, const bw_grads *a, const bw_grads *b) {
+    const float *x[4] = {a->dq, a->dk, a->dv, a->dbias}, *y[4] = {b->dq, b->dk, b->dv, b->dbias};
+    for (int i = 0; i < 4; ++i)
+        if (memcmp(x[i], y[i], grads_bytes(c, i)) != 0) return false;
+    return true;
+}
+
+/* Whether any query of any head of kv head hk sees key j of batch b. */
+static bool key_seen(const bw_case *c, int64_t b, int64_t hk, int64_t j) {
+    const bw_spec *s = &c->s;
+    const int64_t group = s->Hq / s->Hkv;
+    for (int64_t h = hk * group; h < hk * group + group; ++h)
+        for (int64_t i = 0; i < s->Sq; ++i)
+            if (ref_visible(&c->rm, b, h, i, j, s->Sq, s->Sk)) return true;
+    return false;
+}
+
+/* Whether query row i of (b, h) sees any key. */
+static bool row_sees(const bw_case *c, int64_t b, int64_t h, int64_t i) {
+    for (int64_t j = 0; j < c->s.Sk; ++j)
+        if (ref_visible(&c->rm, b, h, i, j, c->s.Sq, c->s.Sk)) return true;
+    return false;
+}
+
+static void fill_row(float *row, int64_t n, int shift) {
+    static const float garbage[3] = {NAN, INFINITY, 1e30f};
+    for (int64_t d = 0; d < n; ++d) row[d] = garbage[(d + shift) % 3];
+}
+
+/* Garbage in the rows of q and dout that see no key, the rows of k and v no query sees, and the
+ * bias wherever the mask hides it (uploaded again). */
+static bool poison(test_ctx *t, bw_case *c) {
+    const bw_spec *s = &c->s;
+    for (int64_t b = 0; b < s->B; ++b) {
+        for (int64_t h = 0; h < s->Hq; ++h)
+            for (int64_t i = 0; i < s->Sq; ++i)
+                if (!row_sees(c, b, h, i)) {
+                    fill_row(c->q + ((b * s->Hq + h) * s->Sq + i) * s->D, s->D, 0);
+                    fill_row(c->dout + ((b * s->Hq + h) * s->Sq + i) * s->Dv, s->Dv, 1);
+                }
+        for (int64_t h = 0; h < s->Hkv; ++h)
+            for (int64_t j = 0; j < s->Sk; ++j)
+                if (!key_seen(c, b, h, j)) {
+                    fill_row(c->k + ((b * s->Hkv + h) * s->Sk + j) * s->D, s->D, 0);
+                    fill_row(c->v + ((b * s->Hkv + h) * s->Sk + j) * s->Dv, s->Dv, 2);
+                }
+        for (int64_t h = 0; h < s->Hq; ++h)
+            for (int64_t i = 0; i < s->Sq; ++i)
+                for (int64_t j = 0; j < s->Sk; ++j)
+                    if (!ref_visible(&c->rm, b, h, i, j, s->Sq, s->Sk))
+                        c->bias_f[((b * s->Hq + h) * s->Sq + i) * s->Sk + j] = NAN;
+    }
+    return test_write(t, c->bias_t.buffer, c->bias_f, count4(c->bias_shape) * 4);
+}
+
+/* The keep mask with one key hidden from every query of batch 0 and one query of batch 1 that
+ * sees nothing, uploaded again. */
+static bool hide_a_key_and_a_row(test_ctx *t, bw_case *c) {
+    const bw_spec *s = &c->s;
+    for (int64_t i = 0; i < s->Sq; ++i) c->keep[i * s->Sk + 3] = 0;
+    for (int64_t j = 0; j < s->Sk; ++j) c->keep[(s->Sq + 1) * s->Sk + j] = 0;
+    return test_write(t, c->keep_t.buffer, c->keep, (size_t)(s->B * s->Sq * s->Sk));
+}
+
+static void invisible_garbage_changes_nothing(test_ctx *t) {
+    static const int32_t klen[2] = {13, 6}, qlen[2] = {7, 3};
+    bw_spec s = spec(2, 2, 1, 9, 19, 16);
+    s.klen = klen, s.qlen = qlen, s.keep = 1, s.bias = BIAS_FULL, s.causal = 1, s.bottom_right = 1;
+    bw_case c;
+    bw_grads clean = {0}, again = {0}, dirty = {0};
+    if (prepare_case(t, &s, &c)) {
+        CHECK(t, hide_a_key_and_a_row(t, &c), "could not upload the keep mask");
+        CHECK_OK(t, run_backward(t, &c, NULL, &clean, NULL));
+        CHECK_OK(t, run_backward(t, &c, NULL, &again, NULL));
+        CHECK(t, same_grads(&c, &clean, &again), "two runs gave different bits");
+        CHECK(t, poison(t, &c), "could not upload the bias");
+        CHECK_OK(t, run_backward(t, &c, NULL, &dirty, NULL));
+        CHECK(t, same_grads(&c, &clean, &dirty),
+              "garbage at invisible positions changed a gradient");
+        for (int64_t i = 0; i < s.B * s.Hq * s.Sq; ++i)
+            for (int64_t d = 0;
+                 d < s.D && !row_sees(&c, i / (s.Hq * s.Sq), i / s.Sq % s.Hq, i % s.Sq); ++d)
+                CHECK(t, clean.dq[i * s.D + d] == 0.0f, "dq of row %lld (no key) is not 0",
+                      (long long)i);
+        for (int64_t j = 0; j < s.B * s.Hkv * s.Sk; ++j)
+            for (int64_t d = 0;
+                 d < s.D && !key_seen(&c, j / (s.Hkv * s.Sk), j / s.Sk % s.Hkv, j % s.Sk); ++d)
+                CHECK(t, clean.dk[j * s.D + d] == 0.0f && clean.dv[j * s.Dv + d] == 0.0f,
+                      "dk or dv of key %lld (no query) is not 0", (long long)j);
+        check_against_reference(t, &c, &clean, "before the garbage");
+    }
+    free_grads(&clean), free_grads(&again), free_grads(&dirty);
+    free_case(&c);
+}
+
+/* A caller's workspace of exactly the size asked gives the same bits as the library's own; one
+ * byte less is refused before anything runs. */
+static void caller_workspace(test_ctx *t) {
+    bw_spec s = spec(1, 2, 2, 9, 21, 16);
+    s.causal = 1;
+    bw_case c;
+    bw_grads own = {0}, given = {0}, none = {0};
+    size_t bytes = 0;
+    clattn_attention_backward_options options = {NULL, NULL};
+    if (prepare_case(t, &s, &c)) {
+        CHECK_OK(t, run_backward(t, &c, NULL, &own, &bytes));
+        CHECK(t, bytes >= (size_t)(8 * s.B * s.Hq * s.Sq), "a workspace of %zu bytes", bytes);
+        options.workspace = test_buffer(t, bytes);
+        CHECK_OK(t, run_backward(t, &c, &options, &given, NULL));
+        CHECK(t, same_grads(&c, &own, &given), "a caller's workspace changed the result");
+        clReleaseMemObject(options.workspace);
+        options.workspace = test_buffer(t, bytes - 1);
+        CHECK_STATUS(t, run_backward(t, &c, &options, &none, NULL), CLATTN_ERR_BUFFER_TOO_SMALL);
+        clReleaseMemObject(options.workspace);
+    }
+    free_grads(&own), free_grads(&given);
+    free_case(&c);
+}
+
+/* Every invalid argument: its status, *event NULL. */
+static void bad_arguments_are_rejected(test_ctx *t) {
+    enum { Q, K, V, OUT, DOUT, DQ, DK, DV, DB, BIAS, LSE, N };
+    cl_mem m[N];
+    for (int i = 0; i < N; ++i) {
+        m[i] = test_buffer(t, 512);
+        CHECK(t, m[i] != NULL, "no buffer");
+    }
+    clattn_tensor x[N];
+    for (int i = 0; i < N; ++i) x[i] = clattn_tensor_4d(m[i], CLATTN_F32, 1, 2, 4, 16);
+    x[K].shape[1] = x[V].shape[1] = x[DK].shape[1] = x[DV].shape[1] = 1; /* GQA */
+    x[LSE] = clattn_tensor_4d(m[LSE], CLATTN_F32, 1, 1, 2, 4);
+    x[BIAS] = x[DB] = clattn_tensor_4d(m[BIAS], CLATTN_F32, 1, 2, 4, 4);
+    x[DB].buffer = m[DB];
+    clattn_mask bias = {0};
+    bias.bias = &x[BIAS];
+    clattn_attention_backward_options o = {&x[DB], NULL};
+    cl_command_queue queue = clattn_env_queue(t->env);
+    typedef struct bad {
+        const char *what;
+        int tensor;           /* which x[] to change (-1: none) */
+        clattn_tensor change; /* its new value */
+        int status;
+    } bad;
+    clattn_tensor lse_f16 = x[LSE], lse_short = x[LSE], dq_short = x[DQ], dq_over_q = x[DQ];
+    clattn_tensor dk_over_dv = x[DK], dout_short = x[DOUT], db_wide = x[DB], dq_null = x[DQ];
+    lse_f16.dtype = CLATTN_F16, lse_short.shape[3] = 3, dq_short.shape[2] = 3;
+    dq_over_q.buffer = m[Q], dk_over_dv.buffer = m[DV], dout_short.shape[3] = 8;
+    db_wide.shape[0] = 2, dq_null.buffer = NULL;
+    const bad cases[] = {
+        {"valid", -1, x[0], CLATTN_SUCCESS},
+        {"lse in f16", LSE, lse_f16, CLATTN_ERR_UNSUPPORTED_DTYPE},
+        {"lse of another shape", LSE, lse_short, CLATTN_ERR_SHAPE_MISMATCH},
+        {"dq of another shape", DQ, dq_short, CLATTN_ERR_SHAPE_MISMATCH},
+        {"dout of another shape", DOUT, dout_short, CLATTN_ERR_SHAPE_MISMATCH},
+        {"dq over q", DQ, dq_over_q, CLATTN_ERR_ALIASING},
+        {"dk over dv", DK, dk_over_dv, CLATTN_ERR_ALIASING},
+        {"dbias of another shape", DB, db_wide, CLATTN_ERR_SHAPE_MISMATCH},
+        {"dq without a buffer", DQ, dq_null, CLATTN_ERR_NULL_TENSOR},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        clattn_tensor y[N];
+        memcpy(y, x, sizeof y);
+        if (cases[i].tensor >= 0) y[cases[i].tensor] = cases[i].change;
+        o.dbias = &y[DB];
+        bias.bias = &y[BIAS];
+        cl_event ev = (cl_event)(uintptr_t)1;
+        size_t bytes = 0;
+        /* the valid call is only sized (the same checks, no kernel: a host test) */
+        const int status =
+            cases[i].status == CLATTN_SUCCESS
+                ? clattn_attention_backward_workspace_size(&y[Q], &y[K], &y[V], &y[OUT], &y[DOUT],
+                                                           &y[LSE], &bias, &y[DQ], &y[DK], &y[DV],
+                                                           &o, queue, &bytes)
+                : clattn_attention_backward(&y[Q], &y[K], &y[V], &y[OUT], &y[DOUT], &y[LSE], 0.0f,
+                                            &bias, &y[DQ], &y[DK], &y[DV], &o, queue, 0, NULL, &ev);
+        CHECK(t, status == cases[i].status && (status == CLATTN_SUCCESS || ev == NULL),
+              "%s -> %s, expected %s (%s)", cases[i].what, clattn_status_name(status),
+              clattn_status_name(cases[i].status), clattn_last_error());
+    }
+    cl_event ev = (cl_event)(uintptr_t)1;
+    CHECK_STATUS(t,
+                 clattn_attention_backward(&x[Q], &x[K], &x[V], &x[OUT], &x[DOUT], &x[LSE], 0.0f,
+                                           NULL, &x[DQ], &x[DK], &x[DV], &o, queue, 0, NULL, &ev),
+                 CLATTN_ERR_INVALID_ARGUMENT); /* dbias without a bias */
+    CHECK(t, ev == NULL, "dbias without a bias left *event set");
+    CHECK_STATUS(t,
+                 clattn_attention_backward(&x[Q], &x[K], &x[V], &x[OUT], &x[DOUT], &x[LSE],
+                                           INFINITY, NULL, &x[DQ], &x[DK], &x[DV], NULL, queue, 0,
+                                           NULL, &ev),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(t,
+                 clattn_attention_backward(NULL, &x[K], &x[V], &x[OUT], &x[DOUT], &x[LSE], 0.0f,
+                                           NULL, &x[DQ], &x[DK], &x[DV], NULL, queue, 0, NULL, &ev),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(t,
+                 clattn_attention_backward(&x[Q], &x[K], &x[V], &x[OUT], &x[DOUT], NULL, 0.0f, NULL,
+                                           &x[DQ], &x[DK], &x[DV], NULL, queue, 0, NULL, &ev),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    size_t bytes = 0;
+    CHECK_STATUS(t,
+                 clattn_attention_backward_workspace_size(&x[Q], &x[K], &x[V], &x[OUT], &x[DOUT],
+                                                          &x[LSE], NULL, &x[DQ], &x[DK], &x[DV],
+                                                          NULL, queue, NULL),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    CHECK_OK(t, clattn_attention_backward_workspace_size(&x[Q], &x[K], &x[V], &x[OUT], &x[DOUT],
+                                                         &x[LSE], NULL, &x[DQ], &x[DK], &x[DV],
+                                                         NULL, queue, &bytes));
+    CHECK(t, bytes >= 8 * 8, "a workspace of %zu bytes", bytes);
+    for (int i = 0; i < N; ++i) clReleaseMemObject(m[i]);
+}
+
 static const test_case cases[] = {
     {"reference_matches_finite_differences", reference_matches_finite_differences,
      TAG_HOST | TAG_SMOKE},
@@ -583,5 +810,8 @@ static const test_case cases[] = {
     {"gradients_of_biases", gradients_of_biases, TAG_SMOKE},
     {"gradients_of_storage_and_layouts", gradients_of_storage_and_layouts},
     {"gradients_of_other_launches", gradients_of_other_launches},
+    {"invisible_garbage_changes_nothing", invisible_garbage_changes_nothing, TAG_SMOKE},
+    {"caller_workspace", caller_workspace},
+    {"bad_arguments_are_rejected", bad_arguments_are_rejected, TAG_HOST},
 };
 SUITE(attention_backward_suite, "attention_backward", cases);

@@ -15,6 +15,8 @@ when a case cannot run. DIMS is a comma-separated list whose meaning depends on 
                          torch.softmax(x.masked_fill(~mask, -inf) * scale, -1)
   attention[_causal] B,H,S,D  softmax((q @ k^T) * scale [masked_fill]) @ v
   attention_decode B,H,Sq,Sk,D  the same, Sq queries against Sk cached keys, no mask
+  attention_backward[_causal] B,H,S,D  torch.autograd.grad of that forward (taken once) in q, k,
+                         v given dout; scaled_dot_product_attention's where torch has it
   (attention_memory is not here: its scores would need 8 GiB; the row reports n/a)
   linear_attention B,H,S,D   phi = elu + 1; (phi(q) @ (phi(k)^T @ v)) / (phi(q) @ phi(k).sum + eps)
   linear_attention_causal B,H,S,D  the cumsum form: cumsum of the [B,H,S,D,D] outer products
@@ -74,8 +76,8 @@ def softmax_masked(dtype, b, h, sq, sk):
     return lambda: torch.softmax(x.masked_fill(~mask, float("-inf")) * 0.125, -1)
 
 
-def _attention(dtype, b, h, s, d, causal):
-    q, k, v = (torch.randn(b, h, s, d).to(dtype) for _ in range(3))
+def _attention(dtype, b, h, s, d, causal, qkv=None):
+    q, k, v = qkv or (torch.randn(b, h, s, d).to(dtype) for _ in range(3))
     scale = d ** -0.5
     mask = torch.ones(s, s, dtype=torch.bool).tril() if causal else None
 
@@ -97,6 +99,25 @@ def attention_decode(dtype, b, h, sq, sk, d):
 
 def attention(dtype, b, h, s, d):
     return _attention(dtype, b, h, s, d, False)
+
+
+def _attention_backward(dtype, b, h, s, d, causal):
+    q, k, v = (torch.randn(b, h, s, d).to(dtype).requires_grad_() for _ in range(3))
+    dout = torch.randn(b, h, s, d).to(dtype)
+    sdpa = getattr(torch.nn.functional, "scaled_dot_product_attention", None)
+    if sdpa is not None:  # torch 2.0 and later
+        out = sdpa(q, k, v, is_causal=causal)
+    else:
+        out = _attention(dtype, b, h, s, d, causal, (q, k, v))()
+    return lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+
+
+def attention_backward(dtype, b, h, s, d):
+    return _attention_backward(dtype, b, h, s, d, False)
+
+
+def attention_backward_causal(dtype, b, h, s, d):
+    return _attention_backward(dtype, b, h, s, d, True)
 
 
 def attention_causal(dtype, b, h, s, d):
@@ -173,6 +194,8 @@ OPS = {
     "attention": attention,
     "attention_causal": attention_causal,
     "attention_decode": attention_decode,
+    "attention_backward": attention_backward,
+    "attention_backward_causal": attention_backward_causal,
     "linear_attention": linear_attention,
     "linear_attention_causal": linear_attention_causal,
     "linear_step": linear_step,

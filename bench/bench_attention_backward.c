@@ -1,0 +1,198 @@
+/* Rows for the attention backward: GFLOP/s counting FlashAttention's convention, 2.5x the
+ * forward's 4*B*H*Sq*Sk*D (the five products dS needs: q k^T, dO v^T, dV, dQ, dK), halved under
+ * causal masking, against the FMA kernel timed beside each row, and the ratio against PyTorch's
+ * autograd of matmul -> masked_fill -> softmax -> matmul (or its SDPA where it has one).
+ * attention_backward_memory runs a length whose scores would not fit, and reports the scratch
+ * the call allocated. The forward runs once, untimed, for out and lse. */
+#include "bench.h"
+#include "../tests/ref.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct backward_case {
+    const char *op; /* attention_backward | attention_backward_causal | ..._memory */
+    int64_t b, h, s, d;
+} backward_case;
+
+/* q, k, v, dout, then the forward's out, then the gradients dq, dk, dv */
+enum { Q, K, V, DOUT, OUT, DQ, DK, DV, TENSORS };
+
+typedef struct backward_ctx {
+    const backward_case *c;
+    clattn_tensor t[TENSORS], lse;
+    clattn_mask mask;
+    clattn_attention_backward_options options;
+    size_t workspace_bytes;
+    float *host[4]; /* q, k, v, dout */
+} backward_ctx;
+
+static bool is_causal(const backward_case *c) {
+    return strcmp(c->op, "attention_backward") != 0;
+}
+
+static int run_backward(void *p, cl_command_queue queue) {
+    backward_ctx *x = p;
+    return clattn_attention_backward(&x->t[Q], &x->t[K], &x->t[V], &x->t[OUT], &x->t[DOUT], &x->lse,
+                                     0.0f, &x->mask, &x->t[DQ], &x->t[DK], &x->t[DV], &x->options,
+                                     queue, 0, NULL, NULL);
+}
+
+static int alloc_case(clattn_env *env, const backward_case *c, backward_ctx *x) {
+    memset(x, 0, sizeof *x);
+    x->c = c;
+    x->mask.causal = is_causal(c);
+    const int64_t shape[4] = {c->b, c->h, c->s, c->d}, lse_shape[4] = {1, c->b, c->h, c->s};
+    int status = CLATTN_SUCCESS;
+    for (int i = 0; i < TENSORS && status == CLATTN_SUCCESS; ++i) {
+        status = clattn_env_alloc(env, CLATTN_F32, shape, &x->t[i]);
+        if (status == CLATTN_SUCCESS && i <= DOUT)
+            status = bench_fill_random(env, &x->t[i], (uint64_t)(i + 40), 1.0f, &x->host[i]);
+    }
+    if (status == CLATTN_SUCCESS) status = clattn_env_alloc(env, CLATTN_F32, lse_shape, &x->lse);
+    cl_command_queue queue = clattn_env_queue(env);
+    if (status == CLATTN_SUCCESS)
+        status = clattn_attention(&x->t[Q], &x->t[K], &x->t[V], 0.0f, &x->mask, &x->t[OUT], &x->lse,
+                                  queue, 0, NULL, NULL);
+    if (status == CLATTN_SUCCESS)
+        status = clattn_attention_backward_workspace_size(
+            &x->t[Q], &x->t[K], &x->t[V], &x->t[OUT], &x->t[DOUT], &x->lse, &x->mask, &x->t[DQ],
+            &x->t[DK], &x->t[DV], NULL, queue, &x->workspace_bytes);
+    return status == CLATTN_SUCCESS
+               ? bench_workspace(env, x->workspace_bytes, &x->options.workspace)
+               : status;
+}
+
+static void free_case(backward_ctx *x) {
+    for (int i = 0; i < TENSORS; ++i) clattn_tensor_free(&x->t[i]);
+    clattn_tensor_free(&x->lse);
+    if (x->options.workspace) clReleaseMemObject(x->options.workspace);
+    for (int i = 0; i < 4; ++i) free(x->host[i]);
+}
+
+/* Query row i of head (b, h), in float64: dq_i = scale sum_j P_ij (dO_i . v_j - D_i) k_j. */
+static void reference_dq_row(const backward_ctx *x, int64_t bh, int64_t i, double *w, double *dq) {
+    const backward_case *c = x->c;
+    const int64_t d = c->d, keys = x->mask.causal ? i + 1 : c->s;
+    const float *q = x->host[Q] + (bh * c->s + i) * d, *dout = x->host[DOUT] + (bh * c->s + i) * d;
+    const float *k = x->host[K] + bh * c->s * d, *v = x->host[V] + bh * c->s * d;
+    const double scale = 1.0 / sqrt((double)d);
+    double top = -INFINITY, sum = 0, delta = 0;
+    for (int64_t j = 0; j < keys; ++j) {
+        double dot = 0;
+        for (int64_t e = 0; e < d; ++e) dot += (double)q[e] * k[j * d + e];
+        top = fmax(top, w[2 * j] = dot * scale);
+    }
+    for (int64_t j = 0; j < keys; ++j) sum += (w[2 * j] = exp(w[2 * j] - top));
+    for (int64_t j = 0; j < keys; ++j) {
+        double dp = 0;
+        for (int64_t e = 0; e < d; ++e) dp += (double)dout[e] * v[j * d + e];
+        w[2 * j] /= sum, w[2 * j + 1] = dp;
+        delta += w[2 * j] * dp;
+    }
+    for (int64_t e = 0; e < d; ++e) dq[e] = 0;
+    for (int64_t j = 0; j < keys; ++j)
+        for (int64_t e = 0; e < d; ++e)
+            dq[e] += scale * w[2 * j] * (w[2 * j + 1] - delta) * k[j * d + e];
+}
+
+/* The whole gradients of one head against tests/ref.c's float64 reference (O(S^2 D)). */
+static bool check_head(const backward_ctx *x, int64_t bh, const float *const got[3],
+                       bench_report *report) {
+    const backward_case *c = x->c;
+    const size_t n = (size_t)(c->s * c->d), at = (size_t)bh * n;
+    double *want[3] = {malloc(n * 8), malloc(n * 8), malloc(n * 8)};
+    const ref_mask mask = {.causal = x->mask.causal};
+    bool ok =
+        want[0] && want[1] && want[2] &&
+        ref_attention_backward(x->host[Q] + at, x->host[K] + at, x->host[V] + at,
+                               x->host[DOUT] + at, 1, 1, 1, c->s, c->s, c->d, c->d,
+                               1.0 / sqrt((double)c->d), &mask, want[0], want[1], want[2], NULL);
+    static const char *const names[3] = {"dq", "dk", "dv"};
+    for (int g = 0; g < 3 && ok; ++g)
+        for (size_t e = 0; e < n && ok; ++e)
+            ok = bench_close(report, names[g], at + e, got[g][at + e], want[g][e], 1.0, CLATTN_F32);
+    for (int g = 0; g < 3; ++g) free(want[g]);
+    return ok;
+}
+
+/* 8 sampled dq rows at every length; the last head whole where its O(S^2) reference is quick. */
+static int check_backward(void *p, clattn_env *env, bench_report *report, bool *ok) {
+    backward_ctx *x = p;
+    const backward_case *c = x->c;
+    float *got[3] = {NULL, NULL, NULL};
+    double *w = malloc((size_t)c->s * 2 * sizeof *w), *want = malloc((size_t)c->d * sizeof *want);
+    int status = w && want ? CLATTN_SUCCESS : CLATTN_ERR_OUT_OF_HOST_MEMORY;
+    for (int g = 0; g < 3 && status == CLATTN_SUCCESS; ++g)
+        status = bench_read(env, &x->t[DQ + g], &got[g]);
+    uint64_t state = 17;
+    *ok = status == CLATTN_SUCCESS;
+    for (int n = 0; n < 8 && *ok; ++n) {
+        const size_t row = bench_sample(&state, (size_t)(c->b * c->h * c->s));
+        reference_dq_row(x, (int64_t)row / c->s, (int64_t)row % c->s, w, want);
+        for (int64_t e = 0; e < c->d && *ok; ++e)
+            *ok = bench_close(report, "dq", row * (size_t)c->d + (size_t)e,
+                              got[0][row * (size_t)c->d + (size_t)e], want[e], 1.0, CLATTN_F32);
+    }
+    if (*ok && c->s <= 2048)
+        *ok = check_head(x, c->b * c->h - 1, (const float *const *)got, report);
+    for (int g = 0; g < 3; ++g) free(got[g]);
+    free(w), free(want);
+    return status;
+}
+
+static const char *case_op(const void *cases, int i) {
+    return ((const backward_case *)cases)[i].op;
+}
+
+/* The peer's key: the memory row runs no peer (its scores would need 8 GiB). */
+static void case_key(const void *cases, int i, char *key, size_t capacity) {
+    const backward_case *c = (const backward_case *)cases + i;
+    snprintf(key, capacity, "%s f32 %lld,%lld,%lld,%lld", c->op, (long long)c->b, (long long)c->h,
+             (long long)c->s, (long long)c->d);
+}
+
+static int measure(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
+                   const void *cases, int i, double torch_ms, bench_report *report) {
+    const backward_case *c = (const backward_case *)cases + i;
+    backward_ctx x;
+    bench_timing timing;
+    double ceiling = 0;
+    int status = alloc_case(env, c, &x);
+    char shape[160];
+    snprintf(shape, sizeof shape, "B=%lld H=%lld S=%lld D=%lld%s", (long long)c->b, (long long)c->h,
+             (long long)c->s, (long long)c->d, is_causal(c) ? " causal(flops/2)" : "");
+    const bench_row_name row = {c->op, "fused", CLATTN_F32, shape};
+    bool wrong = false;
+    if (status == CLATTN_SUCCESS)
+        status = bench_check_row(report, env, run_backward, &x, check_backward, &row, &wrong);
+    if (status == CLATTN_SUCCESS && !wrong)
+        status = bench_time_vs_fma(opt, ceilings, run_backward, &x, clattn_env_queue(env), &timing,
+                                   &ceiling);
+    if (strcmp(c->op, "attention_backward_memory") == 0) {
+        const size_t n = strlen(shape);
+        snprintf(shape + n, sizeof shape - n, " scratch %.1f MiB",
+                 (double)x.workspace_bytes / 1048576.0);
+    }
+    const double flops =
+        10.0 * (double)(c->b * c->h * c->s * c->s * c->d) * (is_causal(c) ? 0.5 : 1.0);
+    if (status == CLATTN_SUCCESS && !wrong)
+        status = bench_add_compute_row(report, env, c->op, "fused", CLATTN_F32, shape, &timing,
+                                       flops, ceiling, torch_ms);
+    free_case(&x);
+    return status;
+}
+
+int bench_attention_backward(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
+                             bench_report *report) {
+    const int64_t b = opt->quick ? 1 : 4, s = opt->quick ? 256 : 1024;
+    const int64_t long_s = opt->quick ? 2048 : 16384;
+    const backward_case cases[] = {
+        {"attention_backward", b, 8, s, 64},
+        {"attention_backward_causal", b, 8, s, 64},
+        {"attention_backward_memory", 1, 8, long_s, 64},
+    };
+    const bench_family family = {sizeof cases / sizeof cases[0], case_op, case_key, measure};
+    return bench_run_family(opt, env, ceilings, report, &family, cases);
+}
