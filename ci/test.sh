@@ -161,10 +161,12 @@ lane oclgrind oclgrind 1200 '--suite !linear_attention' "${uninit[@]}"
 # tests in the same process, the checker misreads the scratch they write and read: README,
 # Known limits);
 lane oclgrind-linear oclgrind 1200 'each:--suite linear_attention' "${uninit[@]}"
-# then without that checker, with those paths: the attention suites (linear attention's too;
-# by exact name, since the substring "attention" also picked six MHA tests the next lane runs)...
+# then without that checker, with those paths: the attention suites (linear attention's and the
+# backward's too, whose device tests skip under that checker; by exact name, since the substring
+# "attention" also picked six MHA tests the next lane runs)...
 lane oclgrind-attention oclgrind 1200 \
-  '--suite attention --suite attention_fuzz --suite linear_attention' "${oclgrind_small[@]}"
+  '--suite attention --suite attention_fuzz --suite attention_backward --suite linear_attention' \
+  "${oclgrind_small[@]}"
 # ...the MHA suite (its CLBlast GEMMs are such a path)...
 lane oclgrind-mha oclgrind 1200 '--suite mha' "${oclgrind_small[@]}"
 # ...and the reliability suite (fault injection in the composed path, determinism).
