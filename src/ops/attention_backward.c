@@ -243,32 +243,33 @@ static int set_dims_and_mask(const backward_step *s, cl_kernel kernel, cl_uint *
     return status;
 }
 
-static int run_keys(const backward_step *s, cl_kernel kernel) {
-    const backward_args *a = s->a;
-    const clattn_tensor *views[4] = {a->q, a->dout, a->dk, a->dv};
+/* The keys and queries kernels: four tensors, the scratch, the dims and the mask. */
+static int run_tiles(const backward_step *s, cl_kernel kernel, const clattn_tensor *const views[4],
+                     size_t items, bool last) {
     cl_uint arg = 0;
     int status = set_views(s, kernel, &arg, views, 4);
     if (status == CLATTN_SUCCESS) status = set_scratch_args(s, kernel, &arg, true);
     if (status == CLATTN_SUCCESS) status = set_dims_and_mask(s, kernel, &arg);
-    const size_t items = (size_t)(a->k->shape[0] * a->k->shape[1]) * s->l->tiles;
     if (status == CLATTN_SUCCESS)
-        status = clattn__enqueue_items(s->call, kernel, items, (size_t)s->l->group, s->prev, false);
+        status = clattn__enqueue_items(s->call, kernel, items, (size_t)s->l->group, s->prev, last);
     return status;
 }
 
+/* A work-item per key tile of each (batch, kv head). */
+static int run_keys(const backward_step *s, cl_kernel kernel) {
+    const backward_args *a = s->a;
+    const clattn_tensor *views[4] = {a->q, a->dout, a->dk, a->dv};
+    return run_tiles(s, kernel, views, (size_t)(a->k->shape[0] * a->k->shape[1]) * s->l->tiles,
+                     false);
+}
+
+/* A work-item per BM queries of each (batch, query head). */
 static int run_queries(const backward_step *s, cl_kernel kernel) {
     const backward_args *a = s->a;
     const clattn_tensor *views[4] = {a->q, a->k, a->dout, a->dq};
-    cl_uint arg = 0;
-    int status = set_views(s, kernel, &arg, views, 4);
-    if (status == CLATTN_SUCCESS) status = set_scratch_args(s, kernel, &arg, true);
-    if (status == CLATTN_SUCCESS) status = set_dims_and_mask(s, kernel, &arg);
     const size_t blocks = (size_t)((a->q->shape[2] + s->l->bm - 1) / s->l->bm);
-    const size_t items = (size_t)(a->q->shape[0] * a->q->shape[1]) * blocks;
-    if (status == CLATTN_SUCCESS)
-        status = clattn__enqueue_items(s->call, kernel, items, (size_t)s->l->group, s->prev,
-                                       a->dbias == NULL);
-    return status;
+    return run_tiles(s, kernel, views, (size_t)(a->q->shape[0] * a->q->shape[1]) * blocks,
+                     a->dbias == NULL);
 }
 
 static int run_bias(const backward_step *s, cl_kernel kernel) {
