@@ -41,6 +41,8 @@
     X(clattn_attention_options, path)                                                              \
     X(clattn_attention_options, weights)                                                           \
     X(clattn_attention_options, workspace)                                                         \
+    X(clattn_attention_backward_options, dbias)                                                    \
+    X(clattn_attention_backward_options, workspace)                                                \
     X(clattn_linear_options, feature_map)                                                          \
     X(clattn_linear_options, eps)                                                                  \
     X(clattn_linear_options, workspace)                                                            \

@@ -293,6 +293,52 @@ class Context:
                 results.append(self._download(lse, (b, hq, sq), np.float32))
             return results[0] if len(results) == 1 else tuple(results)
 
+    def attention_backward(self, dout, q, k, v, out, lse, scale=None, *, causal=False,
+                           window=None, global_stride=0, key_lengths=None, query_lengths=None,
+                           mask=None, bias=None, alibi_slopes=None, softcap=0.0,
+                           empty_rows="zero", return_dbias=False):
+        """The gradients of out = attention(q, k, v, scale, <mask>) given dout, in FlashAttention's
+        argument order: (dq, dk, dv), or (dq, dk, dv, dbias) with return_dbias (dbias in the
+        shape of the bias given, its broadcast dims summed as autograd sums them). out and lse
+        are what attention(..., return_lse=True) returned for the same arguments; the mask
+        keywords are attention's. The keep mask, lengths, window and ALiBi slopes have no
+        gradient. Rows that saw no key give zeros."""
+        q, k, v = _qkv_arrays(q, k, v)
+        dt = q.dtype
+        out = _float_array("out", out, dt)
+        dout = _float_array("dout", dout, dt)
+        lse = _float_array("lse", lse, np.float32)
+        b, hq, sq, _ = q.shape
+        out_shape = (b, hq, sq, v.shape[3])
+        for name, a in (("out", out), ("dout", dout)):
+            if a.shape != out_shape:
+                raise ValueError("%s: expected shape %s, got %s" % (name, out_shape, a.shape))
+        if lse.shape != (b, hq, sq):
+            raise ValueError("lse: expected shape %s, got %s" % ((b, hq, sq), lse.shape))
+        if return_dbias and bias is None:
+            raise ValueError("return_dbias: there is no bias to differentiate")
+        with _Scope(self) as scope:
+            qt, kt, vt, ot, dot = (self._upload(scope, a, _FLOAT_DTYPES[dt])
+                                   for a in (q, k, v, out, dout))
+            lt = self._upload(scope, lse.reshape(1, b, hq, sq), _lib.F32)
+            grads = [self._alloc(scope, a.shape, _FLOAT_DTYPES[dt]) for a in (q, k, v)]
+            scores = (b, hq, sq, k.shape[2])
+            m = self._mask(scope, scores, causal, window, global_stride, key_lengths,
+                           query_lengths, mask, bias, alibi_slopes, softcap, empty_rows)
+            bias_shape = np.shape(bias)
+            dbt = self._alloc(scope, _as_4d("bias", bias_shape), _lib.F32) if return_dbias else None
+            options = _lib.AttentionBackwardOptions(
+                ctypes.pointer(dbt) if dbt is not None else None, None)
+            _check(self._lib.clattn_attention_backward(
+                *(ctypes.byref(t) for t in (qt, kt, vt, ot, dot, lt)),
+                0.0 if scale is None else float(scale), ctypes.byref(m),
+                *(ctypes.byref(g) for g in grads), ctypes.byref(options), self._queue(), 0, None,
+                None))
+            results = [self._download(g, a.shape, dt) for g, a in zip(grads, (q, k, v))]
+            if return_dbias:
+                results.append(self._download(dbt, bias_shape, np.float32))
+            return tuple(results)
+
     def linear_attention(self, q, k, v, causal=False, feature_map="elu1", eps=1e-6, *,
                          key_lengths=None, query_lengths=None):
         """Linear attention phi(q_i)^T S / (phi(q_i)^T z + eps), S = sum_j phi(k_j) v_j^T,

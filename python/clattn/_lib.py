@@ -46,6 +46,13 @@ class AttentionOptions(ctypes.Structure):
 PATH_AUTO, PATH_FUSED, PATH_COMPOSED = 0, 1, 2
 
 
+class AttentionBackwardOptions(ctypes.Structure):
+    _fields_ = [
+        ("dbias", POINTER(Tensor)),
+        ("workspace", c_void_p),
+    ]
+
+
 class LinearOptions(ctypes.Structure):
     _fields_ = [
         ("feature_map", c_int),
@@ -164,6 +171,14 @@ def _declare(lib):
             c_int,
             [POINTER(Tensor)] * 3
             + [POINTER(MhaParams), POINTER(Tensor), POINTER(MhaOptions)]
+            + tail,
+        ),
+        "clattn_attention_backward": (
+            c_int,
+            [POINTER(Tensor)] * 6
+            + [c_float, POINTER(Mask)]
+            + [POINTER(Tensor)] * 3
+            + [POINTER(AttentionBackwardOptions)]
             + tail,
         ),
         "clattn_softmax_backward": (

@@ -19,6 +19,7 @@ MIRRORS = {
     "Tensor": "clattn_tensor",
     "Mask": "clattn_mask",
     "AttentionOptions": "clattn_attention_options",
+    "AttentionBackwardOptions": "clattn_attention_backward_options",
     "LinearOptions": "clattn_linear_options",
     "MhaParams": "clattn_mha_params",
     "MhaOptions": "clattn_mha_options",

@@ -249,6 +249,80 @@ def test_attention_matches_torch_with_gqa_and_masks(ctx):
     assert lse.shape == (2, 4, 9)
 
 
+def torch_attention_grads(q, k, v, dout, scale, visible, bias=None, alibi=None, softcap=0.0):
+    """torch.autograd of matmul -> softcap -> + bias -> masked_fill -> softmax -> matmul in
+    float64 (empty rows 0; GQA by repeating k/v heads, which autograd sums back): (dq, dk, dv)
+    and the bias's gradient in its own (broadcast) shape."""
+    group = q.shape[1] // k.shape[1]
+    qt, kt, vt = (torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (q, k, v))
+    bt = None if bias is None else torch.tensor(bias, dtype=torch.float64, requires_grad=True)
+    s = (qt @ kt.repeat_interleave(group, 1).transpose(-1, -2)) * scale
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    if bt is not None:
+        s = s + bt
+    if alibi is not None:
+        s = s + torch.from_numpy(alibi)
+    keep = torch.from_numpy(np.broadcast_to(visible, s.shape).copy())
+    p = torch.softmax(s.masked_fill(~keep, float("-inf")), -1)
+    p = torch.where(keep.any(-1, keepdim=True), p, torch.zeros_like(p))
+    (p @ vt.repeat_interleave(group, 1)).backward(torch.tensor(dout, dtype=torch.float64))
+    grads = [t.grad.numpy() for t in (qt, kt, vt)]
+    return grads + ([bt.grad.numpy()] if bt is not None else [])
+
+
+def check_attention_backward(ctx, q, k, v, visible, what, torch_kwargs=None, **kwargs):
+    """clattn's forward then backward against torch's autograd, every gradient."""
+    dout = RNG.standard_normal(q.shape[:3] + v.shape[3:]).astype(np.float32)
+    out, lse = ctx.attention(q, k, v, return_lse=True, **kwargs)
+    got = ctx.attention_backward(dout, q, k, v, out, lse, return_dbias="bias" in kwargs,
+                                 **kwargs)
+    scale = kwargs.get("scale") or 1 / np.sqrt(q.shape[3])
+    want = torch_attention_grads(q, k, v, dout, scale, visible, kwargs.get("bias"),
+                                 softcap=kwargs.get("softcap", 0.0), **(torch_kwargs or {}))
+    assert len(got) == len(want), what
+    for name, g, w in zip(("dq", "dk", "dv", "dbias"), got, want):
+        assert g.shape == w.shape, (what, name, g.shape, w.shape)
+        assert_close(g, w, 1e-4, 2e-5, "%s: %s" % (what, name))
+    return got
+
+
+def test_attention_backward_matches_autograd(ctx):
+    q = RNG.standard_normal((2, 4, 9, 40)).astype(np.float32)
+    k = RNG.standard_normal((2, 2, 13, 40)).astype(np.float32)
+    v = RNG.standard_normal((2, 2, 13, 24)).astype(np.float32)
+    check_attention_backward(ctx, q, k, v, np.ones((9, 13), bool), "GQA, Dv != D")
+    i, j = np.arange(9)[:, None], np.arange(13)[None, :]
+    visible = np.stack([(j <= i + n - 9) & (j < n) for n in (13, 6)])[:, None]
+    check_attention_backward(ctx, q, k, v, visible, "bottom-right causal + key lengths",
+                             scale=0.3, causal="bottom_right", key_lengths=[13, 6])
+    # rows past a query length see nothing: their gradients are 0
+    visible = np.stack([np.broadcast_to(i < n, (9, 13)) for n in (9, 4)])[:, None]
+    dq, _, _ = check_attention_backward(ctx, q, k, v, visible, "query lengths",
+                                        query_lengths=[9, 4])
+    assert np.all(dq[1, :, 4:] == 0)
+
+
+def test_attention_backward_masks_and_bias_gradients(ctx):
+    q = RNG.standard_normal((2, 3, 10, 16)).astype(np.float32)
+    k = RNG.standard_normal((2, 3, 10, 16)).astype(np.float32)
+    v = RNG.standard_normal((2, 3, 10, 16)).astype(np.float32)
+    slopes = np.array([0.5, 0.25, 0.125], np.float32)
+    i, j = np.arange(10)[:, None], np.arange(10)[None, :]
+    alibi = (-slopes[:, None, None] * np.abs(i - j)[None])[None]
+    visible = ((j >= i - 1) & (j <= i + 1)) | (j % 4 == 0) | (i % 4 == 0)
+    bias = RNG.standard_normal((1, 3, 10, 10)).astype(np.float32)  # a learned per-head bias
+    check_attention_backward(ctx, q, k, v, visible, "window + global + ALiBi + softcap + bias",
+                             torch_kwargs=dict(alibi=alibi), window=(1, 1), global_stride=4,
+                             alibi_slopes=slopes, softcap=3.0, scale=0.5, bias=bias)
+    keep = RNG.random((2, 1, 10, 10)) > 0.3
+    padding = RNG.standard_normal((2, 1, 1, 10)).astype(np.float32)  # a key-padding bias
+    check_attention_backward(ctx, q, k, v, keep, "keep mask + key-padding bias", mask=keep,
+                             bias=padding)
+    with pytest.raises(ValueError):
+        ctx.attention_backward(q, q, k, v, q, np.zeros((2, 3, 10), np.float32), return_dbias=True)
+
+
 def torch_linear(q, k, v, causal, feature_map="elu1", eps=1e-6):
     """The forms a PyTorch user writes, in float64: non-causal through phi(k)^T v, causal through
     cumsum over the outer products; GQA by repeating the kv heads."""
