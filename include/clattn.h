@@ -566,6 +566,35 @@ CLATTN_API int clattn_linear_attention_step(const clattn_tensor *q, const clattn
                                             cl_command_queue queue, cl_uint num_wait,
                                             const cl_event *wait_list, cl_event *event);
 
+/* The gradients of out = clattn_linear_attention(q, k, v, mask, options) given dout, the loss's
+ * gradient in out: dq, dk, dv in the shapes of q, k, v (any float dtype and strides), with the
+ * forward's mask (causal, align, lengths) and options (feature map, eps; the workspace is this
+ * call's). The forward's output is recomputed, not taken. With S_i, z_i the sums over query i's
+ * visible keys, den_i = phi(q_i).z_i + eps, dnum_i = dout_i / den_i and dden_i = -(dout_i .
+ * out_i) / den_i:
+ *   dq_i = phi'(q_i) o (S_i dnum_i + z_i dden_i)
+ *   dk_j = phi'(k_j) o sum_i (dnum_i . v_j + dden_i) phi(q_i),  dv_j = sum_i (phi(q_i).phi(k_j))
+ * dnum_i over the queries i that see key j: the causal form sums them from the end in chunks (the
+ * forward's scan in reverse), O(S) time and memory. phi' is elu1: 1 above 0, exp below; relu: 1
+ * above 0, else 0; identity: 1. A query that sees no key gets dq 0 and adds nothing; a key no
+ * query sees gets dk, dv 0. GQA: a kv head's gradients sum over its query heads. Seven kernels
+ * a call, all built before the first is enqueued. Statuses: those of clattn_linear_attention. */
+CLATTN_API int clattn_linear_attention_backward(const clattn_tensor *q, const clattn_tensor *k,
+                                                const clattn_tensor *v, const clattn_tensor *dout,
+                                                const clattn_mask *mask, const clattn_tensor *dq,
+                                                const clattn_tensor *dk, const clattn_tensor *dv,
+                                                const clattn_linear_options *options,
+                                                cl_command_queue queue, cl_uint num_wait,
+                                                const cl_event *wait_list, cl_event *event);
+
+/* The bytes of scratch the same clattn_linear_attention_backward call needs, after the same
+ * validation. */
+CLATTN_API int clattn_linear_attention_backward_workspace_size(
+    const clattn_tensor *q, const clattn_tensor *k, const clattn_tensor *v,
+    const clattn_tensor *dout, const clattn_mask *mask, const clattn_tensor *dq,
+    const clattn_tensor *dk, const clattn_tensor *dv, const clattn_linear_options *options,
+    cl_command_queue queue, size_t *bytes);
+
 /* ---------------------------------------------------------------------------------------------
  * Multi-head attention forward (src/ops/mha.c, cl/mha.cl)
  *

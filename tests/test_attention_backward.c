@@ -821,6 +821,195 @@ static void bad_arguments_are_rejected(test_ctx *t) {
     for (int i = 0; i < N; ++i) clReleaseMemObject(m[i]);
 }
 
+/* ---- linear attention's backward (src/ops/linear_attention_backward.c) ---- */
+
+typedef struct lin_spec {
+    int64_t B, Hq, Hkv, Sq, Sk, D, Dv;
+    clattn_dtype dt;
+    int feature_map, causal, bottom_right, layout;
+    const int32_t *klen, *qlen;
+    uint64_t seed;
+} lin_spec;
+
+/* Host values exact in dt; for relu and identity positive q and k (identity's denominator then
+ * stays far from 0, and relu's slope is defined everywhere). */
+static float *lin_values(const lin_spec *s, size_t n, bool positive, uint64_t *rng) {
+    float *x = malloc(n * sizeof(float));
+    if (!x) return NULL;
+    test_fill_exact(x, n, s->dt, rng);
+    for (size_t i = 0; positive && i < n; ++i) {
+        uint16_t bits[2];
+        ref_store(bits, s->dt, 0, fabsf(x[i]) * 0.5f + 0.125f);
+        x[i] = ref_load(bits, s->dt, 0);
+    }
+    return x;
+}
+
+static bool lin_upload_lengths(test_ctx *t, const lin_spec *s, clattn_mask *mask,
+                               clattn_tensor *klen, clattn_tensor *qlen) {
+    if (s->klen) {
+        *klen = clattn_tensor_4d(upload(t, s->klen, 4 * (size_t)s->B), CLATTN_I32, 1, 1, 1, s->B);
+        mask->key_lengths = klen;
+    }
+    if (s->qlen) {
+        *qlen = clattn_tensor_4d(upload(t, s->qlen, 4 * (size_t)s->B), CLATTN_I32, 1, 1, 1, s->B);
+        mask->query_lengths = qlen;
+    }
+    return (!s->klen || klen->buffer) && (!s->qlen || qlen->buffer);
+}
+
+/* Runs the backward on host values q, k, v, dout into NaN-filled outputs; the gradients come
+ * back dense. `workspace` may be NULL; *bytes (when not NULL) receives the size asked. */
+static int run_linear_backward(test_ctx *t, const lin_spec *s, float *const in[4], cl_mem workspace,
+                               bw_grads *g, size_t *bytes) {
+    memset(g, 0, sizeof *g);
+    const bw_spec shape = {
+        s->B, s->Hq, s->Hkv, s->Sq, s->Sk, s->D, s->Dv, s->dt, .layout = s->layout};
+    clattn_tensor q = test_upload_bhsd(t, in[0], s->B, s->Hq, s->Sq, s->D, s->dt, s->layout);
+    clattn_tensor k = test_upload_bhsd(t, in[1], s->B, s->Hkv, s->Sk, s->D, s->dt, s->layout);
+    clattn_tensor v = test_upload_bhsd(t, in[2], s->B, s->Hkv, s->Sk, s->Dv, s->dt, s->layout);
+    clattn_tensor dout = test_upload_bhsd(t, in[3], s->B, s->Hq, s->Sq, s->Dv, s->dt, s->layout);
+    clattn_tensor dq = nan_output(t, &shape, s->Hq, s->Sq, s->D);
+    clattn_tensor dk = nan_output(t, &shape, s->Hkv, s->Sk, s->D);
+    clattn_tensor dv = nan_output(t, &shape, s->Hkv, s->Sk, s->Dv);
+    clattn_tensor klen = {0}, qlen = {0};
+    clattn_mask mask = {.causal = s->causal,
+                        .align =
+                            s->bottom_right ? CLATTN_ALIGN_BOTTOM_RIGHT : CLATTN_ALIGN_TOP_LEFT};
+    clattn_linear_options options = {(clattn_feature_map)s->feature_map, 1e-6f, workspace};
+    clattn_tensor *all[9] = {&q, &k, &v, &dout, &dq, &dk, &dv, &klen, &qlen};
+    bool ok = lin_upload_lengths(t, s, &mask, &klen, &qlen);
+    for (int i = 0; i < 7; ++i) ok = ok && all[i]->buffer;
+    cl_command_queue queue = clattn_env_queue(t->env);
+    int status = ok ? CLATTN_SUCCESS : CLATTN_ERR_OUT_OF_HOST_MEMORY;
+    if (status == CLATTN_SUCCESS && bytes)
+        status = clattn_linear_attention_backward_workspace_size(&q, &k, &v, &dout, &mask, &dq, &dk,
+                                                                 &dv, &options, queue, bytes);
+    if (status == CLATTN_SUCCESS)
+        status = clattn_linear_attention_backward(&q, &k, &v, &dout, &mask, &dq, &dk, &dv, &options,
+                                                  queue, 0, NULL, NULL);
+    if (status == CLATTN_SUCCESS)
+        g->dq = download(t, &dq), g->dk = download(t, &dk), g->dv = download(t, &dv);
+    for (int i = 0; i < 9; ++i)
+        if (all[i]->buffer) clReleaseMemObject(all[i]->buffer);
+    return status;
+}
+
+static void check_linear(test_ctx *t, const lin_spec *s, const char *what) {
+    if (t->failed) return;
+    uint64_t rng = s->seed * 131 + 3;
+    const bool positive = s->feature_map != CLATTN_FEATURE_ELU1;
+    const size_t nq = (size_t)(s->B * s->Hq * s->Sq * s->D),
+                 nk = (size_t)(s->B * s->Hkv * s->Sk * s->D);
+    const size_t nv = (size_t)(s->B * s->Hkv * s->Sk * s->Dv),
+                 no = (size_t)(s->B * s->Hq * s->Sq * s->Dv);
+    float *in[4] = {lin_values(s, nq, positive, &rng), lin_values(s, nk, positive, &rng),
+                    lin_values(s, nv, false, &rng), lin_values(s, no, false, &rng)};
+    double *dq = malloc(nq * 8), *dk = malloc(nk * 8), *dv = malloc(nv * 8);
+    bw_grads g = {0};
+    const ref_mask mask = {.causal = s->causal,
+                           .bottom_right = s->bottom_right,
+                           .key_lengths = s->klen,
+                           .query_lengths = s->qlen};
+    const ref_linear p = {s->B, s->Hq, s->Hkv,         s->Sq, s->Sk,
+                          s->D, s->Dv, s->feature_map, 1e-6,  &mask};
+    bool ok = in[0] && in[1] && in[2] && in[3] && dq && dk && dv &&
+              ref_linear_attention_backward(&p, in[0], in[1], in[2], in[3], dq, dk, dv);
+    if (!ok) test_fail_at(t, __FILE__, __LINE__, "%s: out of host memory", what);
+    int status = ok ? run_linear_backward(t, s, in, NULL, &g, NULL) : CLATTN_SUCCESS;
+    if (status != CLATTN_SUCCESS)
+        test_fail_at(t, __FILE__, __LINE__, "%s: %s: %s", what, clattn_status_name(status),
+                     clattn_last_error());
+    /* f32: rounding of sums over up to Sk keys and Sq queries; 16-bit: of the gradients */
+    const double tol = s->dt == CLATTN_F32 ? 4e-5 : s->dt == CLATTN_F16 ? 4e-3 : 3e-2;
+    if (ok && !t->failed) check_close(t, what, "dq", g.dq, dq, nq, tol);
+    if (ok && !t->failed) check_close(t, what, "dk", g.dk, dk, nk, tol);
+    if (ok && !t->failed) check_close(t, what, "dv", g.dv, dv, nv, tol);
+    for (int i = 0; i < 4; ++i) free(in[i]);
+    free(dq), free(dk), free(dv);
+    free_grads(&g);
+}
+
+static lin_spec lin(int64_t B, int64_t Hq, int64_t Hkv, int64_t Sq, int64_t Sk, int64_t D,
+                    int64_t Dv) {
+    lin_spec s;
+    memset(&s, 0, sizeof s);
+    s.B = B, s.Hq = Hq, s.Hkv = Hkv, s.Sq = Sq, s.Sk = Sk, s.D = D, s.Dv = Dv;
+    s.dt = CLATTN_F32;
+    s.seed = (uint64_t)(B + Hq * 3 + Sq * 5 + Sk * 7 + D * 11 + Dv);
+    return s;
+}
+
+static void linear_gradients_of_feature_maps(test_ctx *t) {
+    static const char *const maps[] = {"elu1", "relu", "identity"};
+    for (int map = 0; map < 3; ++map)
+        for (int causal = 0; causal < 2; ++causal) {
+            lin_spec s = lin(2, 2, 1, 37, 37, 16, 8);
+            s.feature_map = map, s.causal = causal;
+            char what[64];
+            snprintf(what, sizeof what, "%s, causal %d", maps[map], causal);
+            check_linear(t, &s, what);
+        }
+}
+
+/* Lengths make some queries see nothing and some keys seen by none; bottom-right with Sq < Sk
+ * is a KV cache; 150 keys are several chunks (the scans from both ends and the partial chunks). */
+static void linear_gradients_of_masks_and_shapes(test_ctx *t) {
+    static const int32_t klen[2] = {150, 41}, qlen[2] = {70, 0};
+    lin_spec s = lin(2, 4, 2, 70, 150, 32, 24);
+    s.causal = 1, s.bottom_right = 1, s.klen = klen, s.qlen = qlen;
+    check_linear(t, &s, "causal bottom-right, lengths, GQA, several chunks");
+    s.causal = 0;
+    check_linear(t, &s, "non-causal, lengths, GQA");
+    s = lin(1, 2, 2, 150, 70, 20, 12);
+    s.causal = 1;
+    check_linear(t, &s, "causal top-left, Sq > Sk, head dims of 4-wide lanes");
+    s = lin(1, 2, 2, 33, 33, 17, 5);
+    s.causal = 1;
+    check_linear(t, &s, "odd head dims (scalar lanes)");
+    s = lin(2, 2, 1, 21, 29, 16, 16);
+    s.causal = 1, s.dt = CLATTN_F16, s.layout = 1;
+    check_linear(t, &s, "f16, [B,S,H,D] storage");
+    s.dt = CLATTN_BF16, s.layout = 2, s.causal = 0;
+    check_linear(t, &s, "bf16, [B,H,D,S] storage");
+    if (test_large_shapes(t)) {
+        s = lin(1, 2, 2, 300, 300, 128, 64);
+        s.causal = 1;
+        check_linear(t, &s, "D=128 Dv=64, 300 keys");
+    }
+}
+
+/* A caller's workspace of exactly the size asked gives the same bits as the library's own; one
+ * byte less is refused. Two runs agree bit for bit. */
+static void linear_caller_workspace(test_ctx *t) {
+    lin_spec s = lin(1, 2, 2, 70, 70, 16, 16);
+    s.causal = 1;
+    uint64_t rng = 5;
+    const size_t nq = (size_t)(2 * 70 * 16);
+    float *in[4] = {lin_values(&s, nq, false, &rng), lin_values(&s, nq, false, &rng),
+                    lin_values(&s, nq, false, &rng), lin_values(&s, nq, false, &rng)};
+    bw_grads own = {0}, again = {0}, given = {0}, none = {0};
+    size_t bytes = 0;
+    cl_mem workspace = NULL;
+    bool ready = in[0] && in[1] && in[2] && in[3];
+    if (ready) {
+        CHECK_OK(t, run_linear_backward(t, &s, in, NULL, &own, &bytes));
+        CHECK_OK(t, run_linear_backward(t, &s, in, NULL, &again, NULL));
+        CHECK(t, memcmp(own.dk, again.dk, nq * 4) == 0 && memcmp(own.dq, again.dq, nq * 4) == 0,
+              "two runs gave different bits");
+        workspace = test_buffer(t, bytes);
+        CHECK_OK(t, run_linear_backward(t, &s, in, workspace, &given, NULL));
+        CHECK(t, memcmp(own.dv, given.dv, nq * 4) == 0, "a caller's workspace changed dv");
+        clReleaseMemObject(workspace);
+        workspace = test_buffer(t, bytes - 1);
+        CHECK_STATUS(t, run_linear_backward(t, &s, in, workspace, &none, NULL),
+                     CLATTN_ERR_BUFFER_TOO_SMALL);
+        clReleaseMemObject(workspace);
+    }
+    for (int i = 0; i < 4; ++i) free(in[i]);
+    free_grads(&own), free_grads(&again), free_grads(&given);
+}
+
 static const test_case cases[] = {
     {"reference_matches_finite_differences", reference_matches_finite_differences,
      TAG_HOST | TAG_SMOKE},
@@ -835,5 +1024,8 @@ static const test_case cases[] = {
     {"invisible_garbage_changes_nothing", invisible_garbage_changes_nothing, TAG_SMOKE},
     {"caller_workspace", caller_workspace},
     {"bad_arguments_are_rejected", bad_arguments_are_rejected, TAG_HOST},
+    {"linear_gradients_of_feature_maps", linear_gradients_of_feature_maps, TAG_SMOKE},
+    {"linear_gradients_of_masks_and_shapes", linear_gradients_of_masks_and_shapes},
+    {"linear_caller_workspace", linear_caller_workspace},
 };
 SUITE(attention_backward_suite, "attention_backward", cases);

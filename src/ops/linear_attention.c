@@ -3,7 +3,7 @@
  * four kernels of a call (phi(k), chunk states, their running sums, the outputs), chained by
  * events.
  */
-#include "mask.h"
+#include "linear_attention.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -18,34 +18,15 @@
 #define LINEAR_MIN_CHUNK 64
 #define LINEAR_MAX_CHUNK 256
 
-/* One validated call. */
-typedef struct linear_args {
-    const clattn_tensor *q, *k, *v, *out;
-    const clattn_tensor *state, *z; /* the step's running state; NULL for whole sequences */
-    bool step;
-    const clattn_mask *mask_desc; /* the caller's (or the step's own) */
-    clattn_feature_map feature_map;
-    float eps;
-    cl_mem workspace;
-    clattn__mask_plan mask;
-} linear_args;
-
-/* The launch of a call: the table's row (LANES narrowed to divide the head dims; ROWS state
- * rows per linear_states work-item and BM queries per linear_outputs one resolved) and the
- * chunking. The causal chunk (the table's CHUNK) trades the quadratic work of the keys within
- * a chunk against the (Sk / chunk) states the scratch holds and the scan walks. */
-typedef struct linear_launch {
-    clattn__linear_attention_tuning t;
-    int chunk, nchunks;
-    bool causal;
-} linear_launch;
+typedef clattn__linear_args linear_args;
+typedef clattn__linear_launch linear_launch;
 
 static int check_dims(const linear_args *a) {
     return clattn__check_attention_shapes(a->q, a->k, a->v, a->out, LINEAR_MAX_HEAD_DIM);
 }
 
 /* Linear attention has no scores: of the mask it takes the lengths and causality only. */
-static int check_mask_fields(const clattn_mask *m) {
+int clattn__linear_check_mask_fields(const clattn_mask *m) {
     if (!m) return CLATTN_SUCCESS;
     const char *field = m->window               ? "window"
                         : m->global_stride != 0 ? "global_stride"
@@ -62,7 +43,7 @@ static int check_mask_fields(const clattn_mask *m) {
                         field);
 }
 
-static int check_options(const clattn_linear_options *o, linear_args *a) {
+int clattn__linear_check_options(const clattn_linear_options *o, linear_args *a) {
     const clattn_linear_options defaults = CLATTN_LINEAR_OPTIONS_DEFAULT;
     if (!o) o = &defaults;
     if (o->feature_map != CLATTN_FEATURE_ELU1 && o->feature_map != CLATTN_FEATURE_RELU &&
@@ -120,11 +101,11 @@ static int check_state(const linear_args *a, cl_context context) {
 static int check_linear(linear_args *a, const clattn_linear_options *options, cl_context context) {
     const char *names[4] = {"q", "k", "v", "out"};
     const clattn_tensor *views[4] = {a->q, a->k, a->v, a->out};
-    int status = check_options(options, a);
+    int status = clattn__linear_check_options(options, a);
     for (int i = 0; i < 4 && status == CLATTN_SUCCESS; ++i)
         status = clattn__check_tensor(names[i], views[i], context, CLATTN__FLOAT_DTYPES, i == 3);
     if (status == CLATTN_SUCCESS) status = check_dims(a);
-    if (status == CLATTN_SUCCESS) status = check_mask_fields(a->mask_desc);
+    if (status == CLATTN_SUCCESS) status = clattn__linear_check_mask_fields(a->mask_desc);
     if (status == CLATTN_SUCCESS) {
         const int64_t scores[4] = {a->q->shape[0], a->q->shape[1], a->q->shape[2], a->k->shape[2]};
         status = clattn__mask_prepare(a->mask_desc, scores, context, &a->mask);
@@ -146,12 +127,12 @@ static int register_tile(int64_t d, int64_t width_dims, int lanes) {
     return tile;
 }
 
-static size_t state_floats(const linear_args *a, const linear_launch *l) {
+size_t clattn__linear_state_floats(const linear_args *a, const linear_launch *l) {
     const size_t slot = (size_t)(a->k->shape[3] * (a->v->shape[3] + 1));
     return (size_t)(a->k->shape[0] * a->k->shape[1]) * (size_t)(l->nchunks + 1) * slot;
 }
 
-static size_t phik_floats(const linear_args *a) {
+size_t clattn__linear_phik_floats(const linear_args *a) {
     return (size_t)(a->k->shape[0] * a->k->shape[1] * a->k->shape[2] * a->k->shape[3]);
 }
 
@@ -177,7 +158,7 @@ static void pick_chunks(linear_launch *l, cl_device_id device, const linear_args
 /* The launch: the tuning table's row for the device (tuning_table.def says what each row is
  * based on), or the row a test forces, with the lanes narrowed to divide the head dims and
  * ROWS, BM 0 resolved to as many as keep 16 vector accumulators. */
-static int pick_launch(cl_device_id device, const linear_args *a, linear_launch *l) {
+int clattn__linear_pick_launch(cl_device_id device, const linear_args *a, linear_launch *l) {
     *l = (linear_launch){.causal = a->mask.causal != 0};
     const int forced = clattn__hook_value(CLATTN__HOOK_LINEAR_LAUNCH);
     const char *row = forced == CLATTN__LINEAR_GPU ? "type:gpu" : "default";
@@ -214,20 +195,21 @@ static int plan_linear(linear_args *a, const clattn_linear_options *options,
                        const clattn__call *call, linear_launch *l, size_t *bytes) {
     int status = check_linear(a, options, call->context);
     if (status != CLATTN_SUCCESS) return status;
-    status = pick_launch(call->device, a, l);
+    status = clattn__linear_pick_launch(call->device, a, l);
     if (status != CLATTN_SUCCESS) return status;
-    *bytes = (state_floats(a, l) + phik_floats(a)) * sizeof(float);
+    *bytes = (clattn__linear_state_floats(a, l) + clattn__linear_phik_floats(a)) * sizeof(float);
     return check_launch_size(a, l);
 }
 
 static bool linear_needs_wide_index(const linear_args *a, const linear_launch *l) {
     const clattn_tensor *views[6] = {a->q, a->k, a->v, a->out, a->state, a->z};
     return clattn__needs_wide_index(views, 6) || clattn__mask_needs_wide_index(&a->mask) ||
-           state_floats(a, l) + phik_floats(a) >= (size_t)clattn__narrow_index_limit();
+           clattn__linear_state_floats(a, l) + clattn__linear_phik_floats(a) >=
+               (size_t)clattn__narrow_index_limit();
 }
 
-static void linear_options_string(const linear_args *a, const linear_launch *l, bool wide,
-                                  char *options, size_t size) {
+void clattn__linear_options(const linear_args *a, const linear_launch *l, bool wide, char *options,
+                            size_t size) {
     snprintf(options, size,
              "-cl-std=CL1.2 -DQ_T=%s -DK_T=%s -DV_T=%s -DO_T=%s -DHEAD_DIM=%lld -DVALUE_DIM=%lld "
              "-DFEATURE=%d -DCAUSAL=%d -DHAS_STATE=%d -DIDX=%s",
@@ -259,7 +241,7 @@ static int set_scratch_args(cl_kernel kernel, cl_uint *arg, const linear_args *a
     if (status == CLATTN_SUCCESS)
         status = clattn__set_arg(kernel, (*arg)++, sizeof scratch, &scratch);
     if (status == CLATTN_SUCCESS)
-        status = clattn__set_idx_arg(kernel, (*arg)++, state_floats(a, l), wide);
+        status = clattn__set_idx_arg(kernel, (*arg)++, clattn__linear_state_floats(a, l), wide);
     return status;
 }
 
@@ -328,14 +310,10 @@ static int set_step_args(cl_kernel kernel, int step, const linear_args *a, const
     }
 }
 
-/* The kernels, each after the one before; the call's event is the last one's. All of them are
- * built and given their arguments before the first is enqueued, so that a build failure or a
- * bad argument enqueues nothing (and a step leaves the caller's state as it was). */
-static int enqueue_linear(const linear_args *a, const linear_launch *l, const clattn__call *call,
-                          cl_mem scratch) {
-    const bool wide = linear_needs_wide_index(a, l);
-    char options[1024];
-    linear_options_string(a, l, wide, options, sizeof options);
+int clattn__linear_prepare_steps(const linear_args *a, const linear_launch *l,
+                                 const clattn__call *call, cl_mem scratch, bool wide,
+                                 const char *options, int count, cl_kernel *kernels,
+                                 size_t *items) {
     const int64_t B = a->k->shape[0], Hkv = a->k->shape[1], D = a->k->shape[3];
     const int64_t blocks = (a->q->shape[2] + l->t.BM - 1) / l->t.BM;
     const int64_t Sk = a->k->shape[2];
@@ -347,21 +325,40 @@ static int enqueue_linear(const linear_args *a, const linear_launch *l, const cl
         {"linear_states", (size_t)(B * Hkv * l->nchunks * (D / l->t.ROWS))},
         {"linear_scan", (size_t)(B * Hkv * D * (a->v->shape[3] / l->t.LANES))},
         {"linear_outputs", (size_t)(B * a->q->shape[1] * blocks)}};
-    cl_kernel kernels[4] = {NULL, NULL, NULL, NULL};
     int status = CLATTN_SUCCESS;
-    for (int i = 0; i < 4 && status == CLATTN_SUCCESS; ++i) {
+    for (int i = 0; i < count && status == CLATTN_SUCCESS; ++i) {
+        items[i] = steps[i].items;
         status = clattn__create_kernel(call->context, call->device, "linear_attention.cl", options,
                                        steps[i].name, &kernels[i]);
         if (status == CLATTN_SUCCESS) status = set_step_args(kernels[i], i, a, l, scratch, wide);
     }
+    return status;
+}
+
+/* The kernels, each after the one before; the call's event is the last one's. All of them are
+ * built and given their arguments before the first is enqueued, so that a build failure or a
+ * bad argument enqueues nothing (and a step leaves the caller's state as it was). */
+static int enqueue_linear(const linear_args *a, const linear_launch *l, const clattn__call *call,
+                          cl_mem scratch) {
+    const bool wide = linear_needs_wide_index(a, l);
+    char options[1024];
+    clattn__linear_options(a, l, wide, options, sizeof options);
+    cl_kernel kernels[4] = {NULL, NULL, NULL, NULL};
+    size_t items[4];
+    int status =
+        clattn__linear_prepare_steps(a, l, call, scratch, wide, options, 4, kernels, items);
     cl_event prev = NULL;
     for (int i = 0; i < 4 && status == CLATTN_SUCCESS; ++i)
-        status = clattn__enqueue_items(call, kernels[i], steps[i].items,
-                                       i == 2 ? 64 : (size_t)l->t.GROUP, &prev, i == 3);
+        status = clattn__enqueue_items(call, kernels[i], items[i], clattn__linear_step_group(l, i),
+                                       &prev, i == 3);
     if (prev) clReleaseEvent(prev);
     for (int i = 0; i < 4; ++i)
         if (kernels[i]) clReleaseKernel(kernels[i]);
     return status;
+}
+
+size_t clattn__linear_step_group(const linear_launch *l, int step) {
+    return step == 2 ? 64 : (size_t)l->t.GROUP;
 }
 
 /* The caller's workspace, checked against every tensor of the call, or a fresh one. */

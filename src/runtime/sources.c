@@ -71,9 +71,9 @@ static bool op_in(const char *op_file, const char *const *ops, size_t count) {
 
 static int program_parts(const char *op_file, const char *names[CLATTN_MAX_PARTS]) {
     static const char *const masked_ops[] = {"softmax.cl", "attention.cl", "attention_backward.cl",
-                                             "linear_attention.cl"};
+                                             "linear_attention.cl", "linear_attention_backward.cl"};
     static const char *const row_ops[] = {"attention.cl", "attention_backward.cl",
-                                          "linear_attention.cl"};
+                                          "linear_attention.cl", "linear_attention_backward.cl"};
     int count = 0;
     names[count++] = "common.cl";
     if (op_in(op_file, masked_ops, sizeof masked_ops / sizeof masked_ops[0]))
