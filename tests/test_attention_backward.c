@@ -487,9 +487,10 @@ static void check_spec(test_ctx *t, const bw_spec *s, const char *what) {
 }
 
 /* Oclgrind's uninitialized-value checker misreads what the backward's first kernels write to
- * its scratch (K and V packed, the rows' D_i) and the forward's lse before it, as it misreads
- * the forward's packed K (tests/harness.h): with that checker these tests skip, and the
- * oclgrind-attention lane runs them under Oclgrind without it. */
+ * its scratch (K and V packed, the rows' D_i; linear attention's states and terms) and the
+ * forward's lse before it, as it misreads the forward's packed K and linear attention's states
+ * (tests/harness.h, README): with that checker these tests skip, and the oclgrind-attention
+ * lane runs them under Oclgrind without it. */
 static bool skipped_under_uninit_checker(test_ctx *t) {
     if (test_under_uninit_checker())
         test_skip(t, "Oclgrind's uninitialized-value checker misreads the backward's scratch");
@@ -941,6 +942,7 @@ static lin_spec lin(int64_t B, int64_t Hq, int64_t Hkv, int64_t Sq, int64_t Sk, 
 }
 
 static void linear_gradients_of_feature_maps(test_ctx *t) {
+    if (skipped_under_uninit_checker(t)) return;
     static const char *const maps[] = {"elu1", "relu", "identity"};
     for (int map = 0; map < 3; ++map)
         for (int causal = 0; causal < 2; ++causal) {
@@ -955,6 +957,7 @@ static void linear_gradients_of_feature_maps(test_ctx *t) {
 /* Lengths make some queries see nothing and some keys seen by none; bottom-right with Sq < Sk
  * is a KV cache; 150 keys are several chunks (the scans from both ends and the partial chunks). */
 static void linear_gradients_of_masks_and_shapes(test_ctx *t) {
+    if (skipped_under_uninit_checker(t)) return;
     static const int32_t klen[2] = {150, 41}, qlen[2] = {70, 0};
     lin_spec s = lin(2, 4, 2, 70, 150, 32, 24);
     s.causal = 1, s.bottom_right = 1, s.klen = klen, s.qlen = qlen;
@@ -982,6 +985,7 @@ static void linear_gradients_of_masks_and_shapes(test_ctx *t) {
 /* A caller's workspace of exactly the size asked gives the same bits as the library's own; one
  * byte less is refused. Two runs agree bit for bit. */
 static void linear_caller_workspace(test_ctx *t) {
+    if (skipped_under_uninit_checker(t)) return;
     lin_spec s = lin(1, 2, 2, 70, 70, 16, 16);
     s.causal = 1;
     uint64_t rng = 5;

@@ -351,18 +351,44 @@ class Context:
         with _Scope(self) as scope:
             qt, kt, vt = (self._upload(scope, a, _FLOAT_DTYPES[a.dtype]) for a in arrays)
             ot = self._alloc(scope, out_shape, _FLOAT_DTYPES[q.dtype])
-            m = _lib.Mask()
-            m.causal, m.align = _causal_mode(causal)
-            if key_lengths is not None:
-                m.key_lengths = ctypes.pointer(self._vector(scope, "key_lengths", key_lengths, q.shape[0]))
-            if query_lengths is not None:
-                m.query_lengths = ctypes.pointer(
-                    self._vector(scope, "query_lengths", query_lengths, q.shape[0]))
+            m = self._linear_mask(scope, q.shape[0], causal, key_lengths, query_lengths)
             options = _linear_options(feature_map, eps)
             _check(self._lib.clattn_linear_attention(
                 ctypes.byref(qt), ctypes.byref(kt), ctypes.byref(vt), ctypes.byref(m),
                 ctypes.byref(ot), ctypes.byref(options), self._queue(), 0, None, None))
             return self._download(ot, out_shape, q.dtype)
+
+    def linear_attention_backward(self, dout, q, k, v, causal=False, feature_map="elu1", eps=1e-6,
+                                  *, key_lengths=None, query_lengths=None):
+        """The gradients of out = linear_attention(q, k, v, causal, feature_map, eps, <lengths>)
+        given dout [B,Hq,Sq,Dv]: (dq, dk, dv) in the shapes of q, k, v. The forward's output is
+        recomputed; the causal form runs in O(S) (running sums from both ends)."""
+        q, k, v = _qkv_arrays(q, k, v)
+        dout = _float_array("dout", dout, q.dtype)
+        out_shape = q.shape[:3] + (v.shape[3],)
+        if dout.shape != out_shape:
+            raise ValueError("dout: expected shape %s, got %s" % (out_shape, dout.shape))
+        with _Scope(self) as scope:
+            qt, kt, vt, dt = (self._upload(scope, a, _FLOAT_DTYPES[q.dtype])
+                              for a in (q, k, v, dout))
+            grads = [self._alloc(scope, a.shape, _FLOAT_DTYPES[q.dtype]) for a in (q, k, v)]
+            m = self._linear_mask(scope, q.shape[0], causal, key_lengths, query_lengths)
+            options = _linear_options(feature_map, eps)
+            _check(self._lib.clattn_linear_attention_backward(
+                *(ctypes.byref(t) for t in (qt, kt, vt, dt)), ctypes.byref(m),
+                *(ctypes.byref(g) for g in grads), ctypes.byref(options), self._queue(), 0, None,
+                None))
+            return tuple(self._download(g, a.shape, q.dtype) for g, a in zip(grads, (q, k, v)))
+
+    def _linear_mask(self, scope, batch, causal, key_lengths, query_lengths):
+        m = _lib.Mask()
+        m.causal, m.align = _causal_mode(causal)
+        if key_lengths is not None:
+            m.key_lengths = ctypes.pointer(self._vector(scope, "key_lengths", key_lengths, batch))
+        if query_lengths is not None:
+            m.query_lengths = ctypes.pointer(
+                self._vector(scope, "query_lengths", query_lengths, batch))
+        return m
 
     def linear_attention_step(self, q, k, v, state=None, feature_map="elu1", eps=1e-6, *,
                               lengths=None):

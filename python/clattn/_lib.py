@@ -163,6 +163,14 @@ def _declare(lib):
             + [POINTER(Mask), POINTER(Tensor), POINTER(LinearOptions)]
             + tail,
         ),
+        "clattn_linear_attention_backward": (
+            c_int,
+            [POINTER(Tensor)] * 4
+            + [POINTER(Mask)]
+            + [POINTER(Tensor)] * 3
+            + [POINTER(LinearOptions)]
+            + tail,
+        ),
         "clattn_linear_attention_step": (
             c_int,
             [POINTER(Tensor)] * 7 + [POINTER(LinearOptions)] + tail,

@@ -323,12 +323,15 @@ def test_attention_backward_masks_and_bias_gradients(ctx):
         ctx.attention_backward(q, q, k, v, q, np.zeros((2, 3, 10), np.float32), return_dbias=True)
 
 
-def torch_linear(q, k, v, causal, feature_map="elu1", eps=1e-6):
+def torch_linear(q, k, v, causal, feature_map="elu1", eps=1e-6, dout=None):
     """The forms a PyTorch user writes, in float64: non-causal through phi(k)^T v, causal through
-    cumsum over the outer products; GQA by repeating the kv heads."""
+    cumsum over the outer products; GQA by repeating the kv heads. With dout: the gradients
+    (dq, dk, dv) of that form by torch.autograd instead."""
     phi = {"elu1": lambda t: torch.nn.functional.elu(t) + 1, "relu": torch.relu,
            "identity": lambda t: t}[feature_map]
-    q, k, v = (torch.from_numpy(a.astype(np.float64)) for a in (q, k, v))
+    leaves = [torch.tensor(a, dtype=torch.float64, requires_grad=dout is not None)
+              for a in (q, k, v)]
+    q, k, v = leaves
     group = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
     fq, fk = phi(q), phi(k)
@@ -339,7 +342,30 @@ def torch_linear(q, k, v, causal, feature_map="elu1", eps=1e-6):
     else:
         num = fq @ (fk.transpose(-1, -2) @ v)
         den = fq @ fk.sum(-2).unsqueeze(-1)
-    return (num / (den + eps)).numpy()
+    out = num / (den + eps)
+    if dout is None:
+        return out.detach().numpy()
+    out.backward(torch.tensor(dout, dtype=torch.float64))
+    return tuple(t.grad.numpy() for t in leaves)
+
+
+def test_linear_attention_backward_matches_autograd(ctx):
+    for causal in (False, True):
+        for feature_map in ("elu1", "relu", "identity"):
+            positive = feature_map != "elu1"  # relu's slope is defined, identity's den is far from 0
+            q = RNG.standard_normal((2, 4, 19, 16)).astype(np.float32)
+            k = RNG.standard_normal((2, 2, 19, 16)).astype(np.float32)
+            if positive:
+                q, k = np.abs(q) + 0.1, np.abs(k) + 0.1
+            v = RNG.standard_normal((2, 2, 19, 8)).astype(np.float32)
+            dout = RNG.standard_normal((2, 4, 19, 8)).astype(np.float32)
+            got = ctx.linear_attention_backward(dout, q, k, v, causal=causal,
+                                                feature_map=feature_map)
+            want = torch_linear(q, k, v, causal, feature_map, dout=dout)
+            for name, g, w in zip(("dq", "dk", "dv"), got, want):
+                assert_close(g, w, 1e-4, 1e-5, "%s causal=%s: %s" % (feature_map, causal, name))
+    with pytest.raises(ValueError):
+        ctx.linear_attention_backward(q, q, k, v)
 
 
 def test_linear_attention_matches_torch_forms(ctx):
