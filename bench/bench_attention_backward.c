@@ -1,9 +1,15 @@
-/* Rows for the attention backward: GFLOP/s counting FlashAttention's convention, 2.5x the
+/* Rows for the backward ops, against the FMA kernel timed beside each row and PyTorch's
+ * autograd of the forward as its users write it.
+ *
+ * attention_backward[_causal|_memory]: GFLOP/s counting FlashAttention's convention, 2.5x the
  * forward's 4*B*H*Sq*Sk*D (the five products dS needs: q k^T, dO v^T, dV, dQ, dK), halved under
- * causal masking, against the FMA kernel timed beside each row, and the ratio against PyTorch's
- * autograd of matmul -> masked_fill -> softmax -> matmul (or its SDPA where it has one).
- * attention_backward_memory runs a length whose scores would not fit, and reports the scratch
- * the call allocated. The forward runs once, untimed, for out and lse. */
+ * causal masking; the peer differentiates matmul -> masked_fill -> softmax -> matmul (or SDPA
+ * where torch has it). The memory row runs a length whose scores would not fit, and reports
+ * the scratch. The forward runs once, untimed, for out and lse.
+ *
+ * linear_attention_backward[_causal]: GFLOP/s counting 8*B*H*S*D*Dv, twice the forward's count
+ * (dq and the key side each take two products of its size); the peer differentiates the
+ * forward's phi(k)^T v form, causal the cumsum over the outer products. */
 #include "bench.h"
 #include "../tests/ref.h"
 
@@ -12,7 +18,8 @@
 #include <string.h>
 
 typedef struct backward_case {
-    const char *op; /* attention_backward | attention_backward_causal | ..._memory */
+    const char *op; /* attention_backward | attention_backward_causal | ..._memory, or
+                     * linear_attention_backward[_causal] */
     int64_t b, h, s, d;
 } backward_case;
 
@@ -24,16 +31,26 @@ typedef struct backward_ctx {
     clattn_tensor t[TENSORS], lse;
     clattn_mask mask;
     clattn_attention_backward_options options;
+    clattn_linear_options linear; /* the linear rows' (feature map elu1) */
     size_t workspace_bytes;
     float *host[4]; /* q, k, v, dout */
 } backward_ctx;
 
+static bool is_linear(const backward_case *c) {
+    return strncmp(c->op, "linear", 6) == 0;
+}
+
 static bool is_causal(const backward_case *c) {
-    return strcmp(c->op, "attention_backward") != 0;
+    return strcmp(c->op, "attention_backward") != 0 &&
+           strcmp(c->op, "linear_attention_backward") != 0;
 }
 
 static int run_backward(void *p, cl_command_queue queue) {
     backward_ctx *x = p;
+    if (is_linear(x->c))
+        return clattn_linear_attention_backward(&x->t[Q], &x->t[K], &x->t[V], &x->t[DOUT], &x->mask,
+                                                &x->t[DQ], &x->t[DK], &x->t[DV], &x->linear, queue,
+                                                0, NULL, NULL);
     return clattn_attention_backward(&x->t[Q], &x->t[K], &x->t[V], &x->t[OUT], &x->t[DOUT], &x->lse,
                                      0.0f, &x->mask, &x->t[DQ], &x->t[DK], &x->t[DV], &x->options,
                                      queue, 0, NULL, NULL);
@@ -52,6 +69,13 @@ static int alloc_case(clattn_env *env, const backward_case *c, backward_ctx *x) 
     }
     if (status == CLATTN_SUCCESS) status = clattn_env_alloc(env, CLATTN_F32, lse_shape, &x->lse);
     cl_command_queue queue = clattn_env_queue(env);
+    x->linear = (clattn_linear_options)CLATTN_LINEAR_OPTIONS_DEFAULT;
+    if (status == CLATTN_SUCCESS && is_linear(c))
+        status = clattn_linear_attention_backward_workspace_size(
+            &x->t[Q], &x->t[K], &x->t[V], &x->t[DOUT], &x->mask, &x->t[DQ], &x->t[DK], &x->t[DV],
+            &x->linear, queue, &x->workspace_bytes);
+    if (status == CLATTN_SUCCESS && is_linear(c))
+        return bench_workspace(env, x->workspace_bytes, &x->linear.workspace);
     if (status == CLATTN_SUCCESS)
         status = clattn_attention(&x->t[Q], &x->t[K], &x->t[V], 0.0f, &x->mask, &x->t[OUT], &x->lse,
                                   queue, 0, NULL, NULL);
@@ -68,6 +92,7 @@ static void free_case(backward_ctx *x) {
     for (int i = 0; i < TENSORS; ++i) clattn_tensor_free(&x->t[i]);
     clattn_tensor_free(&x->lse);
     if (x->options.workspace) clReleaseMemObject(x->options.workspace);
+    if (x->linear.workspace) clReleaseMemObject(x->linear.workspace);
     for (int i = 0; i < 4; ++i) free(x->host[i]);
 }
 
@@ -104,11 +129,16 @@ static bool check_head(const backward_ctx *x, int64_t bh, const float *const got
     const size_t n = (size_t)(c->s * c->d), at = (size_t)bh * n;
     double *want[3] = {malloc(n * 8), malloc(n * 8), malloc(n * 8)};
     const ref_mask mask = {.causal = x->mask.causal};
-    bool ok =
-        want[0] && want[1] && want[2] &&
-        ref_attention_backward(x->host[Q] + at, x->host[K] + at, x->host[V] + at,
-                               x->host[DOUT] + at, 1, 1, 1, c->s, c->s, c->d, c->d,
-                               1.0 / sqrt((double)c->d), &mask, want[0], want[1], want[2], NULL);
+    const ref_linear linear = {1, 1, 1, c->s, c->s, c->d, c->d, CLATTN_FEATURE_ELU1, 1e-6, &mask};
+    const float *in[4] = {x->host[Q] + at, x->host[K] + at, x->host[V] + at, x->host[DOUT] + at};
+    bool ok = want[0] && want[1] && want[2];
+    if (ok && is_linear(c))
+        ok = ref_linear_attention_backward(&linear, in[0], in[1], in[2], in[3], want[0], want[1],
+                                           want[2]);
+    else if (ok)
+        ok = ref_attention_backward(in[0], in[1], in[2], in[3], 1, 1, 1, c->s, c->s, c->d, c->d,
+                                    1.0 / sqrt((double)c->d), &mask, want[0], want[1], want[2],
+                                    NULL);
     static const char *const names[3] = {"dq", "dk", "dv"};
     for (int g = 0; g < 3 && ok; ++g)
         for (size_t e = 0; e < n && ok; ++e)
@@ -117,7 +147,8 @@ static bool check_head(const backward_ctx *x, int64_t bh, const float *const got
     return ok;
 }
 
-/* 8 sampled dq rows at every length; the last head whole where its O(S^2) reference is quick. */
+/* Attention: 8 sampled dq rows at every length. The last head whole where its O(S^2) reference
+ * is quick (linear attention's longer rows are checked by the suite, not here). */
 static int check_backward(void *p, clattn_env *env, bench_report *report, bool *ok) {
     backward_ctx *x = p;
     const backward_case *c = x->c;
@@ -128,7 +159,7 @@ static int check_backward(void *p, clattn_env *env, bench_report *report, bool *
         status = bench_read(env, &x->t[DQ + g], &got[g]);
     uint64_t state = 17;
     *ok = status == CLATTN_SUCCESS;
-    for (int n = 0; n < 8 && *ok; ++n) {
+    for (int n = 0; n < 8 && *ok && !is_linear(c); ++n) {
         const size_t row = bench_sample(&state, (size_t)(c->b * c->h * c->s));
         reference_dq_row(x, (int64_t)row / c->s, (int64_t)row % c->s, w, want);
         for (int64_t e = 0; e < c->d && *ok; ++e)
@@ -162,7 +193,10 @@ static int measure(const bench_options *opt, clattn_env *env, bench_ceilings *ce
     int status = alloc_case(env, c, &x);
     char shape[160];
     snprintf(shape, sizeof shape, "B=%lld H=%lld S=%lld D=%lld%s", (long long)c->b, (long long)c->h,
-             (long long)c->s, (long long)c->d, is_causal(c) ? " causal(flops/2)" : "");
+             (long long)c->s, (long long)c->d,
+             !is_causal(c)  ? ""
+             : is_linear(c) ? " causal"
+                            : " causal(flops/2)");
     const bench_row_name row = {c->op, "fused", CLATTN_F32, shape};
     bool wrong = false;
     if (status == CLATTN_SUCCESS)
@@ -175,8 +209,9 @@ static int measure(const bench_options *opt, clattn_env *env, bench_ceilings *ce
         snprintf(shape + n, sizeof shape - n, " scratch %.1f MiB",
                  (double)x.workspace_bytes / 1048576.0);
     }
-    const double flops =
-        10.0 * (double)(c->b * c->h * c->s * c->s * c->d) * (is_causal(c) ? 0.5 : 1.0);
+    const double flops = is_linear(c) ? 8.0 * (double)(c->b * c->h * c->s * c->d * c->d)
+                                      : 10.0 * (double)(c->b * c->h * c->s * c->s * c->d) *
+                                            (is_causal(c) ? 0.5 : 1.0);
     if (status == CLATTN_SUCCESS && !wrong)
         status = bench_add_compute_row(report, env, c->op, "fused", CLATTN_F32, shape, &timing,
                                        flops, ceiling, torch_ms);
@@ -192,6 +227,9 @@ int bench_attention_backward(const bench_options *opt, clattn_env *env, bench_ce
         {"attention_backward", b, 8, s, 64},
         {"attention_backward_causal", b, 8, s, 64},
         {"attention_backward_memory", 1, 8, long_s, 64},
+        {"linear_attention_backward", b, 8, s, 64},
+        {"linear_attention_backward_causal", b, 8, s, 64},
+        {"linear_attention_backward_causal", b, 8, opt->quick ? 512 : 4096, 64},
     };
     const bench_family family = {sizeof cases / sizeof cases[0], case_op, case_key, measure};
     return bench_run_family(opt, env, ceilings, report, &family, cases);

@@ -23,7 +23,8 @@ static void usage(FILE *out) {
                  "  NAME: split_heads | merge_heads | split_qkv | softmax | softmax_masked |\n"
                  "        attention | attention_causal | attention_memory | attention_decode |\n"
                  "        attention_backward | attention_backward_causal |\n"
-                 "        attention_backward_memory |\n"
+                 "        attention_backward_memory | linear_attention_backward |\n"
+                 "        linear_attention_backward_causal |\n"
                  "        linear_attention | linear_attention_causal | linear_step |\n"
                  "        linear_crossover | gemm | mha | tuning\n");
 }

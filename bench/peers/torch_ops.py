@@ -25,6 +25,8 @@ when a case cannot run. DIMS is a comma-separated list whose meaning depends on 
   gemm M,N,K            a @ w.T, a [M,K], w [N,K] (OpenBLAS on the CPU)
   mha B,S,E,H           nn.MultiheadAttention(E, H, batch_first=True).eval(), no grad,
                         module(x, x, x, need_weights=False)
+  linear_attention_backward[_causal] B,H,S,D  torch.autograd.grad of the form above (taken
+                         once) in q, k, v given dout
   linear_step B,H,1,D   one token: S += phi(k)^T v, z += phi(k), phi(q) S / (phi(q) z + eps)
 A case whose first run takes over a second is repeated 3 times after one warm-up.
 """
@@ -159,6 +161,30 @@ def linear_attention_causal(dtype, b, h, s, d):
     return run
 
 
+def _linear_backward(dtype, b, h, s, d, causal):
+    if causal and b * h * s * d * d * torch.finfo(dtype).bits // 8 > CUMSUM_LIMIT:
+        raise MemoryError("the cumsum form's outer products would not fit")
+    q, k, v = (torch.randn(b, h, s, d).to(dtype).requires_grad_() for _ in range(3))
+    fq, fk = _elu1(q), _elu1(k)
+    if causal:
+        kv = torch.einsum("bhsd,bhse->bhsde", fk, v).cumsum(2)
+        num = torch.einsum("bhsd,bhsde->bhse", fq, kv)
+        out = num / ((fq * fk.cumsum(2)).sum(-1, keepdim=True) + 1e-6)
+    else:
+        z = fk.sum(-2, keepdim=True)
+        out = (fq @ (fk.transpose(-1, -2) @ v)) / (fq @ z.transpose(-1, -2) + 1e-6)
+    dout = torch.randn(b, h, s, d).to(dtype)
+    return lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+
+
+def linear_attention_backward(dtype, b, h, s, d):
+    return _linear_backward(dtype, b, h, s, d, False)
+
+
+def linear_attention_backward_causal(dtype, b, h, s, d):
+    return _linear_backward(dtype, b, h, s, d, True)
+
+
 def linear_step(dtype, b, h, n, d):
     q, k, v = (torch.randn(b, h, n, d).to(dtype) for _ in range(3))
     state, z = torch.zeros(b, h, d, d, dtype=dtype), torch.zeros(b, h, 1, d, dtype=dtype)
@@ -198,6 +224,8 @@ OPS = {
     "attention_backward_causal": attention_backward_causal,
     "linear_attention": linear_attention,
     "linear_attention_causal": linear_attention_causal,
+    "linear_attention_backward": linear_attention_backward,
+    "linear_attention_backward_causal": linear_attention_backward_causal,
     "linear_step": linear_step,
     "split_heads": split_heads,
     "merge_heads": merge_heads,
