@@ -446,6 +446,12 @@ CLATTN_API int clattn_attention_workspace_size(const clattn_tensor *q, const cla
 
 /* Options of clattn_attention_backward; NULL means all-zero. */
 typedef struct clattn_attention_backward_options {
+    /* CLATTN_PATH_AUTO and CLATTN_PATH_FUSED: the fused kernels. CLATTN_PATH_COMPOSED: p
+     * recomputed by GEMM and clattn_softmax, dS by clattn_softmax_backward, dq, dk, dv by GEMMs
+     * (B*Hq*Sq*Sk floats of scratch three times over, the full quadratic work); it takes no
+     * softcap and no dbias (CLATTN_ERR_INVALID_ARGUMENT), and like the forward's composed path
+     * it multiplies every row: NaN or Inf in a row no query sees reaches dq, dk or dv. */
+    clattn_attention_path path;
     /* optional output: the gradient of mask->bias, in the bias's own shape (the dims it
      * broadcasts over summed, as PyTorch's autograd sums them), any float dtype and strides.
      * The keep mask, the lengths, the window and the ALiBi slopes have no gradient. */

@@ -405,7 +405,8 @@ static int run_backward(test_ctx *t, const bw_case *c, clattn_attention_backward
     }
     clattn_attention_backward_options plain = {0};
     if (!options) options = &plain;
-    options->dbias = s->bias != BIAS_NONE ? &db : NULL;
+    /* the composed path has no dbias */
+    options->dbias = s->bias != BIAS_NONE && options->path != CLATTN_PATH_COMPOSED ? &db : NULL;
     clattn_tensor *all[10] = {&q, &k, &v, &dout, &out, &lse, &dq, &dk, &dv, &db};
     int status = CLATTN_ERR_OUT_OF_HOST_MEMORY;
     bool ok = true;
@@ -464,7 +465,7 @@ static void check_against_reference(test_ctx *t, const bw_case *c, const bw_grad
     if (ok) check_close(t, what, "dq", g->dq, dq, nq, tol);
     if (ok && !t->failed) check_close(t, what, "dk", g->dk, dk, nk, tol);
     if (ok && !t->failed) check_close(t, what, "dv", g->dv, dv, nv, tol);
-    if (ok && !t->failed && nb) check_close(t, what, "dbias", g->dbias, db, nb, tol);
+    if (ok && !t->failed && nb && g->dbias) check_close(t, what, "dbias", g->dbias, db, nb, tol);
     free(dq), free(dk), free(dv), free(db);
 }
 
@@ -714,7 +715,7 @@ static void caller_workspace(test_ctx *t) {
     bw_case c;
     bw_grads own = {0}, given = {0}, none = {0};
     size_t bytes = 0;
-    clattn_attention_backward_options options = {NULL, NULL};
+    clattn_attention_backward_options options = {CLATTN_PATH_AUTO, NULL, NULL};
     if (prepare_case(t, &s, &c)) {
         CHECK_OK(t, run_backward(t, &c, NULL, &own, &bytes));
         CHECK(t, bytes >= (size_t)(8 * s.B * s.Hq * s.Sq), "a workspace of %zu bytes", bytes);
@@ -746,7 +747,7 @@ static void bad_arguments_are_rejected(test_ctx *t) {
     x[DB].buffer = m[DB];
     clattn_mask bias = {0};
     bias.bias = &x[BIAS];
-    clattn_attention_backward_options o = {&x[DB], NULL};
+    clattn_attention_backward_options o = {CLATTN_PATH_AUTO, &x[DB], NULL};
     cl_command_queue queue = clattn_env_queue(t->env);
     typedef struct bad {
         const char *what;
@@ -791,6 +792,27 @@ static void bad_arguments_are_rejected(test_ctx *t) {
               clattn_status_name(cases[i].status), clattn_last_error());
     }
     cl_event ev = (cl_event)(uintptr_t)1;
+    o.path = CLATTN_PATH_COMPOSED; /* with dbias */
+    CHECK_STATUS(t,
+                 clattn_attention_backward(&x[Q], &x[K], &x[V], &x[OUT], &x[DOUT], &x[LSE], 0.0f,
+                                           &bias, &x[DQ], &x[DK], &x[DV], &o, queue, 0, NULL, &ev),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    clattn_mask capped = {0};
+    capped.softcap = 5.0f;
+    clattn_attention_backward_options composed = {CLATTN_PATH_COMPOSED, NULL, NULL};
+    CHECK_STATUS(t,
+                 clattn_attention_backward(&x[Q], &x[K], &x[V], &x[OUT], &x[DOUT], &x[LSE], 0.0f,
+                                           &capped, &x[DQ], &x[DK], &x[DV], &composed, queue, 0,
+                                           NULL, &ev),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    composed.path = (clattn_attention_path)7;
+    CHECK_STATUS(t,
+                 clattn_attention_backward(&x[Q], &x[K], &x[V], &x[OUT], &x[DOUT], &x[LSE], 0.0f,
+                                           NULL, &x[DQ], &x[DK], &x[DV], &composed, queue, 0, NULL,
+                                           &ev),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    CHECK(t, ev == NULL, "a refused path left *event set");
+    o.path = CLATTN_PATH_AUTO;
     CHECK_STATUS(t,
                  clattn_attention_backward(&x[Q], &x[K], &x[V], &x[OUT], &x[DOUT], &x[LSE], 0.0f,
                                            NULL, &x[DQ], &x[DK], &x[DV], &o, queue, 0, NULL, &ev),
@@ -820,6 +842,52 @@ static void bad_arguments_are_rejected(test_ctx *t) {
                                                          NULL, queue, &bytes));
     CHECK(t, bytes >= 8 * 8, "a workspace of %zu bytes", bytes);
     for (int i = 0; i < N; ++i) clReleaseMemObject(m[i]);
+}
+
+/* The composed path (GEMMs, clattn_softmax, clattn_softmax_backward) against the reference and
+ * the fused kernels, element-wise. */
+static void composed_equals_fused(test_ctx *t) {
+    if (skipped_under_uninit_checker(t)) return;
+    static const int32_t klen[2] = {21, 7}, qlen[2] = {9, 4};
+    bw_spec specs[4];
+    const char *names[4] = {"no mask, GQA", "causal bottom-right, lengths", "keep mask, a bias",
+                            "f16, [B,S,H,D] storage, window"};
+    specs[0] = spec(2, 4, 2, 9, 21, 16);
+    specs[1] = spec(2, 2, 1, 9, 21, 24);
+    specs[1].causal = 1, specs[1].bottom_right = 1, specs[1].klen = klen, specs[1].qlen = qlen;
+    specs[2] = spec(2, 2, 2, 9, 21, 16);
+    specs[2].keep = 1, specs[2].bias = BIAS_HEADS, specs[2].Dv = 8;
+    specs[3] = spec(1, 2, 2, 9, 21, 32);
+    specs[3].dt = CLATTN_F16, specs[3].layout = 1, specs[3].window = 1, specs[3].left = 3;
+    specs[3].right = 0;
+    for (int i = 0; i < 4 && !t->failed; ++i) {
+        bw_case c;
+        bw_grads fused = {0}, composed = {0};
+        clattn_attention_backward_options options = {CLATTN_PATH_COMPOSED, NULL, NULL};
+        if (prepare_case(t, &specs[i], &c)) {
+            CHECK_OK(t, run_backward(t, &c, NULL, &fused, NULL));
+            CHECK_OK(t, run_backward(t, &c, &options, &composed, NULL));
+            check_against_reference(t, &c, &composed, names[i]);
+            const bw_spec *s = &specs[i];
+            const size_t n[3] = {(size_t)(s->B * s->Hq * s->Sq * s->D),
+                                 (size_t)(s->B * s->Hkv * s->Sk * s->D),
+                                 (size_t)(s->B * s->Hkv * s->Sk * s->Dv)};
+            const float *f[3] = {fused.dq, fused.dk, fused.dv};
+            const float *g[3] = {composed.dq, composed.dk, composed.dv};
+            const double tol = s->dt == CLATTN_F32 ? 2e-5 : 4e-3;
+            for (int k = 0; k < 3 && !t->failed; ++k)
+                for (size_t e = 0; e < n[k]; ++e)
+                    if (!(fabs(f[k][e] - g[k][e]) <= tol * (1 + fabs(f[k][e])))) {
+                        test_fail_at(t, __FILE__, __LINE__,
+                                     "%s: gradient %d [%zu]: fused %.9g, "
+                                     "composed %.9g",
+                                     names[i], k, e, f[k][e], g[k][e]);
+                        break;
+                    }
+        }
+        free_grads(&fused), free_grads(&composed);
+        free_case(&c);
+    }
 }
 
 /* ---- linear attention's backward (src/ops/linear_attention_backward.c) ---- */
@@ -1028,6 +1096,7 @@ static const test_case cases[] = {
     {"invisible_garbage_changes_nothing", invisible_garbage_changes_nothing, TAG_SMOKE},
     {"caller_workspace", caller_workspace},
     {"bad_arguments_are_rejected", bad_arguments_are_rejected, TAG_HOST},
+    {"composed_equals_fused", composed_equals_fused},
     {"linear_gradients_of_feature_maps", linear_gradients_of_feature_maps, TAG_SMOKE},
     {"linear_gradients_of_masks_and_shapes", linear_gradients_of_masks_and_shapes},
     {"linear_caller_workspace", linear_caller_workspace},

@@ -58,4 +58,21 @@ int clattn__attention_composed(const clattn__attention_args *a,
                                const clattn__softmax_tuning *softmax, const clattn__call *call,
                                cl_mem workspace);
 
+/* The gradients of a checked attention call (a: q, k, v, the mask and scale; a->out, a->lse and
+ * a->weights unused) by the composed path: P recomputed by GEMM and softmax, dS by
+ * clattn_softmax_backward, the products by GEMMs. No softcap, no dbias (the caller refuses
+ * them). */
+typedef struct clattn__attention_grads {
+    const clattn__attention_args *a;
+    const clattn_tensor *dout, *dq, *dk, *dv;
+} clattn__attention_grads;
+
+/* The scratch bytes the composed backward needs for `g`. */
+size_t clattn__attention_composed_backward_workspace(const clattn__attention_grads *g);
+
+/* Enqueues the composed backward; `workspace` holds at least the bytes above. */
+int clattn__attention_composed_backward(const clattn__attention_grads *g,
+                                        const clattn__softmax_tuning *softmax,
+                                        const clattn__call *call, cl_mem workspace);
+
 #endif

@@ -3,8 +3,8 @@
  * chain of kernels: rows (D_i), pack (K and V in key tiles), keys (dK, dV), queries (dQ), and
  * bias (dbias) when asked.
  */
-#include "mask.h"
-#include "runtime/runtime.h"
+#include "attention.h"
+#include "softmax.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -16,6 +16,7 @@
 typedef struct backward_args {
     const clattn_tensor *q, *k, *v, *out, *dout, *lse; /* inputs */
     const clattn_tensor *dq, *dk, *dv, *dbias;         /* outputs (dbias may be NULL) */
+    int path;                                          /* CLATTN_PATH_FUSED or _COMPOSED */
     const clattn_mask *mask_desc;                      /* the caller's */
     float scale;                                       /* after the check: never 0 */
     clattn__mask_plan mask;                            /* after the check */
@@ -25,7 +26,8 @@ typedef struct backward_args {
  * a tile (narrowed to divide both head dims), BM queries a work-item, GROUP the group size. */
 typedef struct backward_launch {
     long lanes, bm, group;
-    size_t rows, tiles; /* B*Hq*Sq query rows; key tiles of one (batch, kv head) */
+    size_t rows, tiles;             /* B*Hq*Sq query rows; key tiles of one (batch, kv head) */
+    clattn__softmax_tuning softmax; /* the composed path's */
 } backward_launch;
 
 static void list_inputs(const backward_args *a, clattn__tensor_list *list) {
@@ -106,12 +108,28 @@ static int check_outputs(const backward_args *a, cl_context context) {
     return status;
 }
 
+/* The path: AUTO is the fused one; the composed one has no softcap and no dbias. */
+static int check_path(const backward_args *a) {
+    if (a->path != CLATTN_PATH_AUTO && a->path != CLATTN_PATH_FUSED &&
+        a->path != CLATTN_PATH_COMPOSED)
+        return clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "unknown attention path %d", a->path);
+    if (a->path == CLATTN_PATH_COMPOSED && a->dbias)
+        return clattn__fail(CLATTN_ERR_INVALID_ARGUMENT,
+                            "the composed backward has no dbias: ask for CLATTN_PATH_FUSED");
+    if (a->path == CLATTN_PATH_COMPOSED && a->mask.softcap > 0.0f)
+        return clattn__fail(CLATTN_ERR_INVALID_ARGUMENT,
+                            "the composed backward takes no softcap (clattn_softmax_backward "
+                            "differentiates the scaled scores): ask for CLATTN_PATH_FUSED");
+    return CLATTN_SUCCESS;
+}
+
 static int check_call(backward_args *a, cl_context context) {
     if (!isfinite(a->scale))
         return clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "scale = %g is not finite",
                             (double)a->scale);
     int status = check_inputs(a, context);
     if (status == CLATTN_SUCCESS) status = check_outputs(a, context);
+    if (status == CLATTN_SUCCESS) status = check_path(a);
     if (status == CLATTN_SUCCESS && a->scale == 0.0f)
         a->scale = 1.0f / sqrtf((float)a->q->shape[3]);
     return status;
@@ -319,13 +337,42 @@ static const clattn_tensor *option_dbias(const clattn_attention_backward_options
     return options ? options->dbias : NULL;
 }
 
+static int option_path(const clattn_attention_backward_options *options) {
+    return options ? (int)options->path : CLATTN_PATH_AUTO;
+}
+
+/* The call as the composed path takes it: the forward's arguments and the gradients. */
+static void composed_view(const backward_args *a, clattn__attention_args *fwd,
+                          clattn__attention_grads *g) {
+    *fwd = (clattn__attention_args){a->q, a->k,         a->v,     NULL,   NULL,
+                                    NULL, a->mask_desc, a->scale, a->mask};
+    *g = (clattn__attention_grads){fwd, a->dout, a->dq, a->dk, a->dv};
+}
+
 /* Every check, then the launch and its scratch bytes. */
 static int plan_call(backward_args *a, const clattn__call *call, backward_launch *l,
                      size_t *bytes) {
     int status = check_call(a, call->context);
-    if (status == CLATTN_SUCCESS) status = plan_launch(call->device, a, l);
+    if (status != CLATTN_SUCCESS) return status;
+    if (a->path == CLATTN_PATH_COMPOSED) {
+        clattn__attention_args fwd;
+        clattn__attention_grads g;
+        composed_view(a, &fwd, &g);
+        *bytes = clattn__attention_composed_backward_workspace(&g);
+        return clattn__softmax_plan(call->device, CLATTN_F32, &l->softmax);
+    }
+    status = plan_launch(call->device, a, l);
     if (status == CLATTN_SUCCESS) *bytes = workspace_floats(a, l) * sizeof(float);
     return status;
+}
+
+static int enqueue_call(const backward_args *a, const backward_launch *l, const clattn__call *call,
+                        cl_mem workspace) {
+    if (a->path != CLATTN_PATH_COMPOSED) return enqueue_backward(a, l, call, workspace);
+    clattn__attention_args fwd;
+    clattn__attention_grads g;
+    composed_view(a, &fwd, &g);
+    return clattn__attention_composed_backward(&g, &l->softmax, call, workspace);
 }
 
 int clattn_attention_backward(const clattn_tensor *q, const clattn_tensor *k,
@@ -337,8 +384,9 @@ int clattn_attention_backward(const clattn_tensor *q, const clattn_tensor *k,
                               cl_command_queue queue, cl_uint num_wait, const cl_event *wait_list,
                               cl_event *event) {
     clattn__call call;
-    backward_args a = {q,    k,     v,  out, dout, lse, dq, dk, dv, option_dbias(options),
-                       mask, scale, {0}};
+    backward_args a = {
+        q,    k,     v,  out, dout, lse, dq, dk, dv, option_dbias(options), option_path(options),
+        mask, scale, {0}};
     backward_launch l;
     size_t bytes = 0;
     int status = clattn__begin_call(&call, queue, num_wait, wait_list, event);
@@ -352,7 +400,7 @@ int clattn_attention_backward(const clattn_tensor *q, const clattn_tensor *k,
                                        &tensors, &workspace, &owned);
     }
     if (status != CLATTN_SUCCESS) return status;
-    status = enqueue_backward(&a, &l, &call, workspace);
+    status = enqueue_call(&a, &l, &call, workspace);
     if (owned) clReleaseMemObject(workspace);
     return status;
 }
@@ -365,7 +413,9 @@ int clattn_attention_backward_workspace_size(const clattn_tensor *q, const clatt
                                              const clattn_attention_backward_options *options,
                                              cl_command_queue queue, size_t *bytes) {
     clattn__call call;
-    backward_args a = {q, k, v, out, dout, lse, dq, dk, dv, option_dbias(options), mask, 1.0f, {0}};
+    backward_args a = {
+        q,    k,    v,  out, dout, lse, dq, dk, dv, option_dbias(options), option_path(options),
+        mask, 1.0f, {0}};
     backward_launch l;
     int status = clattn__begin_call(&call, queue, 0, NULL, NULL);
     if (status == CLATTN_SUCCESS && !bytes)

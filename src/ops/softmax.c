@@ -199,7 +199,10 @@ static int check_backward(const backward_args *a, cl_context context) {
     return status;
 }
 
-static int enqueue_backward(const backward_args *a, const clattn__call *call) {
+int clattn__softmax_backward_enqueue(const clattn_tensor *y, const clattn_tensor *dy, float scale,
+                                     const clattn_tensor *dz, const clattn__call *call) {
+    const backward_args b = {y, dy, dz, scale};
+    const backward_args *a = &b;
     softmax_params params;
     int status = clattn__softmax_plan(call->device, a->y->dtype, &params);
     if (status != CLATTN_SUCCESS) return status;
@@ -237,5 +240,5 @@ int clattn_softmax_backward(const clattn_tensor *y, const clattn_tensor *dy, flo
             clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "scale = %g is not finite", (double)scale);
     if (status == CLATTN_SUCCESS) status = check_backward(&a, call.context);
     if (status != CLATTN_SUCCESS) return status;
-    return enqueue_backward(&a, &call);
+    return clattn__softmax_backward_enqueue(y, dy, scale, dz, &call);
 }

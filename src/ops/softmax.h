@@ -1,5 +1,6 @@
-/* The row-wise softmax (cl/softmax.cl) as other ops run it: the composed attention path
- * normalizes its scores with it. Not installed. */
+/* The row-wise softmax (cl/softmax.cl) and its backward as other ops run them: the composed
+ * attention path normalizes its scores with it, and its backward differentiates them. Not
+ * installed. */
 #ifndef CLATTN_OPS_SOFTMAX_H
 #define CLATTN_OPS_SOFTMAX_H
 
@@ -21,5 +22,10 @@ int clattn__softmax_plan(cl_device_id device, clattn_dtype dtype, clattn__softma
 /* Enqueues a checked softmax with its plan; checks nothing. */
 int clattn__softmax_enqueue(const clattn__softmax_args *a, const clattn__softmax_tuning *plan,
                             const clattn__call *call);
+
+/* Enqueues clattn_softmax_backward (dz = scale * y * (dy - sum(dy * y))) on checked views; checks
+ * nothing. */
+int clattn__softmax_backward_enqueue(const clattn_tensor *y, const clattn_tensor *dy, float scale,
+                                     const clattn_tensor *dz, const clattn__call *call);
 
 #endif
