@@ -21,6 +21,7 @@ typedef struct backward_case {
     const char *op; /* attention_backward | attention_backward_causal | ..._memory, or
                      * linear_attention_backward[_causal] */
     int64_t b, h, s, d;
+    clattn_attention_path path; /* attention: fused, or the composed (GEMM) path */
 } backward_case;
 
 /* q, k, v, dout, then the forward's out, then the gradients dq, dk, dv */
@@ -60,6 +61,7 @@ static int alloc_case(clattn_env *env, const backward_case *c, backward_ctx *x) 
     memset(x, 0, sizeof *x);
     x->c = c;
     x->mask.causal = is_causal(c);
+    x->options.path = c->path;
     const int64_t shape[4] = {c->b, c->h, c->s, c->d}, lse_shape[4] = {1, c->b, c->h, c->s};
     int status = CLATTN_SUCCESS;
     for (int i = 0; i < TENSORS && status == CLATTN_SUCCESS; ++i) {
@@ -82,7 +84,7 @@ static int alloc_case(clattn_env *env, const backward_case *c, backward_ctx *x) 
     if (status == CLATTN_SUCCESS)
         status = clattn_attention_backward_workspace_size(
             &x->t[Q], &x->t[K], &x->t[V], &x->t[OUT], &x->t[DOUT], &x->lse, &x->mask, &x->t[DQ],
-            &x->t[DK], &x->t[DV], NULL, queue, &x->workspace_bytes);
+            &x->t[DK], &x->t[DV], &x->options, queue, &x->workspace_bytes);
     return status == CLATTN_SUCCESS
                ? bench_workspace(env, x->workspace_bytes, &x->options.workspace)
                : status;
@@ -197,7 +199,8 @@ static int measure(const bench_options *opt, clattn_env *env, bench_ceilings *ce
              !is_causal(c)  ? ""
              : is_linear(c) ? " causal"
                             : " causal(flops/2)");
-    const bench_row_name row = {c->op, "fused", CLATTN_F32, shape};
+    const char *variant = c->path == CLATTN_PATH_COMPOSED ? "composed" : "fused";
+    const bench_row_name row = {c->op, variant, CLATTN_F32, shape};
     bool wrong = false;
     if (status == CLATTN_SUCCESS)
         status = bench_check_row(report, env, run_backward, &x, check_backward, &row, &wrong);
@@ -213,7 +216,7 @@ static int measure(const bench_options *opt, clattn_env *env, bench_ceilings *ce
                                       : 10.0 * (double)(c->b * c->h * c->s * c->s * c->d) *
                                             (is_causal(c) ? 0.5 : 1.0);
     if (status == CLATTN_SUCCESS && !wrong)
-        status = bench_add_compute_row(report, env, c->op, "fused", CLATTN_F32, shape, &timing,
+        status = bench_add_compute_row(report, env, c->op, variant, CLATTN_F32, shape, &timing,
                                        flops, ceiling, torch_ms);
     free_case(&x);
     return status;
@@ -223,13 +226,15 @@ int bench_attention_backward(const bench_options *opt, clattn_env *env, bench_ce
                              bench_report *report) {
     const int64_t b = opt->quick ? 1 : 4, s = opt->quick ? 256 : 1024;
     const int64_t long_s = opt->quick ? 2048 : 16384;
+    const clattn_attention_path fused = CLATTN_PATH_FUSED, composed = CLATTN_PATH_COMPOSED;
     const backward_case cases[] = {
-        {"attention_backward", b, 8, s, 64},
-        {"attention_backward_causal", b, 8, s, 64},
-        {"attention_backward_memory", 1, 8, long_s, 64},
-        {"linear_attention_backward", b, 8, s, 64},
-        {"linear_attention_backward_causal", b, 8, s, 64},
-        {"linear_attention_backward_causal", b, 8, opt->quick ? 512 : 4096, 64},
+        {"attention_backward", b, 8, s, 64, fused},
+        {"attention_backward", b, 8, s, 64, composed},
+        {"attention_backward_causal", b, 8, s, 64, fused},
+        {"attention_backward_memory", 1, 8, long_s, 64, fused},
+        {"linear_attention_backward", b, 8, s, 64, fused},
+        {"linear_attention_backward_causal", b, 8, s, 64, fused},
+        {"linear_attention_backward_causal", b, 8, opt->quick ? 512 : 4096, 64, fused},
     };
     const bench_family family = {sizeof cases / sizeof cases[0], case_op, case_key, measure};
     return bench_run_family(opt, env, ceilings, report, &family, cases);

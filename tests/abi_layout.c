@@ -41,6 +41,7 @@
     X(clattn_attention_options, path)                                                              \
     X(clattn_attention_options, weights)                                                           \
     X(clattn_attention_options, workspace)                                                         \
+    X(clattn_attention_backward_options, path)                                                     \
     X(clattn_attention_backward_options, dbias)                                                    \
     X(clattn_attention_backward_options, workspace)                                                \
     X(clattn_linear_options, feature_map)                                                          \

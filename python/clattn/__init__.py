@@ -296,13 +296,18 @@ class Context:
     def attention_backward(self, dout, q, k, v, out, lse, scale=None, *, causal=False,
                            window=None, global_stride=0, key_lengths=None, query_lengths=None,
                            mask=None, bias=None, alibi_slopes=None, softcap=0.0,
-                           empty_rows="zero", return_dbias=False):
+                           empty_rows="zero", return_dbias=False, path="auto"):
         """The gradients of out = attention(q, k, v, scale, <mask>) given dout, in FlashAttention's
         argument order: (dq, dk, dv), or (dq, dk, dv, dbias) with return_dbias (dbias in the
         shape of the bias given, its broadcast dims summed as autograd sums them). out and lse
         are what attention(..., return_lse=True) returned for the same arguments; the mask
         keywords are attention's. The keep mask, lengths, window and ALiBi slopes have no
-        gradient. Rows that saw no key give zeros."""
+        gradient. Rows that saw no key give zeros. path: "auto" and "fused" (the fused kernels)
+        or "composed" (GEMMs and the softmax's backward; no softcap, no dbias)."""
+        paths = {"auto": _lib.PATH_AUTO, "fused": _lib.PATH_FUSED,
+                 "composed": _lib.PATH_COMPOSED}
+        if path not in paths:
+            raise ValueError('path: expected "auto", "fused" or "composed", got %r' % (path,))
         q, k, v = _qkv_arrays(q, k, v)
         dt = q.dtype
         out = _float_array("out", out, dt)
@@ -328,7 +333,7 @@ class Context:
             bias_shape = np.shape(bias)
             dbt = self._alloc(scope, _as_4d("bias", bias_shape), _lib.F32) if return_dbias else None
             options = _lib.AttentionBackwardOptions(
-                ctypes.pointer(dbt) if dbt is not None else None, None)
+                paths[path], ctypes.pointer(dbt) if dbt is not None else None, None)
             _check(self._lib.clattn_attention_backward(
                 *(ctypes.byref(t) for t in (qt, kt, vt, ot, dot, lt)),
                 0.0 if scale is None else float(scale), ctypes.byref(m),

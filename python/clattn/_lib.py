@@ -48,6 +48,7 @@ PATH_AUTO, PATH_FUSED, PATH_COMPOSED = 0, 1, 2
 
 class AttentionBackwardOptions(ctypes.Structure):
     _fields_ = [
+        ("path", c_int),
         ("dbias", POINTER(Tensor)),
         ("workspace", c_void_p),
     ]

@@ -296,6 +296,8 @@ def test_attention_backward_matches_autograd(ctx):
     visible = np.stack([(j <= i + n - 9) & (j < n) for n in (13, 6)])[:, None]
     check_attention_backward(ctx, q, k, v, visible, "bottom-right causal + key lengths",
                              scale=0.3, causal="bottom_right", key_lengths=[13, 6])
+    check_attention_backward(ctx, q, k, v, visible, "composed path", scale=0.3,
+                             causal="bottom_right", key_lengths=[13, 6], path="composed")
     # rows past a query length see nothing: their gradients are 0
     visible = np.stack([np.broadcast_to(i < n, (9, 13)) for n in (9, 4)])[:, None]
     dq, _, _ = check_attention_backward(ctx, q, k, v, visible, "query lengths",
