@@ -413,6 +413,10 @@ static void bad_arguments_are_rejected(test_ctx *t) {
     status = clattn_attention(&qt, &kt, &kt, 0.0f, NULL, &ot, NULL, q, 0, NULL, &ev);
     CHECK(t, status == CLATTN_ERR_ALIASING, "out over q -> %s", clattn_status_name(status));
     ot.buffer = b;
+    clattn_tensor q_apart = ot; /* q in a buffer of its own, passed as out too */
+    status = clattn_attention(&q_apart, &kt, &kt, 0.0f, NULL, &q_apart, NULL, q, 0, NULL, &ev);
+    CHECK(t, status == CLATTN_ERR_ALIASING, "out the same descriptor as q -> %s",
+          clattn_status_name(status));
     ot.shape[3] = 8;
     status = clattn_attention(&qt, &kt, &kt, 0.0f, NULL, &ot, NULL, q, 0, NULL, &ev);
     CHECK(t, status == CLATTN_ERR_SHAPE_MISMATCH, "Dv mismatch -> %s", clattn_status_name(status));

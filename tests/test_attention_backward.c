@@ -768,6 +768,8 @@ static void bad_arguments_are_rejected(test_ctx *t) {
         {"dout of another shape", DOUT, dout_short, CLATTN_ERR_SHAPE_MISMATCH},
         {"dq over q", DQ, dq_over_q, CLATTN_ERR_ALIASING},
         {"dk over dv", DK, dk_over_dv, CLATTN_ERR_ALIASING},
+        {"dk the same descriptor as k", -2, x[0], CLATTN_ERR_ALIASING},
+        {"dq the same descriptor as dout", -3, x[0], CLATTN_ERR_ALIASING},
         {"dbias of another shape", DB, db_wide, CLATTN_ERR_SHAPE_MISMATCH},
         {"dq without a buffer", DQ, dq_null, CLATTN_ERR_NULL_TENSOR},
     };
@@ -777,16 +779,19 @@ static void bad_arguments_are_rejected(test_ctx *t) {
         if (cases[i].tensor >= 0) y[cases[i].tensor] = cases[i].change;
         o.dbias = &y[DB];
         bias.bias = &y[BIAS];
+        /* -2, -3: one descriptor passed twice (the same address) */
+        const clattn_tensor *dq = cases[i].tensor == -3 ? &y[DOUT] : &y[DQ];
+        const clattn_tensor *dk = cases[i].tensor == -2 ? &y[K] : &y[DK];
         cl_event ev = (cl_event)(uintptr_t)1;
         size_t bytes = 0;
         /* the valid call is only sized (the same checks, no kernel: a host test) */
         const int status =
             cases[i].status == CLATTN_SUCCESS
                 ? clattn_attention_backward_workspace_size(&y[Q], &y[K], &y[V], &y[OUT], &y[DOUT],
-                                                           &y[LSE], &bias, &y[DQ], &y[DK], &y[DV],
-                                                           &o, queue, &bytes)
+                                                           &y[LSE], &bias, dq, dk, &y[DV], &o,
+                                                           queue, &bytes)
                 : clattn_attention_backward(&y[Q], &y[K], &y[V], &y[OUT], &y[DOUT], &y[LSE], 0.0f,
-                                            &bias, &y[DQ], &y[DK], &y[DV], &o, queue, 0, NULL, &ev);
+                                            &bias, dq, dk, &y[DV], &o, queue, 0, NULL, &ev);
         CHECK(t, status == cases[i].status && (status == CLATTN_SUCCESS || ev == NULL),
               "%s -> %s, expected %s (%s)", cases[i].what, clattn_status_name(status),
               clattn_status_name(cases[i].status), clattn_last_error());

@@ -1,5 +1,7 @@
 /* Tensor descriptors: constructors and the validator every op runs before its first enqueue. */
 #include "tensor.h"
+
+#include <string.h>
 #include "hooks.h"
 
 #include <stdlib.h>
@@ -241,8 +243,10 @@ void clattn__tensor_list_add(clattn__tensor_list *list, const char *name, const 
 int clattn__check_apart(const char *out_name, const clattn_tensor *out,
                         const clattn__tensor_list *list) {
     int status = CLATTN_SUCCESS;
+    /* only the output's own entry is skipped: the same descriptor passed again as an input or
+     * as another output is an overlap like any other */
     for (int i = 0; i < list->count && status == CLATTN_SUCCESS; ++i)
-        if (list->views[i] != out)
+        if (list->views[i] != out || strcmp(list->names[i], out_name) != 0)
             status = clattn__check_no_alias(out_name, out, list->names[i], list->views[i]);
     return status;
 }

@@ -39,7 +39,8 @@ typedef struct clattn__tensor_list {
     const clattn_tensor *views[CLATTN__CALL_TENSORS_MAX];
 } clattn__tensor_list;
 void clattn__tensor_list_add(clattn__tensor_list *list, const char *name, const clattn_tensor *t);
-/* `out` overlaps none of the list's tensors (itself, by address, excepted). */
+/* `out` overlaps none of the list's tensors but its own entry (the one of the same address and
+ * name): the same descriptor passed again under another name is refused. */
 int clattn__check_apart(const char *out_name, const clattn_tensor *out,
                         const clattn__tensor_list *list);
 
