@@ -25,6 +25,8 @@
  *   backward_queries  a work-item per BM queries of one (batch, query head): a tile's scores
  *                     and dP as vectors of VEC keys (as above), then dQ += dS K along the head
  *                     dim, K row by row.
+ *   backward_merge    (SPLITS > 1) a work-item per element of dQ: the sum of the key splits'
+ *                     partials, in split order.
  *   backward_bias     (HAS_DBIAS) a work-item per element of dbias: dS recomputed over the
  *                     bias's broadcast dims and summed.
  *
@@ -34,7 +36,7 @@
  *
  * Build options: Q_T, K_T, V_T, O_T (out), DO_T (dout), DQ_T, DK_T, DV_T, DB_T (dbias),
  * HEAD_DIM, VALUE_DIM, VEC (keys a tile, and head-dim lanes: it divides both head dims), BM,
- * HAS_DBIAS, IDX and the mask's.
+ * SPLITS, HAS_DBIAS, IDX and the mask's.
  */
 #ifndef CLATTN_COMMON_CL
 #include "common.cl"
@@ -63,6 +65,12 @@
 #endif
 #ifndef HAS_DBIAS
 #define HAS_DBIAS 0
+#endif
+/* Splits of the key axis in the queries pass (1: none): each work-item takes one chunk of
+ * `chunk` keys (a multiple of VEC) and writes its partial dQ to `part`; backward_merge sums
+ * the partials in split order. */
+#ifndef SPLITS
+#define SPLITS 1
 #endif
 #ifndef CLATTN_ROWS_CL
 #include "rows.cl"
@@ -278,11 +286,13 @@ __kernel void backward_keys(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(DO_T, dout), OU
 __kernel void backward_queries(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
                                TENSOR_PARAMS(DO_T, dout), OUT_PARAMS(DQ_T, dq),
                                __global const float *stats, __global const float *packed,
-                               IDX pack_off, int B, int Hq, int Hkv, int Sq, int Sk, MASK_PARAMS) {
+                               IDX pack_off, int B, int Hq, int Hkv, int Sq, int Sk,
+                               __global float *part, IDX part_off, int chunk, MASK_PARAMS) {
     const int blocks = (Sq + BM - 1) / BM, tiles = (Sk + VEC - 1) / VEC;
     const int item = (int)get_global_id(0);
-    if (item >= B * Hq * blocks) return;
-    const int i0 = (item % blocks) * BM, bh = item / blocks, h = bh % Hq, b = bh / Hq;
+    if (item >= B * Hq * blocks * SPLITS) return;
+    const int split = item % SPLITS, unit = item / SPLITS;
+    const int i0 = (unit % blocks) * BM, bh = unit / blocks, h = bh % Hq, b = bh / Hq;
     const int hk = h / (Hq / Hkv);
     __global const float *kp = packed + pack_off + (IDX)(b * Hkv + hk) * tiles * K_TILE;
     __global const float *vp = packed + pack_off + (IDX)B * Hkv * tiles * K_TILE +
@@ -300,6 +310,9 @@ __kernel void backward_queries(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
         if (live[t]) lo = min(lo, r[t].lo), hi = max(hi, r[t].hi);
         LOAD_QUERY_ROWS(t, i, live[t]);
     }
+#if SPLITS > 1
+    lo = max(lo, split * chunk), hi = min(hi, split * chunk + chunk);
+#endif
     lane_t g[BM][LANES(HEAD_DIM)];
     UNROLL for (int t = 0; t < BM; ++t) {
         UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c) g[t][c] = 0.0f;
@@ -343,10 +356,30 @@ __kernel void backward_queries(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
             row[c] = g[t][c];
 #endif
         }
+#if SPLITS > 1
+        __global float *at =
+            part + part_off + (((IDX)bh * (IDX)Sq + (IDX)(i0 + t)) * SPLITS + split) * HEAD_DIM;
+        for (int d = 0; d < HEAD_DIM; ++d) at[d] = row[d];
+        continue;
+#endif
         for (int d = 0; d < HEAD_DIM; ++d)
             CAT(store_, DQ_T)(dq, AT(dq, b, h, i0 + t, d), row[d]);
     }
 }
+
+#if SPLITS > 1
+__kernel void backward_merge(__global const float *part, IDX part_off, OUT_PARAMS(DQ_T, dq),
+                             int B, int Hq, int Sq) {
+    const size_t item = get_global_id(0);
+    if (item >= (size_t)B * Hq * Sq * HEAD_DIM) return;
+    const int d = (int)(item % HEAD_DIM), row = (int)(item / HEAD_DIM);
+    const int i = row % Sq, bh = row / Sq, h = bh % Hq, b = bh / Hq;
+    __global const float *at = part + part_off + (IDX)row * SPLITS * HEAD_DIM + (IDX)d;
+    float sum = 0.0f;
+    for (int s = 0; s < SPLITS; ++s) sum += at[(IDX)s * HEAD_DIM];
+    CAT(store_, DQ_T)(dq, AT(dq, b, h, i, d), sum);
+}
+#endif
 
 #if HAS_DBIAS
 /* The dot of rows at `a` (stride sa) and `b` (stride sb), n elements, in f32. */

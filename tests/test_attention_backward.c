@@ -4,6 +4,8 @@
  * the kernels' tests will trust them. */
 #include "harness.h"
 #include "ref.h"
+#include "runtime/runtime.h"
+#include "runtime/testing.h"
 
 #include <stdio.h>
 
@@ -599,6 +601,23 @@ static void gradients_of_other_launches(test_ctx *t) {
     clattn_tuning_override("attention", NULL);
 }
 
+/* The queries pass with the keys split (the forced split: chunks of whole key tiles), which a
+ * device takes for few queries against many keys: the partial dQ and their merge. */
+static void gradients_with_split_keys(test_ctx *t) {
+    if (skipped_under_uninit_checker(t)) return;
+    static const int splits[] = {2, 5};
+    static const int32_t klen[2] = {61, 17};
+    for (size_t i = 0; i < 2 && !t->failed; ++i) {
+        clattn__hook_set(CLATTN__HOOK_ATTENTION_SPLITS, splits[i]);
+        bw_spec s = spec(2, 4, 2, 3, 61, 16);
+        s.klen = klen, s.causal = 1, s.bottom_right = 1, s.bias = BIAS_KEYS;
+        char what[32];
+        snprintf(what, sizeof what, "%d splits", splits[i]);
+        check_spec(t, &s, what);
+    }
+    clattn__hook_set(CLATTN__HOOK_ATTENTION_SPLITS, -1);
+}
+
 /* Garbage (NaN, Inf, 1e30) wherever no query looks (q and dout past the query lengths, k and v
  * past the key lengths, the bias where the mask hides it) leaves every gradient bit for bit as it
  * was; those rows get exact zeros; and two runs give the same bits. */
@@ -1098,6 +1117,7 @@ static const test_case cases[] = {
     {"gradients_of_biases", gradients_of_biases},
     {"gradients_of_storage_and_layouts", gradients_of_storage_and_layouts},
     {"gradients_of_other_launches", gradients_of_other_launches},
+    {"gradients_with_split_keys", gradients_with_split_keys},
     {"invisible_garbage_changes_nothing", invisible_garbage_changes_nothing, TAG_SMOKE},
     {"caller_workspace", caller_workspace},
     {"bad_arguments_are_rejected", bad_arguments_are_rejected, TAG_HOST},

@@ -12,6 +12,7 @@
 
 /* Head dims are compile-time sizes of the kernels' private arrays, as in the forward. */
 #define BACKWARD_MAX_HEAD_DIM 256
+#define BACKWARD_SPLIT_MAX    128
 
 typedef struct backward_args {
     const clattn_tensor *q, *k, *v, *out, *dout, *lse; /* inputs */
@@ -23,9 +24,11 @@ typedef struct backward_args {
 } backward_args;
 
 /* The launch, from the forward's tuning row (the backward has none of its own yet): LANES keys
- * a tile (narrowed to divide both head dims), BM queries a work-item, GROUP the group size. */
+ * a tile (narrowed to divide both head dims), BM queries a work-item, GROUP the group size, and
+ * the key splits of the queries pass (SPLIT_TARGET, SPLIT_MIN: as the forward splits). */
 typedef struct backward_launch {
     long lanes, bm, group;
+    int splits, chunk;              /* the keys in `splits` chunks of `chunk` (1: unsplit) */
     size_t rows, tiles;             /* B*Hq*Sq query rows; key tiles of one (batch, kv head) */
     clattn__softmax_tuning softmax; /* the composed path's */
 } backward_launch;
@@ -135,6 +138,29 @@ static int check_call(backward_args *a, cl_context context) {
     return status;
 }
 
+/* The queries pass has a work-item per BM queries: with fewer than SPLIT_TARGET of them per
+ * compute unit (few queries against many keys), the keys are cut into chunks of at least
+ * SPLIT_MIN (whole 32-key tiles; a forced split, whole LANES tiles) and a merge sums the
+ * partial dQ. */
+static void pick_splits(backward_launch *l, const clattn__attention_tuning *t, cl_device_id device,
+                        const backward_args *a) {
+    const int64_t Sk = a->k->shape[2];
+    const int64_t items = a->q->shape[0] * a->q->shape[1] * ((a->q->shape[2] + l->bm - 1) / l->bm);
+    const int64_t want =
+        ((int64_t)clattn__device_compute_units(device) * t->SPLIT_TARGET + items - 1) / items;
+    int64_t splits = want < Sk / t->SPLIT_MIN ? want : Sk / t->SPLIT_MIN;
+    if (splits > BACKWARD_SPLIT_MAX) splits = BACKWARD_SPLIT_MAX;
+    const int forced = clattn__hook_value(CLATTN__HOOK_ATTENTION_SPLITS);
+    if (forced > 0) splits = forced;
+    l->splits = 1, l->chunk = (int)Sk;
+    if (splits < 2) return;
+    const int64_t tile = forced > 0 ? l->lanes : 32;
+    int64_t chunk = (Sk + splits - 1) / splits;
+    chunk = (chunk + tile - 1) / tile * tile;
+    l->chunk = (int)chunk;
+    l->splits = (int)((Sk + chunk - 1) / chunk);
+}
+
 static int plan_launch(cl_device_id device, const backward_args *a, backward_launch *l) {
     clattn__attention_tuning t;
     int status = clattn__attention_tuning_get(device, a->q->dtype, &t);
@@ -144,17 +170,24 @@ static int plan_launch(cl_device_id device, const backward_args *a, backward_lau
     l->group = t.GROUP;
     l->rows = (size_t)(a->q->shape[0] * a->q->shape[1] * a->q->shape[2]);
     l->tiles = (size_t)((a->k->shape[2] + l->lanes - 1) / l->lanes);
+    pick_splits(l, &t, device, a);
     return CLATTN_SUCCESS;
 }
 
-/* Floats of scratch: each row's (lse, D_i), then K's and V's packed tiles. */
+/* Floats of scratch: each row's (lse, D_i), K's and V's packed tiles, then (split keys) the
+ * partial dQ of each split. */
 static size_t stats_floats(const backward_launch *l) {
     return 2 * l->rows;
 }
-static size_t workspace_floats(const backward_args *a, const backward_launch *l) {
+static size_t partials_at(const backward_args *a, const backward_launch *l) {
     const size_t kv_tiles = (size_t)(a->k->shape[0] * a->k->shape[1]) * l->tiles;
     return stats_floats(l) +
            kv_tiles * (size_t)l->lanes * (size_t)(a->q->shape[3] + a->v->shape[3]);
+}
+static size_t workspace_floats(const backward_args *a, const backward_launch *l) {
+    const size_t partials =
+        l->splits > 1 ? l->rows * (size_t)l->splits * (size_t)a->q->shape[3] : 0;
+    return partials_at(a, l) + partials;
 }
 
 static bool needs_wide_index(const backward_args *a, const backward_launch *l) {
@@ -169,13 +202,13 @@ static void backward_options(const backward_args *a, const backward_launch *l, b
     snprintf(options, size,
              "-cl-std=CL1.2 -DQ_T=%s -DK_T=%s -DV_T=%s -DO_T=%s -DDO_T=%s -DDQ_T=%s -DDK_T=%s "
              "-DDV_T=%s -DDB_T=%s -DHAS_DBIAS=%d -DHEAD_DIM=%lld -DVALUE_DIM=%lld -DVEC=%ld "
-             "-DBM=%ld -DIDX=%s",
+             "-DBM=%ld -DSPLITS=%d -DIDX=%s",
              clattn_dtype_name(a->q->dtype), clattn_dtype_name(a->k->dtype),
              clattn_dtype_name(a->v->dtype), clattn_dtype_name(a->out->dtype),
              clattn_dtype_name(a->dout->dtype), clattn_dtype_name(a->dq->dtype),
              clattn_dtype_name(a->dk->dtype), clattn_dtype_name(a->dv->dtype),
              clattn_dtype_name(a->dbias ? a->dbias->dtype : CLATTN_F32), a->dbias != NULL,
-             (long long)a->q->shape[3], (long long)a->v->shape[3], l->lanes, l->bm,
+             (long long)a->q->shape[3], (long long)a->v->shape[3], l->lanes, l->bm, l->splits,
              wide ? "ulong" : "uint");
     clattn__mask_options(&a->mask, options, size);
 }
@@ -250,24 +283,33 @@ static int run_pack(const backward_step *s, cl_kernel kernel) {
     return status;
 }
 
-/* B, Hq, Hkv, Sq, Sk, then the mask. */
-static int set_dims_and_mask(const backward_step *s, cl_kernel kernel, cl_uint *arg) {
+/* B, Hq, Hkv, Sq, Sk, (with `partials`: the partials' buffer, offset and chunk), the mask. */
+static int set_dims_and_mask(const backward_step *s, cl_kernel kernel, cl_uint *arg,
+                             bool partials) {
     const backward_args *a = s->a;
     const int64_t dims[5] = {a->q->shape[0], a->q->shape[1], a->k->shape[1], a->q->shape[2],
                              a->k->shape[2]};
     int status = set_ints(kernel, arg, dims, 5);
+    if (status == CLATTN_SUCCESS && partials)
+        status = clattn__set_arg(kernel, (*arg)++, sizeof s->workspace, &s->workspace);
+    if (status == CLATTN_SUCCESS && partials)
+        status = clattn__set_idx_arg(kernel, (*arg)++, partials_at(a, s->l), s->wide);
+    const int64_t chunk = s->l->chunk;
+    if (status == CLATTN_SUCCESS && partials) status = set_ints(kernel, arg, &chunk, 1);
     if (status == CLATTN_SUCCESS)
         status = clattn__mask_set_args(kernel, arg, &a->mask, a->scale, s->wide);
     return status;
 }
 
-/* The keys and queries kernels: four tensors, the scratch, the dims and the mask. */
+/* The keys and queries kernels: four tensors, the scratch, the dims (and for the queries, the
+ * split partials and chunk) and the mask. */
 static int run_tiles(const backward_step *s, cl_kernel kernel, const clattn_tensor *const views[4],
                      size_t items, bool last) {
     cl_uint arg = 0;
+    const bool queries = views[3] == s->a->dq;
     int status = set_views(s, kernel, &arg, views, 4);
     if (status == CLATTN_SUCCESS) status = set_scratch_args(s, kernel, &arg, true);
-    if (status == CLATTN_SUCCESS) status = set_dims_and_mask(s, kernel, &arg);
+    if (status == CLATTN_SUCCESS) status = set_dims_and_mask(s, kernel, &arg, queries);
     if (status == CLATTN_SUCCESS)
         status = clattn__enqueue_items(s->call, kernel, items, (size_t)s->l->group, s->prev, last);
     return status;
@@ -286,8 +328,24 @@ static int run_queries(const backward_step *s, cl_kernel kernel) {
     const backward_args *a = s->a;
     const clattn_tensor *views[4] = {a->q, a->k, a->dout, a->dq};
     const size_t blocks = (size_t)((a->q->shape[2] + s->l->bm - 1) / s->l->bm);
-    return run_tiles(s, kernel, views, (size_t)(a->q->shape[0] * a->q->shape[1]) * blocks,
-                     a->dbias == NULL);
+    return run_tiles(s, kernel, views,
+                     (size_t)(a->q->shape[0] * a->q->shape[1]) * blocks * (size_t)s->l->splits,
+                     a->dbias == NULL && s->l->splits == 1);
+}
+
+/* Split keys: a work-item per element of dQ sums the partials. */
+static int run_merge(const backward_step *s, cl_kernel kernel) {
+    const backward_args *a = s->a;
+    cl_uint arg = 0;
+    int status = clattn__set_arg(kernel, arg++, sizeof s->workspace, &s->workspace);
+    if (status == CLATTN_SUCCESS)
+        status = clattn__set_idx_arg(kernel, arg++, partials_at(a, s->l), s->wide);
+    if (status == CLATTN_SUCCESS) status = clattn__set_view_args(kernel, &arg, a->dq, 0, s->wide);
+    if (status == CLATTN_SUCCESS) status = set_ints(kernel, &arg, a->q->shape, 3);
+    if (status == CLATTN_SUCCESS)
+        status = clattn__enqueue_items(s->call, kernel, s->l->rows * (size_t)a->q->shape[3], 64,
+                                       s->prev, a->dbias == NULL);
+    return status;
 }
 
 static int run_bias(const backward_step *s, cl_kernel kernel) {
@@ -298,7 +356,7 @@ static int run_bias(const backward_step *s, cl_kernel kernel) {
     if (status == CLATTN_SUCCESS) status = set_ints(kernel, &arg, a->dbias->shape, 4);
     if (status == CLATTN_SUCCESS)
         status = clattn__set_arg(kernel, arg++, sizeof s->workspace, &s->workspace);
-    if (status == CLATTN_SUCCESS) status = set_dims_and_mask(s, kernel, &arg);
+    if (status == CLATTN_SUCCESS) status = set_dims_and_mask(s, kernel, &arg, false);
     const int64_t *n = a->dbias->shape;
     if (status == CLATTN_SUCCESS)
         status = clattn__enqueue_items(s->call, kernel, (size_t)(n[0] * n[1] * n[2] * n[3]), 64,
@@ -328,6 +386,8 @@ static int enqueue_backward(const backward_args *a, const backward_launch *l,
     if (status == CLATTN_SUCCESS) status = run_step(&s, "backward_pack", run_pack);
     if (status == CLATTN_SUCCESS) status = run_step(&s, "backward_keys", run_keys);
     if (status == CLATTN_SUCCESS) status = run_step(&s, "backward_queries", run_queries);
+    if (status == CLATTN_SUCCESS && l->splits > 1)
+        status = run_step(&s, "backward_merge", run_merge);
     if (status == CLATTN_SUCCESS && a->dbias) status = run_step(&s, "backward_bias", run_bias);
     if (prev) clReleaseEvent(prev);
     return status;
