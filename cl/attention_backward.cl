@@ -28,7 +28,7 @@
  *   backward_merge    (SPLITS > 1) a work-item per element of dQ: the sum of the key splits'
  *                     partials, in split order.
  *   backward_bias     (HAS_DBIAS) a work-item per element of dbias: dS recomputed over the
- *                     bias's broadcast dims and summed.
+ *                     bias's broadcast dims and summed (0 for a bias broadcast over the keys).
  *
  * Invisible positions never reach a gradient: a masked score gives P = 0 and dS is selected 0
  * where P is not positive, the packed K and V are 0 past the key lengths, and dQ skips the K
@@ -392,7 +392,10 @@ __kernel void backward_merge(__global const float *part, IDX part_off, OUT_PARAM
         out = DOT_FINISH(acc_);                                                                    \
     } while (0)
 
-/* dbias has shape n0 x n1 x n2 x n3, each dim the scores' or 1 (summed over). */
+/* dbias has shape n0 x n1 x n2 x n3, each dim the scores' or 1 (summed over). A bias that is
+ * one value along the keys (n3 = 1) shifts a row's logits alike, which the softmax ignores: its
+ * gradient, the sum of the row's dS, is exactly 0 (P sums to 1), and it is written as such
+ * rather than as the rounding of that sum. */
 __kernel void backward_bias(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v),
                             TENSOR_PARAMS(DO_T, dout), OUT_PARAMS(DB_T, db), int n0, int n1,
                             int n2, int n3, __global const float *stats, int B, int Hq, int Hkv,
@@ -403,7 +406,7 @@ __kernel void backward_bias(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR
     const int e1 = (int)(item / n3 / n2 % n1), e0 = (int)(item / n3 / n2 / n1);
     MASK_PACK(p);
     float sum = 0.0f;
-    for (int b = n0 == 1 ? 0 : e0; b < (n0 == 1 ? B : e0 + 1); ++b)
+    for (int b = n0 == 1 ? 0 : e0; b < (n0 == 1 ? B : e0 + 1) && n3 > 1; ++b)
         for (int h = n1 == 1 ? 0 : e1; h < (n1 == 1 ? Hq : e1 + 1); ++h) {
             const int hk = h / (Hq / Hkv);
             for (int i = n2 == 1 ? 0 : e2; i < (n2 == 1 ? Sq : e2 + 1); ++i) {

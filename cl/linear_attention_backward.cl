@@ -273,7 +273,8 @@ __kernel void linear_term_states(__global const float *terms, IDX terms_off,
                     acc[r][c] = fma((lane_t)f, dn[c], acc[r][c]);
             }
         }
-    __global float *slot = qstates + qstates_off + ((IDX)bhk * (IDX)(qchunks + 1) + (IDX)part) * SLOT;
+    __global float *slot =
+        qstates + qstates_off + ((IDX)bhk * (IDX)(qchunks + 1) + (IDX)part) * SLOT;
     for (int r = 0; r < ROWS; ++r) {
         float row[VALUE_DIM];
         for (int c = 0; c < LANES(VALUE_DIM); ++c) STORE_PRIVATE(row, c, acc[r][c]);
@@ -383,7 +384,8 @@ __kernel void linear_key_grads(TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v), OUT
                 LANES_DOT(fq, fr, HEAD_DIM, w);
                 LANES_DOT(value[r], dn, VALUE_DIM, c2);
                 c2 += dd;
-                for (int c = 0; c < LANES(VALUE_DIM); ++c) gv[r][c] = fma((lane_t)w, dn[c], gv[r][c]);
+                for (int c = 0; c < LANES(VALUE_DIM); ++c)
+                    gv[r][c] = fma((lane_t)w, dn[c], gv[r][c]);
                 for (int c = 0; c < LANES(HEAD_DIM); ++c)
                     STORE_PRIVATE(gk[r], c, fma((lane_t)c2, fq[c], PRIVATE_LANES(gk[r], c)));
             }

@@ -186,7 +186,8 @@ static void linear_reference_matches_finite_differences(test_ctx *t) {
 
 /* ---- the kernels (src/ops/attention_backward.c) against the float64 reference ---- */
 
-enum { BIAS_NONE, BIAS_FULL, BIAS_HEADS, BIAS_KEYS }; /* [B,Hq,Sq,Sk], [1,Hq,Sq,Sk], [B,1,1,Sk] */
+/* [B,Hq,Sq,Sk], [1,Hq,Sq,Sk], [B,1,1,Sk], [B,1,Sq,1], [1,Hq,1,1] */
+enum { BIAS_NONE, BIAS_FULL, BIAS_HEADS, BIAS_KEYS, BIAS_ROWS, BIAS_PER_HEAD };
 
 typedef struct bw_spec {
     int64_t B, Hq, Hkv, Sq, Sk, D, Dv;
@@ -235,6 +236,8 @@ static void bias_shape(const bw_spec *s, int64_t n[4]) {
     for (int i = 0; i < 4; ++i) n[i] = full[i];
     if (s->bias == BIAS_HEADS) n[0] = 1;
     if (s->bias == BIAS_KEYS) n[1] = n[2] = 1;
+    if (s->bias == BIAS_ROWS) n[1] = n[3] = 1;
+    if (s->bias == BIAS_PER_HEAD) n[0] = n[2] = n[3] = 1;
 }
 
 /* The mask's tensors on the device and in the reference's form. */
@@ -564,11 +567,31 @@ static void gradients_of_masks(test_ctx *t) {
 
 static void gradients_of_biases(test_ctx *t) {
     if (skipped_under_uninit_checker(t)) return;
-    static const char *const names[] = {"", "dense bias", "per-head bias", "key-padding bias"};
-    for (int bias = BIAS_FULL; bias <= BIAS_KEYS; ++bias) {
+    static const char *const names[] = {"",
+                                        "dense bias",
+                                        "per-head bias",
+                                        "key-padding bias",
+                                        "per-query bias",
+                                        "a scalar per head"};
+    for (int bias = BIAS_FULL; bias <= BIAS_PER_HEAD; ++bias) {
         bw_spec s = spec(2, 2, 1, 7, 19, 16);
         s.bias = bias, s.causal = bias == BIAS_HEADS, s.keep = bias == BIAS_KEYS;
         check_spec(t, &s, names[bias]);
+    }
+    /* one value along the keys: the softmax ignores it, its gradient is exactly 0 (the
+     * reference's is 0 up to rounding) */
+    for (int bias = BIAS_ROWS; bias <= BIAS_PER_HEAD && !t->failed; ++bias) {
+        bw_spec s = spec(2, 2, 1, 7, 19, 16);
+        s.bias = bias, s.causal = 1;
+        bw_case c;
+        bw_grads g = {0};
+        if (prepare_case(t, &s, &c)) {
+            CHECK_OK(t, run_backward(t, &c, NULL, &g, NULL));
+            for (size_t i = 0; i < count4(c.bias_shape); ++i)
+                CHECK(t, g.dbias[i] == 0.0f, "%s: dbias[%zu] = %g", names[bias], i, g.dbias[i]);
+        }
+        free_grads(&g);
+        free_case(&c);
     }
 }
 
