@@ -29,6 +29,30 @@ def reference_linear(q, k, v, visible, eps=1e-6):
     return (w @ v.astype(np.float64)) / (w.sum(-1, keepdims=True) + eps)
 
 
+def reference_attention_grads(q, k, v, dout, visible):
+    """dq, dk, dv of reference_attention (one kv head per query head) given dout."""
+    q, k, v, dout = (a.astype(np.float64) for a in (q, k, v, dout))
+    scale = 1.0 / np.sqrt(q.shape[-1])
+    p = reference_softmax(q @ k.transpose(0, 1, 3, 2), scale, visible)
+    dp = dout @ v.transpose(0, 1, 3, 2)
+    ds = p * (dp - (dout * (p @ v)).sum(-1, keepdims=True))
+    return scale * ds @ k, scale * ds.transpose(0, 1, 3, 2) @ q, p.transpose(0, 1, 3, 2) @ dout
+
+
+def reference_linear_grads(q, k, v, dout, visible, eps=1e-6):
+    """dq, dk, dv of reference_linear given dout."""
+    q, k, v, dout = (a.astype(np.float64) for a in (q, k, v, dout))
+    phi = lambda t: np.where(t > 0, t + 1.0, np.exp(np.minimum(t, 0.0)))
+    slope = lambda t: np.where(t > 0, 1.0, np.exp(np.minimum(t, 0.0)))
+    fq, fk = phi(q), phi(k)
+    w = (fq @ fk.transpose(0, 1, 3, 2)) * visible
+    den = w.sum(-1, keepdims=True) + eps
+    dnum = dout / den
+    dden = -(dout * (w @ v)).sum(-1, keepdims=True) / den ** 2
+    dw = (dnum @ v.transpose(0, 1, 3, 2) + dden) * visible
+    return (dw @ fk) * slope(q), (dw.transpose(0, 1, 3, 2) @ fq) * slope(k), w.transpose(0, 1, 3, 2) @ dnum
+
+
 def relative_error(got, want):
     return np.abs(got - want).max() / max(np.abs(want).max(), 1e-30)
 
@@ -59,8 +83,16 @@ def selftest(device):
         causal = np.tril(np.ones((40, 40), bool))[None, None]
         out = ctx.attention(q, k, v, causal=True)
         rows.append(("attention (causal), relative", relative_error(out, reference_attention(q, k, v, causal)), 1e-5))
+        dout = rng.standard_normal(out.shape).astype(np.float32)
+        out, lse = ctx.attention(q, k, v, causal=True, return_lse=True)
+        got = ctx.attention_backward(dout, q, k, v, out, lse, causal=True)
+        want = reference_attention_grads(q, k, v, dout, causal)
+        rows.append(("attention backward (causal), relative", max(relative_error(g, w) for g, w in zip(got, want)), 1e-5))
         out = ctx.linear_attention(q, k, v, causal=True)
         rows.append(("linear attention (causal), relative", relative_error(out, reference_linear(q, k, v, causal)), 1e-5))
+        got = ctx.linear_attention_backward(dout, q, k, v, causal=True)
+        want = reference_linear_grads(q, k, v, dout, causal)
+        rows.append(("linear attention backward, relative", max(relative_error(g, w) for g, w in zip(got, want)), 1e-5))
     ok = True
     print("%-36s %12s %10s" % ("op", "max error", "tolerance"))
     for name, err, tol in rows:
