@@ -496,3 +496,9 @@ def test_mha_causal_and_fully_padded_batch(ctx):
     assert np.isnan(want[1]).all() or np.allclose(want[1], bias, 1e-5, 1e-6), \
         f"torch gave neither NaN nor the bias on a fully padded batch: {want[1][0]}"
     assert_close(got[1], bias, 1e-6, 1e-7, "fully padded batch")
+
+
+def test_selftest_passes(capsys):
+    # `python -m clattn selftest`, the check a user runs on a new driver, itself passes here
+    from clattn.__main__ import selftest
+    assert selftest(None) == 0, capsys.readouterr().out
