@@ -48,18 +48,6 @@
 #ifndef BM
 #define BM 4
 #endif
-#ifndef DO_T
-#define DO_T f32
-#endif
-#ifndef DQ_T
-#define DQ_T f32
-#endif
-#ifndef DK_T
-#define DK_T f32
-#endif
-#ifndef DV_T
-#define DV_T f32
-#endif
 #ifndef DB_T
 #define DB_T f32
 #endif
@@ -75,10 +63,6 @@
 #ifndef CLATTN_ROWS_CL
 #include "rows.cl"
 #endif
-
-#define OUT_PARAMS(T, name)                                                                        \
-    __global CAT(storage_, T) * name, IDX name##_off, IDX name##_s0, IDX name##_s1, IDX name##_s2, \
-        IDX name##_s3
 
 /* A tile of VEC keys as one value (a float when VEC is 1). */
 #if VEC > 1

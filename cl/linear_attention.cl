@@ -34,6 +34,9 @@
  * ROWS (linear_states; divides HEAD_DIM), BM (linear_outputs), FEATURE (0 elu(x)+1, 1 relu,
  * 2 identity), CAUSAL, HAS_STATE, IDX, and the mask's (only the lengths are used).
  */
+#ifndef CLATTN_LINEAR_ATTENTION_CL
+#define CLATTN_LINEAR_ATTENTION_CL
+
 #ifndef CLATTN_COMMON_CL
 #include "common.cl"
 #endif
@@ -287,3 +290,5 @@ __kernel void linear_outputs(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(V_T, v),
         }
     }
 }
+
+#endif /* CLATTN_LINEAR_ATTENTION_CL */

@@ -33,61 +33,17 @@
  * Build options: those of cl/linear_attention.cl (FEATURE, CAUSAL, HEAD_DIM, VALUE_DIM, VEC,
  * ROWS, BM, IDX, the mask's), and DO_T, DQ_T, DK_T, DV_T.
  */
-#ifndef CLATTN_COMMON_CL
-#include "common.cl"
-#endif
-#ifndef CLATTN_MASK_CL
-#include "mask.cl"
-#endif
-
-#ifndef ROWS
-#define ROWS 4
-#endif
-#ifndef BM
-#define BM 4
-#endif
-#ifndef FEATURE
-#define FEATURE 0
-#endif
-#ifndef CAUSAL
-#define CAUSAL 0
-#endif
-#ifndef DO_T
-#define DO_T f32
-#endif
-#ifndef DQ_T
-#define DQ_T f32
-#endif
-#ifndef DK_T
-#define DK_T f32
-#endif
-#ifndef DV_T
-#define DV_T f32
-#endif
-#ifndef CLATTN_ROWS_CL
-#include "rows.cl"
+/* The forward's file comes first (the host builds this one after it): the feature map, SLOT,
+ * the private-row macros and the build options' defaults. */
+#ifndef CLATTN_LINEAR_ATTENTION_CL
+#include "linear_attention.cl"
 #endif
 
-#define SLOT (HEAD_DIM * VALUE_DIM + HEAD_DIM)
 /* A query's terms: phi(q_i) [HEAD_DIM], dnum_i [VALUE_DIM], dden_i. */
 #define TERM (HEAD_DIM + VALUE_DIM + 1)
 
-#define OUT_PARAMS(T, name)                                                                        \
-    __global CAT(storage_, T) * name, IDX name##_off, IDX name##_s0, IDX name##_s1, IDX name##_s2, \
-        IDX name##_s3
-
-/* The feature map and its slope (elu(x) + 1: 1 above 0, exp(x) below; relu: 1 above 0, else
- * 0; identity: 1), as the forward computes the map. */
-inline float feature(float x) {
-#if FEATURE == 0
-    return x > 0.0f ? x + 1.0f : exp(x);
-#elif FEATURE == 1
-    return x <= 0.0f ? 0.0f : x;
-#else
-    return x;
-#endif
-}
-
+/* The slope of the feature map (elu(x) + 1: 1 above 0, exp(x) below; relu: 1 above 0, else 0;
+ * identity: 1). */
 inline float feature_slope(float x) {
 #if FEATURE == 0
     return x > 0.0f ? 1.0f : exp(x);
@@ -97,15 +53,6 @@ inline float feature_slope(float x) {
     return 1.0f;
 #endif
 }
-
-/* Lane vector c of a private float row, and back. */
-#if VEC > 1
-#define PRIVATE_LANES(row, c)        CAT(vload, VEC)(c, row)
-#define STORE_PRIVATE(row, c, value) CAT(vstore, VEC)(value, c, row)
-#else
-#define PRIVATE_LANES(row, c)        (row)[c]
-#define STORE_PRIVATE(row, c, value) (row)[c] = (value)
-#endif
 
 /* The dot of two rows of lane vectors. */
 #define LANES_DOT(a, b, n, out)                                                                    \

@@ -26,6 +26,19 @@
 #ifndef O_T
 #define O_T f32
 #endif
+/* The backward ops' dO and gradients. */
+#ifndef DO_T
+#define DO_T f32
+#endif
+#ifndef DQ_T
+#define DQ_T f32
+#endif
+#ifndef DK_T
+#define DK_T f32
+#endif
+#ifndef DV_T
+#define DV_T f32
+#endif
 #ifndef HEAD_DIM
 #define HEAD_DIM 64
 #endif
@@ -36,6 +49,11 @@
 #define TENSOR_PARAMS(T, name)                                                                     \
     __global const CAT(storage_, T) * name, IDX name##_off, IDX name##_s0, IDX name##_s1,          \
         IDX name##_s2, IDX name##_s3
+
+/* An output tensor's parameters (as TENSOR_PARAMS, writable). */
+#define OUT_PARAMS(T, name)                                                                        \
+    __global CAT(storage_, T) * name, IDX name##_off, IDX name##_s0, IDX name##_s1, IDX name##_s2, \
+        IDX name##_s3
 
 /* The element at [b, h, i, d] of a tensor passed with TENSOR_PARAMS. */
 #define AT(name, b, h, i, d)                                                                       \

@@ -224,15 +224,6 @@ typedef struct backward_step {
     cl_event *prev;
 } backward_step;
 
-static int set_ints(cl_kernel kernel, cl_uint *arg, const int64_t *values, int count) {
-    int status = CLATTN_SUCCESS;
-    for (int i = 0; i < count && status == CLATTN_SUCCESS; ++i) {
-        const cl_int v = (cl_int)values[i];
-        status = clattn__set_arg(kernel, (*arg)++, sizeof v, &v);
-    }
-    return status;
-}
-
 /* stats and packed: the workspace, at offsets 0 and pack_off. */
 static int set_scratch_args(const backward_step *s, cl_kernel kernel, cl_uint *arg, bool stats) {
     int status = CLATTN_SUCCESS;
@@ -247,10 +238,7 @@ static int set_scratch_args(const backward_step *s, cl_kernel kernel, cl_uint *a
 /* The views of `kernel`'s leading tensor parameters, in order. */
 static int set_views(const backward_step *s, cl_kernel kernel, cl_uint *arg,
                      const clattn_tensor *const *views, int count) {
-    int status = CLATTN_SUCCESS;
-    for (int i = 0; i < count && status == CLATTN_SUCCESS; ++i)
-        status = clattn__set_view_args(kernel, arg, views[i], 0, s->wide);
-    return status;
+    return clattn__set_views_args(kernel, arg, views, count, s->wide);
 }
 
 static int run_rows(const backward_step *s, cl_kernel kernel) {
@@ -261,7 +249,7 @@ static int run_rows(const backward_step *s, cl_kernel kernel) {
     if (status == CLATTN_SUCCESS) status = clattn__set_view_args(kernel, &arg, a->lse, 1, s->wide);
     if (status == CLATTN_SUCCESS)
         status = clattn__set_arg(kernel, arg++, sizeof s->workspace, &s->workspace);
-    if (status == CLATTN_SUCCESS) status = set_ints(kernel, &arg, a->q->shape, 3);
+    if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, a->q->shape, 3);
     if (status == CLATTN_SUCCESS)
         status = clattn__enqueue_items(s->call, kernel, s->l->rows, 64, s->prev, false);
     return status;
@@ -273,7 +261,7 @@ static int run_pack(const backward_step *s, cl_kernel kernel) {
     cl_uint arg = 0;
     int status = set_views(s, kernel, &arg, views, 2);
     if (status == CLATTN_SUCCESS) status = set_scratch_args(s, kernel, &arg, false);
-    if (status == CLATTN_SUCCESS) status = set_ints(kernel, &arg, a->k->shape, 3);
+    if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, a->k->shape, 3);
     if (status == CLATTN_SUCCESS) /* for the key lengths */
         status = clattn__mask_set_args(kernel, &arg, &a->mask, a->scale, s->wide);
     const size_t items = (size_t)(a->k->shape[0] * a->k->shape[1]) * s->l->tiles *
@@ -289,13 +277,13 @@ static int set_dims_and_mask(const backward_step *s, cl_kernel kernel, cl_uint *
     const backward_args *a = s->a;
     const int64_t dims[5] = {a->q->shape[0], a->q->shape[1], a->k->shape[1], a->q->shape[2],
                              a->k->shape[2]};
-    int status = set_ints(kernel, arg, dims, 5);
+    int status = clattn__set_int_args(kernel, arg, dims, 5);
     if (status == CLATTN_SUCCESS && partials)
         status = clattn__set_arg(kernel, (*arg)++, sizeof s->workspace, &s->workspace);
     if (status == CLATTN_SUCCESS && partials)
         status = clattn__set_idx_arg(kernel, (*arg)++, partials_at(a, s->l), s->wide);
     const int64_t chunk = s->l->chunk;
-    if (status == CLATTN_SUCCESS && partials) status = set_ints(kernel, arg, &chunk, 1);
+    if (status == CLATTN_SUCCESS && partials) status = clattn__set_int_args(kernel, arg, &chunk, 1);
     if (status == CLATTN_SUCCESS)
         status = clattn__mask_set_args(kernel, arg, &a->mask, a->scale, s->wide);
     return status;
@@ -341,7 +329,7 @@ static int run_merge(const backward_step *s, cl_kernel kernel) {
     if (status == CLATTN_SUCCESS)
         status = clattn__set_idx_arg(kernel, arg++, partials_at(a, s->l), s->wide);
     if (status == CLATTN_SUCCESS) status = clattn__set_view_args(kernel, &arg, a->dq, 0, s->wide);
-    if (status == CLATTN_SUCCESS) status = set_ints(kernel, &arg, a->q->shape, 3);
+    if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, a->q->shape, 3);
     if (status == CLATTN_SUCCESS)
         status = clattn__enqueue_items(s->call, kernel, s->l->rows * (size_t)a->q->shape[3], 64,
                                        s->prev, a->dbias == NULL);
@@ -353,7 +341,7 @@ static int run_bias(const backward_step *s, cl_kernel kernel) {
     const clattn_tensor *views[5] = {a->q, a->k, a->v, a->dout, a->dbias};
     cl_uint arg = 0;
     int status = set_views(s, kernel, &arg, views, 5);
-    if (status == CLATTN_SUCCESS) status = set_ints(kernel, &arg, a->dbias->shape, 4);
+    if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, a->dbias->shape, 4);
     if (status == CLATTN_SUCCESS)
         status = clattn__set_arg(kernel, arg++, sizeof s->workspace, &s->workspace);
     if (status == CLATTN_SUCCESS) status = set_dims_and_mask(s, kernel, &arg, false);

@@ -132,15 +132,6 @@ static bool needs_wide_index(const backward_args *a, const backward_launch *l) {
            qstates_at(a, l) + qstate_floats(a, l) >= (size_t)clattn__narrow_index_limit();
 }
 
-static int set_ints(cl_kernel kernel, cl_uint *arg, const int64_t *values, int count) {
-    int status = CLATTN_SUCCESS;
-    for (int i = 0; i < count && status == CLATTN_SUCCESS; ++i) {
-        const cl_int v = (cl_int)values[i];
-        status = clattn__set_arg(kernel, (*arg)++, sizeof v, &v);
-    }
-    return status;
-}
-
 /* The scratch as a kernel argument at float offset `at` (0: the buffer alone). */
 static int set_scratch(cl_kernel kernel, cl_uint *arg, cl_mem scratch, size_t at, bool offset,
                        bool wide) {
@@ -160,10 +151,7 @@ typedef struct backward_call {
 
 static int set_views(const backward_call *c, cl_kernel kernel, cl_uint *arg,
                      const clattn_tensor *const *views, int count) {
-    int status = CLATTN_SUCCESS;
-    for (int i = 0; i < count && status == CLATTN_SUCCESS; ++i)
-        status = clattn__set_view_args(kernel, arg, views[i], 0, c->wide);
-    return status;
+    return clattn__set_views_args(kernel, arg, views, count, c->wide);
 }
 
 static int set_query_grads_args(const backward_call *c, cl_kernel kernel) {
@@ -179,7 +167,7 @@ static int set_query_grads_args(const backward_call *c, cl_kernel kernel) {
         status = set_scratch(kernel, &arg, c->scratch, terms_at(a, c->l), true, c->wide);
     const int64_t ints[7] = {a->f.q->shape[0], a->f.q->shape[1], a->f.k->shape[1], a->f.q->shape[2],
                              a->f.k->shape[2], c->l->f.chunk,    c->l->f.nchunks};
-    if (status == CLATTN_SUCCESS) status = set_ints(kernel, &arg, ints, 7);
+    if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, ints, 7);
     if (status == CLATTN_SUCCESS)
         status = clattn__set_arg(kernel, arg++, sizeof a->f.eps, &a->f.eps);
     if (status == CLATTN_SUCCESS)
@@ -195,7 +183,7 @@ static int set_term_states_args(const backward_call *c, cl_kernel kernel) {
         status = set_scratch(kernel, &arg, c->scratch, qstates_at(a, c->l), true, c->wide);
     const int64_t ints[6] = {a->f.q->shape[0], a->f.q->shape[1], a->f.k->shape[1],
                              a->f.q->shape[2], c->l->qchunk,     c->l->qchunks};
-    if (status == CLATTN_SUCCESS) status = set_ints(kernel, &arg, ints, 6);
+    if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, ints, 6);
     return status;
 }
 
@@ -204,7 +192,7 @@ static int set_term_scan_args(const backward_call *c, cl_kernel kernel) {
     cl_uint arg = 0;
     int status = set_scratch(kernel, &arg, c->scratch, qstates_at(a, c->l), true, c->wide);
     const int64_t ints[2] = {a->f.k->shape[0] * a->f.k->shape[1], c->l->qchunks};
-    if (status == CLATTN_SUCCESS) status = set_ints(kernel, &arg, ints, 2);
+    if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, ints, 2);
     return status;
 }
 
@@ -222,7 +210,7 @@ static int set_key_grads_args(const backward_call *c, cl_kernel kernel) {
         status = set_scratch(kernel, &arg, c->scratch, qstates_at(a, c->l), true, c->wide);
     const int64_t ints[7] = {a->f.q->shape[0], a->f.q->shape[1], a->f.k->shape[1], a->f.q->shape[2],
                              a->f.k->shape[2], c->l->qchunk,     c->l->qchunks};
-    if (status == CLATTN_SUCCESS) status = set_ints(kernel, &arg, ints, 7);
+    if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, ints, 7);
     if (status == CLATTN_SUCCESS)
         status = clattn__mask_set_args(kernel, &arg, &a->f.mask, 1.0f, c->wide);
     return status;

@@ -23,15 +23,6 @@ int clattn__softmax_plan(cl_device_id device, clattn_dtype dtype, softmax_params
     return CLATTN_SUCCESS;
 }
 
-static int set_int_args(cl_kernel kernel, cl_uint *arg, const int64_t *values, int count) {
-    int status = CLATTN_SUCCESS;
-    for (int i = 0; i < count && status == CLATTN_SUCCESS; ++i) {
-        cl_int v = (cl_int)values[i];
-        status = clattn__set_arg(kernel, (*arg)++, sizeof v, &v);
-    }
-    return status;
-}
-
 /* Builds the variant's kernel. A group variant whose GROUP the built kernel cannot run (its
  * CL_KERNEL_WORK_GROUP_SIZE is smaller: registers, local memory) is rebuilt with the largest
  * power of two it can. */
@@ -133,7 +124,7 @@ static int set_softmax_args(cl_kernel kernel, const softmax_args *a, bool wide) 
     cl_uint arg = 0;
     int status = clattn__set_view_args(kernel, &arg, a->x, 0, wide);
     if (status == CLATTN_SUCCESS) status = clattn__set_view_args(kernel, &arg, a->y, 0, wide);
-    if (status == CLATTN_SUCCESS) status = set_int_args(kernel, &arg, a->x->shape, 4);
+    if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, a->x->shape, 4);
     if (status == CLATTN_SUCCESS && a->lse)
         status = clattn__set_view_args(kernel, &arg, a->lse, 1, wide);
     if (status == CLATTN_SUCCESS)
@@ -219,7 +210,7 @@ int clattn__softmax_backward_enqueue(const clattn_tensor *y, const clattn_tensor
     cl_uint arg = 0;
     for (int v = 0; v < 3 && status == CLATTN_SUCCESS; ++v)
         status = clattn__set_view_args(kernel, &arg, views[v], 0, wide);
-    if (status == CLATTN_SUCCESS) status = set_int_args(kernel, &arg, a->y->shape, 4);
+    if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, a->y->shape, 4);
     if (status == CLATTN_SUCCESS)
         status = clattn__set_arg(kernel, arg++, sizeof a->scale, &a->scale);
     if (status == CLATTN_SUCCESS)

@@ -67,6 +67,23 @@ int clattn__set_view_args(cl_kernel kernel, cl_uint *arg, const clattn_tensor *t
     return status;
 }
 
+int clattn__set_int_args(cl_kernel kernel, cl_uint *arg, const int64_t *values, int count) {
+    int status = CLATTN_SUCCESS;
+    for (int i = 0; i < count && status == CLATTN_SUCCESS; ++i) {
+        const cl_int v = (cl_int)values[i];
+        status = clattn__set_arg(kernel, (*arg)++, sizeof v, &v);
+    }
+    return status;
+}
+
+int clattn__set_views_args(cl_kernel kernel, cl_uint *arg, const clattn_tensor *const *views,
+                           int count, bool wide) {
+    int status = CLATTN_SUCCESS;
+    for (int i = 0; i < count && status == CLATTN_SUCCESS; ++i)
+        status = clattn__set_view_args(kernel, arg, views[i], 0, wide);
+    return status;
+}
+
 int clattn__kernel_max_group(cl_kernel kernel, cl_device_id device, size_t *size) {
     size_t cap;
     int status = clattn__group_cap(&cap);

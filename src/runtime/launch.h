@@ -39,6 +39,13 @@ int clattn__head_lanes(cl_uint width, int64_t d, int64_t dv);
 int clattn__set_view_args(cl_kernel kernel, cl_uint *arg, const clattn_tensor *t, int first,
                           bool wide);
 
+/* `count` int arguments (cl_int, from int64_t values the caller has bounded) from *arg on. */
+int clattn__set_int_args(cl_kernel kernel, cl_uint *arg, const int64_t *values, int count);
+
+/* clattn__set_view_args (every stride) for `count` views in order. */
+int clattn__set_views_args(cl_kernel kernel, cl_uint *arg, const clattn_tensor *const *views,
+                           int count, bool wide);
+
 /* clEnqueueNDRangeKernel on the call's queue, after its wait list, into its event; the failure
  * recorded. */
 int clattn__enqueue(const clattn__call *call, cl_kernel kernel, cl_uint dims, const size_t *global,
