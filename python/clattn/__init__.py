@@ -8,12 +8,13 @@ out. The surface mirrors PyTorch names; see docs/design.md (The Python binding) 
     p = ctx.softmax(scores, scale=0.125, causal=True, key_lengths=[5, 7])
 """
 import ctypes
+import weakref
 
 import numpy as np
 
 from . import _lib
 
-__all__ = ["Context", "Error", "devices"]
+__all__ = ["Context", "Error", "Tensor", "devices"]
 
 _LIB = None
 
@@ -79,7 +80,14 @@ def _float_array(name, value, dtype=None):
     """`value` as a contiguous float array clattn can store. float64 (numpy's default, and Python
     floats) becomes float32, as torch's default dtype would; float32 and float16 stay; any other
     dtype (integers, bool, complex) is a TypeError naming the argument. `dtype`, the first
-    input's, then converts a float input to match it."""
+    input's, then converts a float input to match it. A Tensor passes as it is (a float one, of
+    `dtype` when given: a device tensor is never converted behind the caller's back)."""
+    if isinstance(value, Tensor):
+        if value._desc.dtype not in _FLOAT_CODES:
+            raise TypeError("%s: a %s tensor; clattn takes float tensors here" % (name, value.dtype))
+        if dtype is not None and _code_of(dtype) != value._desc.dtype:
+            raise TypeError("%s: a %s tensor where %s is needed" % (name, value.dtype, dtype))
+        return value
     array = np.asarray(value)
     if array.dtype == np.float64:
         array = array.astype(np.float32)
@@ -89,6 +97,186 @@ def _float_array(name, value, dtype=None):
     if dtype is not None:
         array = array.astype(dtype, copy=False)
     return np.ascontiguousarray(array)
+
+
+_STORAGE_CODES = {np.dtype(np.float32): _lib.F32, np.dtype(np.float16): _lib.F16,
+                  np.dtype(np.int32): _lib.I32, np.dtype(np.bool_): _lib.U8}
+_CODE_DTYPES = {_lib.F32: np.dtype(np.float32), _lib.F16: np.dtype(np.float16),
+                _lib.BF16: "bfloat16", _lib.I32: np.dtype(np.int32), _lib.U8: np.dtype(np.bool_)}
+_FLOAT_CODES = (_lib.F32, _lib.F16, _lib.BF16)
+
+
+class _Storage:
+    """A buffer its Context allocated: released when no tensor views it any more, or when the
+    context closes (whichever comes first)."""
+
+    def __init__(self, ctx, desc):
+        self.ctx, self.desc = ctx, desc
+        ctx._storages.add(self)
+
+    def free(self):
+        if self.desc is not None:
+            self.ctx._lib.clattn_tensor_free(ctypes.byref(self.desc))
+            self.desc = None
+
+    def __del__(self):
+        try:
+            self.free()
+        except Exception:
+            pass
+
+
+class Tensor:
+    """A tensor on one Context's device: shape (1 to 4 dims), dtype, strides and offset (in
+    elements) as clattn's descriptor has them, over a buffer it owns or shares with the tensor it
+    is a view of. Views (permute, transpose, [] on the leading axes, reshape by leading 1s) copy
+    nothing. numpy() downloads. Ops given a Tensor return Tensors and leave host memory alone."""
+
+    def __init__(self, ctx, storage, desc, shape):
+        self._ctx, self._storage, self._desc, self._shape = ctx, storage, desc, tuple(shape)
+
+    # ---- what it is ----
+
+    @property
+    def shape(self):
+        return self._shape
+
+    @property
+    def ndim(self):
+        return len(self._shape)
+
+    @property
+    def dtype(self):
+        """A numpy dtype (float32, float16, int32, bool), or the string "bfloat16"."""
+        return _CODE_DTYPES[self._desc.dtype]
+
+    @property
+    def strides(self):
+        """In elements, of the dims of `shape`."""
+        return tuple(self._desc.strides[4 - self.ndim:])
+
+    @property
+    def offset(self):
+        return self._desc.offset
+
+    @property
+    def context(self):
+        return self._ctx
+
+    def __repr__(self):
+        return "clattn.Tensor(shape=%s, dtype=%s, strides=%s, offset=%d)" % (
+            self.shape, self.dtype if isinstance(self.dtype, str) else self.dtype.name,
+            self.strides, self.offset)
+
+    def _descriptor(self, ctx):
+        """The descriptor for a call on `ctx`; refuses a released tensor or another context."""
+        if ctx is not self._ctx:
+            raise ValueError("a tensor of another clattn.Context")
+        if self._storage.desc is None:
+            raise ValueError("the tensor was released (its context is closed)")
+        return self._desc
+
+    # ---- views ----
+
+    def _view(self, shape, strides, offset):
+        desc = _lib.Tensor()
+        desc.buffer, desc.offset, desc.dtype = self._desc.buffer, offset, self._desc.dtype
+        pad = 4 - len(shape)
+        for i in range(4):
+            desc.shape[i] = 1 if i < pad else shape[i - pad]
+            desc.strides[i] = 0 if i < pad else strides[i - pad]
+        return Tensor(self._ctx, self._storage, desc, shape)
+
+    def permute(self, *dims):
+        dims = tuple(dims[0]) if len(dims) == 1 and not isinstance(dims[0], int) else dims
+        if sorted(dims) != list(range(self.ndim)):
+            raise ValueError("permute: %s is not a permutation of %d dims" % (dims, self.ndim))
+        return self._view([self.shape[d] for d in dims], [self.strides[d] for d in dims],
+                          self.offset)
+
+    def transpose(self, a, b):
+        dims = list(range(self.ndim))
+        dims[a], dims[b] = dims[b], dims[a]
+        return self.permute(*dims)
+
+    def __getitem__(self, key):
+        """Integers and slices (step >= 1) along the leading axes."""
+        key = key if isinstance(key, tuple) else (key,)
+        if len(key) > self.ndim:
+            raise IndexError("%d indices for %d dims" % (len(key), self.ndim))
+        shape, strides, offset = [], [], self.offset
+        for axis, k in enumerate(key):
+            n, stride = self.shape[axis], self.strides[axis]
+            if isinstance(k, slice):
+                start, stop, step = k.indices(n)
+                if step < 1:
+                    raise IndexError("slices with a step below 1 are not views clattn can take")
+                shape.append(max(0, (stop - start + step - 1) // step))
+                strides.append(stride * step)
+                offset += start * stride
+            else:
+                index = int(k) + n if int(k) < 0 else int(k)
+                if not 0 <= index < n:
+                    raise IndexError("index %s out of range for a dim of %d" % (k, n))
+                offset += index * stride
+        shape += list(self.shape[len(key):])
+        strides += list(self.strides[len(key):])
+        if not shape or 0 in shape:
+            raise IndexError("a view must keep at least one dim and one element")
+        return self._view(shape, strides, offset)
+
+    def reshape(self, *shape):
+        """Only adds or drops leading dims of size 1: any other reshape would need a copy."""
+        shape = tuple(shape[0]) if len(shape) == 1 and not isinstance(shape[0], int) else shape
+        core = lambda s: tuple(s)[next((i for i, n in enumerate(s) if n != 1), len(s)):]
+        if core(shape) != core(self.shape) or not 1 <= len(shape) <= 4:
+            raise ValueError("reshape %s -> %s: only leading dims of size 1 come and go "
+                             "without a copy" % (self.shape, shape))
+        kept = core(self.shape)
+        strides = [0] * (len(shape) - len(kept)) + list(self.strides[self.ndim - len(kept):])
+        return self._view(list(shape), strides, self.offset)
+
+    def astype(self, dtype):
+        """A new contiguous float tensor of `dtype` (float32, float16, "bfloat16"), by clattn_copy
+        on the device (rounding to nearest even)."""
+        if self._desc.dtype not in _FLOAT_CODES or _code_of(dtype) not in _FLOAT_CODES:
+            raise TypeError("astype: float tensors to float dtypes only")
+        ctx = self._ctx
+        out = ctx.empty(self.shape, dtype)
+        _check(ctx._lib.clattn_copy(ctypes.byref(self._descriptor(ctx)), None,
+                                    ctypes.byref(out._desc), ctx._queue(), 0, None, None))
+        return out
+
+    # ---- to the host ----
+
+    def _contiguous(self):
+        n = list(self._desc.shape)
+        return all(self._desc.strides[i] == int(np.prod(n[i + 1:])) for i in range(4) if n[i] > 1)
+
+    def numpy(self):
+        """A numpy copy (blocking): bfloat16 widened to float32, bool from its bytes."""
+        ctx = self._ctx
+        desc = self._descriptor(ctx)
+        code = desc.dtype
+        host_dtype = {_lib.BF16: np.uint16, _lib.U8: np.uint8}.get(code, _CODE_DTYPES.get(code))
+        out = np.empty(self.shape, dtype=host_dtype)
+        with _Scope(ctx) as scope:
+            if not self._contiguous() or desc.offset:
+                dense = ctx._alloc(scope, tuple(desc.shape), code)
+                _check(ctx._lib.clattn_copy(ctypes.byref(desc), None, ctypes.byref(dense),
+                                            ctx._queue(), 0, None, None))
+                desc = dense
+            _check(ctx._lib.clattn_env_download(ctx._env, ctypes.byref(desc), out.ctypes.data))
+        if code == _lib.BF16:
+            return (out.astype(np.uint32) << 16).view(np.float32)
+        return out.astype(np.bool_) if code == _lib.U8 else out
+
+
+def _code_of(dtype):
+    """The storage code of a numpy dtype, a Tensor's dtype, or "bfloat16"."""
+    if isinstance(dtype, str) and dtype == "bfloat16":
+        return _lib.BF16
+    return _STORAGE_CODES[np.dtype(dtype)]
 
 
 def _as_4d(name, shape):
@@ -114,6 +302,7 @@ class Context:
     def __init__(self, device=None):
         self._lib = _lib_handle()
         self._env = ctypes.c_void_p()
+        self._storages = weakref.WeakSet()
         spec = None if device is None else str(device).encode()
         _check(self._lib.clattn_env_create(spec, ctypes.byref(self._env)))
 
@@ -123,6 +312,10 @@ class Context:
         return "%s / %s" % (d.platform_name.decode(), d.name.decode())
 
     def close(self):
+        """Releases every tensor of the context (using one afterwards is a ValueError), then the
+        context and queue."""
+        for storage in list(self._storages):
+            storage.free()
         if self._env:
             self._lib.clattn_env_release(self._env)
             self._env = ctypes.c_void_p()
@@ -139,9 +332,57 @@ class Context:
         except Exception:
             pass
 
-    # ---- device tensors (freed by _Scope) ----
+    # ---- device tensors ----
 
-    def _alloc(self, scope, shape4, dtype):
+    def tensor(self, array, dtype=None):
+        """A device copy of `array` (numpy or anything np.asarray takes): float64 becomes float32
+        (the ops' casting rules); float32, float16, int32 and bool stay; `dtype` converts first."""
+        array = np.asarray(array if dtype is None else np.asarray(array).astype(dtype))
+        if array.dtype == np.float64:
+            array = array.astype(np.float32)
+        if array.dtype not in _STORAGE_CODES:
+            raise TypeError("array: dtype %s is not one clattn stores (float32, float16, int32, "
+                            "bool; float64 becomes float32)" % array.dtype)
+        t = self.empty(array.shape, array.dtype)
+        host = np.ascontiguousarray(array.astype(np.uint8) if array.dtype == np.bool_ else array)
+        _check(self._lib.clattn_env_upload(self._env, ctypes.byref(t._desc), host.ctypes.data))
+        return t
+
+    def empty(self, shape, dtype=np.float32):
+        """An uninitialized contiguous device tensor of 1 to 4 dims: float32, float16,
+        "bfloat16", int32 or bool."""
+        shape = (int(shape),) if np.isscalar(shape) else tuple(int(n) for n in shape)
+        desc = _lib.Tensor()
+        dims = (ctypes.c_int64 * 4)(*_as_4d("shape", shape))
+        _check(self._lib.clattn_env_alloc(self._env, _code_of(dtype), dims, ctypes.byref(desc)))
+        storage = _Storage(self, desc)
+        view = _lib.Tensor.from_buffer_copy(desc)
+        return Tensor(self, storage, view, shape)
+
+    def finish(self):
+        """Waits until every op enqueued on the context's queue is done."""
+        err = _lib.opencl().clFinish(self._queue())
+        if err != 0:
+            raise Error("CL_ERROR", "clFinish returned %d" % err)
+
+    def _alloc(self, scope, shape4, dtype, out=None):
+        """An output: the call's own scratch (freed with the scope), or, when the call works on
+        device tensors, a new tensor's buffer that _download hands back; `out` (a Tensor of
+        that shape and dtype) takes the output in its place, and the call works on the device."""
+        if out is not None:
+            if not isinstance(out, Tensor):
+                raise TypeError("out: expected a clattn.Tensor, got %s" % type(out).__name__)
+            desc = out._descriptor(self)
+            if tuple(desc.shape) != _as_4d("out", shape4) or desc.dtype != dtype:
+                raise ValueError("out: expected shape %s and dtype %s, got %s and %s" % (
+                    tuple(shape4), _CODE_DTYPES[dtype], out.shape, out.dtype))
+            scope.device = True
+            scope.outputs[ctypes.addressof(desc)] = out
+            return desc
+        if scope.device:
+            t = self.empty(shape4, _CODE_DTYPES[dtype])
+            scope.outputs[ctypes.addressof(t._desc)] = t
+            return t._desc
         t = _lib.Tensor()
         dims = (ctypes.c_int64 * 4)(*shape4)
         _check(self._lib.clattn_env_alloc(self._env, dtype, dims, ctypes.byref(t)))
@@ -149,12 +390,24 @@ class Context:
         return t
 
     def _upload(self, scope, array, code):
+        if isinstance(array, Tensor):
+            if array._desc.dtype != code:
+                raise TypeError("a %s tensor where %s is needed" % (array.dtype, _CODE_DTYPES[code]))
+            return array._descriptor(self)
         array = np.ascontiguousarray(array)
-        t = self._alloc(scope, _as_4d("tensor", array.shape), code)
+        t = _lib.Tensor()
+        dims = (ctypes.c_int64 * 4)(*_as_4d("tensor", array.shape))
+        _check(self._lib.clattn_env_alloc(self._env, code, dims, ctypes.byref(t)))
+        scope.append(t)
         _check(self._lib.clattn_env_upload(self._env, ctypes.byref(t), array.ctypes.data))
         return t
 
-    def _download(self, t, shape, dtype):
+    def _download(self, scope, t, shape, dtype):
+        """An output of the call: the device tensor itself (reshaped to `shape`) when the call
+        works on device tensors, else its numpy copy."""
+        if scope.device:
+            tensor = scope.outputs[ctypes.addressof(t)]
+            return tensor if tensor.shape == tuple(shape) else tensor.reshape(shape)
         out = np.empty(shape, dtype=dtype)
         _check(self._lib.clattn_env_download(self._env, ctypes.byref(t), out.ctypes.data))
         return out
@@ -166,25 +419,25 @@ class Context:
 
     def softmax(self, x, scale=1.0, *, causal=False, window=None, global_stride=0,
                 key_lengths=None, query_lengths=None, mask=None, bias=None, alibi_slopes=None,
-                softcap=0.0, empty_rows="zero", return_lse=False):
+                softcap=0.0, empty_rows="zero", return_lse=False, out=None):
         """softmax over the last axis of mask(scale * x); x has 1 to 4 dims ([B,H,Sq,Sk])."""
         x = _float_array("x", x)
         shape4 = _as_4d("x", x.shape)
-        with _Scope(self) as scope:
-            xt = self._upload(scope, x, _FLOAT_DTYPES[x.dtype])
-            yt = self._alloc(scope, shape4, _FLOAT_DTYPES[x.dtype])
+        with _Scope(self, x) as scope:
+            xt = self._upload(scope, x, _code_of(x.dtype))
+            yt = self._alloc(scope, shape4, _code_of(x.dtype), out)
             m = self._mask(scope, shape4, causal, window, global_stride, key_lengths,
                            query_lengths, mask, bias, alibi_slopes, softcap, empty_rows)
             lse = self._alloc(scope, (1,) + shape4[:3], _lib.F32) if return_lse else None
             _check(self._lib.clattn_softmax(
                 ctypes.byref(xt), float(scale), ctypes.byref(m), ctypes.byref(yt),
                 ctypes.byref(lse) if lse is not None else None, self._queue(), 0, None, None))
-            y = self._download(yt, x.shape, x.dtype)
+            y = self._download(scope, yt, x.shape, x.dtype)
             if not return_lse:
                 return y
-            return y, self._download(lse, x.shape[:-1], np.float32)
+            return y, self._download(scope, lse, x.shape[:-1], np.float32)
 
-    def softmax_backward(self, y, dy, scale=1.0):
+    def softmax_backward(self, y, dy, scale=1.0, *, out=None):
         """dz = scale * y * (dy - sum(dy * y, -1)): the gradient of y = softmax(z) over the last
         axis (z = scale * x: the gradient with respect to x, without softcap). y and dy share
         one shape of 1 to 4 dims and one dtype; entries where y is 0 give exactly 0."""
@@ -193,16 +446,16 @@ class Context:
         if dy.shape != y.shape:
             raise ValueError("dy: shape %s differs from y's %s" % (dy.shape, y.shape))
         shape4 = _as_4d("y", y.shape)
-        with _Scope(self) as scope:
-            yt = self._upload(scope, y, _FLOAT_DTYPES[y.dtype])
-            dyt = self._upload(scope, dy, _FLOAT_DTYPES[y.dtype])
-            dzt = self._alloc(scope, shape4, _FLOAT_DTYPES[y.dtype])
+        with _Scope(self, y, dy) as scope:
+            yt = self._upload(scope, y, _code_of(y.dtype))
+            dyt = self._upload(scope, dy, _code_of(y.dtype))
+            dzt = self._alloc(scope, shape4, _code_of(y.dtype), out)
             _check(self._lib.clattn_softmax_backward(
                 ctypes.byref(yt), ctypes.byref(dyt), float(scale), ctypes.byref(dzt),
                 self._queue(), 0, None, None))
-            return self._download(dzt, y.shape, y.dtype)
+            return self._download(scope, dzt, y.shape, y.dtype)
 
-    def split_heads(self, x, num_heads):
+    def split_heads(self, x, num_heads, *, out=None):
         """[B,S,H*D] -> [B,H,S,D]."""
         x = _float_array("x", x)
         if x.ndim != 3:
@@ -210,25 +463,25 @@ class Context:
         b, s, e = x.shape
         if num_heads <= 0 or e % num_heads:
             raise ValueError("num_heads: %r does not divide the last dim %d" % (num_heads, e))
-        with _Scope(self) as scope:
-            xt = self._upload(scope, x, _FLOAT_DTYPES[x.dtype])
-            out = self._alloc(scope, (b, num_heads, s, e // num_heads), _FLOAT_DTYPES[x.dtype])
+        with _Scope(self, x) as scope:
+            xt = self._upload(scope, x, _code_of(x.dtype))
+            out = self._alloc(scope, (b, num_heads, s, e // num_heads), _code_of(x.dtype), out)
             _check(self._lib.clattn_split_heads(ctypes.byref(xt), int(num_heads),
                                                 ctypes.byref(out), self._queue(), 0, None, None))
-            return self._download(out, (b, num_heads, s, e // num_heads), x.dtype)
+            return self._download(scope, out, (b, num_heads, s, e // num_heads), x.dtype)
 
-    def merge_heads(self, x):
+    def merge_heads(self, x, *, out=None):
         """[B,H,S,D] -> [B,S,H*D]."""
         x = _float_array("x", x)
         if x.ndim != 4:
             raise ValueError("x: expected [B,H,S,D], got shape %s" % (x.shape,))
         b, h, s, d = x.shape
-        with _Scope(self) as scope:
-            xt = self._upload(scope, x, _FLOAT_DTYPES[x.dtype])
-            out = self._alloc(scope, (1, b, s, h * d), _FLOAT_DTYPES[x.dtype])
+        with _Scope(self, x) as scope:
+            xt = self._upload(scope, x, _code_of(x.dtype))
+            out = self._alloc(scope, (1, b, s, h * d), _code_of(x.dtype), out)
             _check(self._lib.clattn_merge_heads(ctypes.byref(xt), ctypes.byref(out),
                                                 self._queue(), 0, None, None))
-            return self._download(out, (b, s, h * d), x.dtype)
+            return self._download(scope, out, (b, s, h * d), x.dtype)
 
     def split_qkv(self, x, num_heads, bias=None):
         """Packed [B,S,3*H*D] (q, then k, then v) -> (q, k, v), each [B,H,S,D]; optional bias
@@ -240,24 +493,24 @@ class Context:
         if num_heads <= 0 or e3 % (3 * num_heads):
             raise ValueError("num_heads: 3 x %r does not divide the last dim %d" % (num_heads, e3))
         d = e3 // 3 // num_heads
-        with _Scope(self) as scope:
-            xt = self._upload(scope, x, _FLOAT_DTYPES[x.dtype])
+        with _Scope(self, x, bias) as scope:
+            xt = self._upload(scope, x, _code_of(x.dtype))
             bt = None
             if bias is not None:
                 bias = _float_array("bias", bias)
                 if bias.shape != (e3,):
                     raise ValueError("bias: expected shape (%d,), got %s" % (e3, bias.shape))
-                bt = self._upload(scope, bias, _FLOAT_DTYPES[bias.dtype])
-            outs = [self._alloc(scope, (b, num_heads, s, d), _FLOAT_DTYPES[x.dtype]) for _ in range(3)]
+                bt = self._upload(scope, bias, _code_of(bias.dtype))
+            outs = [self._alloc(scope, (b, num_heads, s, d), _code_of(x.dtype)) for _ in range(3)]
             _check(self._lib.clattn_split_qkv(
                 ctypes.byref(xt), ctypes.byref(bt) if bt is not None else None, int(num_heads),
                 *[ctypes.byref(o) for o in outs], self._queue(), 0, None, None))
-            return tuple(self._download(o, (b, num_heads, s, d), x.dtype) for o in outs)
+            return tuple(self._download(scope, o, (b, num_heads, s, d), x.dtype) for o in outs)
 
     def attention(self, q, k, v, scale=None, *, causal=False, window=None, global_stride=0,
                   key_lengths=None, query_lengths=None, mask=None, bias=None, alibi_slopes=None,
                   softcap=0.0, empty_rows="zero", return_lse=False, return_weights=False,
-                  path="auto"):
+                  path="auto", out=None):
         """softmax(mask(scale * q k^T)) v for q [B,Hq,Sq,D], k [B,Hkv,Sk,D], v [B,Hkv,Sk,Dv]
         (Hq a multiple of Hkv); scale None means 1/sqrt(D). Returns out [B,Hq,Sq,Dv], or the
         tuple (out, weights, lse) holding those asked for: weights [B,Hq,Sq,Sk] are the
@@ -271,9 +524,9 @@ class Context:
         q, k, v = arrays
         b, hq, sq, _ = q.shape
         out_shape = (b, hq, sq, v.shape[3])
-        with _Scope(self) as scope:
-            qt, kt, vt = (self._upload(scope, a, _FLOAT_DTYPES[a.dtype]) for a in arrays)
-            ot = self._alloc(scope, out_shape, _FLOAT_DTYPES[q.dtype])
+        with _Scope(self, q, k, v) as scope:
+            qt, kt, vt = (self._upload(scope, a, _code_of(a.dtype)) for a in arrays)
+            ot = self._alloc(scope, out_shape, _code_of(q.dtype), out)
             scores = (b, hq, sq, k.shape[2])
             m = self._mask(scope, scores, causal, window, global_stride, key_lengths,
                            query_lengths, mask, bias, alibi_slopes, softcap, empty_rows)
@@ -286,11 +539,11 @@ class Context:
                 0.0 if scale is None else float(scale), ctypes.byref(m), ctypes.byref(ot),
                 ctypes.byref(lse) if lse is not None else None, ctypes.byref(options),
                 self._queue(), 0, None, None))
-            results = [self._download(ot, out_shape, q.dtype)]
+            results = [self._download(scope, ot, out_shape, q.dtype)]
             if return_weights:
-                results.append(self._download(wt, scores, np.float32))
+                results.append(self._download(scope, wt, scores, np.float32))
             if return_lse:
-                results.append(self._download(lse, (b, hq, sq), np.float32))
+                results.append(self._download(scope, lse, (b, hq, sq), np.float32))
             return results[0] if len(results) == 1 else tuple(results)
 
     def attention_backward(self, dout, q, k, v, out, lse, scale=None, *, causal=False,
@@ -322,11 +575,11 @@ class Context:
             raise ValueError("lse: expected shape %s, got %s" % ((b, hq, sq), lse.shape))
         if return_dbias and bias is None:
             raise ValueError("return_dbias: there is no bias to differentiate")
-        with _Scope(self) as scope:
-            qt, kt, vt, ot, dot = (self._upload(scope, a, _FLOAT_DTYPES[dt])
+        with _Scope(self, dout, q, k, v, out, lse) as scope:
+            qt, kt, vt, ot, dot = (self._upload(scope, a, _code_of(dt))
                                    for a in (q, k, v, out, dout))
             lt = self._upload(scope, lse.reshape(1, b, hq, sq), _lib.F32)
-            grads = [self._alloc(scope, a.shape, _FLOAT_DTYPES[dt]) for a in (q, k, v)]
+            grads = [self._alloc(scope, a.shape, _code_of(dt)) for a in (q, k, v)]
             scores = (b, hq, sq, k.shape[2])
             m = self._mask(scope, scores, causal, window, global_stride, key_lengths,
                            query_lengths, mask, bias, alibi_slopes, softcap, empty_rows)
@@ -339,13 +592,13 @@ class Context:
                 0.0 if scale is None else float(scale), ctypes.byref(m),
                 *(ctypes.byref(g) for g in grads), ctypes.byref(options), self._queue(), 0, None,
                 None))
-            results = [self._download(g, a.shape, dt) for g, a in zip(grads, (q, k, v))]
+            results = [self._download(scope, g, a.shape, dt) for g, a in zip(grads, (q, k, v))]
             if return_dbias:
-                results.append(self._download(dbt, bias_shape, np.float32))
+                results.append(self._download(scope, dbt, bias_shape, np.float32))
             return tuple(results)
 
     def linear_attention(self, q, k, v, causal=False, feature_map="elu1", eps=1e-6, *,
-                         key_lengths=None, query_lengths=None):
+                         key_lengths=None, query_lengths=None, out=None):
         """Linear attention phi(q_i)^T S / (phi(q_i)^T z + eps), S = sum_j phi(k_j) v_j^T,
         z = sum_j phi(k_j), over the visible keys (j <= i when causal; causal="bottom_right"
         aligns the last query with the last key). q [B,Hq,Sq,D], k [B,Hkv,Sk,D],
@@ -353,15 +606,15 @@ class Context:
         arrays = _qkv_arrays(q, k, v)
         q, k, v = arrays
         out_shape = q.shape[:3] + (v.shape[3],)
-        with _Scope(self) as scope:
-            qt, kt, vt = (self._upload(scope, a, _FLOAT_DTYPES[a.dtype]) for a in arrays)
-            ot = self._alloc(scope, out_shape, _FLOAT_DTYPES[q.dtype])
+        with _Scope(self, q, k, v) as scope:
+            qt, kt, vt = (self._upload(scope, a, _code_of(a.dtype)) for a in arrays)
+            ot = self._alloc(scope, out_shape, _code_of(q.dtype), out)
             m = self._linear_mask(scope, q.shape[0], causal, key_lengths, query_lengths)
             options = _linear_options(feature_map, eps)
             _check(self._lib.clattn_linear_attention(
                 ctypes.byref(qt), ctypes.byref(kt), ctypes.byref(vt), ctypes.byref(m),
                 ctypes.byref(ot), ctypes.byref(options), self._queue(), 0, None, None))
-            return self._download(ot, out_shape, q.dtype)
+            return self._download(scope, ot, out_shape, q.dtype)
 
     def linear_attention_backward(self, dout, q, k, v, causal=False, feature_map="elu1", eps=1e-6,
                                   *, key_lengths=None, query_lengths=None):
@@ -373,19 +626,20 @@ class Context:
         out_shape = q.shape[:3] + (v.shape[3],)
         if dout.shape != out_shape:
             raise ValueError("dout: expected shape %s, got %s" % (out_shape, dout.shape))
-        with _Scope(self) as scope:
-            qt, kt, vt, dt = (self._upload(scope, a, _FLOAT_DTYPES[q.dtype])
+        with _Scope(self, dout, q, k, v) as scope:
+            qt, kt, vt, dt = (self._upload(scope, a, _code_of(q.dtype))
                               for a in (q, k, v, dout))
-            grads = [self._alloc(scope, a.shape, _FLOAT_DTYPES[q.dtype]) for a in (q, k, v)]
+            grads = [self._alloc(scope, a.shape, _code_of(q.dtype)) for a in (q, k, v)]
             m = self._linear_mask(scope, q.shape[0], causal, key_lengths, query_lengths)
             options = _linear_options(feature_map, eps)
             _check(self._lib.clattn_linear_attention_backward(
                 *(ctypes.byref(t) for t in (qt, kt, vt, dt)), ctypes.byref(m),
                 *(ctypes.byref(g) for g in grads), ctypes.byref(options), self._queue(), 0, None,
                 None))
-            return tuple(self._download(g, a.shape, q.dtype) for g, a in zip(grads, (q, k, v)))
+            return tuple(self._download(scope, g, a.shape, q.dtype) for g, a in zip(grads, (q, k, v)))
 
     def _linear_mask(self, scope, batch, causal, key_lengths, query_lengths):
+        _refuse_tensors(key_lengths=key_lengths, query_lengths=query_lengths)
         m = _lib.Mask()
         m.causal, m.align = _causal_mode(causal)
         if key_lengths is not None:
@@ -406,14 +660,16 @@ class Context:
         b, hkv, d, dv = k.shape[0], k.shape[1], k.shape[3], v.shape[3]
         if state is None:
             state = (np.zeros((b, hkv, d, dv), np.float32), np.zeros((b, hkv, d), np.float32))
+        if any(isinstance(x, Tensor) for x in state):
+            return self._linear_step_on_device(q, k, v, state, feature_map, eps, lengths)
         s_host, z_host = (np.ascontiguousarray(x, dtype=np.float32) for x in state)
         if s_host.shape != (b, hkv, d, dv) or z_host.shape != (b, hkv, d):
             raise ValueError("state: expected S %s and z %s, got %s and %s"
                              % ((b, hkv, d, dv), (b, hkv, d), s_host.shape, z_host.shape))
         out_shape = q.shape[:3] + (dv,)
-        with _Scope(self) as scope:
-            qt, kt, vt = (self._upload(scope, a, _FLOAT_DTYPES[a.dtype]) for a in arrays)
-            ot = self._alloc(scope, out_shape, _FLOAT_DTYPES[q.dtype])
+        with _Scope(self, q, k, v, state) as scope:
+            qt, kt, vt = (self._upload(scope, a, _code_of(a.dtype)) for a in arrays)
+            ot = self._alloc(scope, out_shape, _code_of(q.dtype))
             st = self._upload(scope, s_host, _lib.F32)
             zt = self._upload(scope, z_host.reshape(1, b, hkv, d), _lib.F32)
             lt = self._vector(scope, "lengths", lengths, b) if lengths is not None else None
@@ -422,9 +678,30 @@ class Context:
                 ctypes.byref(qt), ctypes.byref(kt), ctypes.byref(vt),
                 ctypes.byref(lt) if lt is not None else None, ctypes.byref(st), ctypes.byref(zt),
                 ctypes.byref(ot), ctypes.byref(options), self._queue(), 0, None, None))
-            out = self._download(ot, out_shape, q.dtype)
-            return out, (self._download(st, s_host.shape, np.float32),
-                         self._download(zt, z_host.shape, np.float32))
+            out = self._download(scope, ot, out_shape, q.dtype)
+            return out, (self._download(scope, st, s_host.shape, np.float32),
+                         self._download(scope, zt, z_host.shape, np.float32))
+
+    def _linear_step_on_device(self, q, k, v, state, feature_map, eps, lengths):
+        """linear_attention_step with the state as device tensors, updated in place."""
+        s, z = state
+        b, hkv, d, dv = k.shape[0], k.shape[1], k.shape[3], v.shape[3]
+        for name, t, shape in (("state S", s, (b, hkv, d, dv)), ("state z", z, (b, hkv, d))):
+            if not isinstance(t, Tensor) or t.shape != shape or t.dtype != np.float32:
+                raise ValueError("%s: expected a float32 device tensor of shape %s" % (name, shape))
+        out_shape = q.shape[:3] + (dv,)
+        with _Scope(self, q, k, v, s, z) as scope:
+            qt, kt, vt = (self._upload(scope, a, _code_of(a.dtype)) for a in (q, k, v))
+            ot = self._alloc(scope, out_shape, _code_of(q.dtype))
+            zt = z.reshape(1, b, hkv, d)._descriptor(self)
+            lt = self._vector(scope, "lengths", lengths, b) if lengths is not None else None
+            options = _linear_options(feature_map, eps)
+            _check(self._lib.clattn_linear_attention_step(
+                ctypes.byref(qt), ctypes.byref(kt), ctypes.byref(vt),
+                ctypes.byref(lt) if lt is not None else None, ctypes.byref(s._descriptor(self)),
+                ctypes.byref(zt), ctypes.byref(ot), ctypes.byref(options), self._queue(), 0,
+                None, None))
+            return self._download(scope, ot, out_shape, q.dtype), (s, z)
 
     def mha(self, query, key, value, num_heads, in_proj_weight, in_proj_bias, out_proj_weight,
             out_proj_bias, key_padding_mask=None, attn_mask=None, is_causal=False,
@@ -450,8 +727,8 @@ class Context:
         b, sq, e = query.shape
         sk = arrays[-1].shape[1]
         heads = int(num_heads)
-        with _Scope(self) as scope:
-            inputs = [self._upload(scope, a.reshape((1,) + a.shape), _FLOAT_DTYPES[a.dtype])
+        with _Scope(self, query, key, value) as scope:
+            inputs = [self._upload(scope, a.reshape((1,) + a.shape), _code_of(a.dtype))
                       for a in arrays]
             qt, kt, vt = inputs * 3 if self_attention else inputs
             params = _lib.MhaParams(heads)
@@ -462,8 +739,8 @@ class Context:
                 if array is not None:
                     w = _float_array(name, array)
                     setattr(params, name, ctypes.pointer(
-                        self._upload(scope, w.reshape(_as_4d(name, w.shape)), _FLOAT_DTYPES[w.dtype])))
-            ot = self._alloc(scope, (1, b, sq, e), _FLOAT_DTYPES[query.dtype])
+                        self._upload(scope, w.reshape(_as_4d(name, w.shape)), _code_of(w.dtype))))
+            ot = self._alloc(scope, (1, b, sq, e), _code_of(query.dtype))
             options = _lib.MhaOptions()
             options.is_causal = int(bool(is_causal))
             if key_padding_mask is not None:
@@ -479,28 +756,31 @@ class Context:
             weights_shape = None
             if need_weights:
                 weights_shape = (b, sq, sk) if average_attn_weights else (b, heads, sq, sk)
-                wt = self._alloc(scope, _as_4d("weights", weights_shape), _FLOAT_DTYPES[query.dtype])
+                wt = self._alloc(scope, _as_4d("weights", weights_shape), _code_of(query.dtype))
                 options.weights = ctypes.pointer(wt)
                 options.average_attn_weights = int(bool(average_attn_weights))
             _check(self._lib.clattn_mha_forward(
                 ctypes.byref(qt), ctypes.byref(kt), ctypes.byref(vt), ctypes.byref(params),
                 ctypes.byref(ot), ctypes.byref(options), self._queue(), 0, None, None))
-            out = self._download(ot, (b, sq, e), query.dtype)
-            weights = self._download(wt, weights_shape, query.dtype) if need_weights else None
+            out = self._download(scope, ot, (b, sq, e), query.dtype)
+            weights = self._download(scope, wt, weights_shape, query.dtype) if need_weights else None
             return out, weights
 
     def _torch_mask(self, scope, name, mask, shape4):
         """A torch-polarity mask as clattn takes it: bool inverted to u8 keep, float as is."""
+        _refuse_tensors(**{name: mask})
         m = np.asarray(mask)
         if m.dtype == np.bool_:
             return self._upload(scope, (~m).astype(np.uint8).reshape(shape4), _lib.U8)
         m = _float_array(name, m)
-        return self._upload(scope, m.reshape(shape4), _FLOAT_DTYPES[m.dtype])
+        return self._upload(scope, m.reshape(shape4), _code_of(m.dtype))
 
     # ---- the mask keywords ----
 
     def _mask(self, scope, shape4, causal, window, global_stride, key_lengths, query_lengths,
               mask, bias, alibi_slopes, softcap, empty_rows):
+        _refuse_tensors(key_lengths=key_lengths, query_lengths=query_lengths, mask=mask,
+                        bias=bias, alibi_slopes=alibi_slopes)
         m = _lib.Mask()
         m.causal, m.align = _causal_mode(causal)
         if window is not None:
@@ -523,7 +803,7 @@ class Context:
             m.keep = ctypes.pointer(self._upload(scope, keep.astype(np.uint8).reshape(_as_4d("mask", keep.shape)), _lib.U8))
         if bias is not None:
             b = _float_array("bias", bias)
-            m.bias = ctypes.pointer(self._upload(scope, b.reshape(_as_4d("bias", b.shape)), _FLOAT_DTYPES[b.dtype]))
+            m.bias = ctypes.pointer(self._upload(scope, b.reshape(_as_4d("bias", b.shape)), _code_of(b.dtype)))
         if alibi_slopes is not None:
             slopes = _float_array("alibi_slopes", alibi_slopes, np.float32).reshape(-1)
             if slopes.shape != (heads,):
@@ -541,6 +821,14 @@ class Context:
         return self._upload(scope, array, _lib.I32)
 
 
+def _refuse_tensors(**arguments):
+    """The mask arguments and lengths take numpy arrays (they are small; device tensors there
+    are not supported yet)."""
+    for name, value in arguments.items():
+        if isinstance(value, Tensor):
+            raise TypeError("%s: takes a numpy array, not a device tensor" % name)
+
+
 def _qkv_arrays(q, k, v):
     arrays = [_float_array(name, a) for name, a in (("q", q), ("k", k), ("v", v))]
     for name, a in zip("qkv", arrays):
@@ -556,12 +844,20 @@ def _linear_options(feature_map, eps):
 
 
 class _Scope(list):
-    """Device tensors of one call, released when it ends (downloads are blocking, so the queue
-    is done with them)."""
+    """Device scratch of one call, released when it ends (downloads are blocking, so the queue
+    is done with them; OpenCL keeps a released buffer until the commands that use it are done).
+    A call given any device tensor (`inputs`) works on the device: its outputs are new tensors
+    (`outputs`, by descriptor address) and nothing is downloaded."""
 
-    def __init__(self, ctx):
+    def __init__(self, ctx, *inputs):
         super().__init__()
         self._ctx = ctx
+        flat = [x for i in inputs for x in (i if isinstance(i, (tuple, list)) else (i,))]
+        self.device = any(isinstance(x, Tensor) for x in flat)
+        for x in flat:
+            if isinstance(x, Tensor):
+                x._descriptor(ctx)
+        self.outputs = {}
 
     def __enter__(self):
         return self

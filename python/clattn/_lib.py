@@ -99,6 +99,19 @@ class DeviceDesc(ctypes.Structure):
     ]
 
 
+_OPENCL = None
+
+
+def opencl():
+    """The OpenCL ICD loader (the library links it; here for clFinish on the env's queue)."""
+    global _OPENCL
+    if _OPENCL is None:
+        _OPENCL = ctypes.CDLL("libOpenCL.so.1")
+        _OPENCL.clFinish.restype = ctypes.c_int32
+        _OPENCL.clFinish.argtypes = [c_void_p]
+    return _OPENCL
+
+
 def _candidates():
     explicit = os.environ.get("CLATTN_LIBRARY")
     if explicit:
@@ -138,6 +151,7 @@ def _declare(lib):
         "clattn_env_upload": (c_int, [env_p, POINTER(Tensor), c_void_p]),
         "clattn_env_download": (c_int, [env_p, POINTER(Tensor), c_void_p]),
         "clattn_tensor_free": (None, [POINTER(Tensor)]),
+        "clattn_copy": (c_int, [POINTER(Tensor), POINTER(Tensor), POINTER(Tensor)] + tail),
         "clattn_split_heads": (c_int, [POINTER(Tensor), c_int, POINTER(Tensor)] + tail),
         "clattn_merge_heads": (c_int, [POINTER(Tensor), POINTER(Tensor)] + tail),
         "clattn_split_qkv": (
