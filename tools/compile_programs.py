@@ -12,8 +12,9 @@ compiler's message; it names the kernel file and line (the dump keeps clattn's #
 The last lines say, per target, how many programs built, then the total.
 
 By default each op's programs are first reduced to a cover: the fewest programs (greedy) among
-which every build option value of that op's programs appears, since an Intel build of the
-attention file takes seconds per GPU generation. --all builds every program.
+which every build option value of that op's programs appears (of the sizes, head dims and tile
+counts, the smallest and largest), since an Intel build of the attention file takes seconds per
+GPU generation. --all builds every program.
 
 The resource table: for each kernel and target, the worst case over the programs built (most
 registers, scratch and spills, least occupancy). AMD's numbers come from clang's
@@ -67,8 +68,24 @@ def programs(folder):
     return found
 
 
+# Options that size arrays and loops rather than choose code: the cover needs only their
+# smallest and largest values (the compilers differ between sizes in registers and spills, whose
+# worst case the largest shows), not every value the tests happened to use.
+SIZES = tuple("-D%s=" % name for name in ("HEAD_DIM", "VALUE_DIM", "BM", "BN", "TK", "SPLITS",
+                                            "ROWS"))
+
+
 def cover(options_of):
-    """The stems of a greedy cover: every option value of any program is in a chosen one."""
+    """The stems of a greedy cover: every option value of any program is in a chosen one (of
+    the SIZES options, the smallest and the largest value)."""
+    values = collections.defaultdict(set)
+    for options in options_of.values():
+        for o in options:
+            if o.startswith(SIZES):
+                values[o.split("=")[0]].add(int(o.split("=")[1]))
+    ends = {name: {min(v), max(v)} for name, v in values.items()}
+    needed = lambda o: not o.startswith(SIZES) or int(o.split("=")[1]) in ends[o.split("=")[0]]
+    options_of = {stem: [o for o in options if needed(o)] for stem, options in options_of.items()}
     left, chosen = set().union(*map(set, options_of.values())), []
     while left:
         best = max(sorted(options_of), key=lambda s: len(left & set(options_of[s])))
