@@ -556,10 +556,7 @@ static void gradients_of_masks(test_ctx *t) {
     s = spec(2, 2, 2, 9, 21, 16);
     s.klen = klen, s.qlen = qlen, s.bottom_right = 1, s.causal = 1;
     check_spec(t, &s, "key and query lengths (0: empty rows)");
-    s = spec(2, 2, 2, 9, 21, 16);
-    s.window = 1, s.left = 2, s.right = 1, s.global_stride = 5, s.alibi = 1, s.softcap = 4.0f;
-    s.scale = 0.5f;
-    check_spec(t, &s, "window + global + alibi + softcap");
+    /* the window, global keys, ALiBi and the softcap: invisible_garbage_changes_nothing */
     s = spec(2, 2, 1, 9, 21, 16);
     s.keep = 1;
     check_spec(t, &s, "keep mask");
@@ -610,11 +607,11 @@ static void gradients_of_storage_and_layouts(test_ctx *t) {
     }
 }
 
-/* Other key tiles and query blocks than the device's row: the lanes of 4 and 8, 1 (scalar code,
- * which odd head dims take), 3 queries a work-item. */
+/* Other key tiles and query blocks than the device's row: 4 lanes, 1 (scalar code, which odd
+ * head dims take), 3 queries a work-item (8 lanes: the D=40 case of gradients_of_shapes). */
 static void gradients_of_other_launches(test_ctx *t) {
     if (skipped_under_uninit_checker(t)) return;
-    static const char *const rows[] = {"LANES=4,BM=3", "LANES=8,BM=1", "LANES=1,BM=2"};
+    static const char *const rows[] = {"LANES=4,BM=3", "LANES=1,BM=2"};
     for (size_t i = 0; i < sizeof rows / sizeof rows[0] && !t->failed; ++i) {
         CHECK_OK(t, clattn_tuning_override("attention", rows[i]));
         bw_spec s = spec(2, 2, 1, 11, 23, 16);
@@ -843,7 +840,8 @@ static void bad_arguments_are_rejected(test_ctx *t) {
               clattn_status_name(cases[i].status), clattn_last_error());
     }
     cl_event ev = (cl_event)(uintptr_t)1;
-    o.path = CLATTN_PATH_COMPOSED; /* with dbias */
+    o.dbias = &x[DB], bias.bias = &x[BIAS]; /* the loop's copies are gone */
+    o.path = CLATTN_PATH_COMPOSED;          /* with dbias */
     CHECK_STATUS(t,
                  clattn_attention_backward(&x[Q], &x[K], &x[V], &x[OUT], &x[DOUT], &x[LSE], 0.0f,
                                            &bias, &x[DQ], &x[DK], &x[DV], &o, queue, 0, NULL, &ev),

@@ -312,8 +312,8 @@ static int set_step_args(cl_kernel kernel, int step, const linear_args *a, const
 
 int clattn__linear_prepare_steps(const linear_args *a, const linear_launch *l,
                                  const clattn__call *call, cl_mem scratch, bool wide,
-                                 const char *options, int count, cl_kernel *kernels,
-                                 size_t *items) {
+                                 const char *op_file, const char *options, int count,
+                                 cl_kernel *kernels, size_t *items) {
     const int64_t B = a->k->shape[0], Hkv = a->k->shape[1], D = a->k->shape[3];
     const int64_t blocks = (a->q->shape[2] + l->t.BM - 1) / l->t.BM;
     const int64_t Sk = a->k->shape[2];
@@ -328,8 +328,8 @@ int clattn__linear_prepare_steps(const linear_args *a, const linear_launch *l,
     int status = CLATTN_SUCCESS;
     for (int i = 0; i < count && status == CLATTN_SUCCESS; ++i) {
         items[i] = steps[i].items;
-        status = clattn__create_kernel(call->context, call->device, "linear_attention.cl", options,
-                                       steps[i].name, &kernels[i]);
+        status = clattn__create_kernel(call->context, call->device, op_file, options, steps[i].name,
+                                       &kernels[i]);
         if (status == CLATTN_SUCCESS) status = set_step_args(kernels[i], i, a, l, scratch, wide);
     }
     return status;
@@ -345,8 +345,8 @@ static int enqueue_linear(const linear_args *a, const linear_launch *l, const cl
     clattn__linear_options(a, l, wide, options, sizeof options);
     cl_kernel kernels[4] = {NULL, NULL, NULL, NULL};
     size_t items[4];
-    int status =
-        clattn__linear_prepare_steps(a, l, call, scratch, wide, options, 4, kernels, items);
+    int status = clattn__linear_prepare_steps(a, l, call, scratch, wide, "linear_attention.cl",
+                                              options, 4, kernels, items);
     cl_event prev = NULL;
     for (int i = 0; i < 4 && status == CLATTN_SUCCESS; ++i)
         status = clattn__enqueue_items(call, kernels[i], items[i], clattn__linear_step_group(l, i),

@@ -42,11 +42,13 @@ size_t clattn__linear_phik_floats(const clattn__linear_args *a);
 void clattn__linear_options(const clattn__linear_args *a, const clattn__linear_launch *l, bool wide,
                             char *options, size_t size);
 /* The first `count` of the forward's four kernels (linear_features, linear_states,
- * linear_scan, linear_outputs), built and given their arguments; items[i] is each one's
- * work-items, clattn__linear_step_group its group cap. The caller releases the kernels. */
+ * linear_scan, linear_outputs), built from the program of `op_file` (linear_attention.cl, or a
+ * file built after it) and given their arguments; items[i] is each one's work-items,
+ * clattn__linear_step_group its group cap. The caller releases the kernels. */
 int clattn__linear_prepare_steps(const clattn__linear_args *a, const clattn__linear_launch *l,
                                  const clattn__call *call, cl_mem scratch, bool wide,
-                                 const char *options, int count, cl_kernel *kernels, size_t *items);
+                                 const char *op_file, const char *options, int count,
+                                 cl_kernel *kernels, size_t *items);
 size_t clattn__linear_step_group(const clattn__linear_launch *l, int step);
 
 #endif
