@@ -142,8 +142,9 @@ lane python python 1200 tests/python "${pthread[@]}" CLATTN_LIBRARY="$root/$buil
 lane tools tools 600 'tune-copy tune-softmax bench-tuning' "${pthread[@]}"
 # The whole suite built by gcc with AddressSanitizer, UndefinedBehaviorSanitizer and
 # LeakSanitizer (ci/lsan.supp: the driver's own leaks only); whole stacks (libpocl has no frame
-# pointers), so that ci/lsan.supp can name driver code.
-lane asan asan 900 '' "${sanitizers[@]}" \
+# pointers), so that ci/lsan.supp can name driver code. The short fuzz test (the pthread lane
+# runs the long one; its every case builds a program, 270 s of this lane at full length).
+lane asan asan 900 '' "${sanitizers[@]}" CLATTN_FUZZ_N=12 \
   ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0:malloc_context_size=30
 # memcheck on the main build's runner (ci/valgrind.supp), over the tests that run no kernel, the
 # ones tagged host (status, the validator, device selection and env tensors, every op's

@@ -431,7 +431,7 @@ static int run_backward(test_ctx *t, const bw_case *c, clattn_attention_backward
         if (options->dbias) g->dbias = download(t, &db);
     }
     for (int i = 0; i < 10; ++i)
-        if (all[i]->buffer && (i < 9 || options->dbias)) clReleaseMemObject(all[i]->buffer);
+        if (all[i]->buffer && (i < 9 || s->bias != BIAS_NONE)) clReleaseMemObject(all[i]->buffer);
     options->dbias = NULL;
     return status;
 }
