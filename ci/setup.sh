@@ -12,6 +12,7 @@ packages=(
   clang libclang-rt-14-dev valgrind         # the asan, fuzz (libFuzzer) and valgrind lanes
   clinfo clpeak                             # device inspection
   python3-numpy python3-torch python3-pytest  # Python binding tests (pytest), PyTorch peer and parity
+  python3-pyopencl                          # the binding's PyOpenCL interop tests
   python3-matplotlib                        # benchmark plots
   libopenblas0-pthread                      # so PyTorch's GEMMs are not on the reference BLAS
   mesa-opencl-icd                           # Mesa's rusticl: the second OpenCL implementation

@@ -162,7 +162,15 @@ typedef struct clattn_env clattn_env;
 
 /* Statuses: those of clattn_select_device, plus OpenCL's from context/queue creation. */
 CLATTN_API int clattn_env_create(const char *spec, clattn_env **out);
-/* Waits for the queue, then releases queue and context. NULL is allowed. */
+/* An environment over the caller's queue (any OpenCL queue: PyOpenCL's, a framework's): the
+ * queue and its context are retained, the device is the queue's (its indices -1 when no platform
+ * lists it, a sub-device). Allocations land in the queue's context, transfers go through the
+ * queue. Statuses: CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT (out NULL), CL_INVALID_COMMAND_QUEUE
+ * (queue NULL), OpenCL's from the queries. */
+CLATTN_API int clattn_env_wrap(cl_command_queue queue, clattn_env **out);
+/* Waits for the queue, then releases queue and context. An environment of clattn_env_create also
+ * releases the programs cached for its context (clattn_cache_clear); one of clattn_env_wrap leaves
+ * them to the context's owner, who may still use the context. NULL is allowed. */
 CLATTN_API void clattn_env_release(clattn_env *env);
 CLATTN_API cl_context clattn_env_context(const clattn_env *env);
 CLATTN_API cl_command_queue clattn_env_queue(const clattn_env *env);

@@ -110,6 +110,50 @@ static void env_alloc_refuses_counts_that_wrap(test_ctx *t) {
     CHECK(t, x.buffer == NULL, "a failed allocation left a buffer");
 }
 
+/* An environment over the caller's queue: same queue, context and device (described as the list
+ * describes it), allocations and transfers through it, and its release leaves the caller's queue
+ * working and the context's cached programs in place (the caller still owns the context). */
+static void env_wrap_shares_the_callers_queue(test_ctx *t) {
+    cl_command_queue queue = clattn_env_queue(t->env);
+    clattn_env *wrapped = NULL;
+    CHECK_OK(t, clattn_env_wrap(queue, &wrapped));
+    if (!wrapped) return;
+    const clattn_device_desc *mine = clattn_env_device_desc(t->env);
+    const clattn_device_desc *theirs = clattn_env_device_desc(wrapped);
+    CHECK(t,
+          clattn_env_queue(wrapped) == queue &&
+              clattn_env_context(wrapped) == clattn_env_context(t->env) &&
+              theirs->device == mine->device,
+          "the wrapped env has another queue, context or device");
+    CHECK(t,
+          theirs->platform_index == mine->platform_index &&
+              theirs->device_index == mine->device_index && strcmp(theirs->name, mine->name) == 0,
+          "described as %d:%d %s, listed as %d:%d %s", theirs->platform_index, theirs->device_index,
+          theirs->name, mine->platform_index, mine->device_index, mine->name);
+    const int64_t shape[4] = {1, 1, 3, 5};
+    float in[15], out[15] = {0};
+    for (int i = 0; i < 15; ++i) in[i] = (float)i - 7.5f;
+    clattn_tensor x = {0}, y = {0};
+    CHECK_OK(t, clattn_env_alloc(wrapped, CLATTN_F32, shape, &x));
+    CHECK_OK(t, clattn_env_alloc(wrapped, CLATTN_F32, shape, &y));
+    CHECK_OK(t, clattn_env_upload(wrapped, &x, in));
+    CHECK_OK(t, clattn_copy(&x, NULL, &y, clattn_env_queue(wrapped), 0, NULL, NULL));
+    size_t before = 0, after = 0;
+    clattn_cache_stats(&before, NULL, NULL);
+    clattn_env_release(wrapped);
+    clattn_cache_stats(&after, NULL, NULL);
+    CHECK(t, after == before && before > 0, "%zu cached programs before the release, %zu after",
+          before, after);
+    CHECK_OK(t, clattn_env_download(t->env, &y, out));
+    CHECK(t, memcmp(in, out, sizeof in) == 0, "the copy through the wrapped queue differs");
+    clattn_tensor_free(&x);
+    clattn_tensor_free(&y);
+    clattn_env *none = (clattn_env *)1;
+    CHECK_STATUS(t, clattn_env_wrap(NULL, &none), CL_INVALID_COMMAND_QUEUE);
+    CHECK(t, none == NULL, "a failed wrap left *out set");
+    CHECK_STATUS(t, clattn_env_wrap(queue, NULL), CLATTN_ERR_INVALID_ARGUMENT);
+}
+
 /* The facts line: every field in its order, the values the driver gives (local memory under
  * CLATTN_MAX_LOCAL_MEMORY, as the plans see it), cut safely, and bad arguments refused. */
 static void facts_describe_the_device(test_ctx *t) {
@@ -152,5 +196,6 @@ static const test_case cases[] = {
     {"the_environment_variable_is_the_default_spec", the_environment_variable_is_the_default_spec},
     {"env_tensors_round_trip", env_tensors_round_trip},
     {"env_alloc_refuses_counts_that_wrap", env_alloc_refuses_counts_that_wrap},
+    {"env_wrap_shares_the_callers_queue", env_wrap_shares_the_callers_queue},
 };
 SUITE_TAGGED(device_suite, "device", cases, TAG_HOST | TAG_SMOKE);

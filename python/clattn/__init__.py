@@ -8,6 +8,7 @@ out. The surface mirrors PyTorch names; see docs/design.md (The Python binding) 
     p = ctx.softmax(scores, scale=0.125, causal=True, key_lengths=[5, 7])
 """
 import ctypes
+import sys
 import weakref
 
 import numpy as np
@@ -82,11 +83,14 @@ def _float_array(name, value, dtype=None):
     dtype (integers, bool, complex) is a TypeError naming the argument. `dtype`, the first
     input's, then converts a float input to match it. A Tensor passes as it is (a float one, of
     `dtype` when given: a device tensor is never converted behind the caller's back)."""
-    if isinstance(value, Tensor):
-        if value._desc.dtype not in _FLOAT_CODES:
-            raise TypeError("%s: a %s tensor; clattn takes float tensors here" % (name, value.dtype))
-        if dtype is not None and _code_of(dtype) != value._desc.dtype:
-            raise TypeError("%s: a %s tensor where %s is needed" % (name, value.dtype, dtype))
+    if isinstance(value, Tensor) or _is_pyopencl(value):
+        code = value._desc.dtype if isinstance(value, Tensor) else _STORAGE_CODES.get(value.dtype)
+        if code not in _FLOAT_CODES:
+            raise TypeError("%s: a %s %s; clattn takes float ones here"
+                            % (name, value.dtype, _kind_name(value)))
+        if dtype is not None and _code_of(dtype) != code:
+            raise TypeError("%s: a %s %s where %s is needed"
+                            % (name, value.dtype, _kind_name(value), dtype))
         return value
     array = np.asarray(value)
     if array.dtype == np.float64:
@@ -124,6 +128,18 @@ class _Storage:
             self.free()
         except Exception:
             pass
+
+
+class _Borrowed(_Storage):
+    """The buffer of a pyopencl array a Tensor views: the array owns it; the Tensor keeps the
+    array alive, and the context's close ends the Tensor's use of it."""
+
+    def __init__(self, ctx, array):
+        self.array = array
+        super().__init__(ctx, True)
+
+    def free(self):
+        self.desc = self.array = None
 
 
 class Tensor:
@@ -247,6 +263,23 @@ class Tensor:
                                     ctypes.byref(out._desc), ctx._queue(), 0, None, None))
         return out
 
+    def to_pyopencl(self):
+        """A pyopencl.array.Array over the same buffer, offset and strides (no copy), on the
+        queue of a Context made by from_pyopencl. It holds its own reference to the buffer."""
+        ctx = self._ctx
+        desc = self._descriptor(ctx)
+        if ctx._cl_queue is None:
+            raise ValueError("to_pyopencl: the tensor's Context was not made by from_pyopencl")
+        if isinstance(self.dtype, str):
+            raise TypeError("to_pyopencl: pyopencl arrays have no bfloat16 dtype")
+        import pyopencl
+        import pyopencl.array
+        item = self.dtype.itemsize
+        buffer = pyopencl.Buffer.from_int_ptr(desc.buffer, retain=True)
+        return pyopencl.array.Array(ctx._cl_queue, self.shape, self.dtype, data=buffer,
+                                    offset=desc.offset * item,
+                                    strides=tuple(st * item for st in self.strides))
+
     # ---- to the host ----
 
     def _contiguous(self):
@@ -270,6 +303,21 @@ class Tensor:
         if code == _lib.BF16:
             return (out.astype(np.uint32) << 16).view(np.float32)
         return out.astype(np.bool_) if code == _lib.U8 else out
+
+
+def _is_pyopencl(value):
+    """Whether `value` is a pyopencl.array.Array (pyopencl is imported only by its users)."""
+    module = sys.modules.get("pyopencl.array")
+    return module is not None and isinstance(value, module.Array)
+
+
+def _kind_name(value):
+    return "tensor" if isinstance(value, Tensor) else "pyopencl array"
+
+
+def _dtype_name(code):
+    dtype = _CODE_DTYPES[code]
+    return dtype if isinstance(dtype, str) else dtype.name
 
 
 def _code_of(dtype):
@@ -303,8 +351,29 @@ class Context:
         self._lib = _lib_handle()
         self._env = ctypes.c_void_p()
         self._storages = weakref.WeakSet()
+        self._cl_queue = None
         spec = None if device is None else str(device).encode()
         _check(self._lib.clattn_env_create(spec, ctypes.byref(self._env)))
+
+    @classmethod
+    def from_pyopencl(cls, queue):
+        """A Context on a PyOpenCL queue: ops run on that queue (in its order, in-order or not),
+        allocations land in its context, and pyopencl.array.Array objects pass in and come out
+        without copies (new outputs come from pyopencl's allocator). The queue and its context
+        stay the caller's: close() waits for the queue and drops clattn's references only."""
+        self = cls.__new__(cls)
+        self._lib = _lib_handle()
+        self._env = ctypes.c_void_p()
+        self._storages = weakref.WeakSet()
+        self._cl_queue = None
+        _check(self._lib.clattn_env_wrap(ctypes.c_void_p(queue.int_ptr), ctypes.byref(self._env)))
+        self._cl_queue = queue
+        return self
+
+    @property
+    def queue(self):
+        """The pyopencl.CommandQueue of a Context made by from_pyopencl, else None."""
+        return self._cl_queue
 
     @property
     def device(self):
@@ -336,7 +405,14 @@ class Context:
 
     def tensor(self, array, dtype=None):
         """A device copy of `array` (numpy or anything np.asarray takes): float64 becomes float32
-        (the ops' casting rules); float32, float16, int32 and bool stay; `dtype` converts first."""
+        (the ops' casting rules); float32, float16, int32 and bool stay; `dtype` converts first.
+        A pyopencl array (on a from_pyopencl Context) becomes a Tensor over its own buffer,
+        offset and strides, without a copy; it stays alive as long as the Tensor."""
+        if _is_pyopencl(array):
+            if dtype is not None:
+                raise TypeError("dtype: a pyopencl array is taken as it is (no conversion)")
+            desc = self._check_pyopencl(array, "array")
+            return Tensor(self, _Borrowed(self, array), desc, array.shape)
         array = np.asarray(array if dtype is None else np.asarray(array).astype(dtype))
         if array.dtype == np.float64:
             array = array.astype(np.float32)
@@ -359,6 +435,33 @@ class Context:
         view = _lib.Tensor.from_buffer_copy(desc)
         return Tensor(self, storage, view, shape)
 
+    def _check_pyopencl(self, array, name="input"):
+        """The descriptor of a pyopencl array of this Context's OpenCL context (its buffer, not a
+        copy), or the error that says why there is none."""
+        if self._cl_queue is None:
+            raise ValueError("%s: a pyopencl array; make the clattn.Context with "
+                             "clattn.Context.from_pyopencl(queue)" % name)
+        if array.context.int_ptr != self._cl_queue.context.int_ptr:
+            raise ValueError("%s: a pyopencl array of another OpenCL context" % name)
+        code = _STORAGE_CODES.get(np.dtype(array.dtype))
+        if code is None:
+            raise TypeError("%s: a %s pyopencl array; clattn stores float32, float16, int32 and "
+                            "bool" % (name, array.dtype))
+        item = array.dtype.itemsize
+        if not 1 <= array.ndim <= 4 or array.size == 0:
+            raise ValueError("%s: a pyopencl array of shape %s (1 to 4 dims, not empty)"
+                             % (name, array.shape))
+        if array.offset % item or any(st % item or st < 0 for st in array.strides):
+            raise ValueError("%s: offset %d and strides %s (bytes) are not whole, non-negative "
+                             "elements" % (name, array.offset, array.strides))
+        desc = _lib.Tensor()
+        desc.buffer, desc.offset, desc.dtype = array.base_data.int_ptr, array.offset // item, code
+        shape4 = _as_4d(name, array.shape)
+        strides = (0,) * (4 - array.ndim) + tuple(st // item for st in array.strides)
+        for i in range(4):
+            desc.shape[i], desc.strides[i] = shape4[i], strides[i]
+        return desc
+
     def finish(self):
         """Waits until every op enqueued on the context's queue is done."""
         err = _lib.opencl().clFinish(self._queue())
@@ -366,20 +469,24 @@ class Context:
             raise Error("CL_ERROR", "clFinish returned %d" % err)
 
     def _alloc(self, scope, shape4, dtype, out=None):
-        """An output: the call's own scratch (freed with the scope), or, when the call works on
-        device tensors, a new tensor's buffer that _download hands back; `out` (a Tensor of
-        that shape and dtype) takes the output in its place, and the call works on the device."""
+        """An output of the call, by the scope's mode: the call's own scratch (numpy: freed with
+        the scope, downloaded by _download), a new Tensor, or a new pyopencl array. `out` (a
+        Tensor or a pyopencl array of that shape and dtype) takes the output in its place."""
         if out is not None:
-            if not isinstance(out, Tensor):
-                raise TypeError("out: expected a clattn.Tensor, got %s" % type(out).__name__)
-            desc = out._descriptor(self)
-            if tuple(desc.shape) != _as_4d("out", shape4) or desc.dtype != dtype:
-                raise ValueError("out: expected shape %s and dtype %s, got %s and %s" % (
-                    tuple(shape4), _CODE_DTYPES[dtype], out.shape, out.dtype))
-            scope.device = True
+            desc = self._device_operand(scope, "out", out, dtype)
+            if tuple(desc.shape) != _as_4d("out", shape4):
+                raise ValueError("out: expected shape %s, got %s" % (tuple(shape4), out.shape))
             scope.outputs[ctypes.addressof(desc)] = out
             return desc
-        if scope.device:
+        if scope.mode == "pyopencl":
+            import pyopencl.array
+            if dtype not in _CODE_DTYPES or isinstance(_CODE_DTYPES[dtype], str):
+                raise TypeError("bfloat16 output: pyopencl arrays have no bfloat16 dtype")
+            array = pyopencl.array.empty(self._cl_queue, tuple(shape4), _CODE_DTYPES[dtype])
+            desc = self._device_operand(scope, "output", array, dtype)
+            scope.outputs[ctypes.addressof(desc)] = array
+            return desc
+        if scope.mode == "tensor":
             t = self.empty(shape4, _CODE_DTYPES[dtype])
             scope.outputs[ctypes.addressof(t._desc)] = t
             return t._desc
@@ -389,11 +496,27 @@ class Context:
         scope.append(t)
         return t
 
+    def _device_operand(self, scope, name, value, code):
+        """The descriptor of a Tensor or pyopencl array of storage `code`, as it is (no copy).
+        A pyopencl array's descriptor is the scope's (borrowed: the array keeps its buffer)."""
+        if isinstance(value, Tensor):
+            if value._desc.dtype != code:
+                raise TypeError("%s: a %s tensor where %s is needed"
+                                % (name, value.dtype, _dtype_name(code)))
+            return value._descriptor(self)
+        if _is_pyopencl(value):
+            desc = self._check_pyopencl(value, name)
+            if desc.dtype != code:
+                raise TypeError("%s: a %s pyopencl array where %s is needed"
+                                % (name, value.dtype, _dtype_name(code)))
+            scope.borrowed.append(desc)
+            return desc
+        raise TypeError("%s: expected a clattn.Tensor or a pyopencl array, got %s"
+                        % (name, type(value).__name__))
+
     def _upload(self, scope, array, code):
-        if isinstance(array, Tensor):
-            if array._desc.dtype != code:
-                raise TypeError("a %s tensor where %s is needed" % (array.dtype, _CODE_DTYPES[code]))
-            return array._descriptor(self)
+        if isinstance(array, Tensor) or _is_pyopencl(array):
+            return self._device_operand(scope, "input", array, code)
         array = np.ascontiguousarray(array)
         t = _lib.Tensor()
         dims = (ctypes.c_int64 * 4)(*_as_4d("tensor", array.shape))
@@ -403,11 +526,17 @@ class Context:
         return t
 
     def _download(self, scope, t, shape, dtype):
-        """An output of the call: the device tensor itself (reshaped to `shape`) when the call
-        works on device tensors, else its numpy copy."""
+        """An output of the call: the device tensor or pyopencl array itself (reshaped to
+        `shape`, a pyopencl array with the call's event) when the call works on the device,
+        else its numpy copy."""
         if scope.device:
-            tensor = scope.outputs[ctypes.addressof(t)]
-            return tensor if tensor.shape == tuple(shape) else tensor.reshape(shape)
+            result = scope.outputs[ctypes.addressof(t)]
+            if scope.mode == "pyopencl" and _is_pyopencl(result):
+                result.add_event(scope.event())
+            return result if tuple(result.shape) == tuple(shape) else result.reshape(shape)
+        return self._to_host(t, shape, dtype)
+
+    def _to_host(self, t, shape, dtype):
         out = np.empty(shape, dtype=dtype)
         _check(self._lib.clattn_env_download(self._env, ctypes.byref(t), out.ctypes.data))
         return out
@@ -419,11 +548,12 @@ class Context:
 
     def softmax(self, x, scale=1.0, *, causal=False, window=None, global_stride=0,
                 key_lengths=None, query_lengths=None, mask=None, bias=None, alibi_slopes=None,
-                softcap=0.0, empty_rows="zero", return_lse=False, out=None):
+                softcap=0.0, empty_rows="zero", return_lse=False, out=None, wait_for=None):
         """softmax over the last axis of mask(scale * x); x has 1 to 4 dims ([B,H,Sq,Sk])."""
         x = _float_array("x", x)
         shape4 = _as_4d("x", x.shape)
-        with _Scope(self, x) as scope:
+        with _Scope(self, x, out, key_lengths, query_lengths, mask, bias, alibi_slopes,
+                    wait_for=wait_for) as scope:
             xt = self._upload(scope, x, _code_of(x.dtype))
             yt = self._alloc(scope, shape4, _code_of(x.dtype), out)
             m = self._mask(scope, shape4, causal, window, global_stride, key_lengths,
@@ -431,13 +561,13 @@ class Context:
             lse = self._alloc(scope, (1,) + shape4[:3], _lib.F32) if return_lse else None
             _check(self._lib.clattn_softmax(
                 ctypes.byref(xt), float(scale), ctypes.byref(m), ctypes.byref(yt),
-                ctypes.byref(lse) if lse is not None else None, self._queue(), 0, None, None))
+                ctypes.byref(lse) if lse is not None else None, *scope.tail()))
             y = self._download(scope, yt, x.shape, x.dtype)
             if not return_lse:
                 return y
             return y, self._download(scope, lse, x.shape[:-1], np.float32)
 
-    def softmax_backward(self, y, dy, scale=1.0, *, out=None):
+    def softmax_backward(self, y, dy, scale=1.0, *, out=None, wait_for=None):
         """dz = scale * y * (dy - sum(dy * y, -1)): the gradient of y = softmax(z) over the last
         axis (z = scale * x: the gradient with respect to x, without softcap). y and dy share
         one shape of 1 to 4 dims and one dtype; entries where y is 0 give exactly 0."""
@@ -446,16 +576,16 @@ class Context:
         if dy.shape != y.shape:
             raise ValueError("dy: shape %s differs from y's %s" % (dy.shape, y.shape))
         shape4 = _as_4d("y", y.shape)
-        with _Scope(self, y, dy) as scope:
+        with _Scope(self, y, dy, out, wait_for=wait_for) as scope:
             yt = self._upload(scope, y, _code_of(y.dtype))
             dyt = self._upload(scope, dy, _code_of(y.dtype))
             dzt = self._alloc(scope, shape4, _code_of(y.dtype), out)
             _check(self._lib.clattn_softmax_backward(
                 ctypes.byref(yt), ctypes.byref(dyt), float(scale), ctypes.byref(dzt),
-                self._queue(), 0, None, None))
+                *scope.tail()))
             return self._download(scope, dzt, y.shape, y.dtype)
 
-    def split_heads(self, x, num_heads, *, out=None):
+    def split_heads(self, x, num_heads, *, out=None, wait_for=None):
         """[B,S,H*D] -> [B,H,S,D]."""
         x = _float_array("x", x)
         if x.ndim != 3:
@@ -463,27 +593,27 @@ class Context:
         b, s, e = x.shape
         if num_heads <= 0 or e % num_heads:
             raise ValueError("num_heads: %r does not divide the last dim %d" % (num_heads, e))
-        with _Scope(self, x) as scope:
+        with _Scope(self, x, out, wait_for=wait_for) as scope:
             xt = self._upload(scope, x, _code_of(x.dtype))
             out = self._alloc(scope, (b, num_heads, s, e // num_heads), _code_of(x.dtype), out)
             _check(self._lib.clattn_split_heads(ctypes.byref(xt), int(num_heads),
-                                                ctypes.byref(out), self._queue(), 0, None, None))
+                                                ctypes.byref(out), *scope.tail()))
             return self._download(scope, out, (b, num_heads, s, e // num_heads), x.dtype)
 
-    def merge_heads(self, x, *, out=None):
+    def merge_heads(self, x, *, out=None, wait_for=None):
         """[B,H,S,D] -> [B,S,H*D]."""
         x = _float_array("x", x)
         if x.ndim != 4:
             raise ValueError("x: expected [B,H,S,D], got shape %s" % (x.shape,))
         b, h, s, d = x.shape
-        with _Scope(self, x) as scope:
+        with _Scope(self, x, out, wait_for=wait_for) as scope:
             xt = self._upload(scope, x, _code_of(x.dtype))
             out = self._alloc(scope, (1, b, s, h * d), _code_of(x.dtype), out)
             _check(self._lib.clattn_merge_heads(ctypes.byref(xt), ctypes.byref(out),
-                                                self._queue(), 0, None, None))
+                                                *scope.tail()))
             return self._download(scope, out, (b, s, h * d), x.dtype)
 
-    def split_qkv(self, x, num_heads, bias=None):
+    def split_qkv(self, x, num_heads, bias=None, *, wait_for=None):
         """Packed [B,S,3*H*D] (q, then k, then v) -> (q, k, v), each [B,H,S,D]; optional bias
         [3*H*D] is added (in f32) on the way."""
         x = _float_array("x", x)
@@ -493,7 +623,7 @@ class Context:
         if num_heads <= 0 or e3 % (3 * num_heads):
             raise ValueError("num_heads: 3 x %r does not divide the last dim %d" % (num_heads, e3))
         d = e3 // 3 // num_heads
-        with _Scope(self, x, bias) as scope:
+        with _Scope(self, x, bias, wait_for=wait_for) as scope:
             xt = self._upload(scope, x, _code_of(x.dtype))
             bt = None
             if bias is not None:
@@ -504,13 +634,13 @@ class Context:
             outs = [self._alloc(scope, (b, num_heads, s, d), _code_of(x.dtype)) for _ in range(3)]
             _check(self._lib.clattn_split_qkv(
                 ctypes.byref(xt), ctypes.byref(bt) if bt is not None else None, int(num_heads),
-                *[ctypes.byref(o) for o in outs], self._queue(), 0, None, None))
+                *[ctypes.byref(o) for o in outs], *scope.tail()))
             return tuple(self._download(scope, o, (b, num_heads, s, d), x.dtype) for o in outs)
 
     def attention(self, q, k, v, scale=None, *, causal=False, window=None, global_stride=0,
                   key_lengths=None, query_lengths=None, mask=None, bias=None, alibi_slopes=None,
                   softcap=0.0, empty_rows="zero", return_lse=False, return_weights=False,
-                  path="auto", out=None):
+                  path="auto", out=None, wait_for=None):
         """softmax(mask(scale * q k^T)) v for q [B,Hq,Sq,D], k [B,Hkv,Sk,D], v [B,Hkv,Sk,Dv]
         (Hq a multiple of Hkv); scale None means 1/sqrt(D). Returns out [B,Hq,Sq,Dv], or the
         tuple (out, weights, lse) holding those asked for: weights [B,Hq,Sq,Sk] are the
@@ -524,7 +654,8 @@ class Context:
         q, k, v = arrays
         b, hq, sq, _ = q.shape
         out_shape = (b, hq, sq, v.shape[3])
-        with _Scope(self, q, k, v) as scope:
+        with _Scope(self, q, k, v, out, key_lengths, query_lengths, mask, bias, alibi_slopes,
+                    wait_for=wait_for) as scope:
             qt, kt, vt = (self._upload(scope, a, _code_of(a.dtype)) for a in arrays)
             ot = self._alloc(scope, out_shape, _code_of(q.dtype), out)
             scores = (b, hq, sq, k.shape[2])
@@ -538,7 +669,7 @@ class Context:
                 ctypes.byref(qt), ctypes.byref(kt), ctypes.byref(vt),
                 0.0 if scale is None else float(scale), ctypes.byref(m), ctypes.byref(ot),
                 ctypes.byref(lse) if lse is not None else None, ctypes.byref(options),
-                self._queue(), 0, None, None))
+                *scope.tail()))
             results = [self._download(scope, ot, out_shape, q.dtype)]
             if return_weights:
                 results.append(self._download(scope, wt, scores, np.float32))
@@ -549,7 +680,8 @@ class Context:
     def attention_backward(self, dout, q, k, v, out, lse, scale=None, *, causal=False,
                            window=None, global_stride=0, key_lengths=None, query_lengths=None,
                            mask=None, bias=None, alibi_slopes=None, softcap=0.0,
-                           empty_rows="zero", return_dbias=False, path="auto"):
+                           empty_rows="zero", return_dbias=False, path="auto",
+                           wait_for=None):
         """The gradients of out = attention(q, k, v, scale, <mask>) given dout, in FlashAttention's
         argument order: (dq, dk, dv), or (dq, dk, dv, dbias) with return_dbias (dbias in the
         shape of the bias given, its broadcast dims summed as autograd sums them). out and lse
@@ -575,7 +707,8 @@ class Context:
             raise ValueError("lse: expected shape %s, got %s" % ((b, hq, sq), lse.shape))
         if return_dbias and bias is None:
             raise ValueError("return_dbias: there is no bias to differentiate")
-        with _Scope(self, dout, q, k, v, out, lse) as scope:
+        with _Scope(self, dout, q, k, v, out, lse, key_lengths, query_lengths, mask, bias,
+                    alibi_slopes, wait_for=wait_for) as scope:
             qt, kt, vt, ot, dot = (self._upload(scope, a, _code_of(dt))
                                    for a in (q, k, v, out, dout))
             lt = self._upload(scope, lse.reshape(1, b, hq, sq), _lib.F32)
@@ -590,15 +723,14 @@ class Context:
             _check(self._lib.clattn_attention_backward(
                 *(ctypes.byref(t) for t in (qt, kt, vt, ot, dot, lt)),
                 0.0 if scale is None else float(scale), ctypes.byref(m),
-                *(ctypes.byref(g) for g in grads), ctypes.byref(options), self._queue(), 0, None,
-                None))
+                *(ctypes.byref(g) for g in grads), ctypes.byref(options), *scope.tail()))
             results = [self._download(scope, g, a.shape, dt) for g, a in zip(grads, (q, k, v))]
             if return_dbias:
                 results.append(self._download(scope, dbt, bias_shape, np.float32))
             return tuple(results)
 
     def linear_attention(self, q, k, v, causal=False, feature_map="elu1", eps=1e-6, *,
-                         key_lengths=None, query_lengths=None, out=None):
+                         key_lengths=None, query_lengths=None, out=None, wait_for=None):
         """Linear attention phi(q_i)^T S / (phi(q_i)^T z + eps), S = sum_j phi(k_j) v_j^T,
         z = sum_j phi(k_j), over the visible keys (j <= i when causal; causal="bottom_right"
         aligns the last query with the last key). q [B,Hq,Sq,D], k [B,Hkv,Sk,D],
@@ -606,18 +738,19 @@ class Context:
         arrays = _qkv_arrays(q, k, v)
         q, k, v = arrays
         out_shape = q.shape[:3] + (v.shape[3],)
-        with _Scope(self, q, k, v) as scope:
+        with _Scope(self, q, k, v, out, key_lengths, query_lengths,
+                    wait_for=wait_for) as scope:
             qt, kt, vt = (self._upload(scope, a, _code_of(a.dtype)) for a in arrays)
             ot = self._alloc(scope, out_shape, _code_of(q.dtype), out)
             m = self._linear_mask(scope, q.shape[0], causal, key_lengths, query_lengths)
             options = _linear_options(feature_map, eps)
             _check(self._lib.clattn_linear_attention(
                 ctypes.byref(qt), ctypes.byref(kt), ctypes.byref(vt), ctypes.byref(m),
-                ctypes.byref(ot), ctypes.byref(options), self._queue(), 0, None, None))
+                ctypes.byref(ot), ctypes.byref(options), *scope.tail()))
             return self._download(scope, ot, out_shape, q.dtype)
 
     def linear_attention_backward(self, dout, q, k, v, causal=False, feature_map="elu1", eps=1e-6,
-                                  *, key_lengths=None, query_lengths=None):
+                                  *, key_lengths=None, query_lengths=None, wait_for=None):
         """The gradients of out = linear_attention(q, k, v, causal, feature_map, eps, <lengths>)
         given dout [B,Hq,Sq,Dv]: (dq, dk, dv) in the shapes of q, k, v. The forward's output is
         recomputed; the causal form runs in O(S) (running sums from both ends)."""
@@ -626,7 +759,8 @@ class Context:
         out_shape = q.shape[:3] + (v.shape[3],)
         if dout.shape != out_shape:
             raise ValueError("dout: expected shape %s, got %s" % (out_shape, dout.shape))
-        with _Scope(self, dout, q, k, v) as scope:
+        with _Scope(self, dout, q, k, v, key_lengths, query_lengths,
+                    wait_for=wait_for) as scope:
             qt, kt, vt, dt = (self._upload(scope, a, _code_of(q.dtype))
                               for a in (q, k, v, dout))
             grads = [self._alloc(scope, a.shape, _code_of(q.dtype)) for a in (q, k, v)]
@@ -634,12 +768,10 @@ class Context:
             options = _linear_options(feature_map, eps)
             _check(self._lib.clattn_linear_attention_backward(
                 *(ctypes.byref(t) for t in (qt, kt, vt, dt)), ctypes.byref(m),
-                *(ctypes.byref(g) for g in grads), ctypes.byref(options), self._queue(), 0, None,
-                None))
+                *(ctypes.byref(g) for g in grads), ctypes.byref(options), *scope.tail()))
             return tuple(self._download(scope, g, a.shape, q.dtype) for g, a in zip(grads, (q, k, v)))
 
     def _linear_mask(self, scope, batch, causal, key_lengths, query_lengths):
-        _refuse_tensors(key_lengths=key_lengths, query_lengths=query_lengths)
         m = _lib.Mask()
         m.causal, m.align = _causal_mode(causal)
         if key_lengths is not None:
@@ -650,7 +782,7 @@ class Context:
         return m
 
     def linear_attention_step(self, q, k, v, state=None, feature_map="elu1", eps=1e-6, *,
-                              lengths=None):
+                              lengths=None, wait_for=None):
         """The recurrent form for decoding: n new tokens q [B,Hq,n,D], k [B,Hkv,n,D],
         v [B,Hkv,n,Dv] against the running state (S [B,Hkv,D,Dv], z [B,Hkv,D], float32; None:
         zero). Returns (out [B,Hq,n,Dv], new state); steps over a sequence equal the causal
@@ -660,14 +792,14 @@ class Context:
         b, hkv, d, dv = k.shape[0], k.shape[1], k.shape[3], v.shape[3]
         if state is None:
             state = (np.zeros((b, hkv, d, dv), np.float32), np.zeros((b, hkv, d), np.float32))
-        if any(isinstance(x, Tensor) for x in state):
-            return self._linear_step_on_device(q, k, v, state, feature_map, eps, lengths)
+        if any(_on_device(x) for x in state):
+            return self._linear_step_on_device(q, k, v, state, feature_map, eps, lengths, wait_for)
         s_host, z_host = (np.ascontiguousarray(x, dtype=np.float32) for x in state)
         if s_host.shape != (b, hkv, d, dv) or z_host.shape != (b, hkv, d):
             raise ValueError("state: expected S %s and z %s, got %s and %s"
                              % ((b, hkv, d, dv), (b, hkv, d), s_host.shape, z_host.shape))
         out_shape = q.shape[:3] + (dv,)
-        with _Scope(self, q, k, v, state) as scope:
+        with _Scope(self, q, k, v, state, lengths, wait_for=wait_for) as scope:
             qt, kt, vt = (self._upload(scope, a, _code_of(a.dtype)) for a in arrays)
             ot = self._alloc(scope, out_shape, _code_of(q.dtype))
             st = self._upload(scope, s_host, _lib.F32)
@@ -677,36 +809,40 @@ class Context:
             _check(self._lib.clattn_linear_attention_step(
                 ctypes.byref(qt), ctypes.byref(kt), ctypes.byref(vt),
                 ctypes.byref(lt) if lt is not None else None, ctypes.byref(st), ctypes.byref(zt),
-                ctypes.byref(ot), ctypes.byref(options), self._queue(), 0, None, None))
+                ctypes.byref(ot), ctypes.byref(options), *scope.tail()))
             out = self._download(scope, ot, out_shape, q.dtype)
-            return out, (self._download(scope, st, s_host.shape, np.float32),
-                         self._download(scope, zt, z_host.shape, np.float32))
+            return out, (self._to_host(st, s_host.shape, np.float32),
+                         self._to_host(zt, z_host.shape, np.float32))
 
-    def _linear_step_on_device(self, q, k, v, state, feature_map, eps, lengths):
-        """linear_attention_step with the state as device tensors, updated in place."""
+    def _linear_step_on_device(self, q, k, v, state, feature_map, eps, lengths, wait_for):
+        """linear_attention_step with the state as device tensors or pyopencl arrays, updated in
+        place (pyopencl ones also carry the call's event)."""
         s, z = state
         b, hkv, d, dv = k.shape[0], k.shape[1], k.shape[3], v.shape[3]
         for name, t, shape in (("state S", s, (b, hkv, d, dv)), ("state z", z, (b, hkv, d))):
-            if not isinstance(t, Tensor) or t.shape != shape or t.dtype != np.float32:
+            if not _on_device(t) or tuple(t.shape) != shape or t.dtype != np.float32:
                 raise ValueError("%s: expected a float32 device tensor of shape %s" % (name, shape))
         out_shape = q.shape[:3] + (dv,)
-        with _Scope(self, q, k, v, s, z) as scope:
+        with _Scope(self, q, k, v, s, z, lengths, wait_for=wait_for) as scope:
             qt, kt, vt = (self._upload(scope, a, _code_of(a.dtype)) for a in (q, k, v))
             ot = self._alloc(scope, out_shape, _code_of(q.dtype))
-            zt = z.reshape(1, b, hkv, d)._descriptor(self)
+            st = self._device_operand(scope, "state S", s, _lib.F32)
+            zt = self._device_operand(scope, "state z", z, _lib.F32)
             lt = self._vector(scope, "lengths", lengths, b) if lengths is not None else None
             options = _linear_options(feature_map, eps)
             _check(self._lib.clattn_linear_attention_step(
                 ctypes.byref(qt), ctypes.byref(kt), ctypes.byref(vt),
-                ctypes.byref(lt) if lt is not None else None, ctypes.byref(s._descriptor(self)),
-                ctypes.byref(zt), ctypes.byref(ot), ctypes.byref(options), self._queue(), 0,
-                None, None))
+                ctypes.byref(lt) if lt is not None else None, ctypes.byref(st),
+                ctypes.byref(zt), ctypes.byref(ot), ctypes.byref(options), *scope.tail()))
+            for t in (s, z):
+                if _is_pyopencl(t):
+                    t.add_event(scope.event())
             return self._download(scope, ot, out_shape, q.dtype), (s, z)
 
     def mha(self, query, key, value, num_heads, in_proj_weight, in_proj_bias, out_proj_weight,
             out_proj_bias, key_padding_mask=None, attn_mask=None, is_causal=False,
             need_weights=True, average_attn_weights=True, *, q_proj_weight=None,
-            k_proj_weight=None, v_proj_weight=None):
+            k_proj_weight=None, v_proj_weight=None, wait_for=None):
         """torch.nn.MultiheadAttention(batch_first=True).forward in eval mode, with the
         module's parameters as arrays: query [B,Sq,E], key [B,Sk,kdim], value [B,Sk,vdim];
         in_proj_weight [3E,E] (None when q/k/v_proj_weight are given), in_proj_bias [3E],
@@ -727,7 +863,8 @@ class Context:
         b, sq, e = query.shape
         sk = arrays[-1].shape[1]
         heads = int(num_heads)
-        with _Scope(self, query, key, value) as scope:
+        with _Scope(self, query, key, value, key_padding_mask, attn_mask,
+                    wait_for=wait_for) as scope:
             inputs = [self._upload(scope, a.reshape((1,) + a.shape), _code_of(a.dtype))
                       for a in arrays]
             qt, kt, vt = inputs * 3 if self_attention else inputs
@@ -761,7 +898,7 @@ class Context:
                 options.average_attn_weights = int(bool(average_attn_weights))
             _check(self._lib.clattn_mha_forward(
                 ctypes.byref(qt), ctypes.byref(kt), ctypes.byref(vt), ctypes.byref(params),
-                ctypes.byref(ot), ctypes.byref(options), self._queue(), 0, None, None))
+                ctypes.byref(ot), ctypes.byref(options), *scope.tail()))
             out = self._download(scope, ot, (b, sq, e), query.dtype)
             weights = self._download(scope, wt, weights_shape, query.dtype) if need_weights else None
             return out, weights
@@ -779,8 +916,6 @@ class Context:
 
     def _mask(self, scope, shape4, causal, window, global_stride, key_lengths, query_lengths,
               mask, bias, alibi_slopes, softcap, empty_rows):
-        _refuse_tensors(key_lengths=key_lengths, query_lengths=query_lengths, mask=mask,
-                        bias=bias, alibi_slopes=alibi_slopes)
         m = _lib.Mask()
         m.causal, m.align = _causal_mode(causal)
         if window is not None:
@@ -797,21 +932,45 @@ class Context:
         if query_lengths is not None:
             m.query_lengths = ctypes.pointer(self._vector(scope, "query_lengths", query_lengths, batch))
         if mask is not None:
-            keep = np.asarray(mask)
-            if keep.dtype != np.bool_:
-                raise ValueError("mask: expected a bool array (True = attend), got %s" % keep.dtype)
-            m.keep = ctypes.pointer(self._upload(scope, keep.astype(np.uint8).reshape(_as_4d("mask", keep.shape)), _lib.U8))
+            m.keep = ctypes.pointer(self._keep_mask(scope, mask))
         if bias is not None:
             b = _float_array("bias", bias)
-            m.bias = ctypes.pointer(self._upload(scope, b.reshape(_as_4d("bias", b.shape)), _code_of(b.dtype)))
+            if not _on_device(b):
+                b = b.reshape(_as_4d("bias", b.shape))
+            m.bias = ctypes.pointer(self._device_or_upload(scope, "bias", b, _code_of(b.dtype)))
         if alibi_slopes is not None:
-            slopes = _float_array("alibi_slopes", alibi_slopes, np.float32).reshape(-1)
-            if slopes.shape != (heads,):
-                raise ValueError("alibi_slopes: expected %d values (one per head), got %s" % (heads, slopes.shape))
-            m.alibi_slopes = ctypes.pointer(self._upload(scope, slopes, _lib.F32))
+            slopes = _float_array("alibi_slopes", alibi_slopes, np.float32)
+            slopes = slopes if _on_device(slopes) else slopes.reshape(-1)
+            if tuple(slopes.shape) != (heads,):
+                raise ValueError("alibi_slopes: expected %d values (one per head), got shape %s"
+                                 % (heads, slopes.shape))
+            m.alibi_slopes = ctypes.pointer(
+                self._device_or_upload(scope, "alibi_slopes", slopes, _lib.F32))
         return m
 
+    def _keep_mask(self, scope, mask):
+        """The keep mask (True = attend): a bool array, Tensor or pyopencl array."""
+        if _on_device(mask):
+            return self._device_operand(scope, "mask", mask, _lib.U8)
+        keep = np.asarray(mask)
+        if keep.dtype != np.bool_:
+            raise ValueError("mask: expected a bool array (True = attend), got %s" % keep.dtype)
+        return self._upload(scope, keep.astype(np.uint8).reshape(_as_4d("mask", keep.shape)),
+                            _lib.U8)
+
+    def _device_or_upload(self, scope, name, value, code):
+        if _on_device(value):
+            return self._device_operand(scope, name, value, code)
+        return self._upload(scope, value, code)
+
     def _vector(self, scope, name, values, n):
+        """Lengths, one per batch: integers (a numpy array or list), or an int32 Tensor or
+        pyopencl array of shape (n,)."""
+        if _on_device(values):
+            if tuple(values.shape) != (n,):
+                raise ValueError("%s: expected shape (%d,) (one per batch), got %s"
+                                 % (name, n, values.shape))
+            return self._device_operand(scope, name, values, _lib.I32)
         array = np.asarray(values)
         if array.dtype.kind not in "iu":
             raise ValueError("%s: expected integers, got %s" % (name, array.dtype))
@@ -821,9 +980,12 @@ class Context:
         return self._upload(scope, array, _lib.I32)
 
 
+def _on_device(value):
+    return isinstance(value, Tensor) or _is_pyopencl(value)
+
+
 def _refuse_tensors(**arguments):
-    """The mask arguments and lengths take numpy arrays (they are small; device tensors there
-    are not supported yet)."""
+    """mha's masks take numpy arrays: torch's bool polarity is inverted on the way up."""
     for name, value in arguments.items():
         if isinstance(value, Tensor):
             raise TypeError("%s: takes a numpy array, not a device tensor" % name)
@@ -844,20 +1006,53 @@ def _linear_options(feature_map, eps):
 
 
 class _Scope(list):
-    """Device scratch of one call, released when it ends (downloads are blocking, so the queue
-    is done with them; OpenCL keeps a released buffer until the commands that use it are done).
-    A call given any device tensor (`inputs`) works on the device: its outputs are new tensors
-    (`outputs`, by descriptor address) and nothing is downloaded."""
+    """One call: its device scratch, released when it ends (downloads are blocking, so the queue
+    is done with them; OpenCL keeps a released buffer until the commands that use it are done),
+    and its mode, fixed by what it was given (`inputs`, `out` among them):
 
-    def __init__(self, ctx, *inputs):
+    - "numpy": numpy in, numpy out;
+    - "tensor": some argument is a clattn.Tensor: outputs are new Tensors (or `out`), nothing
+      is downloaded;
+    - "pyopencl": some argument is a pyopencl.array.Array: outputs are new pyopencl arrays from
+      the queue's allocator (or `out`), and each carries the call's event in its `events`, as
+      PyOpenCL's own array operations do.
+
+    The call waits for `wait_for` (PyOpenCL events) and for the events of its pyopencl inputs."""
+
+    def __init__(self, ctx, *inputs, wait_for=None):
         super().__init__()
         self._ctx = ctx
         flat = [x for i in inputs for x in (i if isinstance(i, (tuple, list)) else (i,))]
-        self.device = any(isinstance(x, Tensor) for x in flat)
+        arrays = [x for x in flat if _is_pyopencl(x)]
+        self.mode = "pyopencl" if arrays else (
+            "tensor" if any(isinstance(x, Tensor) for x in flat) else "numpy")
         for x in flat:
             if isinstance(x, Tensor):
                 x._descriptor(ctx)
+            elif _is_pyopencl(x):
+                ctx._check_pyopencl(x)
+        self.waits = list(wait_for or []) + [e for a in arrays for e in a.events]
         self.outputs = {}
+        self.borrowed = []
+        self._event = ctypes.c_void_p()
+        self._cl_event = None
+
+    @property
+    def device(self):
+        return self.mode != "numpy"
+
+    def tail(self):
+        """OpenCL's four last arguments of the call: queue, wait list, event (pyopencl mode)."""
+        waits = (ctypes.c_void_p * len(self.waits))(*[e.int_ptr for e in self.waits])
+        return (self._ctx._queue(), len(self.waits), waits if self.waits else None,
+                ctypes.byref(self._event) if self.mode == "pyopencl" else None)
+
+    def event(self):
+        """The call's event as a pyopencl.Event (it takes over the reference the call gave)."""
+        if self._cl_event is None and self._event.value:
+            import pyopencl
+            self._cl_event = pyopencl.Event.from_int_ptr(self._event.value, retain=False)
+        return self._cl_event
 
     def __enter__(self):
         return self
@@ -866,3 +1061,5 @@ class _Scope(list):
         for t in self:
             self._ctx._lib.clattn_tensor_free(ctypes.byref(t))
         self.clear()
+        if exc[0] is not None and self._event.value and self._cl_event is None:
+            self.event()  # released with its wrapper

@@ -143,6 +143,7 @@ def _declare(lib):
         "clattn_last_error": (c_char_p, []),
         "clattn_list_devices": (c_int, [POINTER(DeviceDesc), c_size_t, POINTER(c_size_t)]),
         "clattn_env_create": (c_int, [c_char_p, POINTER(env_p)]),
+        "clattn_env_wrap": (c_int, [c_void_p, POINTER(env_p)]),
         "clattn_env_release": (None, [env_p]),
         "clattn_env_queue": (queue, [env_p]),
         "clattn_env_device_desc": (POINTER(DeviceDesc), [env_p]),

@@ -187,6 +187,7 @@ struct clattn_env {
     clattn_device_desc desc;
     cl_context context;
     cl_command_queue queue;
+    bool wrapped; /* the caller's queue: its context's programs stay cached at release */
 };
 
 int clattn_env_create(const char *spec, clattn_env **out) {
@@ -219,11 +220,68 @@ int clattn_env_create(const char *spec, clattn_env **out) {
     return CLATTN_SUCCESS;
 }
 
+typedef struct find_state {
+    cl_device_id device;
+    clattn_device_desc desc;
+    bool found;
+} find_state;
+
+static int find_visit(const clattn_device_desc *desc, void *user) {
+    find_state *s = user;
+    if (desc->device != s->device) return 0;
+    s->desc = *desc;
+    s->found = true;
+    return 1;
+}
+
+/* The queue's device as clattn_list_devices describes it; a device no platform lists (a
+ * sub-device) keeps indices -1. */
+static int describe_queue_device(cl_command_queue queue, cl_context *context,
+                                 clattn_device_desc *out) {
+    cl_device_id device;
+    cl_int err = clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof device, &device, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof *context, context, NULL);
+    if (err != CL_SUCCESS) return clattn__cl_fail(err, "clGetCommandQueueInfo");
+    find_state s = {.device = device};
+    int status = for_each_device(find_visit, &s);
+    if (status != CLATTN_SUCCESS) return status;
+    if (s.found) {
+        *out = s.desc;
+        return CLATTN_SUCCESS;
+    }
+    cl_platform_id platform;
+    err = clGetDeviceInfo(device, CL_DEVICE_PLATFORM, sizeof platform, &platform, NULL);
+    if (err != CL_SUCCESS) return clattn__cl_fail(err, "clGetDeviceInfo");
+    describe(-1, -1, platform, device, out);
+    return CLATTN_SUCCESS;
+}
+
+int clattn_env_wrap(cl_command_queue queue, clattn_env **out) {
+    clattn__clear_error();
+    if (!out) return clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "clattn_env_wrap: out is NULL");
+    *out = NULL;
+    if (!queue) return clattn__cl_fail(CL_INVALID_COMMAND_QUEUE, "clattn_env_wrap: NULL queue");
+    clattn_env *env = calloc(1, sizeof *env);
+    if (!env) return clattn__fail(CLATTN_ERR_OUT_OF_HOST_MEMORY, "no memory for clattn_env");
+    int status = describe_queue_device(queue, &env->context, &env->desc);
+    if (status != CLATTN_SUCCESS) {
+        free(env);
+        return status;
+    }
+    clRetainCommandQueue(queue);
+    clRetainContext(env->context);
+    env->queue = queue;
+    env->wrapped = true;
+    *out = env;
+    return CLATTN_SUCCESS;
+}
+
 void clattn_env_release(clattn_env *env) {
     if (!env) return;
     clFinish(env->queue);
     clReleaseCommandQueue(env->queue);
-    clattn_cache_clear(env->context);
+    if (!env->wrapped) clattn_cache_clear(env->context);
     clReleaseContext(env->context);
     free(env);
 }

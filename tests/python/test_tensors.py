@@ -103,6 +103,22 @@ def test_backward_and_linear_steps_on_tensors(ctx):
     assert np.array_equal(state[0].numpy(), host_state[0])
 
 
+def test_mask_arguments_as_tensors(ctx):
+    """Lengths, keep mask, bias and ALiBi slopes as device tensors give what numpy ones give."""
+    q, k, v = (RNG.standard_normal((2, 3, 6, 8)).astype(np.float32) for _ in range(3))
+    masks = dict(key_lengths=np.array([5, 2], np.int32), query_lengths=np.array([6, 4], np.int32),
+                 mask=RNG.random((1, 3, 6, 6)) > 0.3,
+                 bias=RNG.standard_normal((2, 1, 6, 6)).astype(np.float32),
+                 alibi_slopes=np.array([0.5, 0.25, 0.125], np.float32))
+    want = ctx.attention(q, k, v, causal=True, **masks)
+    got = ctx.attention(q, k, v, causal=True, **{n: ctx.tensor(m) for n, m in masks.items()})
+    assert isinstance(got, clattn.Tensor) and np.array_equal(got.numpy(), want)
+    lengths = dict(key_lengths=masks["key_lengths"], query_lengths=masks["query_lengths"])
+    want = ctx.linear_attention(q, k, v, **lengths)
+    got = ctx.linear_attention(q, k, v, **{n: ctx.tensor(m) for n, m in lengths.items()})
+    assert np.array_equal(got.numpy(), want)
+
+
 def test_release_on_del_and_close(ctx):
     before = len(ctx._storages)
     t = ctx.empty((256, 256))
@@ -126,7 +142,9 @@ def test_wrong_tensors_are_refused(ctx):
             ctx.attention(foreign, foreign, foreign)
     q = ctx.tensor(np.ones((1, 1, 4, 8), np.float32))
     with pytest.raises(TypeError):
-        ctx.attention(q, q, q, key_lengths=ctx.tensor(np.array([4], np.int32)))
+        ctx.attention(q, q, q, key_lengths=ctx.tensor(np.array([4.0], np.float32)))
+    with pytest.raises(ValueError):
+        ctx.attention(q, q, q, key_lengths=ctx.tensor(np.array([4, 4], np.int32)))
     with pytest.raises(TypeError):
         ctx.attention(ctx.tensor(np.ones((1, 1, 4, 8), np.int32)), q, q)
     with pytest.raises(TypeError):

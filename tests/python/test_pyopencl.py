@@ -1,0 +1,135 @@
+"""PyOpenCL interop: a clattn.Context on the caller's queue, pyopencl arrays in and out without
+copies (the same cl_mem), their offsets and strides, events in PyOpenCL's convention (inputs'
+events waited for, outputs carrying the call's), out-of-order queues, and the errors."""
+import time
+
+import numpy as np
+import pytest
+
+import clattn
+
+cl = pytest.importorskip("pyopencl")
+import pyopencl.array as cl_array  # noqa: E402  (after the skip)
+
+RNG = np.random.default_rng(5)
+
+
+@pytest.fixture(scope="module")
+def device():
+    """The pyopencl device of the device under test (CLATTN_DEVICE): the same ICD loader lists
+    platforms and devices in the same order."""
+    with clattn.Context() as probe:
+        desc = probe._lib.clattn_env_device_desc(probe._env).contents
+        return cl.get_platforms()[desc.platform_index].get_devices()[desc.device_index]
+
+
+@pytest.fixture(scope="module")
+def queue(device):
+    return cl.CommandQueue(cl.Context([device]))
+
+
+@pytest.fixture(scope="module")
+def pctx(queue):
+    context = clattn.Context.from_pyopencl(queue)
+    yield context
+    context.close()
+
+
+def test_arrays_come_out_as_arrays_on_the_callers_buffers(pctx, queue):
+    x = RNG.standard_normal((2, 9, 3 * 32)).astype(np.float32)
+    a = cl_array.to_device(queue, x)
+    q, k, v = pctx.split_qkv(a, 2)
+    o = pctx.attention(q, k, v, causal=True)
+    m = pctx.merge_heads(o)
+    assert all(isinstance(t, cl_array.Array) for t in (q, k, v, o, m))
+    assert m.queue is queue and m.shape == (2, 9, 32)
+    with clattn.Context() as plain:
+        want = plain.merge_heads(plain.attention(*plain.split_qkv(x, 2), causal=True))
+    assert np.array_equal(m.get(), want)
+    out = cl_array.empty(queue, (2, 9, 32), np.float32)
+    assert pctx.merge_heads(o, out=out) is out
+    assert np.array_equal(out.get(), want)
+    # a Tensor over the array's own cl_mem, and an array over the Tensor's
+    t = pctx.tensor(a)
+    assert t._desc.buffer == a.base_data.int_ptr and np.array_equal(t.numpy(), x)
+    back = t.to_pyopencl()
+    assert back.base_data.int_ptr == a.base_data.int_ptr and np.array_equal(back.get(), x)
+
+
+def test_offsets_and_strides_are_read_in_place(pctx, queue):
+    x = RNG.standard_normal((3, 2, 7, 16)).astype(np.float32)
+    a = cl_array.to_device(queue, x)
+    q = a[1:]  # a byte offset into the same buffer
+    kt = cl_array.to_device(queue, np.ascontiguousarray(x[1:].transpose(0, 2, 1, 3)))
+    k = kt.transpose((0, 2, 1, 3))  # [B,S,H,D] memory seen as [B,H,S,D]
+    assert q.offset > 0 and q.base_data.int_ptr == a.base_data.int_ptr
+    assert not k.flags.c_contiguous
+    with clattn.Context() as plain:
+        want = plain.attention(x[1:], x[1:], x[1:])
+    assert np.array_equal(pctx.attention(q, k, q).get(), want)
+
+
+def pending(event):
+    time.sleep(0.05)
+    return event.command_execution_status != cl.command_execution_status.COMPLETE
+
+
+def test_the_call_waits_for_wait_for_and_its_inputs_events(pctx, queue):
+    x = RNG.standard_normal((1, 1, 5, 8)).astype(np.float32)
+    a, b = cl_array.to_device(queue, x), cl_array.to_device(queue, x)  # blocking: before the gates
+    gates = [cl.UserEvent(queue.context) for _ in range(2)]
+    try:
+        # (checks on plain values: pytest's report of a failed check would print the arrays,
+        # and reading them blocks on the gates)
+        y = pctx.softmax(a, wait_for=[gates[0]])
+        held = [pending(e) for e in y.events]
+        assert held == [True]
+        # an input's pending event holds the call back the same way
+        b.add_event(gates[1])
+        z = pctx.softmax(b)
+        held = [pending(e) for e in z.events]
+        assert held == [True]
+    finally:  # a failed check must not leave the queue blocked for the other tests
+        for gate in gates:
+            gate.set_status(cl.command_execution_status.COMPLETE)
+    with clattn.Context() as plain:
+        assert np.array_equal(y.get(), plain.softmax(x))
+    assert np.array_equal(z.get(), y.get())
+
+
+def test_an_out_of_order_queue_runs_a_chain_by_its_events(device):
+    props = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
+    if not device.queue_properties & props:
+        pytest.skip("the device has no out-of-order queues")
+    context = cl.Context([device])
+    queue = cl.CommandQueue(context, properties=props)
+    x = RNG.standard_normal((2, 16, 3 * 64)).astype(np.float32)
+    with clattn.Context.from_pyopencl(queue) as ooo, clattn.Context() as plain:
+        a = cl_array.to_device(queue, x)
+        m = ooo.merge_heads(ooo.attention(*ooo.split_qkv(a, 4), causal=True))
+        want = plain.merge_heads(plain.attention(*plain.split_qkv(x, 4), causal=True))
+        assert np.array_equal(m.get(), want)
+
+
+def test_close_leaves_the_callers_queue_working(device):
+    queue = cl.CommandQueue(cl.Context([device]))
+    ctx = clattn.Context.from_pyopencl(queue)
+    assert ctx.queue is queue
+    y = ctx.softmax(cl_array.to_device(queue, np.ones((2, 4), np.float32)))
+    ctx.close()
+    assert np.array_equal(y.get(), np.full((2, 4), 0.25, np.float32))
+    assert np.array_equal((y * 4).get(), np.ones((2, 4), np.float32))
+
+
+def test_wrong_arrays_are_refused(pctx, queue, device):
+    a = cl_array.to_device(queue, np.ones((1, 1, 4, 8), np.float32))
+    with clattn.Context() as plain, pytest.raises(ValueError, match="from_pyopencl"):
+        plain.attention(a, a, a)
+    foreign = cl_array.to_device(cl.CommandQueue(cl.Context([device])), np.ones(8, np.float32))
+    with pytest.raises(ValueError, match="another OpenCL context"):
+        pctx.softmax(foreign)
+    with pytest.raises(TypeError, match="q: "):
+        pctx.attention(cl_array.to_device(queue, np.ones((1, 1, 4, 8), np.int32)), a, a)
+    half = cl_array.to_device(queue, np.ones((1, 1, 4, 8), np.float16))
+    assert pctx.attention(half, half, half).dtype == np.float16  # f16 storage passes as it is
+    assert pctx.attention(a, a, half).dtype == np.float32  # each operand its own storage
