@@ -13,6 +13,7 @@ packages=(
   clinfo clpeak                             # device inspection
   python3-numpy python3-torch python3-pytest  # Python binding tests (pytest), PyTorch peer and parity
   python3-pyopencl                          # the binding's PyOpenCL interop tests
+  python3-mesonpy python3-venv python3-pip  # pip install . (the package check)
   python3-matplotlib                        # benchmark plots
   libopenblas0-pthread                      # so PyTorch's GEMMs are not on the reference BLAS
   mesa-opencl-icd                           # Mesa's rusticl: the second OpenCL implementation

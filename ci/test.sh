@@ -137,9 +137,11 @@ lane rusticl plain 1200 '--tag smoke' OCL_ICD_VENDORS="$rusticl_icd" RUSTICL_ENA
 # (tests/python/test_abi.py, through the layout helper built beside the runner).
 lane python python 1200 tests/python "${pthread[@]}" CLATTN_LIBRARY="$root/$build/libclattn.so" \
   CLATTN_ABI_HELPER="$root/$build/tests/libclattn_abi_layout.so"
-# clattn-tune's search over two ops (every candidate checked against the reference) and
-# clattn-bench's default-vs-tuned rows, run as a user runs them (lane_tools).
-lane tools tools 600 'tune-copy tune-softmax bench-tuning' "${pthread[@]}"
+# clattn-tune's search over two ops (every candidate checked against the reference),
+# clattn-bench's default-vs-tuned rows, the Python binding's overhead row (its three chains
+# must agree), and the Python package installed by pip (ci/package.sh), run as a user runs them
+# (lane_tools).
+lane tools tools 600 'tune-copy tune-softmax bench-tuning bench-python package' "${pthread[@]}"
 # The whole suite built by gcc with AddressSanitizer, UndefinedBehaviorSanitizer and
 # LeakSanitizer (ci/lsan.supp: the driver's own leaks only); whole stacks (libpocl has no frame
 # pointers), so that ci/lsan.supp can name driver code. The short fuzz test (the pthread lane
@@ -379,6 +381,13 @@ lane_tools() {
       bench-tuning)
         expect='linear_attention .*tuned/default time'
         command=("$root/$build/bench/clattn-bench" --op tuning --quick --repeats 2 --no-peers) ;;
+      bench-python)
+        expect='^Python, device tensors +[0-9.]+ +[0-9.]+ +[0-9.]+x$'
+        command=(/usr/bin/python3 "$root/bench/bench_python.py" --rounds 2
+          --helper "$root/$build/bench/libclattn_bench_chain.so") ;;
+      package)
+        expect='^library: .*/package/venv/.*/clattn/libclattn\.so$'
+        command=(bash "$root/ci/package.sh" "$root/$build/package") ;;
       *)
         echo "[$name] no tool check named $check"
         lane_f=$((lane_f + 1))

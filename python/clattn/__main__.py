@@ -61,6 +61,7 @@ def selftest(device):
     rng = np.random.default_rng(0)
     rows = []
     with clattn.Context(device) as ctx:
+        print("library:", clattn._lib_handle()._name)
         print("device:", ctx.device)
         b, h, sq, sk = 2, 3, 17, 33
         x = rng.standard_normal((b, h, sq, sk)).astype(np.float32)

@@ -129,8 +129,9 @@ def load():
             return _declare(ctypes.CDLL(path))
         tried.append(path)
     raise OSError(
-        "libclattn.so not found (tried %s); build it with `bash ci/build.sh` or point "
-        "CLATTN_LIBRARY at it" % ", ".join(tried)
+        "libclattn.so not found (tried %s); install the package with `pip install .`, or "
+        "build the library with `bash ci/build.sh` (or point CLATTN_LIBRARY at it)"
+        % ", ".join(tried)
     )
 
 
