@@ -584,7 +584,9 @@ static void split_keys_equal_the_plain_path(test_ctx *t) {
     static const int32_t klen[2] = {300, 77};
     static const int64_t queries[] = {1, 3, 8};
     for (size_t n = 0; n < 3 && !t->failed; ++n) {
-        at_spec s = base(2, 4, 2, queries[n], test_large_shapes(t) ? 1023 : 300, 64);
+        /* small shapes (Oclgrind): 160 keys still give each of the 7 splits keys, and the
+         * length 300 clamps to them */
+        at_spec s = base(2, 4, 2, queries[n], test_large_shapes(t) ? 1023 : 160, 64);
         s.lse = 1;
         s.causal = n > 0;
         s.bottom_right = 1;
