@@ -193,7 +193,8 @@ CLATTN_API int clattn_env_alloc(clattn_env *env, clattn_dtype dtype, const int64
 /* Releases the tensor's buffer and clears the descriptor. NULL is allowed. */
 CLATTN_API void clattn_tensor_free(clattn_tensor *t);
 /* Blocking copies between host memory (dense, row-major, the tensor's dtype) and a contiguous
- * tensor. Statuses: CLATTN_ERR_INVALID_ARGUMENT (NULL pointers, strided tensor), the validator's,
+ * tensor, after everything enqueued on the env's queue before them (also on a wrapped
+ * out-of-order queue). Statuses: CLATTN_ERR_INVALID_ARGUMENT (NULL pointers, strided tensor), the validator's,
  * OpenCL's. */
 CLATTN_API int clattn_env_upload(clattn_env *env, const clattn_tensor *t, const void *host);
 CLATTN_API int clattn_env_download(clattn_env *env, const clattn_tensor *t, void *host);

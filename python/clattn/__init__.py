@@ -103,6 +103,10 @@ def _float_array(name, value, dtype=None):
     return np.ascontiguousarray(array)
 
 
+# OpenCL contexts of from_pyopencl Contexts -> how many are open: the last to close releases the
+# programs clattn cached for that context (they hold it alive).
+_WRAPPED_CONTEXTS = {}
+
 _STORAGE_CODES = {np.dtype(np.float32): _lib.F32, np.dtype(np.float16): _lib.F16,
                   np.dtype(np.int32): _lib.I32, np.dtype(np.bool_): _lib.U8}
 _CODE_DTYPES = {_lib.F32: np.dtype(np.float32), _lib.F16: np.dtype(np.float16),
@@ -276,9 +280,17 @@ class Tensor:
         import pyopencl.array
         item = self.dtype.itemsize
         buffer = pyopencl.Buffer.from_int_ptr(desc.buffer, retain=True)
-        return pyopencl.array.Array(ctx._cl_queue, self.shape, self.dtype, data=buffer,
-                                    offset=desc.offset * item,
-                                    strides=tuple(st * item for st in self.strides))
+        array = pyopencl.array.Array(ctx._cl_queue, self.shape, self.dtype, data=buffer,
+                                     offset=desc.offset * item,
+                                     strides=tuple(st * item for st in self.strides))
+        if ctx._out_of_order:  # the writers of the tensor are the calls before: mark them
+            marker = ctypes.c_void_p()
+            err = _lib.opencl().clEnqueueMarkerWithWaitList(ctx._queue(), 0, None,
+                                                            ctypes.byref(marker))
+            if err != 0:
+                raise Error("CL_ERROR", "clEnqueueMarkerWithWaitList returned %d" % err)
+            array.add_event(pyopencl.Event.from_int_ptr(marker.value, retain=False))
+        return array
 
     # ---- to the host ----
 
@@ -352,22 +364,32 @@ class Context:
         self._env = ctypes.c_void_p()
         self._storages = weakref.WeakSet()
         self._cl_queue = None
+        self._out_of_order = False
         spec = None if device is None else str(device).encode()
         _check(self._lib.clattn_env_create(spec, ctypes.byref(self._env)))
 
     @classmethod
     def from_pyopencl(cls, queue):
-        """A Context on a PyOpenCL queue: ops run on that queue (in its order, in-order or not),
-        allocations land in its context, and pyopencl.array.Array objects pass in and come out
-        without copies (new outputs come from pyopencl's allocator). The queue and its context
-        stay the caller's: close() waits for the queue and drops clattn's references only."""
+        """A Context on a PyOpenCL queue: ops run on that queue, allocations land in its context,
+        and pyopencl.array.Array objects pass in and come out without copies (new outputs by
+        pyopencl.array.empty on the queue). On an out-of-order queue, calls on pyopencl arrays
+        are ordered by their events; any other call is followed by a barrier, so Tensors and
+        numpy results see the calls before them. The queue and its context stay the caller's:
+        close() waits for the queue and drops clattn's references (the last Context on that
+        OpenCL context also releases the programs clattn cached for it)."""
+        import pyopencl
         self = cls.__new__(cls)
         self._lib = _lib_handle()
         self._env = ctypes.c_void_p()
         self._storages = weakref.WeakSet()
         self._cl_queue = None
+        self._out_of_order = False
         _check(self._lib.clattn_env_wrap(ctypes.c_void_p(queue.int_ptr), ctypes.byref(self._env)))
         self._cl_queue = queue
+        self._out_of_order = bool(
+            queue.properties & pyopencl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE)
+        key = queue.context.int_ptr
+        _WRAPPED_CONTEXTS[key] = _WRAPPED_CONTEXTS.get(key, 0) + 1
         return self
 
     @property
@@ -388,6 +410,12 @@ class Context:
         if self._env:
             self._lib.clattn_env_release(self._env)
             self._env = ctypes.c_void_p()
+            if self._cl_queue is not None:
+                key = self._cl_queue.context.int_ptr
+                _WRAPPED_CONTEXTS[key] -= 1
+                if _WRAPPED_CONTEXTS[key] == 0:
+                    del _WRAPPED_CONTEXTS[key]
+                    self._lib.clattn_cache_clear(ctypes.c_void_p(key))
 
     def __enter__(self):
         return self
@@ -412,6 +440,8 @@ class Context:
             if dtype is not None:
                 raise TypeError("dtype: a pyopencl array is taken as it is (no conversion)")
             desc = self._check_pyopencl(array, "array")
+            if array.events:  # the queue's later work waits for the array's writers
+                self._barrier(array.events)
             return Tensor(self, _Borrowed(self, array), desc, array.shape)
         array = np.asarray(array if dtype is None else np.asarray(array).astype(dtype))
         if array.dtype == np.float64:
@@ -461,6 +491,15 @@ class Context:
         for i in range(4):
             desc.shape[i], desc.strides[i] = shape4[i], strides[i]
         return desc
+
+    def _barrier(self, events=()):
+        """Everything enqueued after this waits for `events` (pyopencl Events), or, with none, for
+        everything enqueued before it."""
+        waits = (ctypes.c_void_p * max(len(events), 1))(*[e.int_ptr for e in events])
+        err = _lib.opencl().clEnqueueBarrierWithWaitList(self._queue(), len(events),
+                                                         waits if events else None, None)
+        if err != 0:
+            raise Error("CL_ERROR", "clEnqueueBarrierWithWaitList returned %d" % err)
 
     def finish(self):
         """Waits until every op enqueued on the context's queue is done."""
@@ -530,9 +569,12 @@ class Context:
         `shape`, a pyopencl array with the call's event) when the call works on the device,
         else its numpy copy."""
         if scope.device:
+            shape = tuple(shape) or (1,)  # a device result has at least one dim
             result = scope.outputs[ctypes.addressof(t)]
             if scope.mode == "pyopencl" and _is_pyopencl(result):
                 result.add_event(scope.event())
+            else:
+                scope.unordered = True
             return result if tuple(result.shape) == tuple(shape) else result.reshape(shape)
         return self._to_host(t, shape, dtype)
 
@@ -853,6 +895,7 @@ class Context:
         weights): weights [B,Sq,Sk] averaged over heads, [B,H,Sq,Sk] per head, or None when
         need_weights is False. A query row that sees no key gets out_proj_bias (torch 1.13:
         NaN)."""
+        _refuse_tensors(key_padding_mask=key_padding_mask, attn_mask=attn_mask)
         self_attention = key is query and value is query
         query = _float_array("query", query)
         arrays = [query] if self_attention else [query, _float_array("key", key),
@@ -863,7 +906,9 @@ class Context:
         b, sq, e = query.shape
         sk = arrays[-1].shape[1]
         heads = int(num_heads)
-        with _Scope(self, query, key, value, key_padding_mask, attn_mask,
+        weights = (in_proj_weight, q_proj_weight, k_proj_weight, v_proj_weight, in_proj_bias,
+                   out_proj_weight, out_proj_bias)
+        with _Scope(self, query, key, value, key_padding_mask, attn_mask, weights,
                     wait_for=wait_for) as scope:
             inputs = [self._upload(scope, a.reshape((1,) + a.shape), _code_of(a.dtype))
                       for a in arrays]
@@ -987,8 +1032,8 @@ def _on_device(value):
 def _refuse_tensors(**arguments):
     """mha's masks take numpy arrays: torch's bool polarity is inverted on the way up."""
     for name, value in arguments.items():
-        if isinstance(value, Tensor):
-            raise TypeError("%s: takes a numpy array, not a device tensor" % name)
+        if _on_device(value):
+            raise TypeError("%s: takes a numpy array, not a %s" % (name, _kind_name(value)))
 
 
 def _qkv_arrays(q, k, v):
@@ -1013,11 +1058,13 @@ class _Scope(list):
     - "numpy": numpy in, numpy out;
     - "tensor": some argument is a clattn.Tensor: outputs are new Tensors (or `out`), nothing
       is downloaded;
-    - "pyopencl": some argument is a pyopencl.array.Array: outputs are new pyopencl arrays from
-      the queue's allocator (or `out`), and each carries the call's event in its `events`, as
-      PyOpenCL's own array operations do.
+    - "pyopencl": some argument is a pyopencl.array.Array: outputs are new pyopencl arrays
+      (pyopencl.array.empty on the Context's queue) or `out`, and each carries the call's event
+      in its `events`, as PyOpenCL's own array operations do.
 
-    The call waits for `wait_for` (PyOpenCL events) and for the events of its pyopencl inputs."""
+    The call waits for `wait_for` (PyOpenCL events) and for the events of its pyopencl inputs.
+    On an out-of-order queue, a call with any result that carries no event of the call (numpy,
+    Tensors) ends with a barrier, so what comes after it sees its results."""
 
     def __init__(self, ctx, *inputs, wait_for=None):
         super().__init__()
@@ -1034,6 +1081,7 @@ class _Scope(list):
         self.waits = list(wait_for or []) + [e for a in arrays for e in a.events]
         self.outputs = {}
         self.borrowed = []
+        self.unordered = self.mode != "pyopencl"  # some result carries no event of the call
         self._event = ctypes.c_void_p()
         self._cl_event = None
 
@@ -1061,5 +1109,7 @@ class _Scope(list):
         for t in self:
             self._ctx._lib.clattn_tensor_free(ctypes.byref(t))
         self.clear()
-        if exc[0] is not None and self._event.value and self._cl_event is None:
-            self.event()  # released with its wrapper
+        if self._event.value and self._cl_event is None:
+            self.event()  # not handed to any output: released with its wrapper
+        if self._ctx._out_of_order and self.unordered and exc[0] is None:
+            self._ctx._barrier()

@@ -103,12 +103,17 @@ _OPENCL = None
 
 
 def opencl():
-    """The OpenCL ICD loader (the library links it; here for clFinish on the env's queue)."""
+    """The OpenCL ICD loader (the library links it): clFinish on the env's queue, and the
+    barrier and marker that order calls on a caller's out-of-order queue."""
     global _OPENCL
     if _OPENCL is None:
         _OPENCL = ctypes.CDLL("libOpenCL.so.1")
         _OPENCL.clFinish.restype = ctypes.c_int32
         _OPENCL.clFinish.argtypes = [c_void_p]
+        for name in ("clEnqueueBarrierWithWaitList", "clEnqueueMarkerWithWaitList"):
+            fn = getattr(_OPENCL, name)
+            fn.restype = ctypes.c_int32
+            fn.argtypes = [c_void_p, c_uint, c_void_p, c_void_p]
     return _OPENCL
 
 
@@ -153,6 +158,7 @@ def _declare(lib):
         "clattn_env_upload": (c_int, [env_p, POINTER(Tensor), c_void_p]),
         "clattn_env_download": (c_int, [env_p, POINTER(Tensor), c_void_p]),
         "clattn_tensor_free": (None, [POINTER(Tensor)]),
+        "clattn_cache_clear": (None, [c_void_p]),
         "clattn_copy": (c_int, [POINTER(Tensor), POINTER(Tensor), POINTER(Tensor)] + tail),
         "clattn_split_heads": (c_int, [POINTER(Tensor), c_int, POINTER(Tensor)] + tail),
         "clattn_merge_heads": (c_int, [POINTER(Tensor), POINTER(Tensor)] + tail),

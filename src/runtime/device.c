@@ -1,4 +1,5 @@
 /* Device listing and selection (CLATTN_DEVICE), and the clattn_env convenience. */
+#include "launch.h"
 #include "status.h"
 #include "tensor.h"
 
@@ -356,7 +357,13 @@ static int transfer(clattn_env *env, const clattn_tensor *t, void *host, bool up
                             upload ? "upload" : "download");
     size_t elem = clattn_dtype_size(t->dtype);
     size_t bytes = (size_t)clattn_tensor_numel(t) * elem;
-    cl_int err = upload ? clEnqueueWriteBuffer(env->queue, t->buffer, CL_TRUE, t->offset * elem,
+    /* A wrapped out-of-order queue: the copy comes after everything enqueued before it, as on
+     * the in-order queue of clattn_env_create. */
+    cl_int err = clattn__queue_out_of_order(env->queue)
+                     ? clEnqueueBarrierWithWaitList(env->queue, 0, NULL, NULL)
+                     : CL_SUCCESS;
+    if (err != CL_SUCCESS) return clattn__cl_fail(err, "clEnqueueBarrierWithWaitList");
+    err = upload ? clEnqueueWriteBuffer(env->queue, t->buffer, CL_TRUE, t->offset * elem,
                                                bytes, host, 0, NULL, NULL)
                         : clEnqueueReadBuffer(env->queue, t->buffer, CL_TRUE, t->offset * elem,
                                               bytes, host, 0, NULL, NULL);

@@ -1,6 +1,8 @@
 """PyOpenCL interop: a clattn.Context on the caller's queue, pyopencl arrays in and out without
 copies (the same cl_mem), their offsets and strides, events in PyOpenCL's convention (inputs'
-events waited for, outputs carrying the call's), out-of-order queues, and the errors."""
+events waited for, outputs carrying the call's), out-of-order queues, the cached programs of a
+caller's context released with its last Context, and the errors."""
+import ctypes
 import time
 
 import numpy as np
@@ -97,18 +99,36 @@ def test_the_call_waits_for_wait_for_and_its_inputs_events(pctx, queue):
     assert np.array_equal(z.get(), y.get())
 
 
-def test_an_out_of_order_queue_runs_a_chain_by_its_events(device):
+@pytest.fixture(scope="module")
+def out_of_order(device):
     props = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
     if not device.queue_properties & props:
         pytest.skip("the device has no out-of-order queues")
-    context = cl.Context([device])
-    queue = cl.CommandQueue(context, properties=props)
-    x = RNG.standard_normal((2, 16, 3 * 64)).astype(np.float32)
-    with clattn.Context.from_pyopencl(queue) as ooo, clattn.Context() as plain:
-        a = cl_array.to_device(queue, x)
-        m = ooo.merge_heads(ooo.attention(*ooo.split_qkv(a, 4), causal=True))
-        want = plain.merge_heads(plain.attention(*plain.split_qkv(x, 4), causal=True))
+    queue = cl.CommandQueue(cl.Context([device]), properties=props)
+    with clattn.Context.from_pyopencl(queue) as ooo:
+        yield ooo
+
+
+def test_an_out_of_order_queue_orders_every_kind_of_call(out_of_order):
+    """Chains by events (pyopencl arrays), by barriers (numpy in/out, Tensors), and across the
+    two (ctx.tensor of an array, to_pyopencl of a Tensor), each as long as it takes a race on
+    PoCL's out-of-order queue to show (before the barriers: wrong 5 times in 5)."""
+    ooo, queue = out_of_order, out_of_order.queue
+    x = RNG.standard_normal((2, 512, 3 * 256)).astype(np.float32)
+    with clattn.Context() as plain:
+        want = plain.merge_heads(plain.attention(*plain.split_qkv(x, 4)))
+        q = plain.split_qkv(x, 4)[0]
+        want_q = plain.attention(q, q, q)
+    for _ in range(3):
+        m = ooo.merge_heads(ooo.attention(*ooo.split_qkv(cl_array.to_device(queue, x), 4)))
         assert np.array_equal(m.get(), want)
+        assert np.array_equal(ooo.attention(q, q, q), want_q)  # numpy in, numpy out
+        t = ooo.merge_heads(ooo.attention(*ooo.split_qkv(ooo.tensor(x), 4)))
+        assert np.array_equal(t.numpy(), want)  # Tensors
+        a = ooo.split_qkv(cl_array.to_device(queue, x), 4)[0]
+        assert np.array_equal(ooo.attention(*(ooo.tensor(a),) * 3).numpy(), want_q)
+        back = ooo.attention(*(ooo.tensor(q),) * 3).to_pyopencl()
+        assert np.array_equal(back.get(), want_q)
 
 
 def test_close_leaves_the_callers_queue_working(device):
@@ -119,6 +139,23 @@ def test_close_leaves_the_callers_queue_working(device):
     ctx.close()
     assert np.array_equal(y.get(), np.full((2, 4), 0.25, np.float32))
     assert np.array_equal((y * 4).get(), np.ones((2, 4), np.float32))
+
+
+def test_the_last_context_on_an_opencl_context_releases_its_programs(device):
+    queue = cl.CommandQueue(cl.Context([device]))
+    first, second = clattn.Context.from_pyopencl(queue), clattn.Context.from_pyopencl(queue)
+    lib = first._lib
+    lib.clattn_cache_stats.argtypes = [ctypes.POINTER(ctypes.c_size_t)] + [ctypes.c_void_p] * 2
+    programs = ctypes.c_size_t()
+    first.softmax(cl_array.to_device(queue, np.ones((2, 4), np.float32))).get()
+    lib.clattn_cache_stats(ctypes.byref(programs), None, None)
+    cached = programs.value
+    first.close()
+    lib.clattn_cache_stats(ctypes.byref(programs), None, None)
+    assert programs.value == cached  # the second Context still uses them
+    second.close()
+    lib.clattn_cache_stats(ctypes.byref(programs), None, None)
+    assert programs.value < cached
 
 
 def test_wrong_arrays_are_refused(pctx, queue, device):
