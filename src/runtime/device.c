@@ -363,10 +363,10 @@ static int transfer(clattn_env *env, const clattn_tensor *t, void *host, bool up
                      ? clEnqueueBarrierWithWaitList(env->queue, 0, NULL, NULL)
                      : CL_SUCCESS;
     if (err != CL_SUCCESS) return clattn__cl_fail(err, "clEnqueueBarrierWithWaitList");
-    err = upload ? clEnqueueWriteBuffer(env->queue, t->buffer, CL_TRUE, t->offset * elem,
-                                               bytes, host, 0, NULL, NULL)
-                        : clEnqueueReadBuffer(env->queue, t->buffer, CL_TRUE, t->offset * elem,
-                                              bytes, host, 0, NULL, NULL);
+    err = upload ? clEnqueueWriteBuffer(env->queue, t->buffer, CL_TRUE, t->offset * elem, bytes,
+                                        host, 0, NULL, NULL)
+                 : clEnqueueReadBuffer(env->queue, t->buffer, CL_TRUE, t->offset * elem, bytes,
+                                       host, 0, NULL, NULL);
     if (err != CL_SUCCESS)
         return clattn__cl_fail(err, upload ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer");
     return CLATTN_SUCCESS;
