@@ -247,7 +247,7 @@ sanitizer_reports() {
 # error report counts unless it is the build failure that a test provokes on purpose.
 oclgrind_reports() {
   local name=$1 log=$2 pattern reports api
-  pattern='Invalid (read|write)|data race|Uninitialized value|Controlflow depends on uninitialized|Work-group divergence|out-of-bounds'
+  pattern='Invalid (read|write)|data race|Uninitialized value|Controlflow depends on uninitialized|Work-group divergence|out-of-bounds|exceeds static array size'
   api=$(grep -A1 'runtime error detected' "$log" | grep -c 'Function:')
   api=$((api - $(grep -A2 'runtime error detected' "$log" | grep -c 'CL_BUILD_PROGRAM_FAILURE')))
   reports=$(($(grep -cE "$pattern" "$log") + api))

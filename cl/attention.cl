@@ -25,6 +25,16 @@
  *                     p.v broadcasts p[t][j] against V row j as vectors. Every multiply is a
  *                     full-width vector FMA, and the masks, the exponentials and the rescale
  *                     work on whole vectors of keys.
+ *   attention_micro   the register-tiled GPU variant: one work-group per block of ROWS x MQ
+ *                     queries of one (batch, query head), its work-items a ROWS x COLS grid
+ *                     (COLS = TK / MK). The block's queries, a TK-key K tile and its V tile
+ *                     sit in local memory; each work-item computes an MQ x MK tile of scores
+ *                     (its rows ty + a*ROWS, its keys tx + c*COLS), so every value it reads
+ *                     from local memory feeds MK or MQ FMAs, then an MQ x ceil(VALUE_DIM / COLS)
+ *                     tile of the output (value dims tx + c*COLS) from the tile's weights,
+ *                     which pass through local memory. A row's running max is combined across
+ *                     its COLS work-items through local memory once a tile; its sum is kept
+ *                     per work-item and combined at the end.
  *   attention_merge   with SPLITS > 1 (decoding: few queries, long keys), either kernel above
  *                     takes one of SPLITS chunks of the keys per work-item or group and writes a
  *                     partial (max, sum, acc) to scratch; this kernel merges the partials by
@@ -35,8 +45,9 @@
  * score makes its row NaN.
  *
  * Build options: Q_T, K_T, V_T, O_T, LSE_T (f32|f16|bf16), HAS_LSE, HEAD_DIM, VALUE_DIM, VEC
- * (head-dim lanes), BM, BN (blocks), TK (tiles), SPLITS, IDX, EMPTY_NAN, the mask's, and
- * VARIANT (0 blocks, 1 tiles, 2 keys, 3 lanes with its pack): the one variant kernel the program
+ * (head-dim lanes), BM, BN (blocks), TK (tiles, micro), MQ, MK, ROWS (micro), SPLITS, IDX,
+ * EMPTY_NAN, the mask's, and VARIANT (0 blocks, 1 tiles, 2 keys, 3 lanes with its pack, 4
+ * micro): the one variant kernel the program
  * holds, beside the merge. A device then compiles only the variants its calls run (the lanes
  * kernel alone was more than half of the whole file's build time for Intel GPUs); without
  * VARIANT every kernel is built.
@@ -256,19 +267,22 @@ __kernel void attention_blocks(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TEN
 
 #endif /* BUILDS(0) */
 
-#if BUILDS(1)
-/* The first and the end of the keys any query of the work-group can see: a tile no query
- * sees is never loaded. */
-inline int2 group_key_span(__local int *span, const mask_row *r, int Sk) {
+#if BUILDS(1) || BUILDS(4)
+/* The first and the end of the keys any query of the work-group can see, from each work-item's
+ * [lo, hi) (empty when lo >= hi): a tile no query sees is never loaded. */
+inline int2 group_key_span(__local int *span, int lo, int hi, int Sk) {
     if (get_local_id(0) == 0) span[0] = Sk, span[1] = 0;
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (r->lo < r->hi) {
-        atomic_min(&span[0], r->lo);
-        atomic_max(&span[1], r->hi);
+    if (lo < hi) {
+        atomic_min(&span[0], lo);
+        atomic_max(&span[1], hi);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     return (int2)(span[0], span[1]);
 }
+#endif
+
+#if BUILDS(1)
 
 /* Rows j0 .. j0 + TK - 1 of a [Sk, n] matrix into local memory, as floats; rows at or past `hi`
  * read as 0. Consecutive work-items read consecutive elements of a row. */
@@ -282,7 +296,8 @@ __kernel void attention_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENS
                               __global CAT(storage_, O_T) * o, IDX o_off, IDX o_s0, IDX o_s1,
                               IDX o_s2, IDX o_s3, int B, int Hq, int Hkv, int Sq,
                               int Sk LSE_PARAMS PART_PARAMS, MASK_PARAMS) {
-    __local lane_t kt[TK][LANES(HEAD_DIM)], vt[TK][LANES(VALUE_DIM)];
+    /* flat: LOAD_TILE fills them as floats, element by element */
+    __local lane_t kt[TK * LANES(HEAD_DIM)], vt[TK * LANES(VALUE_DIM)];
     __local int span[2];
     const int nq = (int)get_local_size(0), blocks = (Sq + nq - 1) / nq;
     const int group = (int)get_group_id(0), split = group % SPLITS, unit = group / SPLITS;
@@ -292,7 +307,7 @@ __kernel void attention_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENS
     mask_row r = mask_row_start(&p, b, h, min(i, Sq - 1), Sq, Sk);
     CLIP_TO_SPLIT(r, split);
     if (i >= Sq) r.hi = r.lo; /* a work-item past Sq only helps load tiles */
-    const int2 keys = group_key_span(span, &r, Sk);
+    const int2 keys = group_key_span(span, r.lo, r.hi, Sk);
 
     lane_t qv[LANES(HEAD_DIM)], acc[LANES(VALUE_DIM)];
     LOAD_ROW(Q_T, q, AT(q, b, h, min(i, Sq - 1), 0), q_s3, HEAD_DIM, qv);
@@ -310,7 +325,7 @@ __kernel void attention_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENS
             float x = -INFINITY;
             if (j >= r.lo && j < r.hi) {
                 lane_t dot = 0.0f;
-                for (int c = 0; c < LANES(HEAD_DIM); ++c) dot = fma(qv[c], kt[jj][c], dot);
+                for (int c = 0; c < LANES(HEAD_DIM); ++c) dot = fma(qv[c], kt[jj * LANES(HEAD_DIM) + c], dot);
                 x = mask_score(&p, &r, j, DOT_FINISH(dot));
             }
             w[jj] = x;
@@ -331,7 +346,7 @@ __kernel void attention_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENS
         for (int jj = 0; jj < TK; ++jj)
             if (w[jj] != 0.0f)
                 for (int c = 0; c < LANES(VALUE_DIM); ++c)
-                    acc[c] = fma((lane_t)w[jj], vt[jj][c], acc[c]);
+                    acc[c] = fma((lane_t)w[jj], vt[jj * LANES(VALUE_DIM) + c], acc[c]);
     }
     if (i < Sq) STORE_RESULT(i, acc, m, l, nan_seen);
 }
@@ -597,6 +612,176 @@ attention_lanes(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T,
     }
 }
 #endif /* VEC >= 4 && BUILDS(3) */
+
+#if BUILDS(4)
+#ifndef MQ
+#define MQ 4
+#endif
+#ifndef MK
+#define MK 2
+#endif
+#ifndef ROWS
+#define ROWS 16
+#endif
+#define COLS (TK / MK)                             /* work-items along the keys of a tile */
+#define MD   ((VALUE_DIM + COLS - 1) / COLS)        /* value dims per work-item */
+#define BQ   (ROWS * MQ)                            /* queries a block, at most */
+
+/* The running max of each of the work-item's rows over the tile's scores s (-INFINITY where
+ * hidden), combined across the row's COLS work-items through red: the same value in each. */
+inline void micro_row_max(__local float (*red)[BQ], const float s[MQ][MK], float m_new[MQ],
+                          const float m[MQ], int tx, int ty, int rows) {
+    for (int a = 0; a < MQ; ++a) {
+        float mx = -INFINITY;
+        for (int c = 0; c < MK; ++c) mx = fmax(mx, s[a][c]);
+        red[tx][ty + a * rows] = mx;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int a = 0; a < MQ; ++a) {
+        float mx = m[a];
+        for (int t = 0; t < COLS; ++t) mx = fmax(mx, red[t][ty + a * rows]);
+        m_new[a] = mx;
+    }
+}
+
+__kernel void attention_micro(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v),
+                              __global CAT(storage_, O_T) * o, IDX o_off, IDX o_s0, IDX o_s1,
+                              IDX o_s2, IDX o_s3, int B, int Hq, int Hkv, int Sq,
+                              int Sk LSE_PARAMS PART_PARAMS, MASK_PARAMS) {
+    __local float qs[HEAD_DIM][BQ]; /* the block's queries, d-major */
+    __local float ks[HEAD_DIM][TK]; /* a key tile, d-major */
+    __local float vs[TK][VALUE_DIM];
+    __local float ps[TK][BQ];   /* the tile's weights, key-major */
+    __local float red[COLS][BQ]; /* a row's partials, one per work-item of the row */
+    __local int span[2];
+    __local int garbage; /* the V tile holds a NaN or Inf */
+    const int tid = (int)get_local_id(0), tx = tid % COLS, ty = tid / COLS;
+    const int threads = (int)get_local_size(0), rows = threads / COLS, bq = rows * MQ;
+    const int blocks = (Sq + bq - 1) / bq;
+    const int group = (int)get_group_id(0), split = group % SPLITS, unit = group / SPLITS;
+    const int bh = unit / blocks, h = bh % Hq, b = bh / Hq, hk = h / (Hq / Hkv);
+    const int i0 = (unit % blocks) * bq;
+    MASK_PACK(p);
+    mask_row r[MQ];
+    int lo = Sk, hi = 0;
+    for (int a = 0; a < MQ; ++a) {
+        const int i = i0 + ty + a * rows;
+        r[a] = mask_row_start(&p, b, h, min(i, Sq - 1), Sq, Sk);
+        CLIP_TO_SPLIT(r[a], split);
+        if (i >= Sq) r[a].hi = r[a].lo; /* a row past Sq only helps load tiles */
+        if (r[a].lo < r[a].hi) lo = min(lo, r[a].lo), hi = max(hi, r[a].hi);
+    }
+    if (tid == 0) garbage = 0;
+    for (int e = tid; e < bq * HEAD_DIM; e += threads) {
+        const int row = e / HEAD_DIM, d = e % HEAD_DIM, i = i0 + row;
+        qs[d][row] = i < Sq ? CAT(load_, Q_T)(q, AT(q, b, h, i, d)) : 0.0f;
+    }
+    const int2 keys = group_key_span(span, lo, hi, Sk); /* its barriers publish qs, garbage */
+
+    /* a NaN score needs no flag here: its weight exp(NaN) makes the row's sum NaN */
+    float acc[MQ][MD], m[MQ], l[MQ];
+    for (int a = 0; a < MQ; ++a) {
+        m[a] = -INFINITY, l[a] = 0.0f;
+        for (int c = 0; c < MD; ++c) acc[a][c] = 0.0f;
+    }
+    for (int j0 = keys.x; j0 < keys.y; j0 += TK) {
+        barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with the last tile */
+        for (int e = tid; e < TK * HEAD_DIM; e += threads) {
+            const int jj = e / HEAD_DIM, d = e % HEAD_DIM, j = j0 + jj;
+            ks[d][jj] = j < keys.y ? CAT(load_, K_T)(k, AT(k, b, hk, j, d)) : 0.0f;
+        }
+        for (int e = tid; e < TK * VALUE_DIM; e += threads) {
+            const int jj = e / VALUE_DIM, d = e % VALUE_DIM, j = j0 + jj;
+            const float x = j < keys.y ? CAT(load_, V_T)(v, AT(v, b, hk, j, d)) : 0.0f;
+            vs[jj][d] = x;
+            if (!isfinite(x)) atomic_or(&garbage, 1);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const int tile_garbage = garbage;
+
+        float s[MQ][MK];
+        for (int a = 0; a < MQ; ++a)
+            for (int c = 0; c < MK; ++c) s[a][c] = 0.0f;
+        /* unrolled where the FMAs are (Oclgrind ran the kernel twice as fast); unrolling the
+         * per-row bookkeeping too made Intel's pvc build spill (33 at D = 64, 95 at 128) */
+        for (int d = 0; d < HEAD_DIM; ++d) {
+            float qa[MQ], kc[MK];
+            UNROLL for (int a = 0; a < MQ; ++a) qa[a] = qs[d][ty + a * rows];
+            UNROLL for (int c = 0; c < MK; ++c) kc[c] = ks[d][tx + c * COLS];
+            UNROLL for (int a = 0; a < MQ; ++a)
+                UNROLL for (int c = 0; c < MK; ++c) s[a][c] = fma(qa[a], kc[c], s[a][c]);
+        }
+        for (int a = 0; a < MQ; ++a)
+            for (int c = 0; c < MK; ++c) {
+                const int j = j0 + tx + c * COLS;
+                s[a][c] = j >= r[a].lo && j < r[a].hi ? mask_score(&p, &r[a], j, s[a][c])
+                                                      : -INFINITY;
+            }
+        float m_new[MQ];
+        micro_row_max(red, s, m_new, m, tx, ty, rows);
+        for (int a = 0; a < MQ; ++a) {
+            const float keep = m_new[a] == -INFINITY ? 0.0f : exp(m[a] - m_new[a]);
+            l[a] *= keep;
+            for (int c = 0; c < MD; ++c) acc[a][c] *= keep;
+            for (int c = 0; c < MK; ++c) {
+                const float w = s[a][c] == -INFINITY ? 0.0f : exp(s[a][c] - m_new[a]);
+                l[a] += w;
+                ps[tx + c * COLS][ty + a * rows] = w;
+            }
+            m[a] = m_new[a];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (tid == 0) garbage = 0; /* read by all before the last barrier; set after the next */
+
+        /* a zero weight skips its V row where the tile holds garbage: what a hidden row holds
+         * (NaN, Inf) never counts; elsewhere every product is a plain FMA */
+        for (int jj = 0; jj < TK; ++jj) {
+            float pa[MQ], vc[MD];
+            UNROLL for (int a = 0; a < MQ; ++a) pa[a] = ps[jj][ty + a * rows];
+            UNROLL for (int c = 0; c < MD; ++c) {
+                const int e = tx + c * COLS;
+                vc[c] = e < VALUE_DIM ? vs[jj][e] : 0.0f;
+            }
+            if (tile_garbage) {
+                UNROLL for (int a = 0; a < MQ; ++a)
+                    UNROLL for (int c = 0; c < MD; ++c)
+                        acc[a][c] = pa[a] != 0.0f ? fma(pa[a], vc[c], acc[a][c]) : acc[a][c];
+            } else {
+                UNROLL for (int a = 0; a < MQ; ++a)
+                    UNROLL for (int c = 0; c < MD; ++c) acc[a][c] = fma(pa[a], vc[c], acc[a][c]);
+            }
+        }
+    }
+
+    /* each row's sum over its work-items, in a fixed order */
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int a = 0; a < MQ; ++a) red[tx][ty + a * rows] = l[a];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int a = 0; a < MQ; ++a) {
+        const int i = i0 + ty + a * rows;
+        float total = 0.0f;
+        for (int t = 0; t < COLS; ++t) total += red[t][ty + a * rows];
+        if (i >= Sq) continue;
+        const bool nan_row = isnan(total);
+#if SPLITS > 1
+        __global float *at = part + ((IDX)(bh * Sq + i) * SPLITS + split) * (VALUE_DIM + 2);
+        if (tx == 0) at[0] = nan_row ? NAN : m[a], at[1] = total;
+        for (int c = 0; c < MD; ++c)
+            if (tx + c * COLS < VALUE_DIM) at[2 + tx + c * COLS] = acc[a][c];
+#else
+        const bool empty = m[a] == -INFINITY && !nan_row;
+        const float inv = nan_row ? NAN : 1.0f / total;
+        for (int c = 0; c < MD; ++c) {
+            const int e = tx + c * COLS;
+            if (e < VALUE_DIM)
+                CAT(store_, O_T)(o, AT(o, b, h, i, e),
+                                 empty ? (EMPTY_NAN ? NAN : 0.0f) : acc[a][c] * inv);
+        }
+        if (tx == 0) STORE_LSE(i, empty ? -INFINITY : nan_row ? NAN : m[a] + log(total));
+#endif
+    }
+}
+#endif /* BUILDS(4) */
 
 #if SPLITS > 1
 /* out[b, h, i, e] (and lse once per row) from the SPLITS partial results of row (b, h, i): each

@@ -77,7 +77,8 @@ static int one_case(test_ctx *t, uint64_t seed, int verbose) {
     /* the composed path, the lanes variant and the key split stay out of runs under Oclgrind's
      * --uninitialized (see test_under_uninit_checker) */
     const bool uninit = test_under_uninit_checker();
-    /* the fused variants (blocks, tiles, keys, lanes), then CLATTN__ATTENTION_VARIANTS: composed */
+    /* the fused variants (blocks, tiles, keys, lanes, micro), then CLATTN__ATTENTION_VARIANTS:
+     * composed */
     const int variant =
         (int)R(g, uninit ? CLATTN__ATTENTION_LANES : CLATTN__ATTENTION_VARIANTS + 1);
     const int splits = R(g, 3) == 0 && !uninit ? 2 + (int)R(g, 6) : -1;

@@ -12,17 +12,18 @@
 #include <string.h>
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: clattn-tune [--device SPEC] [--op NAME] [--key KEY] [--repeats N] "
-                 "[--budget S] [--quiet]\n"
-                 "  SPEC: P:D or a name substring (as CLATTN_DEVICE)\n"
-                 "  NAME: copy | softmax | attention | linear_attention | gemm | matmul (default: all)\n"
-                 "  KEY:  the device key of the printed rows (default name:<device name>;\n"
-                 "        vendor:<vendor>/<type>, type:<type>, default)\n"
-                 "  --repeats: timed calls per candidate, each beside the current row "
-                 "(default 7)\n"
-                 "  --budget: seconds each op's search may take; past them it stops trying\n"
-                 "            candidates and prints the best so far (default: no limit)\n"
-                 "  --quiet: print the rows only, not every candidate\n");
+    fprintf(out,
+            "usage: clattn-tune [--device SPEC] [--op NAME] [--key KEY] [--repeats N] "
+            "[--budget S] [--quiet]\n"
+            "  SPEC: P:D or a name substring (as CLATTN_DEVICE)\n"
+            "  NAME: copy | softmax | attention | linear_attention | gemm | matmul (default: all)\n"
+            "  KEY:  the device key of the printed rows (default name:<device name>;\n"
+            "        vendor:<vendor>/<type>, type:<type>, default)\n"
+            "  --repeats: timed calls per candidate, each beside the current row "
+            "(default 7)\n"
+            "  --budget: seconds each op's search may take; past them it stops trying\n"
+            "            candidates and prints the best so far (default: no limit)\n"
+            "  --quiet: print the rows only, not every candidate\n");
 }
 
 /* The softmax group variant ignores VEC and SCRATCH: one value of each stands for all. */
@@ -30,11 +31,13 @@ static bool softmax_redundant(const long *v) {
     return v[0] == 1 && (v[1] != 4 || v[3] != 0);
 }
 
-/* BM shapes attention_blocks and attention_lanes, BN blocks only: while neither variant uses
- * one, one value of it stands for all. */
+/* BM shapes attention_blocks and attention_lanes, BN blocks only, MQ and MK micro only: while
+ * no variant of the candidate uses one, one value of it stands for all. */
 static bool attention_redundant(const long *v) {
     const bool blocks = v[0] == 0 || v[1] == 0, lanes = v[0] == 3 || v[1] == 3;
-    return (!blocks && !lanes && v[7] != 4) || (!blocks && v[8] != 16);
+    const bool micro = v[0] == 4 || v[1] == 4;
+    return (!blocks && !lanes && v[7] != 4) || (!blocks && v[8] != 16) ||
+           (!micro && (v[9] != 4 || v[10] != 2));
 }
 
 /* The Xgemm kernel's A and B tiles load in the shape of the work-group (MDIMA = MDIMC, NDIMB
@@ -55,8 +58,8 @@ static const tune_space spaces[] = {
      .redundant = softmax_redundant,
      .cases = tune_softmax_cases},
     {.spec = &clattn__tuning_attention,
-     .stages = {"PREFILL=0|1|3 LANES=4|8|16 GROUP=16|32|64|128 TK=16|32", "BM=2|4|8 BN=8|16|32",
-                "DECODE=0|1|2|3 SPLIT_TARGET=2|8|32 SPLIT_MIN=64|256|1024"},
+     .stages = {"PREFILL=0|1|3|4 LANES=4|8|16 GROUP=16|32|64|128 TK=16|32", "BM=2|4|8 BN=8|16|32",
+                "MQ=2|4|8 MK=1|2|4", "DECODE=0|1|2|3 SPLIT_TARGET=2|8|32 SPLIT_MIN=64|256|1024"},
      .redundant = attention_redundant,
      .cases = tune_attention_cases},
     {.spec = &clattn__tuning_linear_attention,

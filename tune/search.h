@@ -9,7 +9,7 @@
 
 #include <stdio.h>
 
-#define TUNE_MAX_STAGES 3
+#define TUNE_MAX_STAGES 4
 /* A candidate replaces the best only when at least 3% faster: less is within the noise of a
  * median of a few calls here, and every change of row needs a reason. */
 #define TUNE_MARGIN 0.97

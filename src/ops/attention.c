@@ -139,6 +139,7 @@ static void pick_splits(attention_launch *l, cl_device_id device, const attentio
     const int64_t Sk = a->k->shape[2];
     const int64_t per = l->variant == CLATTN__ATTENTION_KEYS    ? 1
                         : l->variant == CLATTN__ATTENTION_TILES ? (int64_t)l->t.GROUP
+                        : l->variant == CLATTN__ATTENTION_MICRO ? (int64_t)l->rows * l->t.MQ
                                                                 : l->t.BM * (int64_t)l->t.GROUP;
     const int64_t groups = a->q->shape[0] * a->q->shape[1] * ((a->q->shape[2] + per - 1) / per);
     const int64_t want = ((int64_t)units * l->t.SPLIT_TARGET + groups - 1) / groups;
@@ -154,6 +155,37 @@ static void pick_splits(attention_launch *l, cl_device_id device, const attentio
     if (forced <= 0) chunk = (chunk + 31) / 32 * 32;
     l->chunk = (int)chunk;
     l->splits = (int)((Sk + chunk - 1) / chunk);
+}
+
+/* Bytes of local memory attention_micro declares for `rows` rows of work-items: the block's
+ * queries, a K and a V tile, the tile's weights and a row's partials (cl/attention.cl). */
+static uint64_t micro_local_bytes(const attention_launch *l, int rows, int64_t d, int64_t dv) {
+    const uint64_t bq = (uint64_t)rows * (uint64_t)l->t.MQ, tk = (uint64_t)l->t.TK;
+    const uint64_t cols = tk / (uint64_t)l->t.MK;
+    return 4 * (d * bq + d * tk + tk * dv + tk * bq + cols * bq) + 12;
+}
+
+/* attention_micro's grid: TK / MK work-items along the keys (TK halved, MK with it when TK
+ * falls below it, until they fit the device's group), as many rows as GROUP allows, then rows
+ * and TK halved until the local arrays fit the device's local memory. */
+static void fit_micro(attention_launch *l, cl_device_id device, int64_t d, int64_t dv,
+                      cl_ulong local_bytes) {
+    size_t limit = clattn__device_max_group(device);
+    if ((size_t)l->t.GROUP < limit) limit = (size_t)l->t.GROUP;
+    if (l->t.MK > l->t.TK) l->t.MK = l->t.TK;
+    while ((size_t)(l->t.TK / l->t.MK) > limit && l->t.TK > 1) {
+        l->t.TK /= 2;
+        if (l->t.MK > l->t.TK) l->t.MK = l->t.TK;
+    }
+    int rows = (int)(limit / (size_t)(l->t.TK / l->t.MK));
+    if (rows < 1) rows = 1;
+    while (micro_local_bytes(l, rows, d, dv) > local_bytes && (rows > 1 || l->t.TK > l->t.MK)) {
+        if (rows > 1)
+            rows /= 2;
+        else
+            l->t.TK /= 2;
+    }
+    l->rows = rows;
 }
 
 static int pick_launch(cl_device_id device, const attention_args *a, attention_launch *l) {
@@ -172,8 +204,10 @@ static int pick_launch(cl_device_id device, const attention_args *a, attention_l
     if (l->variant == CLATTN__ATTENTION_KEYS) l->t.GROUP = ATTENTION_KEYS_SIZE;
     if (l->variant == CLATTN__ATTENTION_LANES) l->t.GROUP = 1; /* its reqd_work_group_size */
     /* the tiles variant's K and V tiles of TK rows take at most half the local memory */
-    while (l->t.TK > 1 && (uint64_t)l->t.TK * (uint64_t)(d + dv) * 4 > local_bytes / 2)
+    while (l->variant != CLATTN__ATTENTION_MICRO && l->t.TK > 1 &&
+           (uint64_t)l->t.TK * (uint64_t)(d + dv) * 4 > local_bytes / 2)
         l->t.TK /= 2;
+    if (l->variant == CLATTN__ATTENTION_MICRO) fit_micro(l, device, d, dv, local_bytes);
     pick_splits(l, device, a);
     return CLATTN_SUCCESS;
 }
@@ -189,12 +223,17 @@ static void attention_options(const attention_args *a, const attention_launch *l
              (long long)a->v->shape[3], wide ? "ulong" : "uint", a->mask.empty_rows_nan, l->splits,
              l->variant);
     clattn__attention_tuning_options(&l->t, options, size);
+    if (l->variant == CLATTN__ATTENTION_MICRO) {
+        const size_t used = strlen(options);
+        snprintf(options + used, size - used, " -DROWS=%d", l->rows);
+    }
     clattn__mask_options(&a->mask, options, size);
 }
 
 /* Work-items (rounded up to whole groups) the variant launches: blocks and lanes, a work-item
  * per BM queries; tiles, a group per `group` queries of one (batch, head), the kernel reading its
- * group size back; keys, a group per query; each times the key splits. */
+ * group size back; micro, a group per group / (TK / MK) x MQ queries; keys, a group per query;
+ * each times the key splits. */
 static size_t attention_items(const attention_args *a, const attention_launch *l, size_t group) {
     const size_t rows = (size_t)(a->q->shape[0] * a->q->shape[1]), sq = (size_t)a->q->shape[2];
     switch (l->variant) {
@@ -202,6 +241,10 @@ static size_t attention_items(const attention_args *a, const attention_launch *l
         return rows * sq * (size_t)l->splits * group;
     case CLATTN__ATTENTION_TILES:
         return rows * ((sq + group - 1) / group) * (size_t)l->splits * group;
+    case CLATTN__ATTENTION_MICRO: {
+        const size_t block = group / (size_t)(l->t.TK / l->t.MK) * (size_t)l->t.MQ;
+        return rows * ((sq + block - 1) / block) * (size_t)l->splits * group;
+    }
     default:
         return clattn__round_up(
             rows * ((sq + (size_t)l->t.BM - 1) / (size_t)l->t.BM) * (size_t)l->splits, group);
@@ -255,13 +298,21 @@ static int enqueue_merge(const attention_args *a, const clattn__call *call, cl_m
     return status;
 }
 
+/* attention_micro's group: whole rows of TK / MK work-items, at most the rows its local arrays
+ * were built for and what the built kernel allows (0 when not one row fits). */
+static size_t micro_group(const attention_launch *l, size_t max_group) {
+    const size_t cols = (size_t)(l->t.TK / l->t.MK), built = (size_t)l->rows * cols;
+    return (max_group < built ? max_group : built) / cols * cols;
+}
+
 /* The fused path with launch `l`: K packed first for the lanes variant, the merge after the
  * kernel when the keys are split. `workspace` holds the partials, then the packed K (NULL when
  * neither is needed). */
 static int enqueue_attention(const attention_args *a, const attention_launch *launch,
                              const clattn__call *call, cl_mem workspace) {
     static const char *const kernels[CLATTN__ATTENTION_VARIANTS] = {
-        "attention_blocks", "attention_tiles", "attention_keys", "attention_lanes"};
+        "attention_blocks", "attention_tiles", "attention_keys", "attention_lanes",
+        "attention_micro"};
     const attention_launch l = *launch;
     bool wide = attention_needs_wide_index(a) || partial_floats(a, &l) + packed_key_floats(a, &l) >=
                                                      (size_t)clattn__narrow_index_limit();
@@ -281,8 +332,16 @@ static int enqueue_attention(const attention_args *a, const attention_launch *la
         size_t local = max_group < (size_t)l.t.GROUP ? max_group : (size_t)l.t.GROUP;
         if (l.variant == CLATTN__ATTENTION_KEYS) /* its reductions want a power of two */
             while (local & (local - 1)) local &= local - 1;
-        status = clattn__enqueue_link(call, kernel, attention_items(a, &l, local), local, &prev,
-                                      l.splits <= 1);
+        if (l.variant == CLATTN__ATTENTION_MICRO) /* whole rows, at most the rows built for */
+            local = micro_group(&l, max_group);
+        if (local == 0)
+            status = clattn__fail(CLATTN_ERR_DEVICE_LIMIT,
+                                  "attention_micro: the kernel's groups of %zu work-items are "
+                                  "narrower than a row of %d",
+                                  max_group, (int)(l.t.TK / l.t.MK));
+        if (status == CLATTN_SUCCESS)
+            status = clattn__enqueue_link(call, kernel, attention_items(a, &l, local), local, &prev,
+                                          l.splits <= 1);
     }
     if (status == CLATTN_SUCCESS && l.splits > 1)
         status = enqueue_merge(a, call, workspace, wide, options, &prev);
@@ -307,11 +366,14 @@ static int resolve_path(const clattn_attention_options *options) {
 /* The kernels number work-items (blocks) and groups (tiles, keys) with int: a launch past
  * that, which only a split of keys past 2^30 can reach, is refused before anything runs. */
 static int check_launch_size(const attention_args *a, const attention_launch *l) {
-    size_t items = attention_items(a, l, (size_t)l->t.GROUP);
+    const size_t group = l->variant == CLATTN__ATTENTION_MICRO
+                             ? (size_t)l->rows * (size_t)(l->t.TK / l->t.MK)
+                             : (size_t)l->t.GROUP;
+    size_t items = attention_items(a, l, group);
     size_t numbered =
         l->variant == CLATTN__ATTENTION_BLOCKS || l->variant == CLATTN__ATTENTION_LANES
             ? items
-            : items / (size_t)l->t.GROUP;
+            : items / group;
     if (numbered > 0x7fffffff)
         return clattn__fail(CLATTN_ERR_DEVICE_LIMIT,
                             "the launch needs %zu work-groups or work-items; at most 2^31 - 1",

@@ -24,8 +24,9 @@ typedef struct clattn__attention_args {
  * dims, TK halved to fit the local memory and GROUP the keys variant's own where it runs. */
 typedef struct clattn__attention_launch {
     clattn__attention_tuning t;
-    int variant;       /* CLATTN__ATTENTION_BLOCKS, _TILES or _KEYS */
+    int variant;       /* CLATTN__ATTENTION_BLOCKS, _TILES, _KEYS, _LANES or _MICRO */
     int splits, chunk; /* the key axis in `splits` chunks of `chunk` keys (1: unsplit) */
+    int rows;          /* micro: work-item rows a group (its local arrays' size) */
 } clattn__attention_launch;
 
 /* What a call runs, decided once. */

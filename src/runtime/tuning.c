@@ -61,7 +61,7 @@ static const char *linear_attention_fits(cl_device_id device,
     return NULL;
 }
 
-/* Variants: 0 blocks, 1 tiles, 2 keys, 3 lanes. */
+/* Variants: 0 blocks, 1 tiles, 2 keys, 3 lanes, 4 micro. */
 static const char *attention_fits(cl_device_id device, const clattn__attention_tuning *t) {
     if (t->PREFILL == 2) return "PREFILL cannot be the keys variant (a group per query row)";
     if (!is_lane_width(t->LANES)) return "LANES must be 1, 4, 8 or 16";
@@ -70,6 +70,7 @@ static const char *attention_fits(cl_device_id device, const clattn__attention_t
     if ((t->DECODE == 2 || t->PREFILL == 2) && clattn__device_max_group(device) < 128)
         return "the keys variant needs groups of 128";
     if (t->BN != 4 && t->BN != 8 && t->BN != 16 && t->BN != 32) return "BN must be 4, 8, 16 or 32";
+    if (t->MK != 1 && t->MK != 2 && t->MK != 4 && t->MK != 8) return "MK must be 1, 2, 4 or 8";
     return NULL;
 }
 

@@ -42,23 +42,27 @@
  * BM queries a work-item against BN-key tiles; 1 attention_tiles, a query a work-item,
  * groups sharing TK-key K/V tiles in local memory; 2 attention_keys, a group of 128 per query
  * row; 3 attention_lanes, BM queries a work-item against tiles of LANES keys along the vector
- * lanes, K packed d-major in the workspace); LANES: head-dim vector width (lanes: the keys a
- * tile, blocks when under 4); GROUP: blocks' and tiles' group size; TK: the largest
- * key tile (halved to fit); SPLIT_TARGET, SPLIT_MIN: a launch with fewer groups than
- * SPLIT_TARGET per compute unit splits the keys into chunks of at least SPLIT_MIN; BM, BN: the
- * blocks' queries per work-item and keys per tile.
+ * lanes, K packed d-major in the workspace; 4 attention_micro, an MQ x MK tile of scores a
+ * work-item, TK / MK work-items along a TK-key tile); LANES: head-dim vector width (lanes: the
+ * keys a tile, blocks when under 4); GROUP: blocks', tiles' and micro's group size (micro: at
+ * most); TK: the largest key tile (halved to fit); SPLIT_TARGET, SPLIT_MIN: a launch with fewer
+ * groups than SPLIT_TARGET per compute unit splits the keys into chunks of at least SPLIT_MIN;
+ * BM, BN: the blocks' queries per work-item and keys per tile; MQ, MK: micro's queries and
+ * keys per work-item.
  * Default: PoCL on AVX-512: blocks at 16 lanes (the tiles variant's one query per work-item
  * ran far slower there), clattn-bench --op attention_causal. */
 #define CLATTN__TUNING_ATTENTION(X)                                                                \
-    X(PREFILL, 0, 0, 3, HOST)                                                                      \
-    X(DECODE, 0, 0, 3, HOST)                                                                       \
+    X(PREFILL, 0, 0, 4, HOST)                                                                      \
+    X(DECODE, 0, 0, 4, HOST)                                                                       \
     X(LANES, 16, 1, 16, VEC)                                                                       \
     X(GROUP, 16, 1, 1024, HOST)                                                                    \
     X(TK, 32, 1, 32, TK)                                                                           \
     X(SPLIT_TARGET, 8, 1, 1024, HOST)                                                              \
     X(SPLIT_MIN, 128, 32, 1 << 20, HOST)                                                           \
     X(BM, 4, 1, 8, BM)                                                                             \
-    X(BN, 16, 4, 32, BN)
+    X(BN, 16, 4, 32, BN)                                                                           \
+    X(MQ, 4, 1, 8, MQ)                                                                             \
+    X(MK, 2, 1, 8, MK)
 
 /* Linear attention. LANES: head-dim vector width (narrowed at launch to divide the head dims);
  * ROWS: state rows per linear_states work-item, BM: queries per linear_outputs work-item (0:
