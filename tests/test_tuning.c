@@ -41,10 +41,10 @@ static void typed_rows_and_build_options(test_ctx *t) {
     CHECK(t, a.PREFILL == values[0] && a.LANES == values[2] && a.BN == values[8],
           "typed PREFILL %ld LANES %ld BN %ld against %ld %ld %ld", a.PREFILL, a.LANES, a.BN,
           values[0], values[2], values[8]);
-    a.LANES = 8, a.TK = 16, a.BM = 2, a.BN = 32, a.GROUP = 77;
+    a.LANES = 8, a.TK = 16, a.BM = 2, a.BN = 32, a.GROUP = 77, a.MQ = 8, a.MK = 1;
     char options[256] = "-cl-std=CL1.2";
     clattn__attention_tuning_options(&a, options, sizeof options);
-    CHECK(t, strcmp(options, "-cl-std=CL1.2 -DVEC=8 -DTK=16 -DBM=2 -DBN=32") == 0,
+    CHECK(t, strcmp(options, "-cl-std=CL1.2 -DVEC=8 -DTK=16 -DBM=2 -DBN=32 -DMQ=8 -DMK=1") == 0,
           "attention's build options: \"%s\"", options);
     clattn__copy_tuning c = {.VEC = 4, .RUN = 9, .GROUP = 3};
     options[0] = '\0';
@@ -81,7 +81,14 @@ static void malformed_overrides_are_errors(test_ctx *t) {
                                       "GROUP=8,GROUP=16"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i)
         CHECK_STATUS(t, clattn_tuning_override("softmax", bad[i]), CLATTN_ERR_INVALID_TUNING);
-    CHECK_STATUS(t, clattn_tuning_override("attention", "DECODE=4"), CLATTN_ERR_INVALID_TUNING);
+    CHECK_STATUS(t, clattn_tuning_override("attention", "DECODE=5"), CLATTN_ERR_INVALID_TUNING);
+    /* in range, but not a tile a work-item can take: refused where the row is looked up */
+    CHECK_OK(t, clattn_tuning_override("attention", "MK=3"));
+    char row[512];
+    int mk_status = clattn_tuning_lookup(device_of(t), "attention", CLATTN_F32, row, sizeof row);
+    clattn_tuning_override("attention", NULL);
+    CHECK(t, mk_status == CLATTN_ERR_INVALID_TUNING, "MK=3 looked up -> %s",
+          clattn_status_name(mk_status));
     CHECK_STATUS(t, clattn_tuning_override("copy", "VEC=17"), CLATTN_ERR_INVALID_TUNING);
     CHECK_STATUS(t, clattn_tuning_override("gemm", "GROUP=8"), CLATTN_ERR_INVALID_TUNING);
     CHECK_STATUS(t, clattn_tuning_override("gemv", "GROUP=8"), CLATTN_ERR_INVALID_ARGUMENT);
