@@ -308,6 +308,9 @@ __kernel __attribute__((reqd_work_group_size(GROUP, 1, 1))) void softmax_group(S
 
     const float inv = 1.0f / st.sum;
     const float outside = row_is_empty(&st) ? empty_value() : 0.0f;
+    /* in place (y over x), a key read above by one work-item (from r.lo) may be written below
+     * by another (from 0): the reductions' barriers fence local memory only */
+    barrier(CLK_GLOBAL_MEM_FENCE);
     for (int j = lid; j < Sk; j += GROUP) {
         if (j < r.lo || j >= r.hi)
             STORE_Y(yr + (IDX)j * ys3, outside);
