@@ -507,8 +507,13 @@ static void gemm_bridge_matches_host(test_ctx *t) {
 
 /* clattn's kernel with the default tile (one partial row block and panel here) and a small one
  * (several of each, panels split over work-items), both layouts of b, beta 0 and 1. */
+/* matmul_tiles reads the panels matmul_pack wrote: scratch another kernel wrote, which
+ * Oclgrind's uninitialized-value checker misreads (1000 reports, results right); the
+ * oclgrind-mha lane runs it without that checker. */
 static void gemm_kernel_matches_host(test_ctx *t) {
     static const char *const rows[] = {"KERNEL=1", "KERNEL=1,MR=3,NV=1,VEC=4,PANELS=2"};
+    if (test_under_uninit_checker())
+        return test_skip(t, "matmul_tiles reads matmul_pack's panels: misread by that checker");
     for (int i = 0; i < 2 && !t->failed; ++i) {
         check_gemm(t, false, 0.0f, rows[i]);
         if (!t->failed) check_gemm(t, true, 1.0f, rows[i]);
