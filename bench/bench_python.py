@@ -64,22 +64,18 @@ class Chains:
         return list(times)
 
     def tensors(self, count):
-        times = []
-        for _ in range(count):
-            start = time.perf_counter()
-            ctx = self.ctx
-            merged = ctx.merge_heads(ctx.attention(*ctx.split_qkv(self.x, self.heads)))
-            ctx.finish()
-            times.append((time.perf_counter() - start) * 1e3)
-        self.last = merged
-        return times
+        return self._python_chain(count, self.x, self.ctx.finish)
 
-    def numpy(self, count):
+    def numpy(self, count):  # the last download blocks: nothing more to wait for
+        return self._python_chain(count, self.host, lambda: None)
+
+    def _python_chain(self, count, x, wait):
         times = []
+        ctx = self.ctx
         for _ in range(count):
             start = time.perf_counter()
-            ctx = self.ctx
-            merged = ctx.merge_heads(ctx.attention(*ctx.split_qkv(self.host, self.heads)))
+            merged = ctx.merge_heads(ctx.attention(*ctx.split_qkv(x, self.heads)))
+            wait()
             times.append((time.perf_counter() - start) * 1e3)
         self.last = merged
         return times

@@ -553,9 +553,11 @@ class Context:
         raise TypeError("%s: expected a clattn.Tensor or a pyopencl array, got %s"
                         % (name, type(value).__name__))
 
-    def _upload(self, scope, array, code):
-        if isinstance(array, Tensor) or _is_pyopencl(array):
-            return self._device_operand(scope, "input", array, code)
+    def _upload(self, scope, array, code, name="input"):
+        """The descriptor of an input: a Tensor or pyopencl array as it is, numpy uploaded into
+        the call's scratch."""
+        if _on_device(array):
+            return self._device_operand(scope, name, array, code)
         array = np.ascontiguousarray(array)
         t = _lib.Tensor()
         dims = (ctypes.c_int64 * 4)(*_as_4d("tensor", array.shape))
@@ -982,7 +984,7 @@ class Context:
             b = _float_array("bias", bias)
             if not _on_device(b):
                 b = b.reshape(_as_4d("bias", b.shape))
-            m.bias = ctypes.pointer(self._device_or_upload(scope, "bias", b, _code_of(b.dtype)))
+            m.bias = ctypes.pointer(self._upload(scope, b, _code_of(b.dtype), "bias"))
         if alibi_slopes is not None:
             slopes = _float_array("alibi_slopes", alibi_slopes, np.float32)
             slopes = slopes if _on_device(slopes) else slopes.reshape(-1)
@@ -990,7 +992,7 @@ class Context:
                 raise ValueError("alibi_slopes: expected %d values (one per head), got shape %s"
                                  % (heads, slopes.shape))
             m.alibi_slopes = ctypes.pointer(
-                self._device_or_upload(scope, "alibi_slopes", slopes, _lib.F32))
+                self._upload(scope, slopes, _lib.F32, "alibi_slopes"))
         return m
 
     def _keep_mask(self, scope, mask):
@@ -1002,11 +1004,6 @@ class Context:
             raise ValueError("mask: expected a bool array (True = attend), got %s" % keep.dtype)
         return self._upload(scope, keep.astype(np.uint8).reshape(_as_4d("mask", keep.shape)),
                             _lib.U8)
-
-    def _device_or_upload(self, scope, name, value, code):
-        if _on_device(value):
-            return self._device_operand(scope, name, value, code)
-        return self._upload(scope, value, code)
 
     def _vector(self, scope, name, values, n):
         """Lengths, one per batch: integers (a numpy array or list), or an int32 Tensor or
