@@ -75,6 +75,7 @@ inline floatV CAT(CAT(load, VEC), _bf16)(__global const ushort *p, IDX i) {
 inline void CAT(CAT(store, VEC), _f32)(__global float *p, IDX i, floatV v) {
     CAT(vstore, VEC)(v, 0, p + i);
 }
+/* f32 -> bf16 bits, round to nearest even, NaN kept quiet (as bf16_from_f32). */
 inline ushortV CAT(CAT(bits, VEC), _bf16)(floatV v) {
     uintV b = CAT(as_uint, VEC)(v);
     uintV rounded = (b + (uintV)0x7fffu + ((b >> 16) & (uintV)1u)) >> 16;
@@ -102,10 +103,37 @@ inline ushortV CAT(CAT(bits, VEC), _f16)(floatV v) {
  * conversion is exact everywhere. */
 inline void CAT(CAT(store, VEC), _f16)(__global half *p, IDX i, floatV v) {
     CAT(vstore, VEC)(CAT(CAT(bits, VEC), _f16)(v), 0, (__global ushort *)(p + i));
-}/* f32 -> bf16 bits, round to nearest even, NaN kept quiet (as bf16_from_f32). */
+}
 
 inline void CAT(CAT(store, VEC), _bf16)(__global ushort *p, IDX i, floatV v) {
     CAT(vstore, VEC)(CAT(CAT(bits, VEC), _bf16)(v), 0, p + i);
+}
+
+/* Aligned vector loads and stores: the same values as the ones above, for an element index i
+ * that the host proved to be a multiple of VEC from a buffer base aligned to VEC elements (the
+ * kernels build them with ALIGNED). vloadN promises the compiler only element alignment, so
+ * NVIDIA's PTX compilers split it into VEC scalar loads (clang's NVPTX backend does); a vector
+ * pointer carries the vector's alignment, so one instruction moves 8 or 16 bytes. 16-bit
+ * values are loaded as integer vectors and converted in registers (vload_halfN from private
+ * memory: the hardware's conversion, no cl_khr_fp16). */
+inline floatV CAT(CAT(load_aligned, VEC), _f32)(__global const float *p, IDX i) {
+    return *(__global const floatV *)(p + i);
+}
+inline floatV CAT(CAT(load_aligned, VEC), _f16)(__global const half *p, IDX i) {
+    ushortV bits = *(__global const ushortV *)(p + i);
+    return CAT(vload_half, VEC)(0, (__private const half *)&bits);
+}
+inline floatV CAT(CAT(load_aligned, VEC), _bf16)(__global const ushort *p, IDX i) {
+    return CAT(as_float, VEC)(CAT(convert_uint, VEC)(*(__global const ushortV *)(p + i)) << 16);
+}
+inline void CAT(CAT(store_aligned, VEC), _f32)(__global float *p, IDX i, floatV v) {
+    *(__global floatV *)(p + i) = v;
+}
+inline void CAT(CAT(store_aligned, VEC), _f16)(__global half *p, IDX i, floatV v) {
+    *(__global ushortV *)(p + i) = CAT(CAT(bits, VEC), _f16)(v);
+}
+inline void CAT(CAT(store_aligned, VEC), _bf16)(__global ushort *p, IDX i, floatV v) {
+    *(__global ushortV *)(p + i) = CAT(CAT(bits, VEC), _bf16)(v);
 }
 
 /* Horizontal reductions of a vector, by halves (VEC 4, 8 or 16). */

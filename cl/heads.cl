@@ -9,6 +9,9 @@
  *   HAS_BIAS       1: add a broadcast bias (BIAS_T) in f32 before the store
  *   CONTIG         1: the innermost stride is 1 in every tensor (the host coalesces dims first)
  *   VEC            elements per work-item along the innermost dim (2, 4, 8, 16)
+ *   ALIGNED        1: every vector access of a CONTIG copy starts VEC-aligned (the host checks
+ *                  offsets, outer strides and base alignment): vector-pointer accesses, so a
+ *                  GPU moves a chunk in one instruction (common.cl's load_aligned)
  *   IDX            uint or ulong (see common.cl)
  *
  * Grid: dim 0 walks the innermost dim in runs of `run` elements (a kernel argument, a multiple of
@@ -44,6 +47,9 @@
 #ifndef VEC
 #define VEC 4
 #endif
+#ifndef ALIGNED
+#define ALIGNED 0
+#endif
 
 #if VEC == 1 /* one element per work-item: the vector paths are the scalar ones */
 #undef CONTIG
@@ -56,16 +62,26 @@
 #define VALUE_T SRC_STORAGE
 #define LOAD1(p, i) ((p)[i])
 #define STORE1(p, i, v) ((p)[i] = (v))
+#if ALIGNED
+#define LOADV(p, i) (*(__global const CAT(SRC_STORAGE, VEC) *)((p) + (i)))
+#define STOREV(p, i, v) (*(__global CAT(DST_STORAGE, VEC) *)((p) + (i)) = (v))
+#else
 #define LOADV(p, i) CAT(vload, VEC)(0, (p) + (i))
 #define STOREV(p, i, v) CAT(vstore, VEC)((v), 0, (p) + (i))
+#endif
 #else
 #define SRC_STORAGE CAT(storage_, SRC_T)
 #define DST_STORAGE CAT(storage_, DST_T)
 #define VALUE_T float
 #define LOAD1(p, i) CAT(load_, SRC_T)(p, i)
 #define STORE1(p, i, v) CAT(store_, DST_T)(p, i, v)
+#if ALIGNED
+#define LOADV(p, i) CAT(CAT(load_aligned, VEC), CAT(_, SRC_T))(p, i)
+#define STOREV(p, i, v) CAT(CAT(store_aligned, VEC), CAT(_, DST_T))(p, i, v)
+#else
 #define LOADV(p, i) CAT(CAT(load, VEC), CAT(_, SRC_T))(p, i)
 #define STOREV(p, i, v) CAT(CAT(store, VEC), CAT(_, DST_T))(p, i, v)
+#endif
 #endif
 
 #if HAS_BIAS

@@ -293,7 +293,8 @@ inline intV mask_keep_vec(const mask_params *p, const mask_row *r, int j) {
 }
 #endif
 
-/* mask_score for keys j .. j+VEC-1, all inside [lo, hi). */
+/* mask_score for keys j .. j+VEC-1 of the row (inside [0, Sk)); keys outside [lo, hi) are hidden
+ * like any other, so a chunk may straddle lo or hi. */
 inline floatV mask_score_vec(const mask_params *p, const mask_row *r, int j, floatV x) {
     floatV s = p->scale * x;
 #if HAS_SOFTCAP

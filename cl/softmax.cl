@@ -5,7 +5,10 @@
  *   softmax_rows   one work-item per row, VEC-wide vector loads and math, no barriers. A CPU
  *                  (PoCL) runs each row as a tight vector loop while the row stays in cache.
  *   softmax_group  one work-group of GROUP work-items per row, strided over the keys, with
- *                  tree reductions in local memory: what a GPU wants.
+ *                  tree reductions in local memory: what a GPU wants. With ALIGNED (the host
+ *                  proved every row starts VEC-aligned and Sk is a multiple of VEC) each
+ *                  work-item takes VEC-key chunks with one vector access each (8 or 16 bytes),
+ *                  else one key at a time.
  *
  * Both handle any row length (Sk up to INT_MAX) in three streaming passes over the keys that
  * can be visible (mask_row's [lo, hi)): the maximum, the sum of exponentials, then the output,
@@ -48,6 +51,9 @@
 #endif
 #ifndef EMPTY_NAN
 #define EMPTY_NAN 0
+#endif
+#ifndef ALIGNED
+#define ALIGNED 0
 #endif
 
 #define X_STORAGE CAT(storage_, X_T)
@@ -281,18 +287,63 @@ inline float group_sum(__local float *scratch, float v) {
     return result;
 }
 
-__kernel __attribute__((reqd_work_group_size(GROUP, 1, 1))) void softmax_group(SOFTMAX_PARAMS) {
-    __local float scratch[GROUP];
-    const int row = (int)get_group_id(0), lid = (int)get_local_id(0);
-    const int i = row % Sq, bh = row / Sq, h = bh % H, b = bh / H;
-    MASK_PACK(p);
-    const mask_row r = mask_row_start(&p, b, h, i, Sq, Sk);
-    const IDX xr = x_off + (IDX)b * xs0 + (IDX)h * xs1 + (IDX)i * xs2;
-    const IDX yr = y_off + (IDX)b * ys0 + (IDX)h * ys1 + (IDX)i * ys2;
+/* softmax_group's passes over the keys. Pass 1 and 2 give the row's statistics (every
+ * work-item gets them), pass 3 stores the row: y at the keys of [lo, hi), `outside` elsewhere.
+ * With ALIGNED a work-item takes whole VEC-key chunks, one vector access each: the chunks that
+ * hold keys of [lo, hi) in passes 1 and 2, every chunk of the row in pass 3. A chunk's lanes
+ * outside [lo, hi) are keys of the same row, which mask_score_vec hides (-inf: exp gives 0). */
+#define GROUP_VECTORS (ALIGNED && CONTIG && VEC >= 4)
+#if GROUP_VECTORS
+#define LOAD_XA(j) CAT(CAT(load_aligned, VEC), CAT(_, X_T))(x, xr + (IDX)(j))
+#define SCORE_XA(j) mask_score_vec(p, r, j, LOAD_XA(j))
 
+/* The chunks [first, last) hold the keys of [lo, hi). */
+inline int first_chunk(const mask_row *r) {
+    return r->lo / VEC;
+}
+inline int last_chunk(const mask_row *r) {
+    return r->hi > r->lo ? (r->hi + VEC - 1) / VEC : r->lo / VEC;
+}
+
+inline row_stats group_row_stats(__global const X_STORAGE *x, IDX xr, __local float *scratch,
+                                 const mask_params *p, const mask_row *r) {
+    const int lid = (int)get_local_id(0), first = first_chunk(r), last = last_chunk(r);
+    floatV m = (floatV)(-INFINITY);
+    intV nan_seen = (intV)0;
+    for (int c = first + lid; c < last; c += GROUP) {
+        floatV s = SCORE_XA(c * VEC);
+        m = fmax(m, s);
+        nan_seen |= isnan(s);
+    }
+    row_stats st;
+    st.max = group_max(scratch, hmax(m));
+    st.nan = group_max(scratch, any(nan_seen) ? 1.0f : 0.0f) > 0.0f;
+    floatV sum = (floatV)0.0f;
+    if (!row_is_empty(&st))
+        for (int c = first + lid; c < last; c += GROUP) sum += exp(SCORE_XA(c * VEC) - st.max);
+    st.sum = group_sum(scratch, hsum(sum));
+    return st;
+}
+
+inline void group_store_row(__global const X_STORAGE *x, IDX xr, __global Y_STORAGE *y, IDX yr,
+                            int Sk, const mask_params *p, const mask_row *r, const row_stats *st,
+                            float inv, float outside) {
+    const int lid = (int)get_local_id(0), first = first_chunk(r), last = last_chunk(r);
+    for (int c = lid; c < Sk / VEC; c += GROUP) {
+        floatV v = c < first || c >= last ? (floatV)outside : prob_vec(SCORE_XA(c * VEC), st, inv);
+        CAT(CAT(store_aligned, VEC), CAT(_, Y_T))(y, yr + (IDX)(c * VEC), v);
+    }
+}
+#else
+#define SCORE_X(j) mask_score(p, r, j, LOAD_X(xr + (IDX)(j)*xs3))
+
+inline row_stats group_row_stats(__global const X_STORAGE *x, IDX xr, IDX xs3,
+                                 __local float *scratch, const mask_params *p,
+                                 const mask_row *r) {
+    const int lid = (int)get_local_id(0);
     float m = -INFINITY, nan_seen = 0.0f;
-    for (int j = r.lo + lid; j < r.hi; j += GROUP) {
-        float s = mask_score(&p, &r, j, LOAD_X(xr + (IDX)j * xs3));
+    for (int j = r->lo + lid; j < r->hi; j += GROUP) {
+        float s = SCORE_X(j);
         m = fmax(m, s);
         nan_seen = isnan(s) ? 1.0f : nan_seen;
     }
@@ -301,23 +352,46 @@ __kernel __attribute__((reqd_work_group_size(GROUP, 1, 1))) void softmax_group(S
     st.nan = group_max(scratch, nan_seen) > 0.0f;
     float sum = 0.0f;
     if (!row_is_empty(&st))
-        for (int j = r.lo + lid; j < r.hi; j += GROUP)
-            sum += exp(mask_score(&p, &r, j, LOAD_X(xr + (IDX)j * xs3)) - st.max);
+        for (int j = r->lo + lid; j < r->hi; j += GROUP) sum += exp(SCORE_X(j) - st.max);
     st.sum = group_sum(scratch, sum);
-    if (lid == 0) STORE_LSE(b, h, i, row_lse(&st));
+    return st;
+}
+
+inline void group_store_row(__global const X_STORAGE *x, IDX xr, IDX xs3, __global Y_STORAGE *y,
+                            IDX yr, IDX ys3, int Sk, const mask_params *p, const mask_row *r,
+                            const row_stats *st, float inv, float outside) {
+    for (int j = (int)get_local_id(0); j < Sk; j += GROUP) {
+        float v = j < r->lo || j >= r->hi ? outside : prob(SCORE_X(j), st, inv);
+        STORE_Y(yr + (IDX)j * ys3, v);
+    }
+}
+#endif
+
+__kernel __attribute__((reqd_work_group_size(GROUP, 1, 1))) void softmax_group(SOFTMAX_PARAMS) {
+    __local float scratch[GROUP];
+    const int row = (int)get_group_id(0);
+    const int i = row % Sq, bh = row / Sq, h = bh % H, b = bh / H;
+    MASK_PACK(p);
+    const mask_row r = mask_row_start(&p, b, h, i, Sq, Sk);
+    const IDX xr = x_off + (IDX)b * xs0 + (IDX)h * xs1 + (IDX)i * xs2;
+    const IDX yr = y_off + (IDX)b * ys0 + (IDX)h * ys1 + (IDX)i * ys2;
+#if GROUP_VECTORS
+    const row_stats st = group_row_stats(x, xr, scratch, &p, &r);
+#else
+    const row_stats st = group_row_stats(x, xr, xs3, scratch, &p, &r);
+#endif
+    if (get_local_id(0) == 0) STORE_LSE(b, h, i, row_lse(&st));
 
     const float inv = 1.0f / st.sum;
     const float outside = row_is_empty(&st) ? empty_value() : 0.0f;
     /* in place (y over x), a key read above by one work-item (from r.lo) may be written below
      * by another (from 0): the reductions' barriers fence local memory only */
     barrier(CLK_GLOBAL_MEM_FENCE);
-    for (int j = lid; j < Sk; j += GROUP) {
-        if (j < r.lo || j >= r.hi)
-            STORE_Y(yr + (IDX)j * ys3, outside);
-        else
-            STORE_Y(yr + (IDX)j * ys3,
-                    prob(mask_score(&p, &r, j, LOAD_X(xr + (IDX)j * xs3)), &st, inv));
-    }
+#if GROUP_VECTORS
+    group_store_row(x, xr, y, yr, Sk, &p, &r, &st, inv, outside);
+#else
+    group_store_row(x, xr, xs3, y, yr, ys3, Sk, &p, &r, &st, inv, outside);
+#endif
 }
 
 /* ---- backward: dz = scale * y * (dy - sum_j dy_j * y_j), 0 where y is 0 ---- */

@@ -209,6 +209,36 @@ static void copy_adds_a_broadcast_bias(test_ctx *t) {
                     dense(CLATTN_F32, 2, 5, 1, 64, 0), 61, "bias per row");
 }
 
+/* Rows that start on multiples of 16 elements: every vector width's aligned path (the kernel's
+ * ALIGNED build), for every dtype pair, then rows padded to 64 with a scalar tail of 53 - 48,
+ * and with a bias. */
+static clattn_tensor padded_rows(clattn_dtype dtype, int64_t width, size_t offset) {
+    clattn_tensor v = dense(dtype, 2, 3, 5, width, offset);
+    v.strides[2] = 64;
+    v.strides[1] = 5 * 64;
+    v.strides[0] = 3 * 5 * 64;
+    return v;
+}
+
+static void copy_aligned_rows_every_dtype_pair(test_ctx *t) {
+    for (int a = 0; a < 3; ++a)
+        for (int b = 0; b < 3 && !t->failed; ++b) {
+            char what[48];
+            snprintf(what, sizeof what, "aligned %s->%s", clattn_dtype_name(float_dtypes[a]),
+                     clattn_dtype_name(float_dtypes[b]));
+            check_copy_case(t, dense(float_dtypes[a], 2, 3, 5, 48, 16), NULL,
+                            dense(float_dtypes[b], 2, 3, 5, 48, 32), 90 + a * 3 + b, what);
+            check_copy_case(t, padded_rows(float_dtypes[a], 53, 16), NULL,
+                            padded_rows(float_dtypes[b], 53, 64), 100 + a * 3 + b, what);
+        }
+    clattn_tensor bias = dense(CLATTN_F16, 1, 1, 1, 48, 16);
+    bias.shape[0] = 2;
+    bias.shape[1] = 3;
+    bias.shape[2] = 5;
+    check_copy_case(t, dense(CLATTN_F32, 2, 3, 5, 48, 16), &bias, dense(CLATTN_F16, 2, 3, 5, 48, 0),
+                    110, "aligned, bias");
+}
+
 /* Tensors past 2^32 elements index with 64-bit integers; the same path on small tensors. */
 static void copy_with_64_bit_indices(test_ctx *t) {
     const uint64_t saved = clattn__narrow_index_limit_set(0);
@@ -552,6 +582,7 @@ static const test_case cases[] = {
     {"copy_converts_every_dtype_pair", copy_converts_every_dtype_pair},
     {"copy_permuted_and_broadcast_views", copy_permuted_and_broadcast_views},
     {"copy_adds_a_broadcast_bias", copy_adds_a_broadcast_bias},
+    {"copy_aligned_rows_every_dtype_pair", copy_aligned_rows_every_dtype_pair},
     {"copy_with_64_bit_indices", copy_with_64_bit_indices},
     {"copy_loops_past_65535_work_groups", copy_loops_past_65535_work_groups},
     {"split_then_merge_is_identity", split_then_merge_is_identity},

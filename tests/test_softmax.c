@@ -27,7 +27,8 @@ typedef struct sm_spec {
     clattn_dtype bias_t;
     int alibi, lse, layout, in_place;
     uint64_t seed;
-    /* row r of x starts with these values (the rest random), for edge rows */
+    /* row r of x starts with the 3 values row_values[3r..3r+2] (the rest random), for edge
+     * rows */
     const float *row_values;
     int row_count;
 } sm_spec;
@@ -192,8 +193,8 @@ static bool prepare(test_ctx *t, const sm_spec *s, sm_data *d) {
                 for (int64_t j = 0; j < s->Sk; ++j) {
                     size_t k = dense_index(s, b, h, i, j);
                     float v = test_rand_uniform(&rng, -4.0f, 4.0f);
-                    if (s->row_values && (int64_t)k / s->Sk < s->row_count && j < s->Sk)
-                        v = s->row_values[k];
+                    if (s->row_values && (int64_t)k / s->Sk < s->row_count && j < 3)
+                        v = s->row_values[(int64_t)k / s->Sk * 3 + j];
                     uint64_t at = view_index(&d->x, b, h, i, j);
                     ref_store(d->x_store, s->xt, at, v);
                     d->xd[k] = ref_load(d->x_store, s->xt, at);
@@ -509,18 +510,65 @@ static void storage_dtypes_layouts_and_in_place(test_ctx *t) {
     check_case(t, &s, "in place, window (3, 1)");
 }
 
+/* Rows that start: huge equal values; a wide spread; a constant; a NaN; +inf; -inf keys only;
+ * a NaN among -inf keys (a NaN row, not an empty one, though the maximum is -inf). */
+static const float edge_row_values[7][3] = {
+    {3e38f, 3e38f, 0.0f},       {1000.0f, -1000.0f, 0.0f}, {2.0f, 2.0f, 2.0f},
+    {1.0f, NAN, 2.0f},          {1.0f, INFINITY, 2.0f},    {-INFINITY, -INFINITY, -INFINITY},
+    {-INFINITY, NAN, -INFINITY}};
+
 static void edge_rows(test_ctx *t) {
-    /* rows: huge equal values; a wide spread; a constant row; a NaN; +inf; -inf keys */
-    static const float rows[6][3] = {{3e38f, 3e38f, 0.0f},   {1000.0f, -1000.0f, 0.0f},
-                                     {2.0f, 2.0f, 2.0f},     {1.0f, NAN, 2.0f},
-                                     {1.0f, INFINITY, 2.0f}, {-INFINITY, -INFINITY, -INFINITY}};
-    sm_spec s = base(1, 1, 6, 3);
-    s.row_values = &rows[0][0];
-    s.row_count = 6;
+    sm_spec s = base(1, 1, 7, 3);
+    s.row_values = &edge_row_values[0][0];
+    s.row_count = 7;
     s.lse = 1;
     check_case(t, &s, "edge rows");
     s.empty_nan = 1;
     check_case(t, &s, "edge rows, empty NaN");
+}
+
+/* Rows of 16-key multiples at aligned offsets: the group variant's vector chunks (ALIGNED) at
+ * every vector width, with chunks that straddle the visible span's ends (lengths, causality,
+ * windows), every mask part, every dtype pair, in place, and the edge rows. */
+static void aligned_rows_take_vector_chunks(test_ctx *t) {
+    static const int32_t klen[3] = {0, 48, 17}, qlen[3] = {9, 0, 4};
+    sm_spec s = base(3, 2, 9, 48);
+    s.klen = klen;
+    s.qlen = qlen;
+    s.causal = 1;
+    s.bottom_right = 1;
+    check_case(t, &s, "aligned: lengths + bottom-right causal");
+    s = base(1, 2, 64, 64);
+    s.causal = 1;
+    check_case(t, &s, "aligned: causal");
+    s.causal = 0;
+    s.window = 1, s.left = 3, s.right = 1, s.global_stride = 5;
+    check_case(t, &s, "aligned: window (3, 1) + global 5");
+    s.in_place = 1;
+    s.global_stride = 0;
+    check_case(t, &s, "aligned: in place, window (3, 1)");
+    static const int32_t klen2[2] = {30, 21}, qlen2[2] = {9, 6};
+    s = base(2, 2, 9, 32);
+    s.scale = 0.5f, s.causal = 1, s.bottom_right = 1, s.window = 1, s.left = 6, s.right = 1;
+    s.global_stride = 8, s.klen = klen2, s.qlen = qlen2, s.keep = BCAST_PER_KEY;
+    s.bias = BCAST_FULL, s.alibi = 1, s.softcap = 5.0f, s.lse = 1;
+    check_case(t, &s, "aligned: all parts + lse");
+    s.empty_nan = 1;
+    check_case(t, &s, "aligned: all parts, empty rows NaN");
+    static const clattn_dtype dts[3] = {CLATTN_F32, CLATTN_F16, CLATTN_BF16};
+    for (int a = 0; a < 3; ++a)
+        for (int b = 0; b < 3; ++b) {
+            s = base(1, 2, 5, 80);
+            s.xt = dts[a], s.yt = dts[b], s.causal = 1;
+            check_case(t, &s, "aligned: dtypes");
+        }
+    static const int32_t three[1] = {3};
+    s = base(1, 1, 7, 16); /* 3 visible keys: the edge values, in a chunk that straddles hi */
+    s.klen = three;
+    s.row_values = &edge_row_values[0][0];
+    s.row_count = 7;
+    s.lse = 1;
+    check_case(t, &s, "aligned: edge rows");
 }
 
 /* Puts `value` in x and bias wherever a key is invisible (value 0: the original data back). */
@@ -542,7 +590,7 @@ static bool fill_invisible(test_ctx *t, const sm_spec *s, sm_data *d, const floa
 /* NaN, Inf and 1e30 at invisible keys (in x and in the bias) give bit-identical outputs. */
 static void invisible_garbage_changes_nothing(test_ctx *t) {
     static const int32_t klen[2] = {20, 9};
-    sm_spec s = base(2, 2, 8, 24);
+    sm_spec s = base(2, 2, 8, 32); /* 32 keys: the group variant's aligned chunks too */
     s.causal = 1;
     s.klen = klen;
     s.keep = BCAST_FULL;
@@ -729,6 +777,7 @@ static const test_case cases[] = {
     {"every_part_at_once", every_part_at_once},
     {"storage_dtypes_layouts_and_in_place", storage_dtypes_layouts_and_in_place},
     {"edge_rows", edge_rows},
+    {"aligned_rows_take_vector_chunks", aligned_rows_take_vector_chunks},
     {"invisible_garbage_changes_nothing", invisible_garbage_changes_nothing},
     {"backward_matches_reference", backward_matches_reference},
     {"bad_arguments_are_rejected", bad_arguments_are_rejected, TAG_HOST},

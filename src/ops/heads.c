@@ -111,6 +111,27 @@ static void pair_16bit_elements(copy_plan *plan) {
     plan->src_dtype = plan->dst_dtype = CLATTN_F32; /* raw_f32 is uint */
 }
 
+/* The plan's source (or destination) as a tensor: the element type and layout the kernel sees. */
+static clattn_tensor plan_view(const copy_plan *plan, bool dst) {
+    clattn_tensor t = dst ? *plan->dst : *plan->src;
+    t.dtype = dst ? plan->dst_dtype : plan->src_dtype;
+    t.offset = (size_t)(dst ? plan->dst_off : plan->src_off);
+    for (int i = 0; i < 4; ++i) {
+        t.shape[i] = plan->n[i];
+        t.strides[i] = dst ? plan->dst_stride[i] : plan->src_stride[i];
+    }
+    return t;
+}
+
+/* Each run starts a whole number of vectors into its row (run is a multiple of VEC), so the
+ * vector accesses are aligned when every row of both tensors starts VEC-aligned. */
+static bool plan_is_aligned(const copy_plan *plan, long vec, cl_device_id device) {
+    const size_t base = clattn__device_base_align_bytes(device);
+    clattn_tensor src = plan_view(plan, false), dst = plan_view(plan, true);
+    return vec > 1 && clattn__rows_vector_aligned(&src, vec, base) &&
+           clattn__rows_vector_aligned(&dst, vec, base);
+}
+
 static const char *dtype_token(clattn_dtype dtype) {
     return clattn_dtype_name(dtype); /* f32, f16, bf16: the tokens cl/common.cl defines */
 }
@@ -122,16 +143,16 @@ static bool plan_needs_wide_index(const copy_plan *plan) {
 
 /* The build options: the plan's, then the tuning parameters that reach the kernel (VEC). */
 static void plan_options(const copy_plan *plan, const clattn__copy_tuning *tuning, bool wide,
-                         char *out, size_t capacity) {
+                         bool aligned, char *out, size_t capacity) {
     bool raw = !plan->bias && plan->src_dtype == plan->dst_dtype;
     bool contig = plan->src_stride[3] == 1 && plan->dst_stride[3] == 1 &&
                   (!plan->bias || plan->bias_stride[3] <= 1);
     snprintf(out, capacity,
              "-cl-std=CL1.2 -DSRC_T=%s -DDST_T=%s -DCOPY_RAW=%d -DHAS_BIAS=%d -DBIAS_T=%s "
-             "-DCONTIG=%d -DIDX=%s",
+             "-DCONTIG=%d -DALIGNED=%d -DIDX=%s",
              dtype_token(plan->src_dtype), dtype_token(plan->dst_dtype), raw ? 1 : 0,
              plan->bias ? 1 : 0, dtype_token(plan->bias ? plan->bias->dtype : CLATTN_F32),
-             contig ? 1 : 0, wide ? "ulong" : "uint");
+             contig ? 1 : 0, contig && aligned ? 1 : 0, wide ? "ulong" : "uint");
     clattn__copy_tuning_options(tuning, out, capacity);
 }
 
@@ -175,7 +196,8 @@ int clattn__copy_enqueue(const clattn_tensor *src, const clattn_tensor *bias,
     if (status != CLATTN_SUCCESS) return status;
     bool wide = plan_needs_wide_index(&plan);
     char options[256];
-    plan_options(&plan, &params, wide, options, sizeof options);
+    plan_options(&plan, &params, wide, plan_is_aligned(&plan, params.VEC, call->device), options,
+                 sizeof options);
     /* a run is a whole number of vectors, so only the last run of a row has a scalar tail */
     size_t run = clattn__round_up((size_t)plan.n[3], (size_t)params.VEC);
     if (run > (size_t)params.RUN) run = clattn__round_up((size_t)params.RUN, (size_t)params.VEC);

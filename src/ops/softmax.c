@@ -132,17 +132,29 @@ static int set_softmax_args(cl_kernel kernel, const softmax_args *a, bool wide) 
     return status;
 }
 
+/* The group variant moves whole VEC-key chunks when every row of x and y starts VEC-aligned and
+ * the rows are whole chunks (cl/softmax.cl, ALIGNED). */
+static bool group_rows_aligned(const softmax_args *a, const softmax_params *params,
+                               cl_device_id device) {
+    if (params->VARIANT != CLATTN__SOFTMAX_GROUP || params->VEC < 4) return false;
+    if (a->x->shape[3] % params->VEC != 0) return false;
+    const size_t base = clattn__device_base_align_bytes(device);
+    return clattn__rows_vector_aligned(a->x, params->VEC, base) &&
+           clattn__rows_vector_aligned(a->y, params->VEC, base);
+}
+
 int clattn__softmax_enqueue(const softmax_args *a, const softmax_params *plan,
                             const clattn__call *call) {
     softmax_params params = *plan; /* build_kernel may narrow its group */
     bool wide = softmax_needs_wide_index(a);
     char options[768];
     snprintf(options, sizeof options,
-             "-cl-std=CL1.2 -DX_T=%s -DY_T=%s -DHAS_LSE=%d -DLSE_T=%s -DCONTIG=%d -DIDX=%s "
-             "-DEMPTY_NAN=%d",
+             "-cl-std=CL1.2 -DX_T=%s -DY_T=%s -DHAS_LSE=%d -DLSE_T=%s -DCONTIG=%d -DALIGNED=%d "
+             "-DIDX=%s -DEMPTY_NAN=%d",
              clattn_dtype_name(a->x->dtype), clattn_dtype_name(a->y->dtype), a->lse != NULL,
              clattn_dtype_name(a->lse ? a->lse->dtype : CLATTN_F32),
-             a->x->strides[3] == 1 && a->y->strides[3] == 1, wide ? "ulong" : "uint",
+             a->x->strides[3] == 1 && a->y->strides[3] == 1,
+             group_rows_aligned(a, &params, call->device), wide ? "ulong" : "uint",
              a->mask.empty_rows_nan);
     clattn__mask_options(&a->mask, options, sizeof options);
     const char *name = params.VARIANT == CLATTN__SOFTMAX_GROUP ? "softmax_group" : "softmax_rows";

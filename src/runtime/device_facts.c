@@ -31,6 +31,12 @@ cl_uint clattn__device_compute_units(cl_device_id device) {
     return units ? units : 1;
 }
 
+cl_uint clattn__device_base_align_bytes(cl_device_id device) {
+    cl_uint bits = 8;
+    clGetDeviceInfo(device, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof bits, &bits, NULL);
+    return bits / 8 ? bits / 8 : 1;
+}
+
 /* "OpenCL 3.0 ..." or "OpenCL C 1.2 ..." -> "3.0", "1.2": the word after `prefix`. */
 static void version_of(const char *text, const char *prefix, char *out, size_t capacity) {
     const size_t n = strlen(prefix);

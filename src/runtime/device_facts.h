@@ -18,6 +18,8 @@ size_t clattn__device_max_group(cl_device_id device);
 cl_ulong clattn__device_local_bytes(cl_device_id device);
 /* CL_DEVICE_MAX_COMPUTE_UNITS, at least 1. */
 cl_uint clattn__device_compute_units(cl_device_id device);
+/* CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes: every buffer and sub-buffer starts on a multiple. */
+cl_uint clattn__device_base_align_bytes(cl_device_id device);
 
 /* Every fact at once, for reports (clattn_device_facts) and for the capability probes of
  * optional features: what the driver says, never a vendor name. */

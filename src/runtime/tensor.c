@@ -258,6 +258,15 @@ bool clattn__needs_wide_index(const clattn_tensor *const *views, size_t count) {
     return false;
 }
 
+bool clattn__rows_vector_aligned(const clattn_tensor *t, int64_t vec, size_t base_align) {
+    if (vec < 1 || base_align % ((size_t)vec * clattn_dtype_size(t->dtype)) != 0) return false;
+    if (t->strides[3] != 1 && t->shape[3] > 1) return false;
+    if (t->offset % (size_t)vec != 0) return false;
+    for (int i = 0; i < 3; ++i)
+        if (t->shape[i] > 1 && t->strides[i] % vec != 0) return false;
+    return true;
+}
+
 int clattn__check_attention_shapes(const clattn_tensor *qt, const clattn_tensor *kt,
                                    const clattn_tensor *vt, const clattn_tensor *ot,
                                    int64_t max_head_dim) {

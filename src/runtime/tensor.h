@@ -48,4 +48,10 @@ int clattn__check_apart(const char *out_name, const clattn_tensor *out,
  * call needs 64-bit IDX. */
 bool clattn__needs_wide_index(const clattn_tensor *const *views, size_t count);
 
+/* Every row of t (its innermost dim, stride 1) starts a multiple of `vec` elements from the
+ * buffer's base, and a buffer base aligned to `base_align` bytes keeps vectors of `vec`
+ * elements aligned: the condition of the kernels' ALIGNED vector accesses (cl/common.cl). Dims
+ * of size 1 are free. */
+bool clattn__rows_vector_aligned(const clattn_tensor *t, int64_t vec, size_t base_align);
+
 #endif

@@ -29,7 +29,8 @@
 
 /* Softmax. VARIANT 0: softmax_rows (a work-item per row, VEC-wide vectors, GROUP rows a group,
  * SCRATCH floats of local memory per row keep the exponentials); 1: softmax_group (a group of
- * GROUP per row, local tree reductions; VEC and SCRATCH unused).
+ * GROUP per row, local tree reductions; VEC keys a chunk on aligned rows, else one key a step;
+ * SCRATCH unused).
  * Default: PoCL on AVX-512 (2 cores): VEC 16 reached 43% of the copy bandwidth on an unmasked
  * 2048-key row against 27% at 8 (clattn-bench --op softmax). */
 #define CLATTN__TUNING_SOFTMAX(X)                                                                  \
