@@ -14,9 +14,12 @@
  *                     FMA peak).
  *   attention_keys    one work-group per query row (and key split): its work-items share the
  *                     row's keys, one key each at a time, keep the scores in local memory, and
- *                     then share the value dims. The GPU variant for decoding (Sq <= 8), where
- *                     a work-item per query would leave a GPU idle; at most KEYS_CHUNK keys
- *                     per group, so longer rows are always split.
+ *                     then share p.v: each work-item a VEC-wide chunk of the value dims over
+ *                     every (group / chunks)-th key, the partial sums added through local
+ *                     memory. The GPU variant for decoding (Sq <= 8), where a work-item per
+ *                     query would leave a GPU idle; at most KEYS_CHUNK keys per group, so
+ *                     longer rows are always split. With ALIGNED (K and V rows start
+ *                     VEC-aligned) every K and V access is one aligned vector load.
  *   attention_lanes   the CPU variant: keys along the vector lanes. One work-item (groups of
  *                     one) per BM queries of one (batch, query head) against tiles of VEC keys:
  *                     a score tile is BM vectors of VEC keys, built by broadcasting q[t][d] and
@@ -45,7 +48,8 @@
  * score makes its row NaN.
  *
  * Build options: Q_T, K_T, V_T, O_T, LSE_T (f32|f16|bf16), HAS_LSE, HEAD_DIM, VALUE_DIM, VEC
- * (head-dim lanes), BM, BN (blocks), TK (tiles, micro), MQ, MK, ROWS (micro), SPLITS, IDX,
+ * (head-dim lanes), BM, BN (blocks), TK (tiles, micro), MQ, MK, ROWS (micro), ALIGNED (keys,
+ * tiles: K and V rows start VEC-aligned), SPLITS, IDX,
  * EMPTY_NAN, the mask's, and VARIANT (0 blocks, 1 tiles, 2 keys, 3 lanes with its pack, 4
  * micro): the one variant kernel the program
  * holds, beside the merge. A device then compiles only the variants its calls run (the lanes
@@ -284,19 +288,24 @@ inline int2 group_key_span(__local int *span, int lo, int hi, int Sk) {
 
 #if BUILDS(1)
 
-/* Rows j0 .. j0 + TK - 1 of a [Sk, n] matrix into local memory, as floats; rows at or past `hi`
- * read as 0. Consecutive work-items read consecutive elements of a row. */
+/* Rows j0 .. j0 + TK - 1 of a [Sk, n] matrix into the local tile (TK rows of LANES(n) lane
+ * vectors); rows at or past `hi` read as 0. Consecutive work-items read consecutive lane
+ * vectors of a row (LOAD_LANES: aligned vector loads with ALIGNED). */
 #define LOAD_TILE(T, p, b, h, j0, hi, n, tile)                                                     \
-    for (int e = (int)get_local_id(0); e < TK * (n); e += (int)get_local_size(0)) {                \
-        const int j_ = (j0) + e / (n), d_ = e % (n);                                               \
-        ((__local float *)(tile))[e] = j_ < (hi) ? CAT(load_, T)(p, AT(p, b, h, j_, d_)) : 0.0f;   \
+    for (int e = (int)get_local_id(0); e < TK * LANES(n); e += (int)get_local_size(0)) {           \
+        const int j_ = (j0) + e / LANES(n), c_ = e % LANES(n);                                     \
+        (tile)[e] = j_ < (hi) ? TILE_LANES(T, p, AT(p, b, h, j_, c_ * VEC), p##_s3) : (lane_t)0.0f; \
     }
+#if VEC > 1
+#define TILE_LANES(T, p, at, stride) LOAD_LANES(T, p, at, stride)
+#else
+#define TILE_LANES(T, p, at, stride) CAT(load_, T)(p, at)
+#endif
 
 __kernel void attention_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v),
                               __global CAT(storage_, O_T) * o, IDX o_off, IDX o_s0, IDX o_s1,
                               IDX o_s2, IDX o_s3, int B, int Hq, int Hkv, int Sq,
                               int Sk LSE_PARAMS PART_PARAMS, MASK_PARAMS) {
-    /* flat: LOAD_TILE fills them as floats, element by element */
     __local lane_t kt[TK * LANES(HEAD_DIM)], vt[TK * LANES(VALUE_DIM)];
     __local int span[2];
     const int nq = (int)get_local_size(0), blocks = (Sq + nq - 1) / nq;
@@ -378,18 +387,9 @@ inline float key_dot(__local const float *qs, __global const CAT(storage_, K_T) 
                      IDX k_s3) {
 #if VEC > 1
     floatV dot = 0.0f;
-    for (int c = 0; c < HEAD_DIM / VEC; ++c) {
-        floatV kc;
-        if (k_s3 == 1) {
-            kc = CAT(CAT(load, VEC), CAT(_, K_T))(k, at + (IDX)(c * VEC));
-        } else {
-            float lanes[VEC];
-            for (int e = 0; e < VEC; ++e)
-                lanes[e] = CAT(load_, K_T)(k, at + (IDX)(c * VEC + e) * k_s3);
-            kc = CAT(vload, VEC)(0, lanes);
-        }
-        dot = fma(CAT(vload, VEC)(c, qs), kc, dot);
-    }
+    for (int c = 0; c < HEAD_DIM / VEC; ++c)
+        dot = fma(CAT(vload, VEC)(c, qs), LOAD_LANES(K_T, k, at + (IDX)(c * VEC) * k_s3, k_s3),
+                  dot);
     return hsum(dot);
 #else
     float dot = 0.0f;
@@ -399,11 +399,42 @@ inline float key_dot(__local const float *qs, __global const CAT(storage_, K_T) 
 #endif
 }
 
+#if VEC > 1
+/* attention_keys' p.v: work-item t takes value chunk t % V_CHUNKS (VEC dims) over the keys
+ * t / V_CHUNKS, + keys_pv_lanes(), ... : a V row is read by V_CHUNKS consecutive work-items,
+ * one vector each, and keys_pv_lanes() key lanes run side by side (not one key after another
+ * for the whole group). Lane kl's sums land in sums[kl * VALUE_DIM + e], which the caller adds
+ * in lane order after the barrier here (a fixed order: deterministic). */
+#define V_CHUNKS (VALUE_DIM / VEC)
+#define KEYS_PV_FLOATS (KEYS_GROUP * VEC > VALUE_DIM ? KEYS_GROUP * VEC : VALUE_DIM)
+inline int keys_pv_lanes(void) {
+    return max(1, (int)get_local_size(0) / V_CHUNKS);
+}
+
+inline void keys_pv_partials(TENSOR_PARAMS(V_T, v), int b, int hk, int first, int count,
+                             __local const float *scores, __local float *sums) {
+    const int lanes = keys_pv_lanes();
+    for (int t = (int)get_local_id(0); t < lanes * V_CHUNKS; t += (int)get_local_size(0)) {
+        const int c = t % V_CHUNKS, kl = t / V_CHUNKS;
+        floatV acc = 0.0f;
+        for (int jj = kl; jj < count; jj += lanes)
+            if (scores[jj] != 0.0f)
+                acc = fma((floatV)scores[jj],
+                          LOAD_LANES(V_T, v, AT(v, b, hk, first + jj, c * VEC), v_s3), acc);
+        CAT(vstore, VEC)(acc, t, sums);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+#endif
+
 __kernel void attention_keys(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v),
                              __global CAT(storage_, O_T) * o, IDX o_off, IDX o_s0, IDX o_s1,
                              IDX o_s2, IDX o_s3, int B, int Hq, int Hkv, int Sq,
                              int Sk LSE_PARAMS PART_PARAMS, MASK_PARAMS) {
     __local float qs[HEAD_DIM], scores[KEYS_CHUNK], scratch[KEYS_GROUP];
+#if VEC > 1
+    __local float sums[KEYS_PV_FLOATS];
+#endif
     const int lid = (int)get_local_id(0), n = (int)get_local_size(0);
     const int group = (int)get_group_id(0), split = group % SPLITS, row = group / SPLITS;
     const int i = row % Sq, bh = row / Sq, h = bh % Hq, b = bh / Hq, hk = h / (Hq / Hkv);
@@ -434,13 +465,20 @@ __kernel void attention_keys(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSO
     }
     const float l = group_reduce(scratch, my_sum, 0); /* its barriers publish the weights */
 
-    /* the value dims, one per work-item at a time: consecutive work-items read a V row
-     * together; a zero weight skips its row (invisible rows may hold NaN or Inf) */
+    /* p.v; a zero weight skips its row (invisible rows may hold NaN or Inf) */
+#if VEC > 1
+    keys_pv_partials(v, v_off, v_s0, v_s1, v_s2, v_s3, b, hk, first, count, scores, sums);
+#endif
     for (int e = lid; e < VALUE_DIM; e += n) {
+#if VEC > 1
+        float acc = 0.0f;
+        for (int kl = 0; kl < keys_pv_lanes(); ++kl) acc += sums[kl * VALUE_DIM + e];
+#else
         float acc = 0.0f;
         for (int jj = 0; jj < count; ++jj)
             if (scores[jj] != 0.0f)
                 acc = fma(scores[jj], CAT(load_, V_T)(v, AT(v, b, hk, first + jj, e)), acc);
+#endif
 #if SPLITS > 1
         __global float *at = part + ((IDX)row * SPLITS + split) * (VALUE_DIM + 2);
         at[2 + e] = acc;

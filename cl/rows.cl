@@ -79,6 +79,18 @@
     } while (0)
 #define LANES(n) ((n) / VEC)
 typedef floatV lane_t;
+
+/* VEC elements from `at` with element stride `stride`, as a vector: one vector access for
+ * stride 1, an aligned one (common.cl) when the kernel was built with ALIGNED (the host proved
+ * every row the kernel loads this way starts VEC-aligned, stride 1), else a gather. */
+#ifndef ALIGNED
+#define ALIGNED 0
+#endif
+#define DEFINE_LOAD_LANES(T)                                                                           inline floatV CAT(load_lanes_, T)(__global const CAT(storage_, T) * p, IDX at, IDX stride) {           if (ALIGNED) return CAT(CAT(load_aligned, VEC), CAT(_, T))(p, at);                                 if (stride == 1) return CAT(CAT(load, VEC), CAT(_, T))(p, at);                                     float lanes[VEC];                                                                                  for (int e = 0; e < VEC; ++e) lanes[e] = CAT(load_, T)(p, at + (IDX)e * stride);                   return CAT(vload, VEC)(0, lanes);                                                              }
+DEFINE_LOAD_LANES(f32)
+DEFINE_LOAD_LANES(f16)
+DEFINE_LOAD_LANES(bf16)
+#define LOAD_LANES(T, p, at, stride) CAT(load_lanes_, T)(p, at, stride)
 #define DOT_FINISH(v) hsum(v)
 #else
 #define LOAD_ROW(T, p, at, stride, n, out)                                                         \

@@ -409,7 +409,7 @@ void test_fill_exact(float *x, size_t n, clattn_dtype dt, uint64_t *rng) {
     }
 }
 
-/* A device tensor [B,H,S,D] holding `host` in dtype dt; stored as [B,S,H,D] when bshd. */
+/* A device tensor [B,H,S,D] holding `host` in dtype dt, laid out as harness.h says. */
 clattn_tensor test_upload_bhsd(test_ctx *t, const float *host, int64_t B, int64_t H, int64_t S,
                                int64_t D, clattn_dtype dt, int bshd) {
     static const int swap[4] = {0, 2, 1, 3}, transpose[4] = {0, 1, 3, 2};
@@ -417,15 +417,16 @@ clattn_tensor test_upload_bhsd(test_ctx *t, const float *host, int64_t B, int64_
         bshd == 1   ? clattn_tensor_permute(clattn_tensor_4d(NULL, dt, B, S, H, D), swap)
         : bshd == 2 ? clattn_tensor_permute(clattn_tensor_4d(NULL, dt, B, H, D, S), transpose)
                     : clattn_tensor_4d(NULL, dt, B, H, S, D);
-    size_t n = (size_t)(B * H * S * D);
+    if (bshd == 3) v.offset = 1;
+    size_t n = (size_t)(B * H * S * D) + v.offset;
     void *stored = malloc(n * 4);
     for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < H; ++h)
             for (int64_t s = 0; s < S; ++s)
                 for (int64_t d = 0; d < D; ++d)
                     ref_store(stored, dt,
-                              (uint64_t)(b * v.strides[0] + h * v.strides[1] + s * v.strides[2] +
-                                         d * v.strides[3]),
+                              v.offset + (uint64_t)(b * v.strides[0] + h * v.strides[1] +
+                                                    s * v.strides[2] + d * v.strides[3]),
                               host[(size_t)(((b * H + h) * S + s) * D + d)]);
     v.buffer = test_buffer(t, n * clattn_dtype_size(dt));
     if (v.buffer) test_write(t, v.buffer, stored, n * clattn_dtype_size(dt));

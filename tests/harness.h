@@ -128,7 +128,8 @@ bool test_read(test_ctx *t, cl_mem buffer, void *host, size_t bytes);
 /* n values uniform in [-2, 2), each rounded to dtype dt (so the f32 host copy is exact). */
 void test_fill_exact(float *x, size_t n, clattn_dtype dt, uint64_t *rng);
 /* A device tensor [B,H,S,D] holding the dense `host` values in dtype dt; stored as [B,S,H,D]
- * when bshd is 1, as [B,H,D,S] when 2 (a permuted view either way). The caller releases the
+ * when bshd is 1, as [B,H,D,S] when 2 (a permuted view either way), as [B,H,S,D] one element
+ * into its buffer when 3 (rows that start on no vector boundary). The caller releases the
  * buffer; it is NULL (and the test failed) when allocation failed. */
 clattn_tensor test_upload_bhsd(test_ctx *t, const float *host, int64_t B, int64_t H, int64_t S,
                                int64_t D, clattn_dtype dt, int bshd);

@@ -18,7 +18,7 @@ typedef struct at_spec {
     clattn_dtype dt;
     float scale; /* 0: 1/sqrt(D) */
     int causal, bottom_right, window, lse;
-    int bshd; /* 0: [B,H,S,D]; 1: stored [B,S,H,D]; 2: stored [B,H,D,S] */
+    int bshd; /* test_upload_bhsd's layout: 0 [B,H,S,D], 1 [B,S,H,D], 2 [B,H,D,S], 3 offset 1 */
     int64_t left, right, global_stride;
     const int32_t *klen;
     int alibi;
@@ -319,6 +319,10 @@ static void storage_and_layouts(test_ctx *t) {
     check_case(t, &s, "[B,S,H,D] storage");
     s.bshd = 2;
     check_case(t, &s, "[B,H,D,S] storage (head dim strided)");
+    s.bshd = 3;
+    check_case(t, &s, "rows one element off a vector boundary");
+    s.dt = CLATTN_F16;
+    check_case(t, &s, "f16 rows one element off a vector boundary");
     s = base(1, 2, 2, 6, 11, 20);
     check_case(t, &s, "D=20 (4 lanes)");
     s = base(1, 2, 2, 6, 11, 18);
@@ -418,6 +422,35 @@ static void padded_keys_holding_nan_change_nothing(test_ctx *t) {
         if (variants[variant] != COMPOSED && variant_runs(variant))
             same_rows_after_variant(t, &s, poison_padding, s.Sq, variant,
                                     "NaN/Inf past the key length");
+}
+
+/* NaN in the keys and Inf in the values of the keys no row sees though they lie inside every
+ * row's span [0, pos]: with a window (0, 0), bottom-right causal and global positions (see
+ * hidden_keys_inside_the_span_change_nothing), keys before Sk - Sq that are not global. */
+static void poison_hidden(const at_spec *s, at_data *d) {
+    for (int64_t b = 0; b < s->B; ++b)
+        for (int64_t h = 0; h < s->Hkv; ++h)
+            for (int64_t j = 0; j < s->Sk - s->Sq; ++j) {
+                if (j % s->global_stride == 0) continue;
+                for (int64_t e = 0; e < s->D; ++e) d->k[at4(s->Hkv, s->Sk, s->D, b, h, j, e)] = NAN;
+                for (int64_t e = 0; e < s->Dv; ++e)
+                    d->v[at4(s->Hkv, s->Sk, s->Dv, b, h, j, e)] = INFINITY;
+            }
+}
+
+/* A global position makes a row's span start at key 0, so the kernels walk hidden keys between
+ * the visible ones; a zero weight must skip its V row (the fused kernels only, as above). */
+static void hidden_keys_inside_the_span_change_nothing(test_ctx *t) {
+    at_spec s = base(1, 2, 2, 2, 40, 16);
+    s.causal = 1;
+    s.bottom_right = 1; /* the rows sit at keys 38 and 39: neither is global */
+    s.window = 1;
+    s.left = s.right = 0;
+    s.global_stride = 8;
+    for (int variant = 0; variant < VARIANTS && !t->failed; ++variant)
+        if (variants[variant] != COMPOSED && variant_runs(variant))
+            same_rows_after_variant(t, &s, poison_hidden, s.Sq, variant,
+                                    "NaN/Inf in hidden keys inside the span");
 }
 
 static void bad_arguments_are_rejected(test_ctx *t) {
@@ -657,6 +690,7 @@ static const test_case cases[] = {
     {"storage_and_layouts", storage_and_layouts},
     {"causality_is_bit_exact", causality_is_bit_exact, TAG_SMOKE},
     {"padded_keys_holding_nan_change_nothing", padded_keys_holding_nan_change_nothing},
+    {"hidden_keys_inside_the_span_change_nothing", hidden_keys_inside_the_span_change_nothing},
     {"bad_arguments_are_rejected", bad_arguments_are_rejected, TAG_HOST},
     {"bad_options_are_rejected", bad_options_are_rejected, TAG_HOST},
     {"composed_converts_any_layout", composed_converts_any_layout},

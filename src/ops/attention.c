@@ -212,16 +212,30 @@ static int pick_launch(cl_device_id device, const attention_args *a, attention_l
     return CLATTN_SUCCESS;
 }
 
+/* The keys and tiles variants read K and V rows as aligned vectors when every row starts
+ * LANES-aligned (cl/rows.cl, ALIGNED). The others load K and V element by element (micro: its
+ * K tile is transposed in local memory), or pack K first (lanes). */
+static bool kv_rows_aligned(const attention_args *a, const attention_launch *l,
+                            cl_device_id device) {
+    const bool vector_loads =
+        l->variant == CLATTN__ATTENTION_KEYS || l->variant == CLATTN__ATTENTION_TILES;
+    if (!vector_loads || l->t.LANES < 2) return false;
+    const size_t base = clattn__device_base_align_bytes(device);
+    return clattn__rows_vector_aligned(a->k, l->t.LANES, base) &&
+           clattn__rows_vector_aligned(a->v, l->t.LANES, base);
+}
+
 static void attention_options(const attention_args *a, const attention_launch *l, bool wide,
-                              char *options, size_t size) {
+                              cl_device_id device, char *options, size_t size) {
     snprintf(options, size,
              "-cl-std=CL1.2 -DQ_T=%s -DK_T=%s -DV_T=%s -DO_T=%s -DHAS_LSE=%d -DLSE_T=%s "
-             "-DHEAD_DIM=%lld -DVALUE_DIM=%lld -DIDX=%s -DEMPTY_NAN=%d -DSPLITS=%d -DVARIANT=%d",
+             "-DHEAD_DIM=%lld -DVALUE_DIM=%lld -DIDX=%s -DEMPTY_NAN=%d -DSPLITS=%d -DVARIANT=%d "
+             "-DALIGNED=%d",
              clattn_dtype_name(a->q->dtype), clattn_dtype_name(a->k->dtype),
              clattn_dtype_name(a->v->dtype), clattn_dtype_name(a->out->dtype), a->lse != NULL,
              clattn_dtype_name(a->lse ? a->lse->dtype : CLATTN_F32), (long long)a->q->shape[3],
              (long long)a->v->shape[3], wide ? "ulong" : "uint", a->mask.empty_rows_nan, l->splits,
-             l->variant);
+             l->variant, kv_rows_aligned(a, l, device));
     clattn__attention_tuning_options(&l->t, options, size);
     if (l->variant == CLATTN__ATTENTION_MICRO) {
         const size_t used = strlen(options);
@@ -317,7 +331,7 @@ static int enqueue_attention(const attention_args *a, const attention_launch *la
     bool wide = attention_needs_wide_index(a) || partial_floats(a, &l) + packed_key_floats(a, &l) >=
                                                      (size_t)clattn__narrow_index_limit();
     char options[1024];
-    attention_options(a, &l, wide, options, sizeof options);
+    attention_options(a, &l, wide, call->device, options, sizeof options);
     cl_kernel kernel = NULL;
     int status = clattn__create_kernel(call->context, call->device, "attention.cl", options,
                                        kernels[l.variant], &kernel);
