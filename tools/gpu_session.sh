@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# One call's worth of GPU work for a machine that has an NVIDIA driver and PyTorch but no OpenCL
+# packages (a lent, bare machine: GPU time there is minutes, so everything runs in one go).
+#
+#   bash tools/gpu_session.sh prepare        # here, with network: the OpenCL and CLBlast .debs
+#                                            # into .gpu/ (Debian 12's, 2 MB; .gpu is ignored)
+#   OUT=dir bash tools/gpu_session.sh run [ROW...]   # there, with .gpu carried along
+#
+# `run` unpacks the .debs into a private root (never into /), points an ICD file at the
+# driver's libnvidia-opencl, builds clattn, runs the C suite on the GPU, then one clattn-bench
+# invocation per ROW with PyTorch on the same GPU as the peer (CLATTN_PEER_DEVICE=cuda), and
+# writes into $OUT: session.log (everything printed) and bench.json (every row's records, each
+# with its ROW's label). A ROW is "LABEL|OP|CLATTN_TUNE" (the tune part may be empty); without
+# ROWs it runs DEFAULT_ROWS below: the GPU variants waiting for a measurement, each beside
+# the default rows.
+# GPU_TESTS holds clattn-tests' arguments (default: none, the whole suite; "skip" skips it);
+# GPU_QUICK=1 passes --quick to the benchmark. Each step has a time limit, and all of them
+# GPU_BUDGET_S, so a hung step cannot eat the call. Off the GPU (to try the script), set
+# OCL_ICD_VENDORS, CLATTN_DEVICE and CLATTN_PEER_DEVICE, and it uses them.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+DEFAULT_ROWS=(
+  "default|attention|"
+  "micro-4x2|attention|attention:PREFILL=4,GROUP=256,TK=32,MQ=4,MK=2"
+  "micro-8x4|attention|attention:PREFILL=4,GROUP=64,TK=32,MQ=8,MK=4"
+  "micro-4x4|attention|attention:PREFILL=4,GROUP=128,TK=32,MQ=4,MK=4"
+  "default|attention_causal|"
+  "micro-4x2|attention_causal|attention:PREFILL=4,GROUP=256,TK=32,MQ=4,MK=2"
+  "default|attention_decode|"
+  "default|softmax|"
+  "f16-vec8|softmax|softmax:VEC=8"
+  "default|split_heads|"
+)
+
+DEBS=(ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-c-headers opencl-clhpp-headers libclblast1
+  libclblast-dev pkgconf pkgconf-bin libpkgconf3)
+
+prepare() {
+  mkdir -p .gpu/debs
+  (cd .gpu/debs && apt-get download "${DEBS[@]}") || return 1
+  ls -l .gpu/debs
+}
+
+# The .debs unpacked under $1, and the environment that finds them there.
+unpack() {
+  local prefix=$1 lib
+  mkdir -p "$prefix"
+  for deb in .gpu/debs/*.deb; do # a .deb is an ar archive; Debian 12's hold data.tar.xz
+    if command -v dpkg >/dev/null; then
+      dpkg -x "$deb" "$prefix"
+    else
+      ar p "$deb" data.tar.xz | tar -xJ -C "$prefix"
+    fi
+  done
+  lib=$prefix/usr/lib/x86_64-linux-gnu
+  export PATH=$prefix/usr/bin:$PATH
+  export PKG_CONFIG_PATH=$lib/pkgconfig:$prefix/usr/share/pkgconfig
+  export PKG_CONFIG_SYSROOT_DIR=$prefix   # the .pc files say /usr
+  export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export LIBRARY_PATH=$lib
+  export CPATH=$prefix/usr/include
+}
+
+# An ICD folder naming the driver's OpenCL library, wherever the driver's files were mounted.
+nvidia_icd() {
+  local dir=$1 found=""
+  if [ -n "${OCL_ICD_VENDORS:-}" ]; then
+    echo "ICD: $OCL_ICD_VENDORS (given)"
+    return
+  fi
+  mkdir -p "$dir"
+  for candidate in /etc/OpenCL/vendors/nvidia.icd; do
+    [ -f "$candidate" ] && cp "$candidate" "$dir/" && found=$candidate
+  done
+  if [ -z "$found" ]; then
+    found=$( (ldconfig -p 2>/dev/null | awk '/libnvidia-opencl\.so/ {print $NF}';
+      ls /usr/local/nvidia/lib64/libnvidia-opencl.so* /usr/lib/x86_64-linux-gnu/libnvidia-opencl.so* \
+        2>/dev/null) | head -n 1)
+    [ -n "$found" ] && echo "$found" >"$dir/nvidia.icd"
+  fi
+  echo "ICD: ${found:-none found}"
+  export OCL_ICD_VENDORS=$dir
+}
+
+# The whole run stays inside GPU_BUDGET_S (default 540: a call may take 600 s), so the files
+# under $OUT come back even when a step hangs.
+deadline=$(($(date +%s) + ${GPU_BUDGET_S:-540}))
+
+step() { # step LIMIT_S NAME COMMAND...: runs it under a time limit, says how it ended
+  local limit=$1 name=$2 start rc
+  shift 2
+  start=$(date +%s)
+  [ $((deadline - start)) -lt "$limit" ] && limit=$((deadline - start))
+  if [ "$limit" -lt 10 ]; then
+    echo "=== $name: skipped, the time budget is spent"
+    return 124
+  fi
+  echo "=== $name"
+  timeout "$limit" "$@"
+  rc=$?
+  echo "=== $name: rc $rc in $(($(date +%s) - start)) s"
+  return $rc
+}
+
+bench_rows() {
+  local out=$1 row label op tune n=0
+  shift
+  for row in "$@"; do
+    IFS='|' read -r label op tune <<<"$row"
+    n=$((n + 1))
+    CLATTN_TUNE=$tune step 240 "bench $label $op${tune:+ ($tune)}" build/bench/clattn-bench \
+      --device "${CLATTN_DEVICE:-nvidia}" --op "$op" ${GPU_QUICK:+--quick} \
+      --json "$out/bench-$n-$label.json"
+  done
+}
+
+# Every row file's records, labelled, into one JSON (the devices from the first file).
+merge_json() {
+  python3 - "$@" <<'EOF'
+import json, os, sys
+out, files = sys.argv[1], sys.argv[2:]
+merged = {"devices": [], "records": []}
+for path in files:
+    with open(path) as f:
+        data = json.load(f)
+    label = os.path.basename(path).split("-", 2)[2].rsplit(".", 1)[0]
+    merged["devices"] = merged["devices"] or data.get("devices", [])
+    for record in data.get("records", []):
+        record["label"] = label
+        merged["records"].append(record)
+with open(out, "w") as f:
+    json.dump(merged, f, indent=1)
+print(f"{len(merged['records'])} records from {len(files)} runs -> {out}")
+EOF
+}
+
+run() {
+  : "${OUT:?set OUT to the folder the results go to}"
+  local work=/tmp/clattn-gpu rows=("$@")
+  [ ${#rows[@]} -gt 0 ] || rows=("${DEFAULT_ROWS[@]}")
+  rm -rf "$work/json"
+  mkdir -p "$work/json" "$OUT"
+  {
+    unpack "$work/root"
+    nvidia_icd "$work/icd"
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv 2>&1
+    export CLATTN_PEER_DEVICE=${CLATTN_PEER_DEVICE:-cuda} CLATTN_PYTHON=${CLATTN_PYTHON:-python3}
+    export CLATTN_DEVICE=${CLATTN_DEVICE:-nvidia} CLATTN_CACHE_DIR=$work/cache
+    CLATTN_BUILD_DIR=build step 300 build bash ci/build.sh || return 1
+    # shellcheck disable=SC2086 # GPU_TESTS is a list of arguments
+    [ "${GPU_TESTS:-}" = skip ] || step 300 tests build/tests/clattn-tests ${GPU_TESTS:-}
+    bench_rows "$work/json" "${rows[@]}"
+    merge_json "$OUT/bench.json" "$work"/json/bench-*.json
+  } 2>&1 | tee "$OUT/session.log"
+}
+
+case "${1:-}" in
+prepare) prepare ;;
+run)
+  shift
+  run "$@"
+  ;;
+*)
+  sed -n '2,19p' "$0"
+  exit 2
+  ;;
+esac
