@@ -105,6 +105,18 @@ static int first_calls_only(const char *spec) {
     return status == CLATTN_SUCCESS ? 0 : 1;
 }
 
+/* The units clattn_matrix_units finds, as words; "none", or the failure. */
+static void matrix_unit_words(cl_command_queue queue, char *out, size_t capacity) {
+    unsigned units = 0;
+    int status = clattn_matrix_units(queue, &units);
+    snprintf(out, capacity, "%s%s%s", status != CLATTN_SUCCESS ? clattn_status_name(status) : "",
+             units & CLATTN_MATRIX_MMA_F16 ? "mma-f16 " : "",
+             units & CLATTN_MATRIX_MMA_BF16 ? "mma-bf16" : "");
+    size_t n = strlen(out);
+    while (n > 0 && out[n - 1] == ' ') out[--n] = '\0';
+    if (n == 0) snprintf(out, capacity, "none");
+}
+
 static int bench_device(const bench_args *a, const char *spec, bench_report *report,
                         bench_ceilings *ceilings, clattn_device_desc *desc) {
     clattn_env *env = NULL;
@@ -122,6 +134,10 @@ static int bench_device(const bench_args *a, const char *spec, bench_report *rep
         printf("facts: %s\n", facts);
     status = bench_ceilings_open(&a->opt, env, ceilings);
     if (status == CLATTN_SUCCESS) {
+        matrix_unit_words(clattn_env_queue(env), ceilings->matrix_units,
+                          sizeof ceilings->matrix_units);
+        printf("matrix units: %s (each probed on an exact product; clattn_matrix_units)\n",
+               ceilings->matrix_units);
         printf("ceilings: copy %.1f GB/s (float4 stream, %s each way), FMA %.1f GFLOP/s, launch "
                "%.0f us (an empty kernel, enqueue to finish)\n",
                ceilings->copy_gbs, a->opt.quick ? "16 MiB" : "64 MiB", ceilings->fma_gflops,

@@ -110,11 +110,12 @@ static void json_device(FILE *f, const clattn_device_desc *d, const bench_ceilin
         clGetDeviceInfo(d->device, CL_DEVICE_OPENCL_C_VERSION, sizeof opencl_c - 1, opencl_c, NULL);
     char facts[8192] = ""; /* clattn's device facts line (clattn_device_facts) */
     if (d->device) clattn_device_facts(d->device, facts, sizeof facts);
-    const char *keys[7] = {"device", "platform", "vendor", "driver", "opencl", "opencl_c", "facts"};
-    const char *values[7] = {d->name,    d->platform_name, d->vendor, d->driver,
-                             d->version, opencl_c,         facts};
+    const char *keys[8] = {"device", "platform", "vendor", "driver",
+                           "opencl", "opencl_c", "facts",  "matrix_units"};
+    const char *values[8] = {d->name,    d->platform_name, d->vendor, d->driver,
+                             d->version, opencl_c,         facts,     c->matrix_units};
     fputc('{', f);
-    for (int k = 0; k < 7; ++k) {
+    for (int k = 0; k < 8; ++k) {
         fprintf(f, "%s\"%s\": ", k ? ", " : "", keys[k]);
         json_string(f, values[k]);
     }

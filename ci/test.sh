@@ -124,7 +124,8 @@ lane pocl-cbs plain 1200 '--suite !attention_backward' "${pthread[@]}" POCL_WORK
 # (clang: gfx90a, gfx1100) and NVIDIA (clang: PTX for sm_80) by tools/compile_programs.py, each
 # op's programs reduced to a cover of their build options; a target is a test, which passes when
 # every program builds, and the resource table goes to test-logs/compile-table.md. Then a planted
-# non-portable construct (a double, which Intel's Arc and Xe-LP compilers refuse) must fail it.
+# non-portable construct (a double, which Intel's Arc and Xe-LP compilers refuse) must fail it,
+# and the matrix-unit probe's inline PTX must reach clang's sm_80 output.
 lane compile compile 900 "$programs"
 # Mesa's rusticl on llvmpipe: a second OpenCL implementation, with its own compiler (clang to
 # SPIR-V to NIR to LLVM), runtime and limits (32 KiB of local memory, no subgroups, no fp16).
@@ -452,6 +453,21 @@ lane_compile() {
     lane_f=$((lane_f + 1))
   fi
   rm -rf "$planted"
+  # The matrix-unit probe's PTX build (cl/mma.cl with MMA_PTX), which no CPU lane builds: clang
+  # must emit the tensor-core instruction for sm_80. Its operands are checked on a GPU, by the
+  # probe itself (no ptxas in Debian).
+  local type
+  for type in f16 bf16; do
+    if clang-15 -x cl -cl-std=CL1.2 -nogpulib -O2 -Xclang -finclude-default-header \
+      -target nvptx64-unknown-nvidiacl -march=sm_80 -I "$root/cl" -DMMA_PTX=1 -DMMA_ASM=__asm__ \
+      -DMMA_T=$type -S "$root/cl/mma.cl" -o - 2>"$logs/$name-mma-$type.log" |
+      grep -q "mma.sync.aligned.m16n8k16.row.col.f32.$type.$type.f32"; then
+      lane_p=$((lane_p + 1))
+    else
+      echo "[$name] FAIL the $type mma probe's PTX lacks its instruction; see $logs/$name-mma-$type.log"
+      lane_f=$((lane_f + 1))
+    fi
+  done
 }
 
 # ---- the loop --------------------------------------------------------------------------------

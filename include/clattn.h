@@ -186,6 +186,17 @@ CLATTN_API const clattn_device_desc *clattn_env_device_desc(const clattn_env *en
  * terminated. Statuses: CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT, OpenCL's. */
 CLATTN_API int clattn_device_facts(cl_device_id device, char *text, size_t capacity);
 
+/* The matrix units (tensor cores) clattn can drive on the queue's device, as CLATTN_MATRIX_*
+ * bits: each mechanism is built and run once per (context, device) on a known 16 x 16 by 16 x 8
+ * product and counts only when every element comes back exact; a device that does not offer it
+ * (its extensions say so: cl_nv_device_attribute_query with compute capability 8.0 or more for
+ * NVIDIA's mma.sync) is not probed. Cached until clattn_cache_clear(context). 0 on CPUs, PoCL
+ * and Oclgrind. Statuses: CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT, OpenCL's (a probe that
+ * does not build is not an error: that unit is absent). */
+#define CLATTN_MATRIX_MMA_F16  1u /* mma.sync.m16n8k16, f16 inputs, f32 accumulators */
+#define CLATTN_MATRIX_MMA_BF16 2u /* the same with bf16 inputs */
+CLATTN_API int clattn_matrix_units(cl_command_queue queue, unsigned *units);
+
 /* Allocates a contiguous tensor of `dtype` and shape {d0,d1,d2,d3} (read-write buffer). Release
  * it with clattn_tensor_free. */
 CLATTN_API int clattn_env_alloc(clattn_env *env, clattn_dtype dtype, const int64_t shape[4],
@@ -194,8 +205,8 @@ CLATTN_API int clattn_env_alloc(clattn_env *env, clattn_dtype dtype, const int64
 CLATTN_API void clattn_tensor_free(clattn_tensor *t);
 /* Blocking copies between host memory (dense, row-major, the tensor's dtype) and a contiguous
  * tensor, after everything enqueued on the env's queue before them (also on a wrapped
- * out-of-order queue). Statuses: CLATTN_ERR_INVALID_ARGUMENT (NULL pointers, strided tensor), the validator's,
- * OpenCL's. */
+ * out-of-order queue). Statuses: CLATTN_ERR_INVALID_ARGUMENT (NULL pointers, strided tensor), the
+ * validator's, OpenCL's. */
 CLATTN_API int clattn_env_upload(clattn_env *env, const clattn_tensor *t, const void *host);
 CLATTN_API int clattn_env_download(clattn_env *env, const clattn_tensor *t, void *host);
 
@@ -209,9 +220,10 @@ CLATTN_API int clattn_env_download(clattn_env *env, const clattn_tensor *t, void
  * after).
  * ------------------------------------------------------------------------------------------- */
 
-/* Drops every cached program of `context`. NULL drops every context's, and clears CLBlast's
- * program cache too (through which the composed attention path keeps contexts alive); call it
- * before exit under Oclgrind, whose teardown crashes on CLBlast's cache otherwise. */
+/* Drops every cached program of `context` (and its matrix-unit probe results). NULL drops every
+ * context's, and clears CLBlast's program cache too (through which the composed attention path
+ * keeps contexts alive); call it before exit under Oclgrind, whose teardown crashes on CLBlast's
+ * cache otherwise. */
 CLATTN_API void clattn_cache_clear(cl_context context);
 /* Number of programs in the cache, and how many builds and hits it has served since start (for
  * tests and diagnostics). Any pointer may be NULL. */

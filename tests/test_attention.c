@@ -378,26 +378,24 @@ static void perturb_future(const at_spec *s, at_data *d) {
             }
 }
 
-/* NaN in every key and value past the batch's key length. */
+/* NaN in key j's row of K and Inf in its row of V, for kv head h of batch b. */
+static void poison_key(const at_spec *s, at_data *d, int64_t b, int64_t h, int64_t j) {
+    for (int64_t e = 0; e < s->D; ++e) d->k[at4(s->Hkv, s->Sk, s->D, b, h, j, e)] = NAN;
+    for (int64_t e = 0; e < s->Dv; ++e) d->v[at4(s->Hkv, s->Sk, s->Dv, b, h, j, e)] = INFINITY;
+}
+
+/* Every key past the batch's key length poisoned. */
 static void poison_padding(const at_spec *s, at_data *d) {
     for (int64_t b = 0; b < s->B; ++b)
         for (int64_t h = 0; h < s->Hkv; ++h)
-            for (int64_t j = s->klen[b]; j < s->Sk; ++j) {
-                for (int64_t e = 0; e < s->D; ++e) d->k[at4(s->Hkv, s->Sk, s->D, b, h, j, e)] = NAN;
-                for (int64_t e = 0; e < s->Dv; ++e)
-                    d->v[at4(s->Hkv, s->Sk, s->Dv, b, h, j, e)] = INFINITY;
-            }
+            for (int64_t j = s->klen[b]; j < s->Sk; ++j) poison_key(s, d, b, h, j);
 }
 
-/* NaN in the keys and Inf in the values from position 6 on. */
+/* Every key from position 6 on poisoned. */
 static void poison_future(const at_spec *s, at_data *d) {
     for (int64_t b = 0; b < s->B; ++b)
         for (int64_t h = 0; h < s->Hkv; ++h)
-            for (int64_t j = 6; j < s->Sk; ++j) {
-                for (int64_t e = 0; e < s->D; ++e) d->k[at4(s->Hkv, s->Sk, s->D, b, h, j, e)] = NAN;
-                for (int64_t e = 0; e < s->Dv; ++e)
-                    d->v[at4(s->Hkv, s->Sk, s->Dv, b, h, j, e)] = INFINITY;
-            }
+            for (int64_t j = 6; j < s->Sk; ++j) poison_key(s, d, b, h, j);
 }
 
 /* Rows 0..5 see no key past 5: changed keys there change nothing, and in the fused kernels
@@ -424,18 +422,14 @@ static void padded_keys_holding_nan_change_nothing(test_ctx *t) {
                                     "NaN/Inf past the key length");
 }
 
-/* NaN in the keys and Inf in the values of the keys no row sees though they lie inside every
- * row's span [0, pos]: with a window (0, 0), bottom-right causal and global positions (see
+/* The keys no row sees though they lie inside every row's span [0, pos] poisoned: with a window
+ * (0, 0), bottom-right causal and global positions (see
  * hidden_keys_inside_the_span_change_nothing), keys before Sk - Sq that are not global. */
 static void poison_hidden(const at_spec *s, at_data *d) {
     for (int64_t b = 0; b < s->B; ++b)
         for (int64_t h = 0; h < s->Hkv; ++h)
-            for (int64_t j = 0; j < s->Sk - s->Sq; ++j) {
-                if (j % s->global_stride == 0) continue;
-                for (int64_t e = 0; e < s->D; ++e) d->k[at4(s->Hkv, s->Sk, s->D, b, h, j, e)] = NAN;
-                for (int64_t e = 0; e < s->Dv; ++e)
-                    d->v[at4(s->Hkv, s->Sk, s->Dv, b, h, j, e)] = INFINITY;
-            }
+            for (int64_t j = 0; j < s->Sk - s->Sq; ++j)
+                if (j % s->global_stride != 0) poison_key(s, d, b, h, j);
 }
 
 /* A global position makes a row's span start at key 0, so the kernels walk hidden keys between

@@ -114,6 +114,8 @@ def main(argv=None):
         for d in clattn.devices():
             print("%-5s %-4s %s / %s (%s)" % (d["index"], d["type"], d["platform"], d["name"], d["version"]))
             print("           " + d["facts"])
+            with clattn.Context(d["index"]) as ctx:
+                print("           matrix_units=" + (",".join(ctx.matrix_units()) or "none"))
         return 0
     return selftest(args.device)
 

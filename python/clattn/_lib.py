@@ -63,6 +63,7 @@ class LinearOptions(ctypes.Structure):
 
 
 FEATURE_MAPS = {"elu1": 0, "relu": 1, "identity": 2}
+MATRIX_MMA_F16, MATRIX_MMA_BF16 = 1, 2  # CLATTN_MATRIX_* bits
 
 
 class MhaParams(ctypes.Structure):
@@ -154,6 +155,7 @@ def _declare(lib):
         "clattn_env_queue": (queue, [env_p]),
         "clattn_env_device_desc": (POINTER(DeviceDesc), [env_p]),
         "clattn_device_facts": (c_int, [c_void_p, c_char_p, c_size_t]),
+        "clattn_matrix_units": (c_int, [queue, POINTER(c_uint)]),
         "clattn_env_alloc": (c_int, [env_p, c_int, POINTER(c_int64), POINTER(Tensor)]),
         "clattn_env_upload": (c_int, [env_p, POINTER(Tensor), c_void_p]),
         "clattn_env_download": (c_int, [env_p, POINTER(Tensor), c_void_p]),

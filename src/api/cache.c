@@ -3,9 +3,11 @@
  * CLBlast bridge's, so it sits above both layers.
  */
 #include "ops/blas.h"
+#include "runtime/matrix_units.h"
 #include "runtime/program_cache.h"
 
 void clattn_cache_clear(cl_context context) {
     clattn__program_cache_clear(context);
+    clattn__matrix_units_clear(context);
     if (!context) clattn__blas_cache_clear();
 }

@@ -7,6 +7,7 @@
 #include "hooks.h"
 #include "kernel.h"
 #include "launch.h"
+#include "matrix_units.h"
 #include "scratch.h"
 #include "status.h"
 #include "tensor.h"

@@ -6,7 +6,7 @@
 
 #include <stdatomic.h>
 
-static atomic_int hooks[CLATTN__HOOKS] = {-1, -1, -1, -1};
+static atomic_int hooks[CLATTN__HOOKS] = {-1, -1, -1, -1, -1};
 static _Atomic uint64_t narrow_index_limit = (uint64_t)1 << 31;
 static atomic_int countdown[CLATTN__FAULT_SITES];
 

@@ -149,3 +149,9 @@ def test_wrong_tensors_are_refused(ctx):
         ctx.attention(ctx.tensor(np.ones((1, 1, 4, 8), np.int32)), q, q)
     with pytest.raises(TypeError):
         ctx.attention_backward(q.astype(np.float16), q, q, q, q, np.zeros((1, 1, 4), np.float32))
+
+
+def test_matrix_units_are_reported(ctx):
+    units = ctx.matrix_units()
+    assert set(units) <= {"mma-f16", "mma-bf16"}
+    assert ctx.matrix_units() == units  # probed once, cached

@@ -1,0 +1,130 @@
+/*
+ * Warp-level matrix products in the shape of NVIDIA's tensor-core instruction
+ * mma.sync.aligned.m16n8k16 (f32 accumulators, f16 or bf16 inputs), in one of two builds:
+ *
+ *   MMA_PTX 1  the instruction itself, as inline PTX, which only NVIDIA's OpenCL compiler takes.
+ *              The host builds it only for a device whose probe (matrix_probe below, run by
+ *              src/runtime/matrix_units.c) returned the exact product.
+ *   MMA_PTX 0  the same warp-level semantics through local memory, on any device: how kernels
+ *              built on mma_m16n8k16 run on PoCL and Oclgrind, so that CI tests their fragment
+ *              layouts, and how the probe's own check is tested.
+ *
+ * A warp is 32 consecutive work-items of a 1-D work-group (lane = local id % 32: NVIDIA's
+ * order, which the probe confirms, since a wrong order gives a wrong product). The group is
+ * whole warps, and all its work-items call mma_m16n8k16 together (the emulation has barriers).
+ *
+ * Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"), g = lane / 4, t = lane % 4; a uint
+ * holds two 16-bit values, the lower column (or k) in its low half:
+ *   A, 16 x 16 (m x k):  a[0] = A[g][2t, 2t+1]   a[1] = A[g+8][2t, 2t+1]
+ *                        a[2] = A[g][2t+8, 2t+9] a[3] = A[g+8][2t+8, 2t+9]
+ *   B, 16 x 8 (k x n):   b[0] = B[2t, 2t+1][g]   b[1] = B[2t+8, 2t+9][g]
+ *   C, D, 16 x 8 (f32):  c[0], c[1] = C[g][2t, 2t+1]   c[2], c[3] = C[g+8][2t, 2t+1]
+ *
+ * Build options: MMA_T (f16 | bf16, the inputs' type), MMA_PTX, MMA_ASM, MMA_PROBE_BREAK (the
+ * probe's negative test: one lane's result off by one).
+ */
+#ifndef CLATTN_COMMON_CL
+#include "common.cl"
+#endif
+
+#ifndef MMA_T
+#define MMA_T f16
+#endif
+#ifndef MMA_PTX
+#define MMA_PTX 0
+#endif
+#ifndef MMA_PROBE_BREAK
+#define MMA_PROBE_BREAK 0
+#endif
+/* The inline-assembly keyword: `asm`, as NVIDIA's OpenCL compiler takes it (genefer and other
+ * OpenCL programs use it there); clang takes only `__asm__` in OpenCL C (-DMMA_ASM=__asm__ for
+ * an offline PTX build). */
+#ifndef MMA_ASM
+#define MMA_ASM asm
+#endif
+
+#define MMA_IS_BF16_f16 0
+#define MMA_IS_BF16_bf16 1
+#define MMA_T_IS_BF16 CAT(MMA_IS_BF16_, MMA_T)
+#define MMA_PTX_TYPE_f16 "f16"
+#define MMA_PTX_TYPE_bf16 "bf16"
+#define MMA_PTX_TYPE CAT(MMA_PTX_TYPE_, MMA_T)
+
+#define MMA_WARP 32
+/* Local floats the emulation takes per warp (A and B as floats); the PTX build takes none. */
+#if MMA_PTX
+#define MMA_SCRATCH_FLOATS 1
+#else
+#define MMA_SCRATCH_FLOATS (16 * 16 + 16 * 8)
+#endif
+
+/* The 16-bit value in the low (high = 0) or high half of a fragment word, as a float. */
+inline float mma_half_value(uint word, int high) {
+    ushort bits = (ushort)(high ? word >> 16 : word & 0xffffu);
+#if MMA_T_IS_BF16
+    return as_float((uint)bits << 16);
+#else
+    return vload_half(0, (__private const half *)&bits);
+#endif
+}
+
+/* d = a b + c for the warp's fragments (the layouts above). `scratch` holds MMA_SCRATCH_FLOATS
+ * per warp of the group. */
+inline void mma_m16n8k16(float d[4], const uint a[4], const uint b[2], const float c[4],
+                         __local float *scratch) {
+#if MMA_PTX
+    (void)scratch;
+    MMA_ASM volatile("mma.sync.aligned.m16n8k16.row.col.f32." MMA_PTX_TYPE "." MMA_PTX_TYPE
+                 ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]),
+                   "f"(c[1]), "f"(c[2]), "f"(c[3]));
+#else
+    const int lid = (int)get_local_id(0), lane = lid % MMA_WARP, g = lane / 4, t = lane % 4;
+    __local float *sa = scratch + (lid / MMA_WARP) * MMA_SCRATCH_FLOATS, *sb = sa + 16 * 16;
+    for (int r = 0; r < 4; ++r) {
+        const int row = g + (r & 1) * 8, col = 2 * t + (r >> 1) * 8;
+        sa[row * 16 + col] = mma_half_value(a[r], 0);
+        sa[row * 16 + col + 1] = mma_half_value(a[r], 1);
+    }
+    for (int r = 0; r < 2; ++r) {
+        const int k = 2 * t + r * 8;
+        sb[k * 8 + g] = mma_half_value(b[r], 0);
+        sb[(k + 1) * 8 + g] = mma_half_value(b[r], 1);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int i = 0; i < 4; ++i) {
+        const int row = g + (i >> 1) * 8, col = 2 * t + (i & 1);
+        float acc = c[i];
+        for (int k = 0; k < 16; ++k) acc = fma(sa[row * 16 + k], sb[k * 8 + col], acc);
+        d[i] = acc;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE); /* the scratch is free for the next product */
+#endif
+}
+
+/* The probe: one warp multiplies A (16 x 16, row-major 16-bit values) by B (16 x 8, row-major)
+ * and adds C (16 x 8 floats) into D, each lane gathering its fragments by the layouts above.
+ * The host gives values whose products and sums are exact in f32, so a correct unit returns
+ * exactly the host's product. */
+__kernel __attribute__((reqd_work_group_size(MMA_WARP, 1, 1))) void
+matrix_probe(__global const ushort *a, __global const ushort *b, __global const float *c,
+             __global float *d) {
+    __local float scratch[MMA_SCRATCH_FLOATS];
+    const int lane = (int)get_local_id(0), g = lane / 4, t = lane % 4;
+    uint fa[4], fb[2];
+    float fc[4], fd[4];
+    for (int r = 0; r < 4; ++r) {
+        const int at = (g + (r & 1) * 8) * 16 + 2 * t + (r >> 1) * 8;
+        fa[r] = (uint)a[at] | (uint)a[at + 1] << 16;
+    }
+    for (int r = 0; r < 2; ++r) {
+        const int k = 2 * t + r * 8;
+        fb[r] = (uint)b[k * 8 + g] | (uint)b[(k + 1) * 8 + g] << 16;
+    }
+    for (int i = 0; i < 4; ++i) fc[i] = c[(g + (i >> 1) * 8) * 8 + 2 * t + (i & 1)];
+    mma_m16n8k16(fd, fa, fb, fc, scratch);
+    for (int i = 0; i < 4; ++i)
+        d[(g + (i >> 1) * 8) * 8 + 2 * t + (i & 1)] =
+            fd[i] + (MMA_PROBE_BREAK && lane == 5 && i == 0 ? 1.0f : 0.0f);
+}

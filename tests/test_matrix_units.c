@@ -1,0 +1,94 @@
+/* The matrix-unit probes (src/runtime/matrix_units.c, cl/mma.cl). On devices without a unit (PoCL,
+ * Oclgrind) the probe runs the local-memory emulation of mma.sync, which proves the probe's own
+ * check: the fragment layouts, the exact comparison, a wrong unit refused, a build failure taken
+ * as no unit, and the cached per-device answer. */
+#include "harness.h"
+#include "runtime/runtime.h"
+#include "runtime/testing.h"
+
+#include <string.h>
+
+static const char *const emulated[2] = {"-cl-std=CL1.2 -DMMA_PTX=0 -DMMA_T=f16",
+                                        "-cl-std=CL1.2 -DMMA_PTX=0 -DMMA_T=bf16"};
+
+/* A warp of 32 must fit one group, under CLATTN_MAX_WORK_GROUP too (the cbs lane caps groups at
+ * 16: there every probe must fail). */
+static bool warps_fit(test_ctx *t) {
+    return clattn__device_max_group(clattn_env_device(t->env)) >= 32;
+}
+
+static void the_emulated_unit_passes_the_probe(test_ctx *t) {
+    for (int i = 0; i < 2; ++i) {
+        bool exact = !warps_fit(t);
+        CHECK_OK(t, clattn__matrix_probe(clattn_env_queue(t->env), emulated[i], &exact));
+        CHECK(t, exact == warps_fit(t), "%s: exact %d with groups of 32 %s", emulated[i], exact,
+              warps_fit(t) ? "allowed" : "refused");
+    }
+}
+
+/* The probe is the test: a unit one element off, and a probe that does not build, count as no
+ * unit, and neither is an error of the call. */
+static void a_wrong_or_missing_unit_fails_the_probe(test_ctx *t) {
+    cl_command_queue queue = clattn_env_queue(t->env);
+    bool exact = true;
+    CHECK_OK(t,
+             clattn__matrix_probe(queue, "-cl-std=CL1.2 -DMMA_PTX=0 -DMMA_PROBE_BREAK=1", &exact));
+    CHECK(t, !exact, "a product off by one in one lane passed the probe");
+    exact = true;
+    clattn_cache_clear(clattn_env_context(t->env)); /* so that the probe builds */
+    clattn__fault_arm(CLATTN__FAULT_BUILD, 1);
+    int status = clattn__matrix_probe(queue, emulated[0], &exact);
+    clattn__fault_arm(CLATTN__FAULT_BUILD, 0);
+    CHECK_OK(t, status);
+    CHECK(t, !exact, "a probe that did not build passed");
+}
+
+/* A device offers the PTX units only with cl_nv_device_attribute_query; with the emulation hook
+ * every device is offered both and must find both, probed once per context: a second call
+ * creates no kernel (the cache's hits stay), and clattn_cache_clear forgets the answer. */
+static void units_are_probed_once_per_device(test_ctx *t) {
+    cl_command_queue queue = clattn_env_queue(t->env);
+    cl_context context = clattn_env_context(t->env);
+    char extensions[8192] = "";
+    clGetDeviceInfo(clattn_env_device(t->env), CL_DEVICE_EXTENSIONS, sizeof extensions, extensions,
+                    NULL);
+    unsigned units = 99;
+    CHECK_OK(t, clattn_matrix_units(queue, &units));
+    CHECK(t, (units & ~(CLATTN_MATRIX_MMA_F16 | CLATTN_MATRIX_MMA_BF16)) == 0, "units %#x", units);
+    if (!strstr(extensions, "cl_nv_device_attribute_query"))
+        CHECK(t, units == 0, "units %#x on a device that offers none", units);
+
+    clattn_cache_clear(context);
+    clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, 1);
+    unsigned first = 0, again = 0, cleared = 0;
+    size_t hits0 = 0, hits1 = 0;
+    int status = clattn_matrix_units(queue, &first);
+    clattn_cache_stats(NULL, NULL, &hits0);
+    if (status == CLATTN_SUCCESS) status = clattn_matrix_units(queue, &again);
+    clattn_cache_stats(NULL, NULL, &hits1);
+    clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, -1);
+    CHECK_OK(t, status);
+    const unsigned both = CLATTN_MATRIX_MMA_F16 | CLATTN_MATRIX_MMA_BF16;
+    CHECK(t, first == (warps_fit(t) ? both : 0u), "emulated: %#x", first);
+    CHECK(t, again == first && hits1 == hits0, "a second call probed again (%#x, hits %zu->%zu)",
+          again, hits0, hits1);
+    clattn_cache_clear(context);
+    CHECK_OK(t, clattn_matrix_units(queue, &cleared));
+    CHECK(t, cleared == units, "after clearing: %#x, before the emulation %#x", cleared, units);
+    clattn_cache_clear(context);
+}
+
+static void bad_arguments_are_rejected(test_ctx *t) {
+    unsigned units = 0;
+    CHECK_STATUS(t, clattn_matrix_units(NULL, &units), CLATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(t, clattn_matrix_units(clattn_env_queue(t->env), NULL),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+}
+
+static const test_case cases[] = {
+    {"the_emulated_unit_passes_the_probe", the_emulated_unit_passes_the_probe},
+    {"a_wrong_or_missing_unit_fails_the_probe", a_wrong_or_missing_unit_fails_the_probe},
+    {"units_are_probed_once_per_device", units_are_probed_once_per_device},
+    {"bad_arguments_are_rejected", bad_arguments_are_rejected, TAG_HOST},
+};
+SUITE(matrix_units_suite, "matrix_units", cases);
