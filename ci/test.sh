@@ -459,15 +459,36 @@ lane_compile() {
   local type
   for type in f16 bf16; do
     if clang-15 -x cl -cl-std=CL1.2 -nogpulib -O2 -Xclang -finclude-default-header \
-      -target nvptx64-unknown-nvidiacl -march=sm_80 -I "$root/cl" -DMMA_PTX=1 -DMMA_ASM=__asm__ \
-      -DMMA_T=$type -S "$root/cl/mma.cl" -o - 2>"$logs/$name-mma-$type.log" |
+      -target nvptx64-unknown-nvidiacl -march=sm_80 -I "$root/cl" -DMMA_PROBE=1 -DMMA_PTX=1 \
+      -DMMA_ASM=__asm__ -DMMA_T=$type -S "$root/cl/mma.cl" -o - 2>"$logs/$name-mma-$type.log" |
       grep -q "mma.sync.aligned.m16n8k16.row.col.f32.$type.$type.f32"; then
       lane_p=$((lane_p + 1))
     else
-      echo "[$name] FAIL the $type mma probe's PTX lacks its instruction; see $logs/$name-mma-$type.log"
+      echo "[$name] FAIL the $type mma probe's PTX lacks its instruction;" \
+        "see $logs/$name-mma-$type.log"
       lane_f=$((lane_f + 1))
     fi
   done
+  # attention_mma as a GPU with the unit builds it (the dump holds its emulated build): every
+  # program of it rebuilt with MMA_PTX=1 must carry the instruction
+  local program options count=0 built=0
+  for program in $(grep -l -- '-DVARIANT=5 ' "$dump"/attention-*.options 2>/dev/null); do
+    options=$(sed 's/-DMMA_PTX=0/-DMMA_PTX=1/' "$program")
+    count=$((count + 1))
+    # shellcheck disable=SC2086 # the options are a list of arguments
+    clang-15 -x cl -cl-std=CL1.2 -nogpulib -O2 -Xclang -finclude-default-header \
+      -target nvptx64-unknown-nvidiacl -march=sm_80 -Xclang -mlink-builtin-bitcode \
+      -Xclang /usr/lib/clc/nvptx64--nvidiacl.bc $options -DMMA_ASM=__asm__ -S \
+      "${program%.options}.cl" -o - 2>>"$logs/$name-mma-attention.log" |
+      grep -q "mma.sync.aligned.m16n8k16" && built=$((built + 1))
+  done
+  if [ "$count" -gt 0 ] && [ "$built" -eq "$count" ]; then
+    lane_p=$((lane_p + 1))
+  else
+    echo "[$name] FAIL attention_mma with the instruction: $built of $count programs built;" \
+      "see $logs/$name-mma-attention.log"
+    lane_f=$((lane_f + 1))
+  fi
 }
 
 # ---- the loop --------------------------------------------------------------------------------

@@ -271,7 +271,7 @@ __kernel void attention_blocks(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TEN
 
 #endif /* BUILDS(0) */
 
-#if BUILDS(1) || BUILDS(4)
+#if BUILDS(1) || BUILDS(4) || BUILDS(5)
 /* The first and the end of the keys any query of the work-group can see, from each work-item's
  * [lo, hi) (empty when lo >= hi): a tile no query sees is never loaded. */
 inline int2 group_key_span(__local int *span, int lo, int hi, int Sk) {
@@ -650,6 +650,213 @@ attention_lanes(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T,
     }
 }
 #endif /* VEC >= 4 && BUILDS(3) */
+
+#if BUILDS(5) && defined(MMA_T)
+#ifndef CLATTN_MMA_CL
+#include "mma.cl"
+#endif
+/* attention_mma: q, k and v in MMA_T (f16 or bf16), products on cl/mma.cl's mma_m16n8k16. A
+ * work-group of MMA_WARPS warps takes 16 * MMA_WARPS queries of one (batch, query head), a warp
+ * 16 of them; each lane holds rows g and g + 8 of its warp's block (g = lane / 4, t = lane % 4),
+ * in the fragment layouts of cl/mma.cl. Per tile of 16 keys (K and V staged in local memory as
+ * raw 16-bit values): S = q k^T as two 16 x 8 products per 16 head dims, the mask and the online
+ * softmax in f32 (a row's max combined across the four lanes that hold it through local
+ * memory), then the weights, rounded to MMA_T, re-packed in registers as the A fragment of
+ * P V (the C fragments of the two 8-key blocks are exactly its halves) and multiplied into
+ * VALUE_DIM / 8 accumulator fragments. Everything the other variants promise holds (masks, GQA,
+ * lse, empty rows, bottom-right): the mask is cl/mask.cl's, element by element. A zero weight
+ * cannot skip its V row inside a product (0 * Inf is NaN), so NaN and Inf values enter the
+ * products as 0, and a tile that holds one (a flag set while loading, kept once set) adds them
+ * in f32 for the outputs whose weight for them is not 0: a hidden one changes no bit.
+ * Needs HEAD_DIM a multiple of 16 and VALUE_DIM of 8 (the host checks), and no key split. */
+#ifndef MMA_WARPS
+#define MMA_WARPS 4
+#endif
+#define MMA_KT     16                     /* keys a tile */
+#define MMA_BQ     (16 * MMA_WARPS)       /* queries a group */
+#define MMA_WORDS  (HEAD_DIM / 2)         /* 32-bit words of a K row */
+#define MMA_VB     (VALUE_DIM / 8)        /* 8-column blocks of the output */
+#define MMA_RAW(p) ((__global const ushort *)(p))
+
+/* The 16-bit bits of v in MMA_T, rounded to nearest even. */
+inline uint mma_bits(float v) {
+#if MMA_T_IS_BF16
+    return bf16_from_f32(v);
+#else
+    ushort h;
+    vstore_half(v, 0, (__private half *)&h);
+    return h;
+#endif
+}
+
+/* A 16-bit value is NaN or Inf: its exponent bits are all ones. */
+inline bool mma_not_finite(ushort bits) {
+    return MMA_T_IS_BF16 ? (bits & 0x7f80u) == 0x7f80u : (bits & 0x7c00u) == 0x7c00u;
+}
+
+/* The largest of the four lanes' values for each of the warp's 16 rows (red: 16 x 4 floats of
+ * the warp): m[0] for row g, m[1] for row g + 8; is_max 0: their sum. */
+inline void mma_quad_reduce(__local float *red, float v[2], int is_max) {
+    const int lane = (int)get_local_id(0) % MMA_WARP, g = lane / 4, t = lane % 4;
+    red[g * 4 + t] = v[0];
+    red[(g + 8) * 4 + t] = v[1];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int r = 0; r < 2; ++r) {
+        const __local float *row = red + (g + 8 * r) * 4;
+        v[r] = is_max ? fmax(fmax(row[0], row[1]), fmax(row[2], row[3]))
+                      : (row[0] + row[1]) + (row[2] + row[3]);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+
+__kernel __attribute__((reqd_work_group_size(MMA_WARPS * MMA_WARP, 1, 1))) void
+attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v),
+              __global CAT(storage_, O_T) * o, IDX o_off, IDX o_s0, IDX o_s1, IDX o_s2, IDX o_s3,
+              int B, int Hq, int Hkv, int Sq, int Sk LSE_PARAMS, MASK_PARAMS) {
+    __local float scratch[MMA_WARPS * MMA_SCRATCH_FLOATS];
+    __local uint kt[MMA_KT * MMA_WORDS];    /* a key tile, row-major, two values a word */
+    __local ushort vt[MMA_KT * VALUE_DIM];  /* its values, row-major, NaN and Inf as 0 */
+    __local ushort vraw[MMA_KT * VALUE_DIM]; /* its values as they are */
+    __local float red[MMA_WARPS * 16 * 4];  /* each warp's quad reductions */
+    __local float pt[MMA_WARPS * 16 * MMA_KT]; /* the weights, for the non-finite fallback */
+    __local int span[2];
+    __local int garbage;
+    const int lid = (int)get_local_id(0), threads = (int)get_local_size(0);
+    const int warp = lid / MMA_WARP, lane = lid % MMA_WARP, g = lane / 4, t = lane % 4;
+    const int blocks = (Sq + MMA_BQ - 1) / MMA_BQ, group = (int)get_group_id(0);
+    const int bh = group / blocks, h = bh % Hq, b = bh / Hq, hk = h / (Hq / Hkv);
+    const int rows[2] = {(group % blocks) * MMA_BQ + warp * 16 + g,
+                         (group % blocks) * MMA_BQ + warp * 16 + g + 8};
+    __local float *wred = red + warp * 16 * 4;
+    MASK_PACK(p);
+    mask_row r[2];
+    int lo = Sk, hi = 0;
+    UNROLL for (int a = 0; a < 2; ++a) {
+        r[a] = mask_row_start(&p, b, h, min(rows[a], Sq - 1), Sq, Sk);
+        if (rows[a] >= Sq) r[a].hi = r[a].lo; /* a row past Sq only helps */
+        if (r[a].lo < r[a].hi) lo = min(lo, r[a].lo), hi = max(hi, r[a].hi);
+    }
+    if (lid == 0) garbage = 0;
+    const int2 keys = group_key_span(span, lo, hi, Sk); /* its barriers publish garbage */
+
+    /* q as A fragments, one per 16 head dims (rows past Sq read as 0) */
+    uint qa[HEAD_DIM / 16][4];
+    UNROLL for (int c = 0; c < HEAD_DIM / 16; ++c)
+        UNROLL for (int f = 0; f < 4; ++f) {
+            const int row = rows[f & 1], d = c * 16 + 2 * t + (f >> 1) * 8;
+            qa[c][f] = row < Sq ? (uint)MMA_RAW(q)[AT(q, b, h, row, d)] |
+                                      (uint)MMA_RAW(q)[AT(q, b, h, row, d + 1)] << 16
+                                : 0u;
+        }
+    float acc[MMA_VB][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    int nan_seen[2] = {0, 0};
+    UNROLL for (int n = 0; n < MMA_VB; ++n)
+        UNROLL for (int f = 0; f < 4; ++f) acc[n][f] = 0.0f;
+
+    for (int j0 = keys.x; j0 < keys.y; j0 += MMA_KT) {
+        barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with the last tile */
+        for (int e = lid; e < MMA_KT * MMA_WORDS; e += threads) {
+            const int j = j0 + e / MMA_WORDS, d = e % MMA_WORDS * 2;
+            kt[e] = j < keys.y ? (uint)MMA_RAW(k)[AT(k, b, hk, j, d)] |
+                                     (uint)MMA_RAW(k)[AT(k, b, hk, j, d + 1)] << 16
+                               : 0u;
+        }
+        for (int e = lid; e < MMA_KT * VALUE_DIM; e += threads) {
+            const int j = j0 + e / VALUE_DIM, d = e % VALUE_DIM;
+            const ushort x = j < keys.y ? MMA_RAW(v)[AT(v, b, hk, j, d)] : (ushort)0;
+            vt[e] = mma_not_finite(x) ? (ushort)0 : x;
+            vraw[e] = x;
+            if (mma_not_finite(x)) atomic_or(&garbage, 1);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const int tile_garbage = garbage;
+
+        /* S: two 16 x 8 blocks of keys, c[kb][f] for row rows[f >> 1], key 8 kb + 2t + (f & 1) */
+        float s[2][4];
+        UNROLL for (int kb = 0; kb < 2; ++kb) {
+            UNROLL for (int f = 0; f < 4; ++f) s[kb][f] = 0.0f;
+            UNROLL for (int c = 0; c < HEAD_DIM / 16; ++c) {
+                const uint kf[2] = {kt[(kb * 8 + g) * MMA_WORDS + c * 8 + t],
+                                    kt[(kb * 8 + g) * MMA_WORDS + c * 8 + t + 4]};
+                mma_m16n8k16(s[kb], qa[c], kf, s[kb], scratch);
+            }
+        }
+        float tile_max[2] = {-INFINITY, -INFINITY};
+        UNROLL for (int kb = 0; kb < 2; ++kb)
+            UNROLL for (int f = 0; f < 4; ++f) {
+                const int a = f >> 1, j = j0 + kb * 8 + 2 * t + (f & 1);
+                const float x = j >= r[a].lo && j < r[a].hi ? mask_score(&p, &r[a], j, s[kb][f])
+                                                            : -INFINITY;
+                s[kb][f] = x;
+                tile_max[a] = fmax(tile_max[a], x);
+                nan_seen[a] |= isnan(x);
+            }
+        mma_quad_reduce(wred, tile_max, 1);
+        float keep[2];
+        UNROLL for (int a = 0; a < 2; ++a) {
+            const float m_new = fmax(m[a], tile_max[a]);
+            keep[a] = m_new == -INFINITY ? 0.0f : exp(m[a] - m_new);
+            m[a] = m_new;
+            l[a] *= keep[a];
+        }
+        UNROLL for (int n = 0; n < MMA_VB; ++n)
+            UNROLL for (int f = 0; f < 4; ++f) acc[n][f] *= keep[f >> 1];
+        /* the weights, and P as the A fragment of P v: a[0] = row g keys 2t, 2t+1 (block 0), a[1]
+         * row g + 8, a[2] and a[3] the same of block 1 */
+        uint pa[4];
+        UNROLL for (int kb = 0; kb < 2; ++kb)
+            UNROLL for (int a = 0; a < 2; ++a) {
+                float w[2];
+                for (int e = 0; e < 2; ++e) {
+                    const float x = s[kb][a * 2 + e];
+                    w[e] = x == -INFINITY ? 0.0f : exp(x - m[a]);
+                    l[a] += w[e];
+                    pt[(warp * 16 + g + 8 * a) * MMA_KT + kb * 8 + 2 * t + e] = w[e];
+                }
+                pa[kb * 2 + a] = mma_bits(w[0]) | mma_bits(w[1]) << 16;
+            }
+        UNROLL for (int n = 0; n < MMA_VB; ++n) {
+            const int col = n * 8 + g;
+            const uint vf[2] = {
+                (uint)vt[(2 * t) * VALUE_DIM + col] | (uint)vt[(2 * t + 1) * VALUE_DIM + col] << 16,
+                (uint)vt[(2 * t + 8) * VALUE_DIM + col] |
+                    (uint)vt[(2 * t + 9) * VALUE_DIM + col] << 16};
+            mma_m16n8k16(acc[n], pa, vf, acc[n], scratch);
+        }
+        if (tile_garbage) {
+            /* the NaN and Inf values went in as 0; each lane adds those its own outputs see with
+             * a weight, so a hidden one changes no bit of a row */
+            barrier(CLK_LOCAL_MEM_FENCE); /* pt complete */
+            UNROLL for (int n = 0; n < MMA_VB; ++n)
+                UNROLL for (int f = 0; f < 4; ++f) {
+                    const int row = warp * 16 + g + 8 * (f >> 1), col = n * 8 + 2 * t + (f & 1);
+                    for (int jj = 0; jj < MMA_KT; ++jj) {
+                        const float w = pt[row * MMA_KT + jj];
+                        const ushort bits = vraw[jj * VALUE_DIM + col];
+                        if (w != 0.0f && mma_not_finite(bits))
+                            acc[n][f] = fma(w, mma_half_value(bits, 0), acc[n][f]);
+                    }
+                }
+        }
+    }
+
+    mma_quad_reduce(wred, l, 0);
+    float nan_rows[2] = {(float)nan_seen[0], (float)nan_seen[1]};
+    mma_quad_reduce(wred, nan_rows, 1);
+    UNROLL for (int a = 0; a < 2; ++a) {
+        const int i = rows[a];
+        if (i >= Sq) continue;
+        const bool nan_row = nan_rows[a] > 0.0f, empty = m[a] == -INFINITY && !nan_row;
+        const float inv = nan_row ? NAN : 1.0f / l[a];
+        UNROLL for (int n = 0; n < MMA_VB; ++n)
+            UNROLL for (int e = 0; e < 2; ++e) {
+                const float value = empty ? (EMPTY_NAN ? NAN : 0.0f) : acc[n][a * 2 + e] * inv;
+                CAT(store_, O_T)(o, AT(o, b, h, i, n * 8 + 2 * t + e), value);
+            }
+        if (t == 0) STORE_LSE(i, empty ? -INFINITY : nan_row ? NAN : m[a] + log(l[a]));
+    }
+}
+#endif /* BUILDS(5) && MMA_T */
 
 #if BUILDS(4)
 #ifndef MQ

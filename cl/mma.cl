@@ -20,9 +20,13 @@
  *   B, 16 x 8 (k x n):   b[0] = B[2t, 2t+1][g]   b[1] = B[2t+8, 2t+9][g]
  *   C, D, 16 x 8 (f32):  c[0], c[1] = C[g][2t, 2t+1]   c[2], c[3] = C[g+8][2t, 2t+1]
  *
- * Build options: MMA_T (f16 | bf16, the inputs' type), MMA_PTX, MMA_ASM, MMA_PROBE_BREAK (the
- * probe's negative test: one lane's result off by one).
+ * Build options: MMA_T (f16 | bf16, the inputs' type), MMA_PTX, MMA_ASM, MMA_PROBE (1: the
+ * probe kernel; the host prepends this file to the programs that use the primitive),
+ * MMA_PROBE_BREAK (the probe's negative test: one lane's result off by one).
  */
+#ifndef CLATTN_MMA_CL
+#define CLATTN_MMA_CL
+
 #ifndef CLATTN_COMMON_CL
 #include "common.cl"
 #endif
@@ -32,6 +36,9 @@
 #endif
 #ifndef MMA_PTX
 #define MMA_PTX 0
+#endif
+#ifndef MMA_PROBE
+#define MMA_PROBE 0
 #endif
 #ifndef MMA_PROBE_BREAK
 #define MMA_PROBE_BREAK 0
@@ -103,6 +110,7 @@ inline void mma_m16n8k16(float d[4], const uint a[4], const uint b[2], const flo
 #endif
 }
 
+#if MMA_PROBE
 /* The probe: one warp multiplies A (16 x 16, row-major 16-bit values) by B (16 x 8, row-major)
  * and adds C (16 x 8 floats) into D, each lane gathering its fragments by the layouts above.
  * The host gives values whose products and sums are exact in f32, so a correct unit returns
@@ -128,3 +136,6 @@ matrix_probe(__global const ushort *a, __global const ushort *b, __global const 
         d[(g + (i >> 1) * 8) * 8 + 2 * t + (i & 1)] =
             fd[i] + (MMA_PROBE_BREAK && lane == 5 && i == 0 ? 1.0f : 0.0f);
 }
+#endif /* MMA_PROBE */
+
+#endif /* CLATTN_MMA_CL */

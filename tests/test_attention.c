@@ -155,24 +155,29 @@ static bool run_variant(test_ctx *t, const at_spec *s, const at_data *d, int var
 }
 
 /* Every kernel variant and the composed path run every case, whichever the device would pick. */
-static const int variants[] = {CLATTN__ATTENTION_BLOCKS, CLATTN__ATTENTION_TILES,
-                               CLATTN__ATTENTION_KEYS,   CLATTN__ATTENTION_LANES,
-                               CLATTN__ATTENTION_MICRO,  COMPOSED};
-static const char *const variant_names[] = {"blocks", "tiles", "keys",
-                                            "lanes",  "micro", "composed"};
+static const int variants[] = {CLATTN__ATTENTION_BLOCKS,
+                               CLATTN__ATTENTION_TILES,
+                               CLATTN__ATTENTION_KEYS,
+                               CLATTN__ATTENTION_LANES,
+                               CLATTN__ATTENTION_MICRO,
+                               CLATTN__ATTENTION_MMA,
+                               COMPOSED};
+static const char *const variant_names[] = {"blocks", "tiles", "keys",    "lanes",
+                                            "micro",  "mma",   "composed"};
 #define VARIANTS (int)(sizeof variants / sizeof variants[0])
 
 /* Under Oclgrind's --uninitialized, the paths that read scratch another kernel wrote (the
  * composed path's GEMMs, the key split's partials, the lanes variant's packed K) stay out: the
- * checker misreads them (README, Known limits). So does the micro variant, for time: built
- * with -cl-opt-disable its tile arrays live in memory, and it tripled that lane's attention
- * tests (it ran clean there, 2026-11-27); the other Oclgrind lane checks it for races and
- * out-of-bounds accesses. */
+ * checker misreads them (README, Known limits). So do the micro and mma variants, for time:
+ * built with -cl-opt-disable their tile arrays live in memory (and mma's emulated products in
+ * local memory), and micro alone tripled that lane's attention tests; both ran clean there
+ * (2026-11-27), and the other Oclgrind lane checks them for races and out-of-bounds accesses. */
 static bool variant_runs(int variant) {
     const bool split = clattn__hook_value(CLATTN__HOOK_ATTENTION_SPLITS) > 1;
     const bool scratch = variants[variant] == COMPOSED ||
                          variants[variant] == CLATTN__ATTENTION_LANES ||
-                         variants[variant] == CLATTN__ATTENTION_MICRO || split;
+                         variants[variant] == CLATTN__ATTENTION_MICRO ||
+                         variants[variant] == CLATTN__ATTENTION_MMA || split;
     return !scratch || !test_under_uninit_checker();
 }
 
@@ -187,6 +192,23 @@ static void check_weights(test_ctx *t, const at_spec *s, const at_data *d, const
         }
 }
 
+/* attention_mma runs q, k, v of one 16-bit dtype with head dims of whole fragments (else the
+ * library takes attention_tiles, which the list runs already). */
+static bool variant_applies(const at_spec *s, int variant) {
+    return variants[variant] != CLATTN__ATTENTION_MMA ||
+           (s->dt != CLATTN_F32 && s->D % 16 == 0 && s->Dv % 8 == 0);
+}
+
+/* attention_mma rounds the weights to the storage type before p v (as FlashAttention does): each
+ * output moves by at most u max|v| more, u the unit roundoff of f16 (2^-11) or bf16 (2^-8). */
+static double weights_rounding(const at_spec *s, const at_data *d, int variant) {
+    if (variants[variant] != CLATTN__ATTENTION_MMA) return 0.0;
+    double vmax = 0.0;
+    for (size_t i = 0; i < (size_t)(s->B * s->Hkv * s->Sk * s->Dv); ++i)
+        vmax = fmax(vmax, fabs(d->v[i]));
+    return (s->dt == CLATTN_F16 ? 0x1p-11 : 0x1p-8) * vmax;
+}
+
 static void check_variant(test_ctx *t, const at_spec *s, const at_data *d, int variant,
                           const char *what_case) {
     float *out = NULL, *lse = NULL;
@@ -194,9 +216,10 @@ static void check_variant(test_ctx *t, const at_spec *s, const at_data *d, int v
     snprintf(what, sizeof what, "%s [%s]", what_case, variant_names[variant]);
     if (run_variant(t, s, d, variants[variant], &out, &lse)) {
         double rtol = s->dt == CLATTN_F32 ? 2e-5 : s->dt == CLATTN_F16 ? 2e-3 : 1.6e-2;
+        const double atol = 1e-5 + weights_rounding(s, d, variant);
         size_t n = (size_t)(s->B * s->Hq * s->Sq * s->Dv);
         for (size_t i = 0; i < n; ++i)
-            if (!(fabs(out[i] - d->ref[i]) <= 1e-5 + rtol * fabs(d->ref[i]))) {
+            if (!(fabs(out[i] - d->ref[i]) <= atol + rtol * fabs(d->ref[i]))) {
                 test_fail_at(t, __FILE__, __LINE__, "%s: out[%zu] = %.9g, expected %.9g", what, i,
                              out[i], d->ref[i]);
                 break;
@@ -222,7 +245,8 @@ static void check_case(test_ctx *t, const at_spec *s, const char *what) {
     at_data d;
     if (prepare(t, s, &d))
         for (int variant = 0; variant < VARIANTS && !t->failed; ++variant)
-            if (variant_runs(variant)) check_variant(t, s, &d, variant, what);
+            if (variant_runs(variant) && variant_applies(s, variant))
+                check_variant(t, s, &d, variant, what);
     free_data(&d);
 }
 
@@ -328,6 +352,31 @@ static void storage_and_layouts(test_ctx *t) {
     s = base(1, 2, 2, 6, 11, 18);
     s.Dv = 7;
     check_case(t, &s, "D=18 Dv=7 (scalar)");
+}
+
+/* Cases attention_mma takes (16-bit q, k, v; head dims of whole fragments), every variant beside
+ * it: groups of 64 queries with rows past Sq, GQA, Dv != D, lse, every mask part, empty rows. */
+static void matrix_unit_cases_in_16_bits(test_ctx *t) {
+    static const int32_t klen[2] = {0, 40};
+    at_spec s = base(1, 2, 1, 33, 47, 16);
+    s.dt = CLATTN_F16;
+    s.lse = 1;
+    check_case(t, &s, "f16 GQA D=16 + lse");
+    s.dt = CLATTN_BF16;
+    check_case(t, &s, "bf16 GQA D=16 + lse");
+    s = base(2, 2, 2, 9, 40, 32);
+    s.dt = CLATTN_F16;
+    s.Dv = 24;
+    s.causal = 1;
+    s.bottom_right = 1;
+    s.klen = klen;
+    s.lse = 1;
+    check_case(t, &s, "f16 causal bottom-right, key lengths 0 and 40, Dv=24");
+    s = base(1, 2, 2, 70, 70, 64);
+    s.dt = CLATTN_BF16;
+    s.window = 1, s.left = 5, s.right = 2, s.global_stride = 16;
+    s.alibi = 1, s.softcap = 4.0f, s.scale = 0.5f;
+    check_case(t, &s, "bf16 D=64 window + global + alibi + softcap, 70 queries");
 }
 
 /* Runs the spec twice, the second time after `change` edits d's K and V, and compares the first
@@ -445,6 +494,40 @@ static void hidden_keys_inside_the_span_change_nothing(test_ctx *t) {
         if (variants[variant] != COMPOSED && variant_runs(variant))
             same_rows_after_variant(t, &s, poison_hidden, s.Sq, variant,
                                     "NaN/Inf in hidden keys inside the span");
+    s.dt = CLATTN_F16; /* attention_mma's own case: its V tiles take the f32 fallback */
+    for (int variant = 0; variant < VARIANTS && !t->failed; ++variant)
+        if (variants[variant] == CLATTN__ATTENTION_MMA && variant_runs(variant))
+            same_rows_after_variant(t, &s, poison_hidden, s.Sq, variant,
+                                    "f16 NaN/Inf in hidden keys inside the span");
+}
+
+/* An Inf value of a key every row sees makes that column Inf and leaves the others as they were,
+ * in every fused variant (attention_mma adds it apart from its products, which take it as 0). */
+static void a_visible_inf_value_reaches_its_column(test_ctx *t) {
+    at_spec s = base(1, 1, 1, 4, 16, 16);
+    s.dt = CLATTN_F16;
+    at_data d;
+    if (!prepare(t, &s, &d)) return free_data(&d);
+    d.v[3 * s.Dv + 5] = INFINITY; /* key 3, column 5; d.ref is the finite run's */
+    for (int variant = 0; variant < VARIANTS && !t->failed; ++variant) {
+        float *out = NULL, *lse = NULL;
+        if (variants[variant] == COMPOSED || !variant_runs(variant) ||
+            !run_variant(t, &s, &d, variants[variant], &out, &lse)) {
+            free(out), free(lse);
+            continue;
+        }
+        for (int64_t i = 0; i < s.Sq * s.Dv && !t->failed; ++i) {
+            const bool inf_column = i % s.Dv == 5;
+            CHECK(t,
+                  inf_column ? out[i] == INFINITY
+                             : fabs(out[i] - d.ref[i]) <=
+                                   1e-5 + 2e-3 * fabs(d.ref[i]) + weights_rounding(&s, &d, variant),
+                  "[%s] out[%lld] = %g, expected %g", variant_names[variant], (long long)i, out[i],
+                  inf_column ? INFINITY : d.ref[i]);
+        }
+        free(out), free(lse);
+    }
+    free_data(&d);
 }
 
 static void bad_arguments_are_rejected(test_ctx *t) {
@@ -682,9 +765,11 @@ static const test_case cases[] = {
     {"masks", masks},
     {"blocks_of_other_shapes", blocks_of_other_shapes},
     {"storage_and_layouts", storage_and_layouts},
+    {"matrix_unit_cases_in_16_bits", matrix_unit_cases_in_16_bits},
     {"causality_is_bit_exact", causality_is_bit_exact, TAG_SMOKE},
     {"padded_keys_holding_nan_change_nothing", padded_keys_holding_nan_change_nothing},
     {"hidden_keys_inside_the_span_change_nothing", hidden_keys_inside_the_span_change_nothing},
+    {"a_visible_inf_value_reaches_its_column", a_visible_inf_value_reaches_its_column},
     {"bad_arguments_are_rejected", bad_arguments_are_rejected, TAG_HOST},
     {"bad_options_are_rejected", bad_options_are_rejected, TAG_HOST},
     {"composed_converts_any_layout", composed_converts_any_layout},

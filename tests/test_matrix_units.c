@@ -8,8 +8,8 @@
 
 #include <string.h>
 
-static const char *const emulated[2] = {"-cl-std=CL1.2 -DMMA_PTX=0 -DMMA_T=f16",
-                                        "-cl-std=CL1.2 -DMMA_PTX=0 -DMMA_T=bf16"};
+static const char *const emulated[2] = {"-cl-std=CL1.2 -DMMA_PROBE=1 -DMMA_PTX=0 -DMMA_T=f16",
+                                        "-cl-std=CL1.2 -DMMA_PROBE=1 -DMMA_PTX=0 -DMMA_T=bf16"};
 
 /* A warp of 32 must fit one group, under CLATTN_MAX_WORK_GROUP too (the cbs lane caps groups at
  * 16: there every probe must fail). */
@@ -31,8 +31,8 @@ static void the_emulated_unit_passes_the_probe(test_ctx *t) {
 static void a_wrong_or_missing_unit_fails_the_probe(test_ctx *t) {
     cl_command_queue queue = clattn_env_queue(t->env);
     bool exact = true;
-    CHECK_OK(t,
-             clattn__matrix_probe(queue, "-cl-std=CL1.2 -DMMA_PTX=0 -DMMA_PROBE_BREAK=1", &exact));
+    CHECK_OK(t, clattn__matrix_probe(
+                    queue, "-cl-std=CL1.2 -DMMA_PROBE=1 -DMMA_PTX=0 -DMMA_PROBE_BREAK=1", &exact));
     CHECK(t, !exact, "a product off by one in one lane passed the probe");
     exact = true;
     clattn_cache_clear(clattn_env_context(t->env)); /* so that the probe builds */

@@ -22,6 +22,8 @@
 #define ATTENTION_KEYS_SIZE  128  /* = KEYS_GROUP in cl/attention.cl */
 #define ATTENTION_KEYS_CHUNK 1024 /* = KEYS_CHUNK */
 #define KEYS_MAX_QUERIES     8
+#define ATTENTION_MMA_GROUP  128 /* attention_mma: MMA_WARPS = 4 warps of 32 */
+#define ATTENTION_MMA_BLOCK  64  /* its queries a group */
 #define ATTENTION_SPLIT_MAX  128
 
 typedef clattn__attention_launch attention_launch;
@@ -188,6 +190,15 @@ static void fit_micro(attention_launch *l, cl_device_id device, int64_t d, int64
     l->rows = rows;
 }
 
+/* attention_mma takes q, k and v of one 16-bit dtype, head dims of whole fragments (16 along
+ * the products' k, 8 along their n) and groups of its 4 warps. */
+static bool mma_takes(const attention_args *a, cl_device_id device) {
+    const clattn_dtype dt = a->q->dtype;
+    return (dt == CLATTN_F16 || dt == CLATTN_BF16) && a->k->dtype == dt && a->v->dtype == dt &&
+           a->q->shape[3] % 16 == 0 && a->v->shape[3] % 8 == 0 &&
+           clattn__device_max_group(device) >= ATTENTION_MMA_GROUP;
+}
+
 static int pick_launch(cl_device_id device, const attention_args *a, attention_launch *l) {
     *l = (attention_launch){.splits = 1};
     int status = clattn__attention_tuning_get(device, a->q->dtype, &l->t);
@@ -208,6 +219,13 @@ static int pick_launch(cl_device_id device, const attention_args *a, attention_l
            (uint64_t)l->t.TK * (uint64_t)(d + dv) * 4 > local_bytes / 2)
         l->t.TK /= 2;
     if (l->variant == CLATTN__ATTENTION_MICRO) fit_micro(l, device, d, dv, local_bytes);
+    if (l->variant == CLATTN__ATTENTION_MMA && !mma_takes(a, device))
+        l->variant = CLATTN__ATTENTION_TILES;
+    if (l->variant == CLATTN__ATTENTION_MMA) {
+        l->t.GROUP = ATTENTION_MMA_GROUP;
+        l->splits = 1, l->chunk = (int)a->k->shape[2];
+        return CLATTN_SUCCESS;
+    }
     pick_splits(l, device, a);
     return CLATTN_SUCCESS;
 }
@@ -223,6 +241,14 @@ static bool kv_rows_aligned(const attention_args *a, const attention_launch *l,
     const size_t base = clattn__device_base_align_bytes(device);
     return clattn__rows_vector_aligned(a->k, l->t.LANES, base) &&
            clattn__rows_vector_aligned(a->v, l->t.LANES, base);
+}
+
+/* attention_mma's build: the matrix-unit instruction where the device's probe passed for the
+ * dtype (clattn_matrix_units), else its emulation. */
+static void mma_options(const attention_args *a, bool ptx, char *options, size_t size) {
+    const size_t used = strlen(options);
+    snprintf(options + used, size - used, " -DMMA_T=%s -DMMA_PTX=%d -DMMA_WARPS=%d",
+             clattn_dtype_name(a->q->dtype), ptx ? 1 : 0, ATTENTION_MMA_GROUP / 32);
 }
 
 static void attention_options(const attention_args *a, const attention_launch *l, bool wide,
@@ -255,6 +281,8 @@ static size_t attention_items(const attention_args *a, const attention_launch *l
         return rows * sq * (size_t)l->splits * group;
     case CLATTN__ATTENTION_TILES:
         return rows * ((sq + group - 1) / group) * (size_t)l->splits * group;
+    case CLATTN__ATTENTION_MMA:
+        return rows * ((sq + ATTENTION_MMA_BLOCK - 1) / ATTENTION_MMA_BLOCK) * group;
     case CLATTN__ATTENTION_MICRO: {
         const size_t block = group / (size_t)(l->t.TK / l->t.MK) * (size_t)l->t.MQ;
         return rows * ((sq + block - 1) / block) * (size_t)l->splits * group;
@@ -325,15 +353,24 @@ static size_t micro_group(const attention_launch *l, size_t max_group) {
 static int enqueue_attention(const attention_args *a, const attention_launch *launch,
                              const clattn__call *call, cl_mem workspace) {
     static const char *const kernels[CLATTN__ATTENTION_VARIANTS] = {
-        "attention_blocks", "attention_tiles", "attention_keys", "attention_lanes",
-        "attention_micro"};
+        "attention_blocks", "attention_tiles", "attention_keys",
+        "attention_lanes",  "attention_micro", "attention_mma"};
     const attention_launch l = *launch;
     bool wide = attention_needs_wide_index(a) || partial_floats(a, &l) + packed_key_floats(a, &l) >=
                                                      (size_t)clattn__narrow_index_limit();
     char options[1024];
     attention_options(a, &l, wide, call->device, options, sizeof options);
+    int status = CLATTN_SUCCESS;
+    if (l.variant == CLATTN__ATTENTION_MMA) {
+        unsigned units = 0;
+        status = clattn__matrix_units(call->queue, &units);
+        const unsigned unit =
+            a->q->dtype == CLATTN_F16 ? CLATTN_MATRIX_MMA_F16 : CLATTN_MATRIX_MMA_BF16;
+        mma_options(a, (units & unit) != 0, options, sizeof options);
+    }
     cl_kernel kernel = NULL;
-    int status = clattn__create_kernel(call->context, call->device, "attention.cl", options,
+    if (status == CLATTN_SUCCESS)
+        status = clattn__create_kernel(call->context, call->device, "attention.cl", options,
                                        kernels[l.variant], &kernel);
     size_t max_group = 1;
     if (status == CLATTN_SUCCESS) status = set_attention_args(kernel, a, wide, &l, workspace);
@@ -348,11 +385,15 @@ static int enqueue_attention(const attention_args *a, const attention_launch *la
             while (local & (local - 1)) local &= local - 1;
         if (l.variant == CLATTN__ATTENTION_MICRO) /* whole rows, at most the rows built for */
             local = micro_group(&l, max_group);
+        if (l.variant == CLATTN__ATTENTION_MMA && local < ATTENTION_MMA_GROUP)
+            local = 0; /* its reqd_work_group_size */
         if (local == 0)
             status = clattn__fail(CLATTN_ERR_DEVICE_LIMIT,
-                                  "attention_micro: the kernel's groups of %zu work-items are "
-                                  "narrower than a row of %d",
-                                  max_group, (int)(l.t.TK / l.t.MK));
+                                  "%s: the kernel's groups of %zu work-items are narrower than "
+                                  "the %d it needs",
+                                  kernels[l.variant], max_group,
+                                  l.variant == CLATTN__ATTENTION_MMA ? ATTENTION_MMA_GROUP
+                                                                     : (int)(l.t.TK / l.t.MK));
         if (status == CLATTN_SUCCESS)
             status = clattn__enqueue_link(call, kernel, attention_items(a, &l, local), local, &prev,
                                           l.splits <= 1);

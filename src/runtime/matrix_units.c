@@ -150,8 +150,8 @@ static int probe_mechanism(cl_command_queue queue, cl_device_id device, size_t i
     *exact = false;
     if (!emulated && !mechanisms[i].offered(device)) return CLATTN_SUCCESS;
     char options[128];
-    snprintf(options, sizeof options, "-cl-std=CL1.2 -DMMA_PTX=%d -DMMA_T=%s", emulated ? 0 : 1,
-             mechanisms[i].type);
+    snprintf(options, sizeof options, "-cl-std=CL1.2 -DMMA_PROBE=1 -DMMA_PTX=%d -DMMA_T=%s",
+             emulated ? 0 : 1, mechanisms[i].type);
     return clattn__matrix_probe(queue, options, exact);
 }
 

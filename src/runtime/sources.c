@@ -63,7 +63,7 @@ static int load_source(const char *name, const char **text, long *length, bool *
 /* The files an op file is built after, in order. common.cl comes first for every op; an op
  * that masks scores needs mask.cl too, and one that walks [B,H,S,D] rows rows.cl; linear
  * attention's backward builds after its forward's file (the feature map, the state layout). */
-#define CLATTN_MAX_PARTS 5
+#define CLATTN_MAX_PARTS 6
 static bool op_in(const char *op_file, const char *const *ops, size_t count) {
     for (size_t i = 0; i < count; ++i)
         if (strcmp(op_file, ops[i]) == 0) return true;
@@ -80,6 +80,7 @@ static int program_parts(const char *op_file, const char *names[CLATTN_MAX_PARTS
     if (op_in(op_file, masked_ops, sizeof masked_ops / sizeof masked_ops[0]))
         names[count++] = "mask.cl";
     if (op_in(op_file, row_ops, sizeof row_ops / sizeof row_ops[0])) names[count++] = "rows.cl";
+    if (strcmp(op_file, "attention.cl") == 0) names[count++] = "mma.cl"; /* attention_mma */
     if (strcmp(op_file, "linear_attention_backward.cl") == 0)
         names[count++] = "linear_attention.cl";
     names[count++] = op_file;

@@ -39,21 +39,23 @@
     X(GROUP, 16, 1, 1024, GROUP)                                                                   \
     X(SCRATCH, 4096, 0, 65536, SCRATCH)
 
-/* Fused attention. PREFILL: the variant for Sq > 8, DECODE: for Sq <= 8 (0 attention_blocks,
- * BM queries a work-item against BN-key tiles; 1 attention_tiles, a query a work-item,
- * groups sharing TK-key K/V tiles in local memory; 2 attention_keys, a group of 128 per query
- * row; 3 attention_lanes, BM queries a work-item against tiles of LANES keys along the vector
- * lanes, K packed d-major in the workspace; 4 attention_micro, an MQ x MK tile of scores a
- * work-item, TK / MK work-items along a TK-key tile); LANES: head-dim vector width (lanes: the
- * keys a tile, blocks when under 4); GROUP: blocks', tiles' and micro's group size (micro: at
- * most); TK: the largest key tile (halved to fit); SPLIT_TARGET, SPLIT_MIN: a launch with fewer
- * groups than SPLIT_TARGET per compute unit splits the keys into chunks of at least SPLIT_MIN;
- * BM, BN: the blocks' queries per work-item and keys per tile; MQ, MK: micro's queries and
- * keys per work-item.
- * Default: PoCL on AVX-512: blocks at 16 lanes (the tiles variant's one query per work-item
- * ran far slower there), clattn-bench --op attention_causal. */
+/* Fused attention. PREFILL: the variant for Sq > 8, DECODE: for Sq <= 8 (0 attention_blocks, BM
+ * queries a work-item against BN-key tiles; 1 attention_tiles, a query a work-item, groups sharing
+ * TK-key K/V tiles in local memory; 2 attention_keys, a group of 128 per query row; 3
+ * attention_lanes, BM queries a work-item against tiles of LANES keys along the vector lanes, K
+ * packed d-major in the workspace; 4 attention_micro, an MQ x MK tile of scores a work-item, TK /
+ * MK work-items along a TK-key tile; 5, prefill only, attention_mma, matrix-unit products for
+ * f16/bf16 q, k, v: the instruction where clattn_matrix_units found it, else its local-memory
+ * emulation, correct and slow; other dtypes and head dims take 1); LANES: head-dim vector width
+ * (lanes: the keys a tile, blocks when under 4); GROUP: blocks', tiles' and micro's group size
+ * (micro: at most); TK: the largest key tile (halved to fit); SPLIT_TARGET, SPLIT_MIN: a launch
+ * with fewer groups than SPLIT_TARGET per compute unit splits the keys into chunks of at least
+ * SPLIT_MIN; BM, BN: the blocks' queries per work-item and keys per tile; MQ, MK: micro's queries
+ * and keys per work-item.
+ * Default: PoCL on AVX-512: blocks at 16 lanes (the tiles variant's one query per work-item ran
+ * far slower there), clattn-bench --op attention_causal. */
 #define CLATTN__TUNING_ATTENTION(X)                                                                \
-    X(PREFILL, 0, 0, 4, HOST)                                                                      \
+    X(PREFILL, 0, 0, 5, HOST)                                                                      \
     X(DECODE, 0, 0, 4, HOST)                                                                       \
     X(LANES, 16, 1, 16, VEC)                                                                       \
     X(GROUP, 16, 1, 1024, HOST)                                                                    \
