@@ -294,7 +294,10 @@ inline int2 group_key_span(__local int *span, int lo, int hi, int Sk) {
 #define LOAD_TILE(T, p, b, h, j0, hi, n, tile)                                                     \
     for (int e = (int)get_local_id(0); e < TK * LANES(n); e += (int)get_local_size(0)) {           \
         const int j_ = (j0) + e / LANES(n), c_ = e % LANES(n);                                     \
-        (tile)[e] = j_ < (hi) ? TILE_LANES(T, p, AT(p, b, h, j_, c_ * VEC), p##_s3) : (lane_t)0.0f; \
+        if (j_ < (hi))                                                                             \
+            (tile)[e] = TILE_LANES(T, p, AT(p, b, h, j_, c_ * VEC), p##_s3);                       \
+        else                                                                                       \
+            (tile)[e] = (lane_t)0.0f;                                                              \
     }
 #if VEC > 1
 #define TILE_LANES(T, p, at, stride) LOAD_LANES(T, p, at, stride)
@@ -675,6 +678,10 @@ attention_lanes(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T,
 #define MMA_KT     16                     /* keys a tile */
 #define MMA_BQ     (16 * MMA_WARPS)       /* queries a group */
 #define MMA_WORDS  (HEAD_DIM / 2)         /* 32-bit words of a K row */
+/* Row strides of the local tiles, padded so that a warp's fragment reads hit 32 banks: lane
+ * (g, t) reads K word g * KS + t (KS = 4 mod 32) and V value 2t * VS + g (VS = 8 mod 32 words) */
+#define MMA_KS     ((MMA_WORDS + 31) / 32 * 32 + 4)
+#define MMA_VS     ((VALUE_DIM + 63) / 64 * 64 + 16)
 #define MMA_VB     (VALUE_DIM / 8)        /* 8-column blocks of the output */
 #define MMA_RAW(p) ((__global const ushort *)(p))
 
@@ -714,9 +721,9 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
               __global CAT(storage_, O_T) * o, IDX o_off, IDX o_s0, IDX o_s1, IDX o_s2, IDX o_s3,
               int B, int Hq, int Hkv, int Sq, int Sk LSE_PARAMS, MASK_PARAMS) {
     __local float scratch[MMA_WARPS * MMA_SCRATCH_FLOATS];
-    __local uint kt[MMA_KT * MMA_WORDS];    /* a key tile, row-major, two values a word */
-    __local ushort vt[MMA_KT * VALUE_DIM];  /* its values, row-major, NaN and Inf as 0 */
-    __local ushort vraw[MMA_KT * VALUE_DIM]; /* its values as they are */
+    __local uint kt[MMA_KT * MMA_KS];    /* a key tile, row-major, two values a word */
+    __local ushort vt[MMA_KT * MMA_VS];  /* its values, row-major, NaN and Inf as 0 */
+    __local ushort vraw[MMA_KT * MMA_VS]; /* its values as they are */
     __local float red[MMA_WARPS * 16 * 4];  /* each warp's quad reductions */
     __local float pt[MMA_WARPS * 16 * MMA_KT]; /* the weights, for the non-finite fallback */
     __local int span[2];
@@ -757,15 +764,16 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
         barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with the last tile */
         for (int e = lid; e < MMA_KT * MMA_WORDS; e += threads) {
             const int j = j0 + e / MMA_WORDS, d = e % MMA_WORDS * 2;
-            kt[e] = j < keys.y ? (uint)MMA_RAW(k)[AT(k, b, hk, j, d)] |
-                                     (uint)MMA_RAW(k)[AT(k, b, hk, j, d + 1)] << 16
-                               : 0u;
+            const uint word = j < keys.y ? (uint)MMA_RAW(k)[AT(k, b, hk, j, d)] |
+                                               (uint)MMA_RAW(k)[AT(k, b, hk, j, d + 1)] << 16
+                                         : 0u;
+            kt[e / MMA_WORDS * MMA_KS + e % MMA_WORDS] = word;
         }
         for (int e = lid; e < MMA_KT * VALUE_DIM; e += threads) {
-            const int j = j0 + e / VALUE_DIM, d = e % VALUE_DIM;
+            const int j = j0 + e / VALUE_DIM, d = e % VALUE_DIM, at = e / VALUE_DIM * MMA_VS + d;
             const ushort x = j < keys.y ? MMA_RAW(v)[AT(v, b, hk, j, d)] : (ushort)0;
-            vt[e] = mma_not_finite(x) ? (ushort)0 : x;
-            vraw[e] = x;
+            vt[at] = mma_not_finite(x) ? (ushort)0 : x;
+            vraw[at] = x;
             if (mma_not_finite(x)) atomic_or(&garbage, 1);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -776,8 +784,8 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
         UNROLL for (int kb = 0; kb < 2; ++kb) {
             UNROLL for (int f = 0; f < 4; ++f) s[kb][f] = 0.0f;
             UNROLL for (int c = 0; c < HEAD_DIM / 16; ++c) {
-                const uint kf[2] = {kt[(kb * 8 + g) * MMA_WORDS + c * 8 + t],
-                                    kt[(kb * 8 + g) * MMA_WORDS + c * 8 + t + 4]};
+                const uint kf[2] = {kt[(kb * 8 + g) * MMA_KS + c * 8 + t],
+                                    kt[(kb * 8 + g) * MMA_KS + c * 8 + t + 4]};
                 mma_m16n8k16(s[kb], qa[c], kf, s[kb], scratch);
             }
         }
@@ -818,9 +826,8 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
         UNROLL for (int n = 0; n < MMA_VB; ++n) {
             const int col = n * 8 + g;
             const uint vf[2] = {
-                (uint)vt[(2 * t) * VALUE_DIM + col] | (uint)vt[(2 * t + 1) * VALUE_DIM + col] << 16,
-                (uint)vt[(2 * t + 8) * VALUE_DIM + col] |
-                    (uint)vt[(2 * t + 9) * VALUE_DIM + col] << 16};
+                (uint)vt[(2 * t) * MMA_VS + col] | (uint)vt[(2 * t + 1) * MMA_VS + col] << 16,
+                (uint)vt[(2 * t + 8) * MMA_VS + col] | (uint)vt[(2 * t + 9) * MMA_VS + col] << 16};
             mma_m16n8k16(acc[n], pa, vf, acc[n], scratch);
         }
         if (tile_garbage) {
@@ -832,7 +839,7 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
                     const int row = warp * 16 + g + 8 * (f >> 1), col = n * 8 + 2 * t + (f & 1);
                     for (int jj = 0; jj < MMA_KT; ++jj) {
                         const float w = pt[row * MMA_KT + jj];
-                        const ushort bits = vraw[jj * VALUE_DIM + col];
+                        const ushort bits = vraw[jj * MMA_VS + col];
                         if (w != 0.0f && mma_not_finite(bits))
                             acc[n][f] = fma(w, mma_half_value(bits, 0), acc[n][f]);
                     }
