@@ -190,13 +190,22 @@ static void fit_micro(attention_launch *l, cl_device_id device, int64_t d, int64
     l->rows = rows;
 }
 
+/* Bytes of local memory attention_mma declares (cl/attention.cl), its emulation's scratch
+ * included: the padded K and V tiles (V twice), the quad reductions, the weights. */
+static uint64_t mma_local_bytes(int64_t d, int64_t dv) {
+    const uint64_t warps = ATTENTION_MMA_GROUP / 32, ks = (uint64_t)(d / 2 + 31) / 32 * 32 + 4;
+    const uint64_t vs = (uint64_t)(dv + 63) / 64 * 64 + 16;
+    return 16 * ks * 4 + 2 * 16 * vs * 2 + warps * (16 * 4 + 16 * 16 + 16 * 16 + 16 * 8) * 4 + 12;
+}
+
 /* attention_mma takes q, k and v of one 16-bit dtype, head dims of whole fragments (16 along
- * the products' k, 8 along their n) and groups of its 4 warps. */
+ * the products' k, 8 along their n), groups of its 4 warps and its local arrays. */
 static bool mma_takes(const attention_args *a, cl_device_id device) {
     const clattn_dtype dt = a->q->dtype;
     return (dt == CLATTN_F16 || dt == CLATTN_BF16) && a->k->dtype == dt && a->v->dtype == dt &&
            a->q->shape[3] % 16 == 0 && a->v->shape[3] % 8 == 0 &&
-           clattn__device_max_group(device) >= ATTENTION_MMA_GROUP;
+           clattn__device_max_group(device) >= ATTENTION_MMA_GROUP &&
+           mma_local_bytes(a->q->shape[3], a->v->shape[3]) <= clattn__device_local_bytes(device);
 }
 
 static int pick_launch(cl_device_id device, const attention_args *a, attention_launch *l) {
