@@ -452,16 +452,17 @@ lane_compile() {
     echo "[$name] FAIL the planted double was not refused; see $logs/$name-planted.log"
     lane_f=$((lane_f + 1))
   fi
-  rm -rf "$planted"
   # The matrix-unit probe's PTX build (cl/mma.cl with MMA_PTX), which no CPU lane builds: clang
   # must emit the tensor-core instruction for sm_80. Its operands are checked on a GPU, by the
   # probe itself (no ptxas in Debian).
   local type
   for type in f16 bf16; do
+    # (to a file: grep -q would stop reading early, and pipefail count clang's SIGPIPE)
     if clang-15 -x cl -cl-std=CL1.2 -nogpulib -O2 -Xclang -finclude-default-header \
       -target nvptx64-unknown-nvidiacl -march=sm_80 -I "$root/cl" -DMMA_PROBE=1 -DMMA_PTX=1 \
-      -DMMA_ASM=__asm__ -DMMA_T=$type -S "$root/cl/mma.cl" -o - 2>"$logs/$name-mma-$type.log" |
-      grep -q "mma.sync.aligned.m16n8k16.row.col.f32.$type.$type.f32"; then
+      -DMMA_ASM=__asm__ -DMMA_T=$type -S "$root/cl/mma.cl" -o "$planted.ptx" \
+      2>"$logs/$name-mma-$type.log" &&
+      grep -q "mma.sync.aligned.m16n8k16.row.col.f32.$type.$type.f32" "$planted.ptx"; then
       lane_p=$((lane_p + 1))
     else
       echo "[$name] FAIL the $type mma probe's PTX lacks its instruction;" \
@@ -479,8 +480,8 @@ lane_compile() {
     clang-15 -x cl -cl-std=CL1.2 -nogpulib -O2 -Xclang -finclude-default-header \
       -target nvptx64-unknown-nvidiacl -march=sm_80 -Xclang -mlink-builtin-bitcode \
       -Xclang /usr/lib/clc/nvptx64--nvidiacl.bc $options -DMMA_ASM=__asm__ -S \
-      "${program%.options}.cl" -o - 2>>"$logs/$name-mma-attention.log" |
-      grep -q "mma.sync.aligned.m16n8k16" && built=$((built + 1))
+      "${program%.options}.cl" -o "$planted.ptx" 2>>"$logs/$name-mma-attention.log" &&
+      grep -q "mma.sync.aligned.m16n8k16" "$planted.ptx" && built=$((built + 1))
   done
   if [ "$count" -gt 0 ] && [ "$built" -eq "$count" ]; then
     lane_p=$((lane_p + 1))
@@ -489,6 +490,7 @@ lane_compile() {
       "see $logs/$name-mma-attention.log"
     lane_f=$((lane_f + 1))
   fi
+  rm -rf "$planted" "$planted.ptx"
 }
 
 # ---- the loop --------------------------------------------------------------------------------
