@@ -132,7 +132,7 @@ lane compile compile 900 "$programs"
 # It compiles an attention program in tens of seconds, so it runs the tests tagged smoke
 # (tests/harness.h: every op's kernels and mask parts, in minutes), with a short fuzz test.
 lane rusticl plain 1200 '--tag smoke' OCL_ICD_VENDORS="$rusticl_icd" RUSTICL_ENABLE=llvmpipe \
-  CLATTN_DEVICE=llvmpipe CLATTN_TEST_SMALL=1 CLATTN_FUZZ_N=6 \
+  CLATTN_DEVICE=llvmpipe CLATTN_TEST_SMALL=1 CLATTN_FUZZ_N=3 \
   MESA_SHADER_CACHE_DIR="$root/$build/mesa-shader-cache"
 # The Python binding against PyTorch, and its ctypes structs against the C layout
 # (tests/python/test_abi.py, through the layout helper built beside the runner).
