@@ -1,10 +1,12 @@
 /* Rows for attention: GFLOP/s counting 4*B*H*Sq*Sk*D (halved under causal masking, and
  * labelled so), against the FMA kernel timed beside each row, and the ratio against PyTorch's
- * matmul -> masked_fill -> softmax -> matmul. The fused kernel and the composed (CLBlast) path
+ * scaled_dot_product_attention (torch 2.0 and later; matmul -> masked_fill -> softmax -> matmul
+ * on torch 1.x). The fused kernel and the composed (CLBlast) path
  * run the same cases; attention_memory runs a length whose scores would not fit (and reports
  * the scratch the library allocated beside what the composed path would need);
  * attention_decode is one query against a long KV cache (the split-key kernel). The fused kernel
- * also runs D=128 and f16 storage, which should reach the f32 D=64 row's GFLOP/s. */
+ * also runs D=128 and f16 storage (non-causal and causal: the matrix-unit variant's rows),
+ * which should reach the f32 D=64 row's GFLOP/s. */
 #include "bench.h"
 
 #include <math.h>
@@ -174,6 +176,7 @@ int bench_attention(const bench_options *opt, clattn_env *env, bench_ceilings *c
     const attention_case cases[] = {
         {"attention_causal", fused, CLATTN_F32, b, 8, s, s, 64},
         {"attention_causal", composed, CLATTN_F32, b, 8, s, s, 64},
+        {"attention_causal", fused, CLATTN_F16, b, 8, s, s, 64},
         {"attention", fused, CLATTN_F32, b, 8, s, s, 64},
         {"attention", composed, CLATTN_F32, b, 8, s, s, 64},
         {"attention", fused, CLATTN_F32, b, 8, s, s, 128},

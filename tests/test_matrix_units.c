@@ -6,6 +6,7 @@
 #include "runtime/runtime.h"
 #include "runtime/testing.h"
 
+#include <CL/cl_ext.h>
 #include <string.h>
 
 static const char *const emulated[2] = {"-cl-std=CL1.2 -DMMA_PROBE=1 -DMMA_PTX=0 -DMMA_T=f16",
@@ -78,6 +79,37 @@ static void units_are_probed_once_per_device(test_ctx *t) {
     clattn_cache_clear(context);
 }
 
+/* A device that says it is a CUDA device of compute capability 8 or more is offered mma.sync
+ * as inline PTX: there the probe must build and pass (else the build log says why), and the
+ * device must report both units. Elsewhere (CI) this skips. */
+static void a_device_offered_ptx_passes_its_probe(test_ctx *t) {
+    cl_device_id device = clattn_env_device(t->env);
+    char extensions[8192] = "";
+    cl_uint major = 0;
+    clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS, sizeof extensions, extensions, NULL);
+    if (!strstr(extensions, "cl_nv_device_attribute_query") ||
+        clGetDeviceInfo(device, CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV, sizeof major, &major,
+                        NULL) != CL_SUCCESS ||
+        major < 8) {
+        test_skip(t, "the device offers no PTX matrix unit");
+        return;
+    }
+    static const char *const ptx[2] = {"-cl-std=CL1.2 -DMMA_PROBE=1 -DMMA_PTX=1 -DMMA_T=f16",
+                                       "-cl-std=CL1.2 -DMMA_PROBE=1 -DMMA_PTX=1 -DMMA_T=bf16"};
+    for (int i = 0; i < 2; ++i) {
+        cl_kernel kernel = NULL;
+        CHECK_OK(t, clattn__create_kernel(clattn_env_context(t->env), device, "mma.cl", ptx[i],
+                                          "matrix_probe", &kernel));
+        if (kernel) clReleaseKernel(kernel);
+        bool exact = false;
+        CHECK_OK(t, clattn__matrix_probe(clattn_env_queue(t->env), ptx[i], &exact));
+        CHECK(t, exact, "%s: the instruction's product differs from the host's", ptx[i]);
+    }
+    unsigned units = 0;
+    CHECK_OK(t, clattn_matrix_units(clattn_env_queue(t->env), &units));
+    CHECK(t, units == (CLATTN_MATRIX_MMA_F16 | CLATTN_MATRIX_MMA_BF16), "units %#x", units);
+}
+
 static void bad_arguments_are_rejected(test_ctx *t) {
     unsigned units = 0;
     CHECK_STATUS(t, clattn_matrix_units(NULL, &units), CLATTN_ERR_INVALID_ARGUMENT);
@@ -89,6 +121,7 @@ static const test_case cases[] = {
     {"the_emulated_unit_passes_the_probe", the_emulated_unit_passes_the_probe},
     {"a_wrong_or_missing_unit_fails_the_probe", a_wrong_or_missing_unit_fails_the_probe},
     {"units_are_probed_once_per_device", units_are_probed_once_per_device},
+    {"a_device_offered_ptx_passes_its_probe", a_device_offered_ptx_passes_its_probe},
     {"bad_arguments_are_rejected", bad_arguments_are_rejected, TAG_HOST},
 };
 SUITE(matrix_units_suite, "matrix_units", cases);

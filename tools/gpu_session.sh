@@ -12,7 +12,7 @@
 # writes into $OUT: session.log (everything printed) and bench.json (every row's records, each
 # with its ROW's label). A ROW is "LABEL|OP|CLATTN_TUNE" (the tune part may be empty); without
 # ROWs it runs DEFAULT_ROWS below: the GPU variants waiting for a measurement, each beside
-# the default rows.
+# the default rows. Order: build, the matrix-unit probes, the rows, then the C suite.
 # GPU_TESTS holds clattn-tests' arguments (default: none, the whole suite; "skip" skips it);
 # GPU_QUICK=1 passes --quick to the benchmark. Each step has a time limit, and all of them
 # GPU_BUDGET_S, so a hung step cannot eat the call. Off the GPU (to try the script), set
@@ -20,19 +20,20 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-DEFAULT_ROWS=(
+DEFAULT_ROWS=( # most wanted first: rows past the budget are skipped
   "default|attention|"
+  "mma|attention|attention:PREFILL=5"
   "micro-4x2|attention|attention:PREFILL=4,GROUP=256,TK=32,MQ=4,MK=2"
   "micro-8x4|attention|attention:PREFILL=4,GROUP=64,TK=32,MQ=8,MK=4"
-  "micro-4x4|attention|attention:PREFILL=4,GROUP=128,TK=32,MQ=4,MK=4"
-  "mma|attention|attention:PREFILL=5"
   "default|attention_causal|"
-  "micro-4x2|attention_causal|attention:PREFILL=4,GROUP=256,TK=32,MQ=4,MK=2"
   "mma|attention_causal|attention:PREFILL=5"
+  "micro-4x2|attention_causal|attention:PREFILL=4,GROUP=256,TK=32,MQ=4,MK=2"
   "default|attention_decode|"
   "default|softmax|"
   "f16-vec8|softmax|softmax:VEC=8"
   "default|split_heads|"
+  "default|linear_attention|"
+  "micro-4x4|attention|attention:PREFILL=4,GROUP=128,TK=32,MQ=4,MK=4"
 )
 
 DEBS=(ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-c-headers opencl-clhpp-headers libclblast1
@@ -145,15 +146,20 @@ run() {
   mkdir -p "$work/json" "$OUT"
   {
     unpack "$work/root"
+    # meson and ninja may be pip packages beside the python3 that holds PyTorch
+    PATH=$PATH:$(dirname "$(command -v python3)")
     nvidia_icd "$work/icd"
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv 2>&1
     export CLATTN_PEER_DEVICE=${CLATTN_PEER_DEVICE:-cuda} CLATTN_PYTHON=${CLATTN_PYTHON:-python3}
     export CLATTN_DEVICE=${CLATTN_DEVICE:-nvidia} CLATTN_CACHE_DIR=$work/cache
     CLATTN_BUILD_DIR=build step 300 build bash ci/build.sh || return 1
-    # shellcheck disable=SC2086 # GPU_TESTS is a list of arguments
-    [ "${GPU_TESTS:-}" = skip ] || step 300 tests build/tests/clattn-tests ${GPU_TESTS:-}
+    # The probes first (seconds: whether the matrix units run), the rows, then the whole suite
+    # in the time left.
+    step 60 probes build/tests/clattn-tests --suite matrix_units
     bench_rows "$work/json" "${rows[@]}"
     merge_json "$OUT/bench.json" "$work"/json/bench-*.json
+    # shellcheck disable=SC2086 # GPU_TESTS is a list of arguments
+    [ "${GPU_TESTS:-}" = skip ] || step 300 tests build/tests/clattn-tests ${GPU_TESTS:-}
   } 2>&1 | tee "$OUT/session.log"
 }
 

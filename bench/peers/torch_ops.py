@@ -13,7 +13,8 @@ when a case cannot run. DIMS is a comma-separated list whose meaning depends on 
   softmax      B,H,Sq,Sk torch.softmax(x * scale, -1)
   softmax_masked B,H,Sq,Sk  causal + key lengths Sk - b*Sk/8 as a bool mask built once:
                          torch.softmax(x.masked_fill(~mask, -inf) * scale, -1)
-  attention[_causal] B,H,S,D  softmax((q @ k^T) * scale [masked_fill]) @ v
+  attention[_causal] B,H,S,D  scaled_dot_product_attention(q, k, v[, is_causal]) where torch
+                         has it (2.0 and later), else softmax((q @ k^T) * scale [masked_fill]) @ v
   attention_decode B,H,Sq,Sk,D  the same, Sq queries against Sk cached keys, no mask
   attention_backward[_causal] B,H,S,D  torch.autograd.grad of that forward (taken once) in q, k,
                          v given dout; scaled_dot_product_attention's where torch has it
@@ -78,8 +79,13 @@ def softmax_masked(dtype, b, h, sq, sk):
     return lambda: torch.softmax(x.masked_fill(~mask, float("-inf")) * 0.125, -1)
 
 
+SDPA = getattr(torch.nn.functional, "scaled_dot_product_attention", None)  # torch 2.0 and later
+
+
 def _attention(dtype, b, h, s, d, causal, qkv=None):
     q, k, v = qkv or (torch.randn(b, h, s, d).to(dtype) for _ in range(3))
+    if SDPA is not None and qkv is None:  # the fused kernels (FlashAttention on CUDA)
+        return lambda: SDPA(q, k, v, is_causal=causal)
     scale = d ** -0.5
     mask = torch.ones(s, s, dtype=torch.bool).tril() if causal else None
 
@@ -95,6 +101,8 @@ def _attention(dtype, b, h, s, d, causal, qkv=None):
 def attention_decode(dtype, b, h, sq, sk, d):
     q = torch.randn(b, h, sq, d).to(dtype)
     k, v = (torch.randn(b, h, sk, d).to(dtype) for _ in range(2))
+    if SDPA is not None:
+        return lambda: SDPA(q, k, v)
     scale = d ** -0.5
     return lambda: torch.softmax((q @ k.transpose(-1, -2)) * scale, -1) @ v
 
@@ -106,9 +114,8 @@ def attention(dtype, b, h, s, d):
 def _attention_backward(dtype, b, h, s, d, causal):
     q, k, v = (torch.randn(b, h, s, d).to(dtype).requires_grad_() for _ in range(3))
     dout = torch.randn(b, h, s, d).to(dtype)
-    sdpa = getattr(torch.nn.functional, "scaled_dot_product_attention", None)
-    if sdpa is not None:  # torch 2.0 and later
-        out = sdpa(q, k, v, is_causal=causal)
+    if SDPA is not None:
+        out = SDPA(q, k, v, is_causal=causal)
     else:
         out = _attention(dtype, b, h, s, d, causal, (q, k, v))()
     return lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
