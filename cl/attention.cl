@@ -661,27 +661,36 @@ attention_lanes(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T,
 /* attention_mma: q, k and v in MMA_T (f16 or bf16), products on cl/mma.cl's mma_m16n8k16. A
  * work-group of MMA_WARPS warps takes 16 * MMA_WARPS queries of one (batch, query head), a warp
  * 16 of them; each lane holds rows g and g + 8 of its warp's block (g = lane / 4, t = lane % 4),
- * in the fragment layouts of cl/mma.cl. Per tile of 16 keys (K and V staged in local memory as
- * raw 16-bit values): S = q k^T as two 16 x 8 products per 16 head dims, the mask and the online
- * softmax in f32 (a row's max combined across the four lanes that hold it through local
- * memory), then the weights, rounded to MMA_T, re-packed in registers as the A fragment of
- * P V (the C fragments of the two 8-key blocks are exactly its halves) and multiplied into
+ * in the fragment layouts of cl/mma.cl. Per tile of MMA_KT keys (K and V fetched into registers
+ * a tile ahead, 16-byte loads when the host proved the rows ALIGNED, then staged in local memory
+ * as raw 16-bit values): S = q k^T as
+ * MMA_KT / 8 blocks of 16 x 8 products per 16 head dims, the mask and the online softmax in f32
+ * (a row's max combined across the four lanes that hold it: cl/mma.cl's quad reduction), then
+ * the weights, rounded to MMA_T, re-packed in registers as the A fragments of P V (the C
+ * fragments of two 8-key blocks are exactly one A fragment's halves) and multiplied into
  * VALUE_DIM / 8 accumulator fragments. Everything the other variants promise holds (masks, GQA,
- * lse, empty rows, bottom-right): the mask is cl/mask.cl's, element by element. A zero weight
+ * lse, empty rows, bottom-right): the mask is cl/mask.cl's, element by element except in tiles
+ * that it leaves whole (then the scale alone, the same bits). A zero weight
  * cannot skip its V row inside a product (0 * Inf is NaN), so NaN and Inf values enter the
- * products as 0, and a tile that holds one (a flag set while loading, kept once set) adds them
- * in f32 for the outputs whose weight for them is not 0: a hidden one changes no bit.
+ * products as 0, and a tile that holds one (a flag set while loading) adds them afterwards to
+ * the outputs whose weight for them is not 0 (w * x is x's infinity or NaN for any w > 0, so
+ * only the weight's being 0 matters): a hidden one changes no bit.
  * Needs HEAD_DIM a multiple of 16 and VALUE_DIM of 8 (the host checks), and no key split. */
 #ifndef MMA_WARPS
 #define MMA_WARPS 4
 #endif
-#define MMA_KT     16                     /* keys a tile */
+#ifndef MMA_KT
+#define MMA_KT 16 /* keys a tile: 16, 32 or 64 */
+#endif
+#define MMA_KB     (MMA_KT / 8)           /* 8-key blocks of S */
 #define MMA_BQ     (16 * MMA_WARPS)       /* queries a group */
 #define MMA_WORDS  (HEAD_DIM / 2)         /* 32-bit words of a K row */
 /* Row strides of the local tiles, padded so that a warp's fragment reads hit 32 banks: lane
- * (g, t) reads K word g * KS + t (KS = 4 mod 32) and V value 2t * VS + g (VS = 8 mod 32 words) */
+ * (g, t) reads K word g * KS + t and V^T word g * VS / 2 + t (KS and VS / 2 = 4 mod 32). K rows
+ * stay 16-byte aligned for the loads. V is stored transposed (a row per value dim), so that a
+ * B fragment's two keys are one word. */
 #define MMA_KS     ((MMA_WORDS + 31) / 32 * 32 + 4)
-#define MMA_VS     ((VALUE_DIM + 63) / 64 * 64 + 16)
+#define MMA_VS     ((MMA_KT / 2 + 31) / 32 * 64 + 8)
 #define MMA_VB     (VALUE_DIM / 8)        /* 8-column blocks of the output */
 #define MMA_RAW(p) ((__global const ushort *)(p))
 
@@ -697,23 +706,76 @@ inline uint mma_bits(float v) {
 }
 
 /* A 16-bit value is NaN or Inf: its exponent bits are all ones. */
-inline bool mma_not_finite(ushort bits) {
+inline bool mma_not_finite(uint bits) {
     return MMA_T_IS_BF16 ? (bits & 0x7f80u) == 0x7f80u : (bits & 0x7c00u) == 0x7c00u;
 }
 
-/* The largest of the four lanes' values for each of the warp's 16 rows (red: 16 x 4 floats of
- * the warp): m[0] for row g, m[1] for row g + 8; is_max 0: their sum. */
-inline void mma_quad_reduce(__local float *red, float v[2], int is_max) {
-    const int lane = (int)get_local_id(0) % MMA_WARP, g = lane / 4, t = lane % 4;
-    red[g * 4 + t] = v[0];
-    red[(g + 8) * 4 + t] = v[1];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int r = 0; r < 2; ++r) {
-        const __local float *row = red + (g + 8 * r) * 4;
-        v[r] = is_max ? fmax(fmax(row[0], row[1]), fmax(row[2], row[3]))
-                      : (row[0] + row[1]) + (row[2] + row[3]);
+/* A word of two 16-bit values with NaN and Inf as 0; `bad` set when it held one. */
+inline uint mma_finite_word(uint w, int *bad) {
+    const bool lo = mma_not_finite(w & 0xffffu), hi = mma_not_finite(w >> 16);
+    *bad |= lo || hi;
+    return (lo ? 0u : w & 0xffffu) | (hi ? 0u : w & 0xffff0000u);
+}
+
+/* A tile's K and V in 8-value chunks (uint4), MMA_KREGS and MMA_VREGS a work-item: fetched from
+ * global memory into registers a tile ahead (the loads fly while the last tile is computed),
+ * then staged into local memory. */
+#define MMA_THREADS (MMA_WARPS * MMA_WARP)
+#define MMA_KREGS   ((MMA_KT * HEAD_DIM / 8 + MMA_THREADS - 1) / MMA_THREADS)
+#define MMA_VREGS   ((MMA_KT * VALUE_DIM / 8 + MMA_THREADS - 1) / MMA_THREADS)
+
+/* Values d .. d + 7 of row j of a [B, H, S, n] tensor of 16-bit values (0 at or past hi): one
+ * 16-byte load where the host proved the rows ALIGNED, else value by value. */
+#define MMA_CHUNK(p, b, h, j, d, hi)                                                               \
+    ((j) >= (hi) ? (uint4)0u : mma_chunk(MMA_RAW(p), AT(p, b, h, j, d), p##_s3))
+inline uint4 mma_chunk(__global const ushort *p, IDX at, IDX step) {
+#if ALIGNED
+    (void)step;
+    return *(__global const uint4 *)(p + at);
+#else
+    uint w[4];
+    UNROLL for (int i = 0; i < 4; ++i)
+        w[i] = (uint)p[at + (IDX)(2 * i) * step] | (uint)p[at + (IDX)(2 * i + 1) * step] << 16;
+    return (uint4)(w[0], w[1], w[2], w[3]);
+#endif
+}
+
+/* Keys j0 .. j0 + MMA_KT - 1 (0 at or past hi) of K and V into the registers kr and vr. */
+#define MMA_FETCH(j0, hi, kr, vr)                                                                  \
+    do {                                                                                           \
+        UNROLL for (int i_ = 0; i_ < MMA_KREGS; ++i_) {                                            \
+            const int e_ = lid + i_ * MMA_THREADS, jj_ = e_ / (HEAD_DIM / 8);                      \
+            if (e_ < MMA_KT * HEAD_DIM / 8)                                                        \
+                (kr)[i_] = MMA_CHUNK(k, b, hk, (j0) + jj_, e_ % (HEAD_DIM / 8) * 8, hi);           \
+        }                                                                                          \
+        UNROLL for (int i_ = 0; i_ < MMA_VREGS; ++i_) {                                            \
+            const int e_ = lid + i_ * MMA_THREADS, jj_ = e_ / (VALUE_DIM / 8);                     \
+            if (e_ < MMA_KT * VALUE_DIM / 8)                                                       \
+                (vr)[i_] = MMA_CHUNK(v, b, hk, (j0) + jj_, e_ % (VALUE_DIM / 8) * 8, hi);          \
+        }                                                                                          \
+    } while (0)
+
+/* The fetched chunks into kt (row-major, two values a word) and vt (transposed, NaN and Inf as
+ * 0); `garbage` set when a value was one. */
+inline void mma_stage(const uint4 kr[MMA_KREGS], const uint4 vr[MMA_VREGS], __local uint *kt,
+                      __local ushort *vt, __local int *garbage) {
+    const int lid = (int)get_local_id(0);
+    int bad = 0;
+    UNROLL for (int i = 0; i < MMA_KREGS; ++i) {
+        const int e = lid + i * MMA_THREADS, jj = e / (HEAD_DIM / 8), d = e % (HEAD_DIM / 8) * 8;
+        if (e < MMA_KT * HEAD_DIM / 8) *(__local uint4 *)(kt + jj * MMA_KS + d / 2) = kr[i];
     }
-    barrier(CLK_LOCAL_MEM_FENCE);
+    UNROLL for (int i = 0; i < MMA_VREGS; ++i) {
+        const int e = lid + i * MMA_THREADS, jj = e / (VALUE_DIM / 8), d = e % (VALUE_DIM / 8) * 8;
+        if (e >= MMA_KT * VALUE_DIM / 8) continue;
+        const uint words[4] = {vr[i].s0, vr[i].s1, vr[i].s2, vr[i].s3};
+        UNROLL for (int w = 0; w < 4; ++w) {
+            const uint x = mma_finite_word(words[w], &bad);
+            vt[(d + 2 * w) * MMA_VS + jj] = (ushort)x;
+            vt[(d + 2 * w + 1) * MMA_VS + jj] = (ushort)(x >> 16);
+        }
+    }
+    if (bad) atomic_or(garbage, 1);
 }
 
 __kernel __attribute__((reqd_work_group_size(MMA_WARPS * MMA_WARP, 1, 1))) void
@@ -721,20 +783,22 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
               __global CAT(storage_, O_T) * o, IDX o_off, IDX o_s0, IDX o_s1, IDX o_s2, IDX o_s3,
               int B, int Hq, int Hkv, int Sq, int Sk LSE_PARAMS, MASK_PARAMS) {
     __local float scratch[MMA_WARPS * MMA_SCRATCH_FLOATS];
-    __local uint kt[MMA_KT * MMA_KS];    /* a key tile, row-major, two values a word */
-    __local ushort vt[MMA_KT * MMA_VS];  /* its values, row-major, NaN and Inf as 0 */
-    __local ushort vraw[MMA_KT * MMA_VS]; /* its values as they are */
-    __local float red[MMA_WARPS * 16 * 4];  /* each warp's quad reductions */
-    __local float pt[MMA_WARPS * 16 * MMA_KT]; /* the weights, for the non-finite fallback */
+    __local float xs[MMA_WARPS * MMA_EXCHANGE_FLOATS];
+    /* a key tile, row-major, two values a word (uint4: the aligned loads store 16 bytes) */
+    __local uint4 kt4[MMA_KT * MMA_KS / 4];
+    __local uint vtw[VALUE_DIM * MMA_VS / 2]; /* its values, transposed, NaN and Inf as 0 */
+    __local uint *kt = (__local uint *)kt4;
+    __local ushort *vt = (__local ushort *)vtw; /* words: a B fragment's two keys */
+    __local uchar seen[MMA_WARPS * 16 * MMA_KT]; /* weight != 0, for the non-finite values */
     __local int span[2];
-    __local int garbage;
-    const int lid = (int)get_local_id(0), threads = (int)get_local_size(0);
+    __local int garbage[2]; /* a tile's flag, by the tile's parity (one is reset while the other
+                               is in use) */
+    const int lid = (int)get_local_id(0);
     const int warp = lid / MMA_WARP, lane = lid % MMA_WARP, g = lane / 4, t = lane % 4;
     const int blocks = (Sq + MMA_BQ - 1) / MMA_BQ, group = (int)get_group_id(0);
     const int bh = group / blocks, h = bh % Hq, b = bh / Hq, hk = h / (Hq / Hkv);
     const int rows[2] = {(group % blocks) * MMA_BQ + warp * 16 + g,
                          (group % blocks) * MMA_BQ + warp * 16 + g + 8};
-    __local float *wred = red + warp * 16 * 4;
     MASK_PACK(p);
     mask_row r[2];
     int lo = Sk, hi = 0;
@@ -743,8 +807,8 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
         if (rows[a] >= Sq) r[a].hi = r[a].lo; /* a row past Sq only helps */
         if (r[a].lo < r[a].hi) lo = min(lo, r[a].lo), hi = max(hi, r[a].hi);
     }
-    if (lid == 0) garbage = 0;
-    const int2 keys = group_key_span(span, lo, hi, Sk); /* its barriers publish garbage */
+    if (lid == 0) garbage[0] = 0;
+    const int2 keys = group_key_span(span, lo, hi, Sk); /* its barriers publish garbage[0] */
 
     /* q as A fragments, one per 16 head dims (rows past Sq read as 0) */
     uint qa[HEAD_DIM / 16][4];
@@ -760,28 +824,19 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
     UNROLL for (int n = 0; n < MMA_VB; ++n)
         UNROLL for (int f = 0; f < 4; ++f) acc[n][f] = 0.0f;
 
-    for (int j0 = keys.x; j0 < keys.y; j0 += MMA_KT) {
+    uint4 kr[MMA_KREGS], vr[MMA_VREGS];
+    if (keys.x < keys.y) MMA_FETCH(keys.x, keys.y, kr, vr);
+    for (int j0 = keys.x, tile = 0; j0 < keys.y; j0 += MMA_KT, tile ^= 1) {
         barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with the last tile */
-        for (int e = lid; e < MMA_KT * MMA_WORDS; e += threads) {
-            const int j = j0 + e / MMA_WORDS, d = e % MMA_WORDS * 2;
-            const uint word = j < keys.y ? (uint)MMA_RAW(k)[AT(k, b, hk, j, d)] |
-                                               (uint)MMA_RAW(k)[AT(k, b, hk, j, d + 1)] << 16
-                                         : 0u;
-            kt[e / MMA_WORDS * MMA_KS + e % MMA_WORDS] = word;
-        }
-        for (int e = lid; e < MMA_KT * VALUE_DIM; e += threads) {
-            const int j = j0 + e / VALUE_DIM, d = e % VALUE_DIM, at = e / VALUE_DIM * MMA_VS + d;
-            const ushort x = j < keys.y ? MMA_RAW(v)[AT(v, b, hk, j, d)] : (ushort)0;
-            vt[at] = mma_not_finite(x) ? (ushort)0 : x;
-            vraw[at] = x;
-            if (mma_not_finite(x)) atomic_or(&garbage, 1);
-        }
+        mma_stage(kr, vr, kt, vt, &garbage[tile]);
         barrier(CLK_LOCAL_MEM_FENCE);
-        const int tile_garbage = garbage;
+        const int tile_garbage = garbage[tile];
+        if (lid == 0) garbage[tile ^ 1] = 0; /* everyone read it, a tile ago */
+        if (j0 + MMA_KT < keys.y) MMA_FETCH(j0 + MMA_KT, keys.y, kr, vr); /* the next tile */
 
-        /* S: two 16 x 8 blocks of keys, c[kb][f] for row rows[f >> 1], key 8 kb + 2t + (f & 1) */
-        float s[2][4];
-        UNROLL for (int kb = 0; kb < 2; ++kb) {
+        /* S: MMA_KB blocks of 8 keys, s[kb][f] for row rows[f >> 1], key 8 kb + 2t + (f & 1) */
+        float s[MMA_KB][4];
+        UNROLL for (int kb = 0; kb < MMA_KB; ++kb) {
             UNROLL for (int f = 0; f < 4; ++f) s[kb][f] = 0.0f;
             UNROLL for (int c = 0; c < HEAD_DIM / 16; ++c) {
                 const uint kf[2] = {kt[(kb * 8 + g) * MMA_KS + c * 8 + t],
@@ -789,17 +844,26 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
                 mma_m16n8k16(s[kb], qa[c], kf, s[kb], scratch);
             }
         }
+        /* the mask: the scale alone where the whole tile is visible to both rows */
+        if (mask_span_plain(&r[0], j0, j0 + MMA_KT) && mask_span_plain(&r[1], j0, j0 + MMA_KT)) {
+            UNROLL for (int kb = 0; kb < MMA_KB; ++kb)
+                UNROLL for (int f = 0; f < 4; ++f) s[kb][f] *= p.scale;
+        } else {
+            UNROLL for (int kb = 0; kb < MMA_KB; ++kb)
+                UNROLL for (int f = 0; f < 4; ++f) {
+                    const int a = f >> 1, j = j0 + kb * 8 + 2 * t + (f & 1);
+                    s[kb][f] = j >= r[a].lo && j < r[a].hi ? mask_score(&p, &r[a], j, s[kb][f])
+                                                           : -INFINITY;
+                }
+        }
         float tile_max[2] = {-INFINITY, -INFINITY};
-        UNROLL for (int kb = 0; kb < 2; ++kb)
+        UNROLL for (int kb = 0; kb < MMA_KB; ++kb)
             UNROLL for (int f = 0; f < 4; ++f) {
-                const int a = f >> 1, j = j0 + kb * 8 + 2 * t + (f & 1);
-                const float x = j >= r[a].lo && j < r[a].hi ? mask_score(&p, &r[a], j, s[kb][f])
-                                                            : -INFINITY;
-                s[kb][f] = x;
-                tile_max[a] = fmax(tile_max[a], x);
-                nan_seen[a] |= isnan(x);
+                const int a = f >> 1;
+                tile_max[a] = fmax(tile_max[a], s[kb][f]);
+                nan_seen[a] |= isnan(s[kb][f]);
             }
-        mma_quad_reduce(wred, tile_max, 1);
+        mma_quad_reduce(tile_max, 1, xs);
         float keep[2];
         UNROLL for (int a = 0; a < 2; ++a) {
             const float m_new = fmax(m[a], tile_max[a]);
@@ -809,47 +873,49 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
         }
         UNROLL for (int n = 0; n < MMA_VB; ++n)
             UNROLL for (int f = 0; f < 4; ++f) acc[n][f] *= keep[f >> 1];
-        /* the weights, and P as the A fragment of P v: a[0] = row g keys 2t, 2t+1 (block 0), a[1]
-         * row g + 8, a[2] and a[3] the same of block 1 */
-        uint pa[4];
-        UNROLL for (int kb = 0; kb < 2; ++kb)
+        /* the weights, and P as A fragments of P v, one per 16 keys: a[0] = row g keys 2t, 2t+1
+         * of the first 8-key block, a[1] row g + 8, a[2] and a[3] the same of the second */
+        uint pa[MMA_KB / 2][4];
+        UNROLL for (int kb = 0; kb < MMA_KB; ++kb)
             UNROLL for (int a = 0; a < 2; ++a) {
                 float w[2];
-                for (int e = 0; e < 2; ++e) {
+                UNROLL for (int e = 0; e < 2; ++e) {
                     const float x = s[kb][a * 2 + e];
                     w[e] = x == -INFINITY ? 0.0f : exp(x - m[a]);
                     l[a] += w[e];
-                    pt[(warp * 16 + g + 8 * a) * MMA_KT + kb * 8 + 2 * t + e] = w[e];
+                    if (tile_garbage)
+                        seen[(warp * 16 + g + 8 * a) * MMA_KT + kb * 8 + 2 * t + e] = w[e] != 0.0f;
                 }
-                pa[kb * 2 + a] = mma_bits(w[0]) | mma_bits(w[1]) << 16;
+                pa[kb / 2][(kb % 2) * 2 + a] = mma_bits(w[0]) | mma_bits(w[1]) << 16;
             }
-        UNROLL for (int n = 0; n < MMA_VB; ++n) {
-            const int col = n * 8 + g;
-            const uint vf[2] = {
-                (uint)vt[(2 * t) * MMA_VS + col] | (uint)vt[(2 * t + 1) * MMA_VS + col] << 16,
-                (uint)vt[(2 * t + 8) * MMA_VS + col] | (uint)vt[(2 * t + 9) * MMA_VS + col] << 16};
-            mma_m16n8k16(acc[n], pa, vf, acc[n], scratch);
-        }
+        UNROLL for (int c = 0; c < MMA_KB / 2; ++c)
+            UNROLL for (int n = 0; n < MMA_VB; ++n) {
+                /* b[0] = V[16c + 2t, +1][col], b[1] the keys 8 further: words of V^T's row col */
+                const __local uint *vc =
+                    (const __local uint *)(vt + (n * 8 + g) * MMA_VS + c * 16) + t;
+                const uint vf[2] = {vc[0], vc[4]};
+                mma_m16n8k16(acc[n], pa[c], vf, acc[n], scratch);
+            }
         if (tile_garbage) {
-            /* the NaN and Inf values went in as 0; each lane adds those its own outputs see with
-             * a weight, so a hidden one changes no bit of a row */
-            barrier(CLK_LOCAL_MEM_FENCE); /* pt complete */
+            /* the NaN and Inf values went in as 0; each lane adds those its own outputs weigh,
+             * read again from V, so a hidden one changes no bit of a row */
+            barrier(CLK_LOCAL_MEM_FENCE); /* seen complete */
             UNROLL for (int n = 0; n < MMA_VB; ++n)
                 UNROLL for (int f = 0; f < 4; ++f) {
                     const int row = warp * 16 + g + 8 * (f >> 1), col = n * 8 + 2 * t + (f & 1);
-                    for (int jj = 0; jj < MMA_KT; ++jj) {
-                        const float w = pt[row * MMA_KT + jj];
-                        const ushort bits = vraw[jj * MMA_VS + col];
-                        if (w != 0.0f && mma_not_finite(bits))
-                            acc[n][f] = fma(w, mma_half_value(bits, 0), acc[n][f]);
+                    for (int jj = 0; jj < MMA_KT && j0 + jj < keys.y; ++jj) {
+                        if (!seen[row * MMA_KT + jj]) continue;
+                        const uint bits = MMA_RAW(v)[AT(v, b, hk, j0 + jj, col)];
+                        if (mma_not_finite(bits))
+                            acc[n][f] = acc[n][f] + mma_half_value(bits, 0);
                     }
                 }
         }
     }
 
-    mma_quad_reduce(wred, l, 0);
+    mma_quad_reduce(l, 0, xs);
     float nan_rows[2] = {(float)nan_seen[0], (float)nan_seen[1]};
-    mma_quad_reduce(wred, nan_rows, 1);
+    mma_quad_reduce(nan_rows, 1, xs);
     UNROLL for (int a = 0; a < 2; ++a) {
         const int i = rows[a];
         if (i >= Sq) continue;

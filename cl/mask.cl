@@ -226,6 +226,17 @@ inline void mask_row_clip(mask_row *r, int first, int last) {
     r->hi = max(r->lo, min(r->hi, last));
 }
 
+/* Keys [a, b) are all visible to the row and the mask adds nothing to their scores (no keep
+ * mask, bias, ALiBi or softcap): mask_score(p, r, j, x) is p->scale * x for each of them. A key
+ * visible only as a global position does not count (false is always safe). */
+inline bool mask_span_plain(const mask_row *r, int a, int b) {
+#if HAS_KEEP || HAS_BIAS || HAS_ALIBI || HAS_SOFTCAP
+    return false;
+#else
+    return a >= max(max(r->lo, r->start), r->wlo) && b <= min(min(r->hi, r->end), r->whi + 1);
+#endif
+}
+
 /* The score of key j (lo <= j < hi) given its raw value x: the masked logit, or -INFINITY. */
 inline float mask_score(const mask_params *p, const mask_row *r, int j, float x) {
     float s = p->scale * x;

@@ -22,7 +22,8 @@
  *
  * Build options: MMA_T (f16 | bf16, the inputs' type), MMA_PTX, MMA_ASM, MMA_PROBE (1: the
  * probe kernel; the host prepends this file to the programs that use the primitive),
- * MMA_PROBE_BREAK (the probe's negative test: one lane's result off by one).
+ * MMA_PROBE_BREAK (the probe's negative tests: 1, one lane's result off by one; 2, an exchange
+ * that returns a lane's own value).
  */
 #ifndef CLATTN_MMA_CL
 #define CLATTN_MMA_CL
@@ -58,11 +59,14 @@
 #define MMA_PTX_TYPE CAT(MMA_PTX_TYPE_, MMA_T)
 
 #define MMA_WARP 32
-/* Local floats the emulation takes per warp (A and B as floats); the PTX build takes none. */
+/* Local floats the emulation takes per warp: A and B as floats for a product, 16 rows x 4 lanes
+ * for an exchange. The PTX build takes none (the instruction, and shfl.sync for exchanges). */
 #if MMA_PTX
 #define MMA_SCRATCH_FLOATS 1
+#define MMA_EXCHANGE_FLOATS 1
 #else
 #define MMA_SCRATCH_FLOATS (16 * 16 + 16 * 8)
+#define MMA_EXCHANGE_FLOATS (16 * 4)
 #endif
 
 /* The 16-bit value in the low (high = 0) or high half of a fragment word, as a float. */
@@ -110,16 +114,64 @@ inline void mma_m16n8k16(float d[4], const uint a[4], const uint b[2], const flo
 #endif
 }
 
+/* The value v of lane (lane ^ mask) of the warp: shfl.sync.bfly, or through `xs`
+ * (MMA_EXCHANGE_FLOATS per warp of the group; all work-items of the group call it together). */
+inline float mma_lane_xor(float v, int mask, __local float *xs) {
+#if MMA_PTX
+    (void)xs;
+    uint r;
+    MMA_ASM volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;"
+                     : "=r"(r)
+                     : "r"(as_uint(v)), "r"(mask));
+    return as_float(r);
+#else
+    const int lid = (int)get_local_id(0), lane = lid % MMA_WARP;
+    __local float *w = xs + (lid / MMA_WARP) * MMA_EXCHANGE_FLOATS;
+    w[lane] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const float r = w[lane ^ mask];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return r;
+#endif
+}
+
+/* v[0] and v[1] (a fragment's rows g and g + 8) combined across the four lanes of a quad, which
+ * hold the rest of those rows: the largest (is_max 1) or the sum. Every lane gets the same
+ * bits in both builds: fmax(fmax(v0, v1), fmax(v2, v3)) and (v0 + v1) + (v2 + v3), lane i's own
+ * value being vi. */
+inline void mma_quad_reduce(float v[2], int is_max, __local float *xs) {
+#if MMA_PTX
+    for (int r = 0; r < 2; ++r)
+        for (int mask = 1; mask <= 2; mask *= 2) {
+            const float other = mma_lane_xor(v[r], mask, xs);
+            v[r] = is_max ? fmax(v[r], other) : v[r] + other;
+        }
+#else
+    const int lid = (int)get_local_id(0), lane = lid % MMA_WARP, g = lane / 4, t = lane % 4;
+    __local float *w = xs + (lid / MMA_WARP) * MMA_EXCHANGE_FLOATS;
+    w[g * 4 + t] = v[0];
+    w[(g + 8) * 4 + t] = v[1];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int r = 0; r < 2; ++r) {
+        const __local float *row = w + (g + 8 * r) * 4;
+        v[r] = is_max ? fmax(fmax(row[0], row[1]), fmax(row[2], row[3]))
+                      : (row[0] + row[1]) + (row[2] + row[3]);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+#endif
+}
+
 #if MMA_PROBE
 /* The probe: one warp multiplies A (16 x 16, row-major 16-bit values) by B (16 x 8, row-major)
  * and adds C (16 x 8 floats) into D, each lane gathering its fragments by the layouts above.
  * The host gives values whose products and sums are exact in f32, so a correct unit returns
- * exactly the host's product. */
+ * exactly the host's product. Each lane stores the fragment of lane ^ 3 (two exchanges, as the
+ * quad reductions make them), so the exchange is probed too. */
 __kernel __attribute__((reqd_work_group_size(MMA_WARP, 1, 1))) void
 matrix_probe(__global const ushort *a, __global const ushort *b, __global const float *c,
              __global float *d) {
-    __local float scratch[MMA_SCRATCH_FLOATS];
-    const int lane = (int)get_local_id(0), g = lane / 4, t = lane % 4;
+    __local float scratch[MMA_SCRATCH_FLOATS], xs[MMA_EXCHANGE_FLOATS];
+    const int lane = (int)get_local_id(0), g = lane / 4, t = lane % 4, u = t ^ 3;
     uint fa[4], fb[2];
     float fc[4], fd[4];
     for (int r = 0; r < 4; ++r) {
@@ -132,9 +184,11 @@ matrix_probe(__global const ushort *a, __global const ushort *b, __global const 
     }
     for (int i = 0; i < 4; ++i) fc[i] = c[(g + (i >> 1) * 8) * 8 + 2 * t + (i & 1)];
     mma_m16n8k16(fd, fa, fb, fc, scratch);
-    for (int i = 0; i < 4; ++i)
-        d[(g + (i >> 1) * 8) * 8 + 2 * t + (i & 1)] =
-            fd[i] + (MMA_PROBE_BREAK && lane == 5 && i == 0 ? 1.0f : 0.0f);
+    for (int i = 0; i < 4; ++i) {
+        const float mine = fd[i] + (MMA_PROBE_BREAK && lane == 5 && i == 0 ? 1.0f : 0.0f);
+        d[(g + (i >> 1) * 8) * 8 + 2 * u + (i & 1)] =
+            mma_lane_xor(mma_lane_xor(mine, 1, xs), MMA_PROBE_BREAK == 2 ? 1 : 2, xs);
+    }
 }
 #endif /* MMA_PROBE */
 

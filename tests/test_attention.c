@@ -368,7 +368,9 @@ static void check_case_on(test_ctx *t, const at_spec *s, int kernel, const char 
 
 /* Cases attention_mma takes (16-bit q, k, v; head dims of whole fragments), on it alone (its
  * emulation is the slowest variant on a CPU; the others have their 16-bit cases): groups of 64
- * queries with rows past Sq, GQA, Dv != D, lse, every mask part, empty rows. */
+ * queries with rows past Sq, GQA, Dv != D, lse, every mask part, empty rows; tiles that the
+ * mask leaves whole (the scale alone) beside cut ones under causality, key lengths and a window
+ * wider than a tile with global positions. */
 static void matrix_unit_cases_in_16_bits(test_ctx *t) {
     if (clattn__device_max_group(clattn_env_device(t->env)) < 128)
         return test_skip(t, "groups capped below attention_mma's 128 (it falls back to tiles)");
@@ -376,7 +378,8 @@ static void matrix_unit_cases_in_16_bits(test_ctx *t) {
     at_spec s = base(1, 2, 1, 33, 47, 16); /* bf16: the last case */
     s.dt = CLATTN_F16;
     s.lse = 1;
-    check_case_on(t, &s, CLATTN__ATTENTION_MMA, "f16 GQA D=16 + lse");
+    s.alibi = 1, s.softcap = 4.0f, s.scale = 0.5f;
+    check_case_on(t, &s, CLATTN__ATTENTION_MMA, "f16 GQA D=16 + lse, alibi + softcap");
     s = base(2, 2, 2, 9, 40, 32);
     s.dt = CLATTN_F16;
     s.Dv = 24;
@@ -388,10 +391,57 @@ static void matrix_unit_cases_in_16_bits(test_ctx *t) {
                   "f16 causal bottom-right, key lengths 0 and 40, Dv=24");
     s = base(1, 2, 2, 66, 40, 32);
     s.dt = CLATTN_BF16;
-    s.window = 1, s.left = 5, s.right = 2, s.global_stride = 16;
-    s.alibi = 1, s.softcap = 4.0f, s.scale = 0.5f;
-    check_case_on(t, &s, CLATTN__ATTENTION_MMA,
-                  "bf16 window + global + alibi + softcap, 66 queries");
+    s.window = 1, s.left = 40, s.right = 2, s.global_stride = 16;
+    check_case_on(t, &s, CLATTN__ATTENTION_MMA, "bf16 window + global, 66 queries");
+}
+
+/* The outputs of s from `variant` (-1: the library's own choice), lse dropped. */
+static bool outputs_of(test_ctx *t, const at_spec *s, const at_data *d, int variant, float **out) {
+    float *lse = NULL;
+    const bool ok = run_variant(t, s, d, variant, out, &lse);
+    free(lse);
+    return ok;
+}
+
+/* UNITS=1 (every row): prefill with 16-bit q, k and v takes attention_mma wherever the probe
+ * found the unit for the dtype; f32 and decoding never do. The emulated units (the hook) give
+ * every device both units, so there the library's own choice must give attention_mma's bits
+ * for 16-bit prefill, and the same bits as without them for the others. */
+static void sixteen_bit_prefill_takes_the_units_found(test_ctx *t) {
+    if (clattn__device_max_group(clattn_env_device(t->env)) < 128)
+        return test_skip(t, "groups capped below attention_mma's 128");
+    enum { CASES = 3 };
+    static const char *const what[CASES] = {"f16 prefill", "f32 prefill", "f16 decoding"};
+    at_spec s[CASES];
+    at_data d[CASES];
+    float *offered[CASES] = {NULL}, *want[CASES] = {NULL};
+    int prepared = 0;
+    for (; prepared < CASES; ++prepared) {
+        s[prepared] = base(1, 2, 1, prepared == 2 ? 4 : 40, 70, 32);
+        s[prepared].dt = prepared == 1 ? CLATTN_F32 : CLATTN_F16;
+        s[prepared].causal = 1;
+        if (!prepare(t, &s[prepared], &d[prepared])) break;
+    }
+    bool ok = prepared == CASES;
+    cl_context context = clattn_env_context(t->env);
+    clattn_cache_clear(context); /* the probe's answer goes with the cache */
+    clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, 1);
+    for (int c = 0; c < CASES; ++c) ok = ok && outputs_of(t, &s[c], &d[c], -1, &offered[c]);
+    ok = ok && outputs_of(t, &s[0], &d[0], CLATTN__ATTENTION_MMA, &want[0]);
+    clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, -1);
+    clattn_cache_clear(context);
+    for (int c = 1; c < CASES; ++c) ok = ok && outputs_of(t, &s[c], &d[c], -1, &want[c]);
+    for (int c = 0; c < CASES && ok; ++c) {
+        const size_t bytes = (size_t)(s[c].B * s[c].Hq * s[c].Sq * s[c].Dv) * sizeof(float);
+        CHECK(t, memcmp(offered[c], want[c], bytes) == 0,
+              "%s: with the units offered, the library's choice %s", what[c],
+              c == 0 ? "is not attention_mma" : "changed");
+    }
+    for (int c = 0; c < CASES; ++c) {
+        free(offered[c]);
+        free(want[c]);
+    }
+    for (int c = 0; c < CASES && c <= prepared; ++c) free_data(&d[c]); /* a failed one too */
 }
 
 /* Runs the spec twice, the second time after `change` edits d's K and V, and compares the first
@@ -785,6 +835,7 @@ static const test_case cases[] = {
     {"blocks_of_other_shapes", blocks_of_other_shapes},
     {"storage_and_layouts", storage_and_layouts},
     {"matrix_unit_cases_in_16_bits", matrix_unit_cases_in_16_bits},
+    {"sixteen_bit_prefill_takes_the_units_found", sixteen_bit_prefill_takes_the_units_found},
     {"causality_is_bit_exact", causality_is_bit_exact, TAG_SMOKE},
     {"padded_keys_holding_nan_change_nothing", padded_keys_holding_nan_change_nothing},
     {"hidden_keys_inside_the_span_change_nothing", hidden_keys_inside_the_span_change_nothing},

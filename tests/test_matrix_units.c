@@ -27,14 +27,18 @@ static void the_emulated_unit_passes_the_probe(test_ctx *t) {
     }
 }
 
-/* The probe is the test: a unit one element off, and a probe that does not build, count as no
- * unit, and neither is an error of the call. */
+/* The probe is the test: a unit one element off, an exchange between lanes that does not
+ * exchange, and a probe that does not build, count as no unit, and none is an error of the call. */
 static void a_wrong_or_missing_unit_fails_the_probe(test_ctx *t) {
     cl_command_queue queue = clattn_env_queue(t->env);
     bool exact = true;
     CHECK_OK(t, clattn__matrix_probe(
                     queue, "-cl-std=CL1.2 -DMMA_PROBE=1 -DMMA_PTX=0 -DMMA_PROBE_BREAK=1", &exact));
     CHECK(t, !exact, "a product off by one in one lane passed the probe");
+    exact = true;
+    CHECK_OK(t, clattn__matrix_probe(
+                    queue, "-cl-std=CL1.2 -DMMA_PROBE=1 -DMMA_PTX=0 -DMMA_PROBE_BREAK=2", &exact));
+    CHECK(t, !exact, "a lane exchange that returns the lane's own value passed the probe");
     exact = true;
     clattn_cache_clear(clattn_env_context(t->env)); /* so that the probe builds */
     clattn__fault_arm(CLATTN__FAULT_BUILD, 1);

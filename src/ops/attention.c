@@ -190,31 +190,66 @@ static void fit_micro(attention_launch *l, cl_device_id device, int64_t d, int64
     l->rows = rows;
 }
 
-/* Bytes of local memory attention_mma declares (cl/attention.cl), its emulation's scratch
- * included: the padded K and V tiles (V twice), the quad reductions, the weights. */
-static uint64_t mma_local_bytes(int64_t d, int64_t dv) {
+/* Bytes of local memory attention_mma declares (cl/attention.cl) with key tiles of `keys`: the
+ * padded K and (transposed) V tiles, the weights' flags, its emulation's scratch and exchanges
+ * (taken as the larger, the emulation's), the span and the flags. */
+static uint64_t mma_local_bytes(int64_t d, int64_t dv, int64_t keys) {
     const uint64_t warps = ATTENTION_MMA_GROUP / 32, ks = (uint64_t)(d / 2 + 31) / 32 * 32 + 4;
-    const uint64_t vs = (uint64_t)(dv + 63) / 64 * 64 + 16;
-    return 16 * ks * 4 + 2 * 16 * vs * 2 + warps * (16 * 4 + 16 * 16 + 16 * 16 + 16 * 8) * 4 + 12;
+    const uint64_t n = (uint64_t)keys, vs = (n / 2 + 31) / 32 * 64 + 8;
+    return n * ks * 4 + (uint64_t)dv * vs * 2 + warps * 16 * n +
+           warps * (16 * 16 + 16 * 8 + 16 * 4) * 4 + 16;
 }
 
 /* attention_mma takes q, k and v of one 16-bit dtype, head dims of whole fragments (16 along
- * the products' k, 8 along their n), groups of its 4 warps and its local arrays. */
+ * the products' k, 8 along their n), groups of its 4 warps and its local arrays (key tiles of
+ * at least 16). */
 static bool mma_takes(const attention_args *a, cl_device_id device) {
     const clattn_dtype dt = a->q->dtype;
     return (dt == CLATTN_F16 || dt == CLATTN_BF16) && a->k->dtype == dt && a->v->dtype == dt &&
            a->q->shape[3] % 16 == 0 && a->v->shape[3] % 8 == 0 &&
            clattn__device_max_group(device) >= ATTENTION_MMA_GROUP &&
-           mma_local_bytes(a->q->shape[3], a->v->shape[3]) <= clattn__device_local_bytes(device);
+           mma_local_bytes(a->q->shape[3], a->v->shape[3], 16) <=
+               clattn__device_local_bytes(device);
 }
 
-static int pick_launch(cl_device_id device, const attention_args *a, attention_launch *l) {
+/* attention_mma where PREFILL=5 asks for it, or (UNITS=1) for a prefill whose dtype's unit the
+ * device's probe found; on the instruction where the probe found it (the emulation hook's
+ * units are emulated), else on the emulation; key tiles of UNIT_KEYS lowered to fit. */
+static int pick_units(const clattn__call *call, const attention_args *a, bool prefill,
+                      attention_launch *l) {
+    const bool asked = l->variant == CLATTN__ATTENTION_MMA;
+    const bool offered =
+        prefill && l->t.UNITS && clattn__hook_value(CLATTN__HOOK_ATTENTION_VARIANT) < 0;
+    if (!asked && !offered) return CLATTN_SUCCESS;
+    if (!mma_takes(a, call->device)) {
+        if (asked) l->variant = CLATTN__ATTENTION_TILES;
+        return CLATTN_SUCCESS;
+    }
+    unsigned units = 0;
+    const int status = clattn__matrix_units(call->queue, &units);
+    const unsigned unit =
+        a->q->dtype == CLATTN_F16 ? CLATTN_MATRIX_MMA_F16 : CLATTN_MATRIX_MMA_BF16;
+    if (status != CLATTN_SUCCESS || (!asked && !(units & unit))) return status;
+    l->variant = CLATTN__ATTENTION_MMA;
+    l->on_unit = (units & unit) && clattn__hook_value(CLATTN__HOOK_MATRIX_EMULATION) != 1;
+    l->t.UNIT_KEYS = l->t.UNIT_KEYS / 16 * 16;
+    while (l->t.UNIT_KEYS > 16 && mma_local_bytes(a->q->shape[3], a->v->shape[3], l->t.UNIT_KEYS) >
+                                      clattn__device_local_bytes(call->device))
+        l->t.UNIT_KEYS -= 16;
+    l->t.GROUP = ATTENTION_MMA_GROUP;
+    l->splits = 1, l->chunk = (int)a->k->shape[2];
+    return CLATTN_SUCCESS;
+}
+
+static int pick_launch(const clattn__call *call, const attention_args *a, attention_launch *l) {
+    cl_device_id device = call->device;
     *l = (attention_launch){.splits = 1};
     int status = clattn__attention_tuning_get(device, a->q->dtype, &l->t);
     if (status != CLATTN_SUCCESS) return status;
     const cl_ulong local_bytes = clattn__device_local_bytes(device);
     const int64_t d = a->q->shape[3], dv = a->v->shape[3];
-    l->variant = (int)(a->q->shape[2] <= KEYS_MAX_QUERIES ? l->t.DECODE : l->t.PREFILL);
+    const bool prefill = a->q->shape[2] > KEYS_MAX_QUERIES;
+    l->variant = (int)(prefill ? l->t.PREFILL : l->t.DECODE);
     l->t.LANES = clattn__head_lanes((cl_uint)l->t.LANES, d, dv);
     const int forced = clattn__hook_value(CLATTN__HOOK_ATTENTION_VARIANT);
     if (forced >= 0) l->variant = forced;
@@ -228,32 +263,29 @@ static int pick_launch(cl_device_id device, const attention_args *a, attention_l
            (uint64_t)l->t.TK * (uint64_t)(d + dv) * 4 > local_bytes / 2)
         l->t.TK /= 2;
     if (l->variant == CLATTN__ATTENTION_MICRO) fit_micro(l, device, d, dv, local_bytes);
-    if (l->variant == CLATTN__ATTENTION_MMA && !mma_takes(a, device))
-        l->variant = CLATTN__ATTENTION_TILES;
-    if (l->variant == CLATTN__ATTENTION_MMA) {
-        l->t.GROUP = ATTENTION_MMA_GROUP;
-        l->splits = 1, l->chunk = (int)a->k->shape[2];
-        return CLATTN_SUCCESS;
-    }
+    status = pick_units(call, a, prefill, l);
+    if (status != CLATTN_SUCCESS || l->variant == CLATTN__ATTENTION_MMA) return status;
     pick_splits(l, device, a);
     return CLATTN_SUCCESS;
 }
 
 /* The keys and tiles variants read K and V rows as aligned vectors when every row starts
- * LANES-aligned (cl/rows.cl, ALIGNED). The others load K and V element by element (micro: its
- * K tile is transposed in local memory), or pack K first (lanes). */
+ * LANES-aligned (cl/rows.cl, ALIGNED), attention_mma 16 bytes a load when they start 8-aligned.
+ * The others load K and V element by element (micro: its K tile is transposed in local memory),
+ * or pack K first (lanes). */
 static bool kv_rows_aligned(const attention_args *a, const attention_launch *l,
                             cl_device_id device) {
     const bool vector_loads =
         l->variant == CLATTN__ATTENTION_KEYS || l->variant == CLATTN__ATTENTION_TILES;
-    if (!vector_loads || l->t.LANES < 2) return false;
+    const int64_t vec = l->variant == CLATTN__ATTENTION_MMA ? 8 : vector_loads ? l->t.LANES : 1;
+    if (vec < 2) return false;
     const size_t base = clattn__device_base_align_bytes(device);
-    return clattn__rows_vector_aligned(a->k, l->t.LANES, base) &&
-           clattn__rows_vector_aligned(a->v, l->t.LANES, base);
+    return clattn__rows_vector_aligned(a->k, vec, base) &&
+           clattn__rows_vector_aligned(a->v, vec, base);
 }
 
 /* attention_mma's build: the matrix-unit instruction where the device's probe passed for the
- * dtype (clattn_matrix_units), else its emulation. */
+ * dtype (clattn_matrix_units; the launch's on_unit), else its emulation. */
 static void mma_options(const attention_args *a, bool ptx, char *options, size_t size) {
     const size_t used = strlen(options);
     snprintf(options + used, size - used, " -DMMA_T=%s -DMMA_PTX=%d -DMMA_WARPS=%d",
@@ -370,13 +402,7 @@ static int enqueue_attention(const attention_args *a, const attention_launch *la
     char options[1024];
     attention_options(a, &l, wide, call->device, options, sizeof options);
     int status = CLATTN_SUCCESS;
-    if (l.variant == CLATTN__ATTENTION_MMA) {
-        unsigned units = 0;
-        status = clattn__matrix_units(call->queue, &units);
-        const unsigned unit =
-            a->q->dtype == CLATTN_F16 ? CLATTN_MATRIX_MMA_F16 : CLATTN_MATRIX_MMA_BF16;
-        mma_options(a, (units & unit) != 0, options, sizeof options);
-    }
+    if (l.variant == CLATTN__ATTENTION_MMA) mma_options(a, l.on_unit, options, sizeof options);
     cl_kernel kernel = NULL;
     if (status == CLATTN_SUCCESS)
         status = clattn__create_kernel(call->context, call->device, "attention.cl", options,
@@ -459,15 +485,15 @@ int clattn__attention_check(attention_args *a, const clattn_attention_options *o
     return status;
 }
 
-int clattn__attention_plan(const attention_args *a, int path, cl_device_id device,
+int clattn__attention_plan(const attention_args *a, int path, const clattn__call *call,
                            clattn__attention_schedule *plan) {
     memset(plan, 0, sizeof *plan);
     plan->path = path;
     if (path == CLATTN_PATH_COMPOSED) {
         plan->bytes = clattn__attention_composed_workspace(a);
-        return clattn__softmax_plan(device, CLATTN_F32, &plan->softmax);
+        return clattn__softmax_plan(call->device, CLATTN_F32, &plan->softmax);
     }
-    int status = pick_launch(device, a, &plan->launch);
+    int status = pick_launch(call, a, &plan->launch);
     if (status != CLATTN_SUCCESS) return status;
     plan->bytes =
         (partial_floats(a, &plan->launch) + packed_key_floats(a, &plan->launch)) * sizeof(float);
@@ -486,7 +512,7 @@ static int plan_call(attention_args *a, const clattn_attention_options *options,
                      const clattn__call *call, clattn__attention_schedule *plan) {
     int path = 0;
     int status = clattn__attention_check(a, options, call->context, &path);
-    if (status == CLATTN_SUCCESS) status = clattn__attention_plan(a, path, call->device, plan);
+    if (status == CLATTN_SUCCESS) status = clattn__attention_plan(a, path, call, plan);
     return status;
 }
 

@@ -24,9 +24,10 @@ typedef struct clattn__attention_args {
  * dims, TK halved to fit the local memory and GROUP the keys variant's own where it runs. */
 typedef struct clattn__attention_launch {
     clattn__attention_tuning t;
-    int variant;       /* CLATTN__ATTENTION_BLOCKS, _TILES, _KEYS, _LANES or _MICRO */
+    int variant;       /* CLATTN__ATTENTION_BLOCKS, _TILES, _KEYS, _LANES, _MICRO or _MMA */
     int splits, chunk; /* the key axis in `splits` chunks of `chunk` keys (1: unsplit) */
     int rows;          /* micro: work-item rows a group (its local arrays' size) */
+    bool on_unit;      /* mma: on the matrix-unit instruction (else its emulation) */
 } clattn__attention_launch;
 
 /* What a call runs, decided once. */
@@ -41,8 +42,9 @@ typedef struct clattn__attention_schedule {
  * options. */
 int clattn__attention_check(clattn__attention_args *a, const clattn_attention_options *options,
                             cl_context context, int *path);
-/* The plan of a call that takes `path` on `device`; the buffers of a's views may be NULL. */
-int clattn__attention_plan(const clattn__attention_args *a, int path, cl_device_id device,
+/* The plan of a call that takes `path` on the call's device (16-bit prefill may probe its
+ * matrix units on the call's queue, once); the buffers of a's views may be NULL. */
+int clattn__attention_plan(const clattn__attention_args *a, int path, const clattn__call *call,
                            clattn__attention_schedule *plan);
 /* Enqueues a checked call with its plan; `workspace` holds plan->bytes (NULL when 0). */
 int clattn__attention_enqueue(const clattn__attention_args *a,

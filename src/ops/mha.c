@@ -356,7 +356,7 @@ static size_t plan_regions(const mha_args *a, mha_plan *plan, size_t f, bool *ov
     return f;
 }
 
-static int plan_mha(const mha_args *a, cl_device_id device, mha_plan *plan) {
+static int plan_mha(const mha_args *a, const clattn__call *call, mha_plan *plan) {
     memset(plan, 0, sizeof *plan);
     plan_jobs(a, plan);
     /* the attention's plan, from its views before they have a buffer (they live in the
@@ -368,7 +368,7 @@ static int plan_mha(const mha_args *a, cl_device_id device, mha_plan *plan) {
     const clattn__attention_args attn = {&heads[0], &heads[1], &heads[2], &heads[3], NULL,
                                          weights,   NULL,      1.0f,      {0}};
     int status = clattn__attention_plan(&attn, weights ? CLATTN_PATH_COMPOSED : CLATTN_PATH_FUSED,
-                                        device, &plan->attn);
+                                        call, &plan->attn);
     if (status != CLATTN_SUCCESS) return status;
     bool overflow = false;
     const size_t attn_floats = (plan->attn.bytes + sizeof(float) - 1) / sizeof(float);
@@ -671,7 +671,7 @@ static int enqueue_mha(const mha_args *a, const mha_plan *plan, const attention_
 /* Checks everything and lays out the scratch. */
 static int plan_call(mha_args *a, const clattn__call *call, mha_plan *plan) {
     int status = check_mha(a, call->context);
-    if (status == CLATTN_SUCCESS) status = plan_mha(a, call->device, plan);
+    if (status == CLATTN_SUCCESS) status = plan_mha(a, call, plan);
     return status;
 }
 

@@ -51,7 +51,10 @@
  * (micro: at most); TK: the largest key tile (halved to fit); SPLIT_TARGET, SPLIT_MIN: a launch
  * with fewer groups than SPLIT_TARGET per compute unit splits the keys into chunks of at least
  * SPLIT_MIN; BM, BN: the blocks' queries per work-item and keys per tile; MQ, MK: micro's queries
- * and keys per work-item.
+ * and keys per work-item; UNITS 1: prefill with f16 or bf16 q, k, v takes attention_mma wherever
+ * clattn_matrix_units found the unit for their dtype, whatever PREFILL says (0: only PREFILL=5);
+ * UNIT_KEYS: attention_mma's keys a tile (rounded down to a multiple of 16, then lowered by 16
+ * until its tiles fit the local memory).
  * Default: PoCL on AVX-512: blocks at 16 lanes (the tiles variant's one query per work-item ran
  * far slower there), clattn-bench --op attention_causal. */
 #define CLATTN__TUNING_ATTENTION(X)                                                                \
@@ -65,7 +68,9 @@
     X(BM, 4, 1, 8, BM)                                                                             \
     X(BN, 16, 4, 32, BN)                                                                           \
     X(MQ, 4, 1, 8, MQ)                                                                             \
-    X(MK, 2, 1, 8, MK)
+    X(MK, 2, 1, 8, MK)                                                                             \
+    X(UNITS, 1, 0, 1, HOST)                                                                        \
+    X(UNIT_KEYS, 32, 16, 64, MMA_KT)
 
 /* Linear attention. LANES: head-dim vector width (narrowed at launch to divide the head dims);
  * ROWS: state rows per linear_states work-item, BM: queries per linear_outputs work-item (0:
