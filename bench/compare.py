@@ -37,7 +37,9 @@ def load_all(paths):
                 label += " (%s)" % tag
             if label not in devices:
                 devices.append(label)
-            case = (r["op"], r["variant"], r["dtype"], r["shape"])
+            # a labelled record (tools/gpu_session.sh: one per row) is its own case
+            variant = r["variant"] + (" " + r["label"] if r.get("label") else "")
+            case = (r["op"], variant, r["dtype"], r["shape"])
             rows.setdefault(case, {})[label] = r
         for d in data.get("devices", []):
             label = short(d["device"])

@@ -10,10 +10,13 @@
 # driver's libnvidia-opencl, builds clattn, runs the C suite on the GPU, then one clattn-bench
 # invocation per ROW with PyTorch on the same GPU as the peer (CLATTN_PEER_DEVICE=cuda), and
 # writes into $OUT: session.log (everything printed) and bench.json (every row's records, each
-# with its ROW's label). A ROW is "LABEL|OP|CLATTN_TUNE" (the tune part may be empty); without
-# ROWs it runs DEFAULT_ROWS below: the GPU variants waiting for a measurement, each beside
-# the default rows. Order: build, the matrix-unit probes, the rows, then the C suite.
-# GPU_TESTS holds clattn-tests' arguments (default: none, the whole suite; "skip" skips it);
+# with its ROW's label). A ROW is "LABEL|OP|CLATTN_TUNE[|NAME=VALUE]" (the tune part may be
+# empty; NAME=VALUE is set for that row alone, e.g. CLATTN_KERNEL_DIR=dir to time another
+# version of the kernels beside this one in the same call); without
+# ROWs it runs DEFAULT_ROWS below: the default rows of the issues' targets, and attention_mma's
+# key tiles beside its default. Order: build, the matrix-unit probes, the rows, then the C suite.
+# GPU_TESTS holds clattn-tests' arguments, several runs separated by ';' (default: none, the
+# whole suite; "skip" skips it);
 # GPU_QUICK=1 passes --quick to the benchmark. Each step has a time limit, and all of them
 # GPU_BUDGET_S, so a hung step cannot eat the call. Off the GPU (to try the script), set
 # OCL_ICD_VENDORS, CLATTN_DEVICE and CLATTN_PEER_DEVICE, and it uses them.
@@ -22,18 +25,14 @@ cd "$(dirname "$0")/.."
 
 DEFAULT_ROWS=( # most wanted first: rows past the budget are skipped
   "default|attention|"
-  "mma|attention|attention:PREFILL=5"
-  "micro-4x2|attention|attention:PREFILL=4,GROUP=256,TK=32,MQ=4,MK=2"
-  "micro-8x4|attention|attention:PREFILL=4,GROUP=64,TK=32,MQ=8,MK=4"
   "default|attention_causal|"
-  "mma|attention_causal|attention:PREFILL=5"
-  "micro-4x2|attention_causal|attention:PREFILL=4,GROUP=256,TK=32,MQ=4,MK=2"
+  "keys16|attention|attention:UNIT_KEYS=16"
+  "keys64|attention|attention:UNIT_KEYS=64"
   "default|attention_decode|"
   "default|softmax|"
-  "f16-vec8|softmax|softmax:VEC=8"
   "default|split_heads|"
   "default|linear_attention|"
-  "micro-4x4|attention|attention:PREFILL=4,GROUP=128,TK=32,MQ=4,MK=4"
+  "default|mha|"
 )
 
 DEBS=(ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-c-headers opencl-clhpp-headers libclblast1
@@ -107,14 +106,16 @@ step() { # step LIMIT_S NAME COMMAND...: runs it under a time limit, says how it
 }
 
 bench_rows() {
-  local out=$1 row label op tune n=0
+  local out=$1 row label op tune setting n=0
   shift
   for row in "$@"; do
-    IFS='|' read -r label op tune <<<"$row"
+    IFS='|' read -r label op tune setting <<<"$row"
     n=$((n + 1))
-    CLATTN_TUNE=$tune step 240 "bench $label $op${tune:+ ($tune)}" build/bench/clattn-bench \
-      --device "${CLATTN_DEVICE:-nvidia}" --op "$op" ${GPU_QUICK:+--quick} \
-      --json "$out/bench-$n-$label.json"
+    ( # shellcheck disable=SC2163 # the row's own NAME=VALUE, if any
+      [ -z "$setting" ] || export "$setting"
+      CLATTN_TUNE=$tune step 240 "bench $label $op${tune:+ ($tune)}${setting:+ $setting}" \
+        build/bench/clattn-bench --device "${CLATTN_DEVICE:-nvidia}" --op "$op" \
+        ${GPU_QUICK:+--quick} --json "$out/bench-$n-$label.json")
   done
 }
 
@@ -138,6 +139,17 @@ print(f"{len(merged['records'])} records from {len(files)} runs -> {out}")
 EOF
 }
 
+# clattn-tests once per ';'-separated selection of GPU_TESTS (none: the whole suite).
+run_tests() {
+  local selections=() selection
+  IFS=';' read -ra selections <<<"${GPU_TESTS:-}"
+  [ ${#selections[@]} -gt 0 ] || selections=("")
+  for selection in "${selections[@]}"; do
+    # shellcheck disable=SC2086 # a selection is a list of arguments
+    step 300 "tests $selection" build/tests/clattn-tests $selection
+  done
+}
+
 run() {
   : "${OUT:?set OUT to the folder the results go to}"
   local work=/tmp/clattn-gpu rows=("$@")
@@ -158,8 +170,7 @@ run() {
     step 60 probes build/tests/clattn-tests --suite matrix_units
     bench_rows "$work/json" "${rows[@]}"
     merge_json "$OUT/bench.json" "$work"/json/bench-*.json
-    # shellcheck disable=SC2086 # GPU_TESTS is a list of arguments
-    [ "${GPU_TESTS:-}" = skip ] || step 300 tests build/tests/clattn-tests ${GPU_TESTS:-}
+    [ "${GPU_TESTS:-}" = skip ] || run_tests
   } 2>&1 | tee "$OUT/session.log"
 }
 
