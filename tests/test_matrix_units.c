@@ -12,6 +12,14 @@
 static const char *const emulated[2] = {"-cl-std=CL1.2 -DMMA_PROBE=1 -DMMA_PTX=0 -DMMA_T=f16",
                                         "-cl-std=CL1.2 -DMMA_PROBE=1 -DMMA_PTX=0 -DMMA_T=bf16"};
 
+/* A call on the test's queue, as the library's entry points make one. */
+static clattn__call probe_call(test_ctx *t) {
+    clattn__call call = {0};
+    if (clattn__begin_call(&call, clattn_env_queue(t->env), 0, NULL, NULL) != CLATTN_SUCCESS)
+        test_fail_at(t, __FILE__, __LINE__, "clattn__begin_call: %s", clattn_last_error());
+    return call;
+}
+
 /* A warp of 32 must fit one group, under CLATTN_MAX_WORK_GROUP too (the cbs lane caps groups at
  * 16: there every probe must fail). */
 static bool warps_fit(test_ctx *t) {
@@ -21,7 +29,8 @@ static bool warps_fit(test_ctx *t) {
 static void the_emulated_unit_passes_the_probe(test_ctx *t) {
     for (int i = 0; i < 2; ++i) {
         bool exact = !warps_fit(t);
-        CHECK_OK(t, clattn__matrix_probe(clattn_env_queue(t->env), emulated[i], &exact));
+        const clattn__call call = probe_call(t);
+        CHECK_OK(t, clattn__matrix_probe(&call, emulated[i], &exact));
         CHECK(t, exact == warps_fit(t), "%s: exact %d with groups of 32 %s", emulated[i], exact,
               warps_fit(t) ? "allowed" : "refused");
     }
@@ -30,19 +39,19 @@ static void the_emulated_unit_passes_the_probe(test_ctx *t) {
 /* The probe is the test: a unit one element off, an exchange between lanes that does not
  * exchange, and a probe that does not build, count as no unit, and none is an error of the call. */
 static void a_wrong_or_missing_unit_fails_the_probe(test_ctx *t) {
-    cl_command_queue queue = clattn_env_queue(t->env);
+    const clattn__call call = probe_call(t);
     bool exact = true;
     CHECK_OK(t, clattn__matrix_probe(
-                    queue, "-cl-std=CL1.2 -DMMA_PROBE=1 -DMMA_PTX=0 -DMMA_PROBE_BREAK=1", &exact));
+                    &call, "-cl-std=CL1.2 -DMMA_PROBE=1 -DMMA_PTX=0 -DMMA_PROBE_BREAK=1", &exact));
     CHECK(t, !exact, "a product off by one in one lane passed the probe");
     exact = true;
     CHECK_OK(t, clattn__matrix_probe(
-                    queue, "-cl-std=CL1.2 -DMMA_PROBE=1 -DMMA_PTX=0 -DMMA_PROBE_BREAK=2", &exact));
+                    &call, "-cl-std=CL1.2 -DMMA_PROBE=1 -DMMA_PTX=0 -DMMA_PROBE_BREAK=2", &exact));
     CHECK(t, !exact, "a lane exchange that returns the lane's own value passed the probe");
     exact = true;
     clattn_cache_clear(clattn_env_context(t->env)); /* so that the probe builds */
     clattn__fault_arm(CLATTN__FAULT_BUILD, 1);
-    int status = clattn__matrix_probe(queue, emulated[0], &exact);
+    int status = clattn__matrix_probe(&call, emulated[0], &exact);
     clattn__fault_arm(CLATTN__FAULT_BUILD, 0);
     CHECK_OK(t, status);
     CHECK(t, !exact, "a probe that did not build passed");
@@ -106,7 +115,8 @@ static void a_device_offered_ptx_passes_its_probe(test_ctx *t) {
                                           "matrix_probe", &kernel));
         if (kernel) clReleaseKernel(kernel);
         bool exact = false;
-        CHECK_OK(t, clattn__matrix_probe(clattn_env_queue(t->env), ptx[i], &exact));
+        const clattn__call call = probe_call(t);
+        CHECK_OK(t, clattn__matrix_probe(&call, ptx[i], &exact));
         CHECK(t, exact, "%s: the instruction's product differs from the host's", ptx[i]);
     }
     unsigned units = 0;

@@ -226,7 +226,7 @@ static int pick_units(const clattn__call *call, const attention_args *a, bool pr
         return CLATTN_SUCCESS;
     }
     unsigned units = 0;
-    const int status = clattn__matrix_units(call->queue, &units);
+    const int status = clattn__matrix_units(call, &units);
     const unsigned unit =
         a->q->dtype == CLATTN_F16 ? CLATTN_MATRIX_MMA_F16 : CLATTN_MATRIX_MMA_BF16;
     if (status != CLATTN_SUCCESS || (!asked && !(units & unit))) return status;

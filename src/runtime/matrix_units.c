@@ -48,7 +48,7 @@ static cl_ushort small_int_bits(float v, bool bf16) {
 }
 
 /* Runs the probe kernel on one warp of 32 and compares D with the host's product. */
-static int run_probe(cl_command_queue queue, cl_kernel kernel, bool bf16, bool *exact) {
+static int run_probe(const clattn__call *call, cl_kernel kernel, bool bf16, bool *exact) {
     cl_ushort a[PROBE_M * PROBE_K], b[PROBE_K * PROBE_N];
     float c[PROBE_M * PROBE_N], d[PROBE_M * PROBE_N], want[PROBE_M * PROBE_N];
     for (int i = 0; i < PROBE_M; ++i)
@@ -62,8 +62,7 @@ static int run_probe(cl_command_queue queue, cl_kernel kernel, bool bf16, bool *
             c[i * PROBE_N + j] = probe_c(i, j);
             want[i * PROBE_N + j] = sum;
         }
-    cl_context context = NULL;
-    cl_int err = clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof context, &context, NULL);
+    cl_int err = CL_SUCCESS;
     const struct {
         void *host;
         size_t bytes;
@@ -74,16 +73,18 @@ static int run_probe(cl_command_queue queue, cl_kernel kernel, bool bf16, bool *
                  {NULL, sizeof d, CL_MEM_WRITE_ONLY}};
     cl_mem buffers[4] = {NULL, NULL, NULL, NULL};
     for (int i = 0; i < 4 && err == CL_SUCCESS; ++i)
-        buffers[i] = clCreateBuffer(context, args[i].flags, args[i].bytes, args[i].host, &err);
+        buffers[i] =
+            clCreateBuffer(call->context, args[i].flags, args[i].bytes, args[i].host, &err);
     int status = err == CL_SUCCESS ? CLATTN_SUCCESS : clattn__cl_fail(err, "probe buffers");
     for (cl_uint i = 0; i < 4 && status == CLATTN_SUCCESS; ++i)
         status = clattn__set_arg(kernel, i, sizeof(cl_mem), &buffers[i]);
     const size_t warp = 32;
     cl_event done = NULL; /* the read waits for it: the caller's queue may be out of order */
     if (status == CLATTN_SUCCESS) {
-        err = clEnqueueNDRangeKernel(queue, kernel, 1, NULL, &warp, &warp, 0, NULL, &done);
+        err = clEnqueueNDRangeKernel(call->queue, kernel, 1, NULL, &warp, &warp, 0, NULL, &done);
         if (err == CL_SUCCESS)
-            err = clEnqueueReadBuffer(queue, buffers[3], CL_TRUE, 0, sizeof d, d, 1, &done, NULL);
+            err = clEnqueueReadBuffer(call->queue, buffers[3], CL_TRUE, 0, sizeof d, d, 1, &done,
+                                      NULL);
         if (err != CL_SUCCESS) status = clattn__cl_fail(err, "the matrix-unit probe");
     }
     if (done) clReleaseEvent(done);
@@ -94,26 +95,17 @@ static int run_probe(cl_command_queue queue, cl_kernel kernel, bool bf16, bool *
     return status;
 }
 
-static int queue_context_device(cl_command_queue queue, cl_context *context, cl_device_id *device) {
-    cl_int err = clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof *context, context, NULL);
-    if (err == CL_SUCCESS)
-        err = clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof *device, device, NULL);
-    return err == CL_SUCCESS ? CLATTN_SUCCESS : clattn__cl_fail(err, "clGetCommandQueueInfo");
-}
-
-int clattn__matrix_probe(cl_command_queue queue, const char *options, bool *exact) {
+int clattn__matrix_probe(const clattn__call *call, const char *options, bool *exact) {
     *exact = false;
-    cl_context context = NULL;
-    cl_device_id device = NULL;
-    int status = queue_context_device(queue, &context, &device);
-    if (status != CLATTN_SUCCESS) return status;
+    cl_device_id device = call->device;
     cl_kernel kernel = NULL;
-    status = clattn__create_kernel(context, device, "mma.cl", options, "matrix_probe", &kernel);
+    int status =
+        clattn__create_kernel(call->context, device, "mma.cl", options, "matrix_probe", &kernel);
     if (status == CLATTN_ERR_BUILD_FAILED) return CLATTN_SUCCESS; /* not this mechanism */
     size_t max_group = 0; /* a warp must fit one group, under CLATTN_MAX_WORK_GROUP too */
     if (status == CLATTN_SUCCESS) status = clattn__kernel_max_group(kernel, device, &max_group);
     if (status == CLATTN_SUCCESS && max_group >= 32)
-        status = run_probe(queue, kernel, strstr(options, "bf16") != NULL, exact);
+        status = run_probe(call, kernel, strstr(options, "bf16") != NULL, exact);
     if (kernel) clReleaseKernel(kernel);
     return status;
 }
@@ -145,14 +137,14 @@ static const struct {
 
 /* A mechanism's probe: the PTX build, or with the emulation hook (tests) the local-memory
  * emulation, offered to every device. */
-static int probe_mechanism(cl_command_queue queue, cl_device_id device, size_t i, bool *exact) {
+static int probe_mechanism(const clattn__call *call, size_t i, bool *exact) {
     const bool emulated = clattn__hook_value(CLATTN__HOOK_MATRIX_EMULATION) == 1;
     *exact = false;
-    if (!emulated && !mechanisms[i].offered(device)) return CLATTN_SUCCESS;
+    if (!emulated && !mechanisms[i].offered(call->device)) return CLATTN_SUCCESS;
     char options[128];
     snprintf(options, sizeof options, "-cl-std=CL1.2 -DMMA_PROBE=1 -DMMA_PTX=%d -DMMA_T=%s",
              emulated ? 0 : 1, mechanisms[i].type);
-    return clattn__matrix_probe(queue, options, exact);
+    return clattn__matrix_probe(call, options, exact);
 }
 
 typedef struct probe_entry {
@@ -206,21 +198,19 @@ void clattn__matrix_units_clear(cl_context context) {
     pthread_mutex_unlock(&probe_lock);
 }
 
-int clattn__matrix_units(cl_command_queue queue, unsigned *units) {
+int clattn__matrix_units(const clattn__call *call, unsigned *units) {
     *units = 0;
-    cl_context context = NULL;
-    cl_device_id device = NULL;
-    int status = queue_context_device(queue, &context, &device);
-    if (status != CLATTN_SUCCESS || cached_units(context, device, units)) return status;
+    int status = CLATTN_SUCCESS;
+    if (cached_units(call->context, call->device, units)) return status;
     unsigned found = 0;
     for (size_t i = 0; i < sizeof mechanisms / sizeof mechanisms[0] && status == CLATTN_SUCCESS;
          ++i) {
         bool exact = false;
-        status = probe_mechanism(queue, device, i, &exact);
+        status = probe_mechanism(call, i, &exact);
         if (exact) found |= mechanisms[i].unit;
     }
     if (status != CLATTN_SUCCESS) return status;
-    cache_units(context, device, found);
+    cache_units(call->context, call->device, found);
     *units = found;
     return CLATTN_SUCCESS;
 }
@@ -230,5 +220,7 @@ int clattn_matrix_units(cl_command_queue queue, unsigned *units) {
     if (!queue || !units)
         return clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "clattn_matrix_units needs a queue and "
                                                          "a place for the units");
-    return clattn__matrix_units(queue, units);
+    clattn__call call;
+    int status = clattn__begin_call(&call, queue, 0, NULL, NULL);
+    return status == CLATTN_SUCCESS ? clattn__matrix_units(&call, units) : status;
 }
