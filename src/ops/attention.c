@@ -278,10 +278,7 @@ static bool kv_rows_aligned(const attention_args *a, const attention_launch *l,
     const bool vector_loads =
         l->variant == CLATTN__ATTENTION_KEYS || l->variant == CLATTN__ATTENTION_TILES;
     const int64_t vec = l->variant == CLATTN__ATTENTION_MMA ? 8 : vector_loads ? l->t.LANES : 1;
-    if (vec < 2) return false;
-    const size_t base = clattn__device_base_align_bytes(device);
-    return clattn__rows_vector_aligned(a->k, vec, base) &&
-           clattn__rows_vector_aligned(a->v, vec, base);
+    return clattn__rows_vector_aligned(a->k, a->v, vec, device);
 }
 
 /* attention_mma's build: the matrix-unit instruction where the device's probe passed for the

@@ -126,10 +126,8 @@ static clattn_tensor plan_view(const copy_plan *plan, bool dst) {
 /* Each run starts a whole number of vectors into its row (run is a multiple of VEC), so the
  * vector accesses are aligned when every row of both tensors starts VEC-aligned. */
 static bool plan_is_aligned(const copy_plan *plan, long vec, cl_device_id device) {
-    const size_t base = clattn__device_base_align_bytes(device);
     clattn_tensor src = plan_view(plan, false), dst = plan_view(plan, true);
-    return vec > 1 && clattn__rows_vector_aligned(&src, vec, base) &&
-           clattn__rows_vector_aligned(&dst, vec, base);
+    return clattn__rows_vector_aligned(&src, &dst, vec, device);
 }
 
 static const char *dtype_token(clattn_dtype dtype) {

@@ -137,10 +137,8 @@ static int set_softmax_args(cl_kernel kernel, const softmax_args *a, bool wide) 
 static bool group_rows_aligned(const softmax_args *a, const softmax_params *params,
                                cl_device_id device) {
     if (params->VARIANT != CLATTN__SOFTMAX_GROUP || params->VEC < 4) return false;
-    if (a->x->shape[3] % params->VEC != 0) return false;
-    const size_t base = clattn__device_base_align_bytes(device);
-    return clattn__rows_vector_aligned(a->x, params->VEC, base) &&
-           clattn__rows_vector_aligned(a->y, params->VEC, base);
+    return a->x->shape[3] % params->VEC == 0 &&
+           clattn__rows_vector_aligned(a->x, a->y, params->VEC, device);
 }
 
 int clattn__softmax_enqueue(const softmax_args *a, const softmax_params *plan,

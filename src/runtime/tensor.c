@@ -1,10 +1,10 @@
 /* Tensor descriptors: constructors and the validator every op runs before its first enqueue. */
 #include "tensor.h"
-
-#include <string.h>
+#include "device_facts.h"
 #include "hooks.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 size_t clattn_dtype_size(clattn_dtype dtype) {
     switch (dtype) {
@@ -258,13 +258,20 @@ bool clattn__needs_wide_index(const clattn_tensor *const *views, size_t count) {
     return false;
 }
 
-bool clattn__rows_vector_aligned(const clattn_tensor *t, int64_t vec, size_t base_align) {
-    if (vec < 1 || base_align % ((size_t)vec * clattn_dtype_size(t->dtype)) != 0) return false;
+static bool one_rows_aligned(const clattn_tensor *t, int64_t vec, size_t base_align) {
+    if (base_align % ((size_t)vec * clattn_dtype_size(t->dtype)) != 0) return false;
     if (t->strides[3] != 1 && t->shape[3] > 1) return false;
     if (t->offset % (size_t)vec != 0) return false;
     for (int i = 0; i < 3; ++i)
         if (t->shape[i] > 1 && t->strides[i] % vec != 0) return false;
     return true;
+}
+
+bool clattn__rows_vector_aligned(const clattn_tensor *a, const clattn_tensor *b, int64_t vec,
+                                 cl_device_id device) {
+    if (vec < 2) return false;
+    const size_t base = clattn__device_base_align_bytes(device);
+    return one_rows_aligned(a, vec, base) && one_rows_aligned(b, vec, base);
 }
 
 int clattn__check_attention_shapes(const clattn_tensor *qt, const clattn_tensor *kt,

@@ -48,10 +48,11 @@ int clattn__check_apart(const char *out_name, const clattn_tensor *out,
  * call needs 64-bit IDX. */
 bool clattn__needs_wide_index(const clattn_tensor *const *views, size_t count);
 
-/* Every row of t (its innermost dim, stride 1) starts a multiple of `vec` elements from the
- * buffer's base, and a buffer base aligned to `base_align` bytes keeps vectors of `vec`
- * elements aligned: the condition of the kernels' ALIGNED vector accesses (cl/common.cl). Dims
- * of size 1 are free. */
-bool clattn__rows_vector_aligned(const clattn_tensor *t, int64_t vec, size_t base_align);
+/* Every row of a and of b (their innermost dims, stride 1) starts a multiple of `vec` elements
+ * from its buffer's base, and the device's buffer bases (CL_DEVICE_MEM_BASE_ADDR_ALIGN) keep
+ * vectors of `vec` elements aligned: the condition of the kernels' ALIGNED vector accesses
+ * (cl/common.cl). Dims of size 1 are free; vec < 2 is never aligned. */
+bool clattn__rows_vector_aligned(const clattn_tensor *a, const clattn_tensor *b, int64_t vec,
+                                 cl_device_id device);
 
 #endif
