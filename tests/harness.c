@@ -4,7 +4,8 @@
  *
  *   clattn-tests [--list] [--suite [!]NAME]... [--tag [!]TAG]... [[!]FILTER]
  *
- * FILTER: the tests whose "suite.test" name contains it; !FILTER: the others. --suite NAME: the
+ * FILTER: the tests whose "suite.test" name contains it (or one of its '|'-separated parts);
+ * !FILTER: the others. --suite NAME: the
  * suite of exactly that name (given more than once: any of them); --suite !NAME: not that suite.
  * --tag TAG: the tests that carry TAG (harness.h; given more than once: all of them);
  * --tag !TAG: those that do not. A test runs when it passes every selector given. --list prints
@@ -322,12 +323,24 @@ static bool parse_args(int argc, char **argv, selection *sel) {
     return true;
 }
 
+/* Whether `full` contains one of the '|'-separated parts of `filter`. */
+static bool names_match(const char *full, const char *filter) {
+    for (const char *part = filter;; ++part) {
+        const char *bar = strchr(part, '|');
+        const size_t n = bar ? (size_t)(bar - part) : strlen(part);
+        for (const char *at = full; *at; ++at)
+            if (strncmp(at, part, n) == 0) return true;
+        if (!bar) return false;
+        part = bar;
+    }
+}
+
 static bool selected(const selection *sel, size_t s, const test_case *c, const char *full) {
     const unsigned tags = c->tags | suites[s].suite->tags;
     if (sel->any_suite_wanted && !sel->want_suite[s]) return false;
     if (sel->skip_suite[s]) return false;
     if ((tags & sel->tags) != sel->tags || (tags & sel->skip_tags)) return false;
-    return !sel->filter || (strstr(full, sel->filter) == NULL) == sel->exclude;
+    return !sel->filter || !names_match(full, sel->filter) == sel->exclude;
 }
 
 /* A suite whose SUITE() label is not its name in tests/meson.build would be selected by one

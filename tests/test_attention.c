@@ -783,18 +783,19 @@ static void fused_equals_composed(test_ctx *t) {
 static void split_keys_equal_the_plain_path(test_ctx *t) {
     if (test_under_uninit_checker())
         return test_skip(t, "split keys are checked without --uninitialized");
-    static const int32_t klen[2] = {300, 77};
+    static const int32_t klen[2] = {300, 77}, klen_small[1] = {77};
     static const int64_t queries[] = {1, 3, 8};
     static const int fused[] = {CLATTN__ATTENTION_BLOCKS, CLATTN__ATTENTION_TILES,
                                 CLATTN__ATTENTION_KEYS, CLATTN__ATTENTION_MICRO};
     for (size_t n = 0; n < 3 && !t->failed; ++n) {
-        /* small shapes (Oclgrind): 160 keys still give each of the 7 splits keys, and the
-         * length 300 clamps to them */
-        at_spec s = base(2, 4, 2, queries[n], test_large_shapes(t) ? 1023 : 160, 64);
+        /* small shapes (Oclgrind): one batch, of key length 77 (a split cut mid-way), and 160
+         * keys still give each of the 7 splits keys; large: key lengths 300 and 77 */
+        const bool large = test_large_shapes(t);
+        at_spec s = base(large ? 2 : 1, 4, 2, queries[n], large ? 1023 : 160, 64);
         s.lse = 1;
         s.causal = n > 0;
         s.bottom_right = 1;
-        s.klen = n == 2 ? klen : NULL;
+        s.klen = n == 2 ? (large ? klen : klen_small) : NULL;
         char what[64];
         snprintf(what, sizeof what, "Sq=%lld Sk=%lld split 7 ways", (long long)s.Sq,
                  (long long)s.Sk);
