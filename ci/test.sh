@@ -117,10 +117,11 @@ lane pocl-pthread plain 1200 '' "${pthread[@]}"
 # runs the large ones: they test sizes, not work-group methods), to keep CI inside its time. The
 # cbs lane leaves out the backward suite: its kernels have no barriers and no local memory, so
 # the work-group method has nothing to change there (and its 16 tests cost 80 s a lane), and the
-# two tests of CLBlast's own GEMMs under the default rows (the cap does not reach CLBlast's
-# kernels, so they would test PoCL's work-group method on CLBlast's code; 31 s).
+# three tests that run CLBlast's own GEMMs under the default rows (the cap does not reach
+# CLBlast's kernels, so they would test PoCL's work-group method on CLBlast's code; 44 s).
 lane pocl-basic plain 1200 "$gpu_rows_selector" "${basic[@]}"
-lane pocl-cbs plain 1200 '--suite !attention_backward !gemm_bridge_matches|gemm_rows_reach' \
+lane pocl-cbs plain 1200 \
+  '--suite !attention_backward !gemm_bridge_matches|gemm_rows_reach|clblast_failure_midway' \
   "${pthread[@]}" POCL_WORK_GROUP_METHOD=cbs CLATTN_FUZZ_N=8 CLATTN_MAX_WORK_GROUP=16 \
   CLATTN_TEST_SMALL=1
 # The GPU programs pocl-basic dumped, built offline for Intel (ocloc: dg2-g10, pvc, tgllp), AMD

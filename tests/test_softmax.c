@@ -554,7 +554,7 @@ static void aligned_rows_take_vector_chunks(test_ctx *t) {
     s.causal = 1;
     s.bottom_right = 1;
     check_group_case(t, &s, "aligned: lengths + bottom-right causal");
-    s = base(1, 2, 64, 64);
+    s = base(1, test_large_shapes(t) ? 2 : 1, 64, 64); /* one head under small shapes */
     s.causal = 1;
     check_group_case(t, &s, "aligned: causal");
     s.causal = 0;
