@@ -84,11 +84,12 @@ pthread=(OCL_ICD_VENDORS="$pocl_icd" POCL_DEVICES=pthread CLATTN_DEVICE=pthread)
 # test that does not force a variant runs the GPU's), under 48 KiB of local memory (the least
 # of the three vendors' current GPUs), each program dumped. The tests of the tuning lookup
 # itself, and the one that caps groups below the rows' sizes (overrides do not shrink), would
-# see the override and are left to the other lanes.
+# see the override and are left to the other lanes; so are the two tests of CLBlast's own GEMMs
+# (no GPU row reaches CLBlast: they would rerun the pthread lane's, 18 s).
 gpu_rows=("CLATTN_TUNE=$(sed -n 's/^TUNING_ROW("\([a-z_]*\)", "\*", "type:gpu", "\([^"]*\)").*/\1:\2/p' \
   src/runtime/tuning_table.def | paste -sd';')" CLATTN_MAX_LOCAL_MEMORY=49152
   CLATTN_DUMP_PROGRAMS="$programs")
-gpu_rows_selector='--suite !tuning !the_work_group_cap_applies'
+gpu_rows_selector='--suite !tuning !the_work_group_cap_applies|gemm_bridge_matches|clblast_codes'
 basic=(OCL_ICD_VENDORS="$pocl_icd" POCL_DEVICES=basic CLATTN_DEVICE=basic CLATTN_FUZZ_N=8
   CLATTN_TEST_SMALL=1 "${gpu_rows[@]}")
 sanitizers=("${pthread[@]}"
@@ -117,11 +118,11 @@ lane pocl-pthread plain 1200 '' "${pthread[@]}"
 # runs the large ones: they test sizes, not work-group methods), to keep CI inside its time. The
 # cbs lane leaves out the backward suite: its kernels have no barriers and no local memory, so
 # the work-group method has nothing to change there (and its 16 tests cost 80 s a lane), and the
-# three tests that run CLBlast's own GEMMs under the default rows (the cap does not reach
-# CLBlast's kernels, so they would test PoCL's work-group method on CLBlast's code; 44 s).
+# four tests that run CLBlast's own GEMMs under the default rows (the cap does not reach
+# CLBlast's kernels, so they would test PoCL's work-group method on CLBlast's code; 49 s).
 lane pocl-basic plain 1200 "$gpu_rows_selector" "${basic[@]}"
 lane pocl-cbs plain 1200 \
-  '--suite !attention_backward !gemm_bridge_matches|gemm_rows_reach|clblast_failure_midway' \
+  '--suite !attention_backward !gemm_bridge|gemm_rows_reach|clblast_failure_midway' \
   "${pthread[@]}" POCL_WORK_GROUP_METHOD=cbs CLATTN_FUZZ_N=8 CLATTN_MAX_WORK_GROUP=16 \
   CLATTN_TEST_SMALL=1
 # The GPU programs pocl-basic dumped, built offline for Intel (ocloc: dg2-g10, pvc, tgllp), AMD
