@@ -85,7 +85,8 @@ pthread=(OCL_ICD_VENDORS="$pocl_icd" POCL_DEVICES=pthread CLATTN_DEVICE=pthread)
 # of the three vendors' current GPUs), each program dumped. The tests of the tuning lookup
 # itself, and the one that caps groups below the rows' sizes (overrides do not shrink), would
 # see the override and are left to the other lanes; so are the two tests of CLBlast's own GEMMs
-# (no GPU row reaches CLBlast: they would rerun the pthread lane's, 18 s).
+# (no GPU row reaches CLBlast: they would rerun the pthread lane's; CLBlast's one compile of
+# its GEMM, about 15 s, then falls to the next test that calls it).
 gpu_rows=("CLATTN_TUNE=$(sed -n 's/^TUNING_ROW("\([a-z_]*\)", "\*", "type:gpu", "\([^"]*\)").*/\1:\2/p' \
   src/runtime/tuning_table.def | paste -sd';')" CLATTN_MAX_LOCAL_MEMORY=49152
   CLATTN_DUMP_PROGRAMS="$programs")
