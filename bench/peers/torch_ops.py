@@ -84,7 +84,7 @@ SDPA = getattr(torch.nn.functional, "scaled_dot_product_attention", None)  # tor
 
 def _attention(dtype, b, h, s, d, causal, qkv=None):
     q, k, v = qkv or (torch.randn(b, h, s, d).to(dtype) for _ in range(3))
-    if SDPA is not None and qkv is None:  # the fused kernels (FlashAttention on CUDA)
+    if SDPA is not None:  # the fused kernels (FlashAttention on CUDA)
         return lambda: SDPA(q, k, v, is_causal=causal)
     scale = d ** -0.5
     mask = torch.ones(s, s, dtype=torch.bool).tril() if causal else None

@@ -213,8 +213,8 @@ static bool mma_takes(const attention_args *a, cl_device_id device) {
 }
 
 /* attention_mma where PREFILL=5 asks for it, or (UNITS=1) for a prefill whose dtype's unit the
- * device's probe found; on the instruction where the probe found it (the emulation hook's
- * units are emulated), else on the emulation; key tiles of UNIT_KEYS lowered to fit. */
+ * device's probe found; on the instruction where the probe found it (unless the units found
+ * are the emulated ones), else on the emulation; key tiles of UNIT_KEYS lowered to fit. */
 static int pick_units(const clattn__call *call, const attention_args *a, bool prefill,
                       attention_launch *l) {
     const bool asked = l->variant == CLATTN__ATTENTION_MMA;
@@ -231,7 +231,7 @@ static int pick_units(const clattn__call *call, const attention_args *a, bool pr
         a->q->dtype == CLATTN_F16 ? CLATTN_MATRIX_MMA_F16 : CLATTN_MATRIX_MMA_BF16;
     if (status != CLATTN_SUCCESS || (!asked && !(units & unit))) return status;
     l->variant = CLATTN__ATTENTION_MMA;
-    l->on_unit = (units & unit) && clattn__hook_value(CLATTN__HOOK_MATRIX_EMULATION) != 1;
+    l->on_unit = (units & unit) && !clattn__matrix_units_emulated();
     l->t.UNIT_KEYS = l->t.UNIT_KEYS / 16 * 16;
     while (l->t.UNIT_KEYS > 16 && mma_local_bytes(a->q->shape[3], a->v->shape[3], l->t.UNIT_KEYS) >
                                       clattn__device_local_bytes(call->device))
@@ -398,11 +398,9 @@ static int enqueue_attention(const attention_args *a, const attention_launch *la
                                                      (size_t)clattn__narrow_index_limit();
     char options[1024];
     attention_options(a, &l, wide, call->device, options, sizeof options);
-    int status = CLATTN_SUCCESS;
     if (l.variant == CLATTN__ATTENTION_MMA) mma_options(a, l.on_unit, options, sizeof options);
     cl_kernel kernel = NULL;
-    if (status == CLATTN_SUCCESS)
-        status = clattn__create_kernel(call->context, call->device, "attention.cl", options,
+    int status = clattn__create_kernel(call->context, call->device, "attention.cl", options,
                                        kernels[l.variant], &kernel);
     size_t max_group = 1;
     if (status == CLATTN_SUCCESS) status = set_attention_args(kernel, a, wide, &l, workspace);

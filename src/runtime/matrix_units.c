@@ -137,8 +137,12 @@ static const struct {
 
 /* A mechanism's probe: the PTX build, or with the emulation hook (tests) the local-memory
  * emulation, offered to every device. */
+bool clattn__matrix_units_emulated(void) {
+    return clattn__hook_value(CLATTN__HOOK_MATRIX_EMULATION) == 1;
+}
+
 static int probe_mechanism(const clattn__call *call, size_t i, bool *exact) {
-    const bool emulated = clattn__hook_value(CLATTN__HOOK_MATRIX_EMULATION) == 1;
+    const bool emulated = clattn__matrix_units_emulated();
     *exact = false;
     if (!emulated && !mechanisms[i].offered(call->device)) return CLATTN_SUCCESS;
     char options[128];

@@ -11,6 +11,9 @@
 /* The call's device's mechanisms (CLATTN_MATRIX_* bits), probed on the call's queue once per
  * (context, device) and cached until clattn_cache_clear(context). */
 int clattn__matrix_units(const clattn__call *call, unsigned *units);
+/* Whether the units clattn__matrix_units reports are the emulated ones (a test hook offers
+ * them to every device): kernels on them must then build the emulation, not the instruction. */
+bool clattn__matrix_units_emulated(void);
 /* Drops the cached probe results of `context` (NULL: of every context). */
 void clattn__matrix_units_clear(cl_context context);
 /* Builds cl/mma.cl's matrix_probe with `options` (MMA_T, MMA_PTX, ...) and runs it on the known
