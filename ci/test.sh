@@ -86,11 +86,13 @@ pthread=(OCL_ICD_VENDORS="$pocl_icd" POCL_DEVICES=pthread CLATTN_DEVICE=pthread)
 # itself, and the one that caps groups below the rows' sizes (overrides do not shrink), would
 # see the override and are left to the other lanes; so are the two tests of CLBlast's own GEMMs
 # (no GPU row reaches CLBlast: they would rerun the pthread lane's; CLBlast's one compile of
-# its GEMM, about 15 s, then falls to the next test that calls it).
+# its GEMM, about 15 s, then falls to the next test that calls it), and the test that two
+# m-tiles a warp give attention_mma's bits (no row asks for them; its two builds, 11 s, run in
+# the pthread lane).
 gpu_rows=("CLATTN_TUNE=$(sed -n 's/^TUNING_ROW("\([a-z_]*\)", "\*", "type:gpu", "\([^"]*\)").*/\1:\2/p' \
   src/runtime/tuning_table.def | paste -sd';')" CLATTN_MAX_LOCAL_MEMORY=49152
   CLATTN_DUMP_PROGRAMS="$programs")
-gpu_rows_selector='--suite !tuning !the_work_group_cap_applies|gemm_bridge_matches|clblast_codes'
+gpu_rows_selector='--suite !tuning !the_work_group_cap_applies|gemm_bridge_matches|clblast_codes|two_m_tiles_a_warp'
 basic=(OCL_ICD_VENDORS="$pocl_icd" POCL_DEVICES=basic CLATTN_DEVICE=basic CLATTN_FUZZ_N=8
   CLATTN_TEST_SMALL=1 "${gpu_rows[@]}")
 sanitizers=("${pthread[@]}"

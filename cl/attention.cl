@@ -659,32 +659,41 @@ attention_lanes(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T,
 #include "mma.cl"
 #endif
 /* attention_mma: q, k and v in MMA_T (f16 or bf16), products on cl/mma.cl's mma_m16n8k16. A
- * work-group of MMA_WARPS warps takes 16 * MMA_WARPS queries of one (batch, query head), a warp
- * 16 of them; each lane holds rows g and g + 8 of its warp's block (g = lane / 4, t = lane % 4),
- * in the fragment layouts of cl/mma.cl. Per tile of MMA_KT keys (K and V fetched into registers
- * a tile ahead, 16-byte loads when the host proved the rows ALIGNED, then staged in local memory
- * as raw 16-bit values): S = q k^T as
- * MMA_KT / 8 blocks of 16 x 8 products per 16 head dims, the mask and the online softmax in f32
- * (a row's max combined across the four lanes that hold it: cl/mma.cl's quad reduction), then
- * the weights, rounded to MMA_T, re-packed in registers as the A fragments of P V (the C
- * fragments of two 8-key blocks are exactly one A fragment's halves) and multiplied into
- * VALUE_DIM / 8 accumulator fragments. Everything the other variants promise holds (masks, GQA,
- * lse, empty rows, bottom-right): the mask is cl/mask.cl's, element by element except in tiles
- * that it leaves whole (then the scale alone, the same bits). A zero weight
- * cannot skip its V row inside a product (0 * Inf is NaN), so NaN and Inf values enter the
- * products as 0, and a tile that holds one (a flag set while loading) adds them afterwards to
- * the outputs whose weight for them is not 0 (w * x is x's infinity or NaN for any w > 0, so
- * only the weight's being 0 matters): a hidden one changes no bit.
- * Needs HEAD_DIM a multiple of 16 and VALUE_DIM of 8 (the host checks), and no key split. */
+ * work-group of MMA_WARPS warps takes MMA_WQ * MMA_WARPS queries of one (batch, query head), a
+ * warp MMA_WQ of them as MMA_MT m-tiles of 16; each lane holds rows g and g + 8 of each m-tile
+ * (g = lane / 4, t = lane % 4), in the fragment layouts of cl/mma.cl, so a K or V fragment read
+ * from local memory feeds MMA_MT products. Per tile of MMA_KT keys (K and V fetched into
+ * registers a tile ahead, 16-byte loads when the host proved the rows ALIGNED, then staged in
+ * local memory as raw 16-bit values): S = q k^T as MMA_KB blocks of 16 x 8 products per 16 head
+ * dims and m-tile, the mask and the online softmax in f32 (a row's max combined across the four
+ * lanes that hold it: cl/mma.cl's quad reduction), then the weights, rounded to MMA_T, re-packed
+ * in registers as the A fragments of P V (the C fragments of two 8-key blocks are exactly one A
+ * fragment's halves) and multiplied into VALUE_DIM / 8 accumulator fragments per m-tile.
+ * Everything the other variants promise holds (masks, GQA, lse, empty rows, bottom-right): the
+ * mask is cl/mask.cl's, element by element except in tiles that it leaves whole (then the scale
+ * alone, the same bits). The weights are exp2(s log2(e) - m log2(e)), one FMA and the base-2
+ * exponential a score (FlashAttention's form), the max and lse kept in natural units. A zero
+ * weight cannot skip its V row inside a product (0 * Inf is NaN), so NaN and Inf values enter
+ * the products as 0, and a tile that holds one (a flag set while loading) adds them afterwards
+ * to the outputs whose weight for them is not 0 (w * x is x's infinity or NaN for any w > 0, so
+ * only the weight's being 0 matters): a hidden one changes no bit. A NaN score makes its row's
+ * sum NaN, which is how the end finds NaN rows. Needs HEAD_DIM a multiple of 16 and VALUE_DIM of
+ * 8 (the host checks), and no key split. */
 #ifndef MMA_WARPS
 #define MMA_WARPS 4
 #endif
 #ifndef MMA_KT
 #define MMA_KT 16 /* keys a tile: 16, 32 or 64 */
 #endif
-#define MMA_KB     (MMA_KT / 8)           /* 8-key blocks of S */
-#define MMA_BQ     (16 * MMA_WARPS)       /* queries a group */
-#define MMA_WORDS  (HEAD_DIM / 2)         /* 32-bit words of a K row */
+#ifndef MMA_WQ
+#define MMA_WQ 16 /* queries a warp: 16 or 32 */
+#endif
+#define MMA_MT    (MMA_WQ / 16)           /* m-tiles a warp */
+#define MMA_ROWS  (2 * MMA_MT)            /* rows a lane: row a is g + 8 (a % 2) of m-tile a / 2 */
+#define MMA_KB    (MMA_KT / 8)            /* 8-key blocks of S */
+#define MMA_QC    (HEAD_DIM / 16)         /* 16-dim A fragments of q, per m-tile */
+#define MMA_BQ    (MMA_WQ * MMA_WARPS)    /* queries a group */
+#define MMA_WORDS (HEAD_DIM / 2)          /* 32-bit words of a K row */
 /* Row strides of the local tiles, padded so that a warp's fragment reads hit 32 banks: lane
  * (g, t) reads K word g * KS + t and V^T word g * VS / 2 + t (KS and VS / 2 = 4 mod 32). K rows
  * stay 16-byte aligned for the loads. V is stored transposed (a row per value dim), so that a
@@ -717,6 +726,20 @@ inline uint mma_finite_word(uint w, int *bad) {
     return (lo ? 0u : w & 0xffffu) | (hi ? 0u : w & 0xffff0000u);
 }
 
+/* The rows of one (batch, head) of a [B, H, S, n] tensor of 16-bit values: value d of row j
+ * at p[at + j * row + d * step]. */
+typedef struct mma_matrix {
+    __global const ushort *p;
+    IDX at, row, step;
+} mma_matrix;
+
+#define MMA_MATRIX(x, b, h) mma_matrix_at(MMA_RAW(x), AT(x, b, h, 0, 0), x##_s2, x##_s3)
+MMA_INLINE mma_matrix mma_matrix_at(__global const ushort *p, IDX at, IDX row, IDX step) {
+    mma_matrix m;
+    m.p = p, m.at = at, m.row = row, m.step = step;
+    return m;
+}
+
 /* A tile's K and V in 8-value chunks (uint4), MMA_KREGS and MMA_VREGS a work-item: fetched from
  * global memory into registers a tile ahead (the loads fly while the last tile is computed),
  * then staged into local memory. */
@@ -724,40 +747,41 @@ inline uint mma_finite_word(uint w, int *bad) {
 #define MMA_KREGS   ((MMA_KT * HEAD_DIM / 8 + MMA_THREADS - 1) / MMA_THREADS)
 #define MMA_VREGS   ((MMA_KT * VALUE_DIM / 8 + MMA_THREADS - 1) / MMA_THREADS)
 
-/* Values d .. d + 7 of row j of a [B, H, S, n] tensor of 16-bit values (0 at or past hi): one
- * 16-byte load where the host proved the rows ALIGNED, else value by value. */
-#define MMA_CHUNK(p, b, h, j, d, hi)                                                               \
-    ((j) >= (hi) ? (uint4)0u : mma_chunk(MMA_RAW(p), AT(p, b, h, j, d), p##_s3))
-inline uint4 mma_chunk(__global const ushort *p, IDX at, IDX step) {
+/* Values d .. d + 7 of row j of x (0 at or past hi): one 16-byte load where the host proved the
+ * rows ALIGNED, else value by value. */
+MMA_INLINE uint4 mma_chunk(const mma_matrix *x, int j, int d, int hi) {
+    if (j >= hi) return (uint4)0u;
+    const IDX at = x->at + (IDX)j * x->row + (IDX)d * x->step;
 #if ALIGNED
-    (void)step;
-    return *(__global const uint4 *)(p + at);
+    return *(__global const uint4 *)(x->p + at);
 #else
     uint w[4];
     UNROLL for (int i = 0; i < 4; ++i)
-        w[i] = (uint)p[at + (IDX)(2 * i) * step] | (uint)p[at + (IDX)(2 * i + 1) * step] << 16;
+        w[i] = (uint)x->p[at + (IDX)(2 * i) * x->step] |
+               (uint)x->p[at + (IDX)(2 * i + 1) * x->step] << 16;
     return (uint4)(w[0], w[1], w[2], w[3]);
 #endif
 }
 
 /* Keys j0 .. j0 + MMA_KT - 1 (0 at or past hi) of K and V into the registers kr and vr. */
-#define MMA_FETCH(j0, hi, kr, vr)                                                                  \
-    do {                                                                                           \
-        UNROLL for (int i_ = 0; i_ < MMA_KREGS; ++i_) {                                            \
-            const int e_ = lid + i_ * MMA_THREADS, jj_ = e_ / (HEAD_DIM / 8);                      \
-            if (e_ < MMA_KT * HEAD_DIM / 8)                                                        \
-                (kr)[i_] = MMA_CHUNK(k, b, hk, (j0) + jj_, e_ % (HEAD_DIM / 8) * 8, hi);           \
-        }                                                                                          \
-        UNROLL for (int i_ = 0; i_ < MMA_VREGS; ++i_) {                                            \
-            const int e_ = lid + i_ * MMA_THREADS, jj_ = e_ / (VALUE_DIM / 8);                     \
-            if (e_ < MMA_KT * VALUE_DIM / 8)                                                       \
-                (vr)[i_] = MMA_CHUNK(v, b, hk, (j0) + jj_, e_ % (VALUE_DIM / 8) * 8, hi);          \
-        }                                                                                          \
-    } while (0)
+MMA_INLINE void mma_fetch(const mma_matrix *k, const mma_matrix *v, int j0, int hi,
+                      uint4 kr[MMA_KREGS], uint4 vr[MMA_VREGS]) {
+    const int lid = (int)get_local_id(0);
+    UNROLL for (int i = 0; i < MMA_KREGS; ++i) {
+        const int e = lid + i * MMA_THREADS;
+        if (e < MMA_KT * HEAD_DIM / 8)
+            kr[i] = mma_chunk(k, j0 + e / (HEAD_DIM / 8), e % (HEAD_DIM / 8) * 8, hi);
+    }
+    UNROLL for (int i = 0; i < MMA_VREGS; ++i) {
+        const int e = lid + i * MMA_THREADS;
+        if (e < MMA_KT * VALUE_DIM / 8)
+            vr[i] = mma_chunk(v, j0 + e / (VALUE_DIM / 8), e % (VALUE_DIM / 8) * 8, hi);
+    }
+}
 
 /* The fetched chunks into kt (row-major, two values a word) and vt (transposed, NaN and Inf as
  * 0); `garbage` set when a value was one. */
-inline void mma_stage(const uint4 kr[MMA_KREGS], const uint4 vr[MMA_VREGS], __local uint *kt,
+MMA_INLINE void mma_stage(const uint4 kr[MMA_KREGS], const uint4 vr[MMA_VREGS], __local uint *kt,
                       __local ushort *vt, __local int *garbage) {
     const int lid = (int)get_local_id(0);
     int bad = 0;
@@ -778,6 +802,135 @@ inline void mma_stage(const uint4 kr[MMA_KREGS], const uint4 vr[MMA_VREGS], __lo
     if (bad) atomic_or(garbage, 1);
 }
 
+/* The lane's q rows (rows[a], 0 at or past Sq) as A fragments: qa[mt][c] holds head dims
+ * 16c .. 16c + 15 of m-tile mt's rows. */
+MMA_INLINE void mma_load_q(const mma_matrix *q, const int rows[MMA_ROWS], int Sq,
+                       uint qa[MMA_MT][MMA_QC][4]) {
+    const int t = (int)get_local_id(0) % 4;
+    UNROLL for (int mt = 0; mt < MMA_MT; ++mt)
+        UNROLL for (int c = 0; c < MMA_QC; ++c)
+            UNROLL for (int f = 0; f < 4; ++f) {
+                const int row = rows[2 * mt + (f & 1)], d = c * 16 + 2 * t + (f >> 1) * 8;
+                const IDX at = q->at + (IDX)row * q->row + (IDX)d * q->step;
+                qa[mt][c][f] = row < Sq ? (uint)q->p[at] | (uint)q->p[at + q->step] << 16 : 0u;
+            }
+}
+
+/* S = q k^T over the staged tile: s[mt][kb][f] is row 2 mt + (f >> 1)'s score of key
+ * 8 kb + 2t + (f & 1). Each K fragment is read once for the warp's MMA_MT m-tiles. */
+MMA_INLINE void mma_scores(const uint qa[MMA_MT][MMA_QC][4], const __local uint *kt,
+                       float s[MMA_MT][MMA_KB][4], __local float *scratch) {
+    const int lane = (int)get_local_id(0) % MMA_WARP, g = lane / 4, t = lane % 4;
+    UNROLL for (int kb = 0; kb < MMA_KB; ++kb) {
+        UNROLL for (int mt = 0; mt < MMA_MT; ++mt)
+            UNROLL for (int f = 0; f < 4; ++f) s[mt][kb][f] = 0.0f;
+        UNROLL for (int c = 0; c < MMA_QC; ++c) {
+            const uint kf[2] = {kt[(kb * 8 + g) * MMA_KS + c * 8 + t],
+                                kt[(kb * 8 + g) * MMA_KS + c * 8 + t + 4]};
+            UNROLL for (int mt = 0; mt < MMA_MT; ++mt)
+                mma_m16n8k16(s[mt][kb], qa[mt][c], kf, s[mt][kb], scratch);
+        }
+    }
+}
+
+/* The tile's scores masked in place (cl/mask.cl): the scale alone where every row of the lane
+ * sees the whole tile, else key by key (-INFINITY outside a row's [lo, hi)). */
+MMA_INLINE void mma_mask(const mask_params *p, const mask_row r[MMA_ROWS], int j0,
+                     float s[MMA_MT][MMA_KB][4]) {
+    const int t = (int)get_local_id(0) % 4;
+    bool plain = true;
+    UNROLL for (int a = 0; a < MMA_ROWS; ++a)
+        plain = plain && mask_span_plain(&r[a], j0, j0 + MMA_KT);
+    UNROLL for (int mt = 0; mt < MMA_MT; ++mt)
+        UNROLL for (int kb = 0; kb < MMA_KB; ++kb)
+            UNROLL for (int f = 0; f < 4; ++f) {
+                const mask_row *row = &r[2 * mt + (f >> 1)];
+                const int j = j0 + kb * 8 + 2 * t + (f & 1);
+                const float x = s[mt][kb][f];
+                if (plain)
+                    s[mt][kb][f] = p->scale * x;
+                else
+                    s[mt][kb][f] =
+                        j >= row->lo && j < row->hi ? mask_score(p, row, j, x) : -INFINITY;
+            }
+}
+
+/* The online-softmax step over the tile's masked scores s: each row's max m (natural units)
+ * and sum l updated and acc rescaled; the weights, rounded to MMA_T, returned as P's A
+ * fragments pa[mt][c] (keys 16c .. 16c + 15: the C fragments of 8-key blocks 2c and 2c + 1 are
+ * its halves). Where the tile holds NaN or Inf values (`flagged`), seen[row * MMA_KT + key]
+ * records which weights are not 0. */
+MMA_INLINE void mma_softmax(const float s[MMA_MT][MMA_KB][4], float m[MMA_ROWS], float l[MMA_ROWS],
+                        float acc[MMA_MT][MMA_VB][4], uint pa[MMA_MT][MMA_KB / 2][4],
+                        bool flagged, __local uchar *seen, __local float *xs) {
+    const int lane = (int)get_local_id(0) % MMA_WARP, g = lane / 4, t = lane % 4;
+    float base[MMA_ROWS], top[MMA_ROWS];
+    UNROLL for (int a = 0; a < MMA_ROWS; ++a) top[a] = -INFINITY;
+    UNROLL for (int mt = 0; mt < MMA_MT; ++mt)
+        UNROLL for (int kb = 0; kb < MMA_KB; ++kb)
+            UNROLL for (int f = 0; f < 4; ++f)
+                top[2 * mt + (f >> 1)] = fmax(top[2 * mt + (f >> 1)], s[mt][kb][f]);
+    UNROLL for (int mt = 0; mt < MMA_MT; ++mt) mma_quad_reduce(top + 2 * mt, 1, xs);
+    UNROLL for (int a = 0; a < MMA_ROWS; ++a) {
+        const float m_new = fmax(m[a], top[a]);
+        /* exp(x - m) as exp2(x log2e - m log2e); a row that sees nothing yet keeps base 0, so
+         * its -INFINITY scores weigh 0. An unchanged max keeps the row exactly (a tile the row
+         * does not see changes no bit), a first one drops the empty start (exp2(-INFINITY)). */
+        base[a] = m_new == -INFINITY ? 0.0f : m_new * M_LOG2E_F;
+        const float keep = m[a] == m_new ? 1.0f : exp2((m[a] - m_new) * M_LOG2E_F);
+        m[a] = m_new;
+        l[a] *= keep;
+        UNROLL for (int n = 0; n < MMA_VB; ++n)
+            UNROLL for (int e = 0; e < 2; ++e) acc[a / 2][n][(a % 2) * 2 + e] *= keep;
+    }
+    UNROLL for (int mt = 0; mt < MMA_MT; ++mt)
+        UNROLL for (int kb = 0; kb < MMA_KB; ++kb)
+            UNROLL for (int h = 0; h < 2; ++h) {
+                const int a = 2 * mt + h;
+                float w[2];
+                UNROLL for (int e = 0; e < 2; ++e) {
+                    w[e] = exp2(fma(s[mt][kb][h * 2 + e], M_LOG2E_F, -base[a]));
+                    l[a] += w[e];
+                    if (flagged)
+                        seen[(16 * mt + g + 8 * h) * MMA_KT + kb * 8 + 2 * t + e] = w[e] != 0.0f;
+                }
+                pa[mt][kb / 2][(kb % 2) * 2 + h] = mma_bits(w[0]) | mma_bits(w[1]) << 16;
+            }
+}
+
+/* acc += P V over the staged tile (vt: V transposed). Each V fragment is read once for the
+ * warp's MMA_MT m-tiles. */
+MMA_INLINE void mma_values(const uint pa[MMA_MT][MMA_KB / 2][4], const __local ushort *vt,
+                       float acc[MMA_MT][MMA_VB][4], __local float *scratch) {
+    const int lane = (int)get_local_id(0) % MMA_WARP, g = lane / 4, t = lane % 4;
+    UNROLL for (int c = 0; c < MMA_KB / 2; ++c)
+        UNROLL for (int n = 0; n < MMA_VB; ++n) {
+            /* b[0] = V[16c + 2t, +1][col], b[1] the keys 8 further: words of V^T's row col */
+            const __local uint *vc = (const __local uint *)(vt + (n * 8 + g) * MMA_VS + c * 16) + t;
+            const uint vf[2] = {vc[0], vc[4]};
+            UNROLL for (int mt = 0; mt < MMA_MT; ++mt)
+                mma_m16n8k16(acc[mt][n], pa[mt][c], vf, acc[mt][n], scratch);
+        }
+}
+
+/* The NaN and Inf values of keys j0 .. (below hi) went into the products as 0: each lane adds
+ * those its own outputs weigh (seen, the warp's rows), read again from V, so a hidden one
+ * changes no bit of a row. */
+MMA_INLINE void mma_add_non_finite(const mma_matrix *v, int j0, int hi, const __local uchar *seen,
+                               float acc[MMA_MT][MMA_VB][4]) {
+    const int lane = (int)get_local_id(0) % MMA_WARP, g = lane / 4, t = lane % 4;
+    UNROLL for (int mt = 0; mt < MMA_MT; ++mt)
+        UNROLL for (int n = 0; n < MMA_VB; ++n)
+            UNROLL for (int f = 0; f < 4; ++f) {
+                const int row = 16 * mt + g + 8 * (f >> 1), col = n * 8 + 2 * t + (f & 1);
+                for (int jj = 0; jj < MMA_KT && j0 + jj < hi; ++jj) {
+                    if (!seen[row * MMA_KT + jj]) continue;
+                    const uint bits = v->p[v->at + (IDX)(j0 + jj) * v->row + (IDX)col * v->step];
+                    if (mma_not_finite(bits)) acc[mt][n][f] += mma_half_value(bits, 0);
+                }
+            }
+}
+
 __kernel __attribute__((reqd_work_group_size(MMA_WARPS * MMA_WARP, 1, 1))) void
 attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v),
               __global CAT(storage_, O_T) * o, IDX o_off, IDX o_s0, IDX o_s1, IDX o_s2, IDX o_s3,
@@ -787,22 +940,22 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
     /* a key tile, row-major, two values a word (uint4: the aligned loads store 16 bytes) */
     __local uint4 kt4[MMA_KT * MMA_KS / 4];
     __local uint vtw[VALUE_DIM * MMA_VS / 2]; /* its values, transposed, NaN and Inf as 0 */
-    __local uint *kt = (__local uint *)kt4;
-    __local ushort *vt = (__local ushort *)vtw; /* words: a B fragment's two keys */
-    __local uchar seen[MMA_WARPS * 16 * MMA_KT]; /* weight != 0, for the non-finite values */
+    __local uchar seen[MMA_WARPS * MMA_WQ * MMA_KT]; /* weight != 0, for the non-finite values */
     __local int span[2];
     __local int garbage[2]; /* a tile's flag, by the tile's parity (one is reset while the other
                                is in use) */
-    const int lid = (int)get_local_id(0);
-    const int warp = lid / MMA_WARP, lane = lid % MMA_WARP, g = lane / 4, t = lane % 4;
+    __local uint *kt = (__local uint *)kt4;
+    __local ushort *vt = (__local ushort *)vtw; /* words: a B fragment's two keys */
+    const int lid = (int)get_local_id(0), warp = lid / MMA_WARP, g = lid % MMA_WARP / 4;
     const int blocks = (Sq + MMA_BQ - 1) / MMA_BQ, group = (int)get_group_id(0);
     const int bh = group / blocks, h = bh % Hq, b = bh / Hq, hk = h / (Hq / Hkv);
-    const int rows[2] = {(group % blocks) * MMA_BQ + warp * 16 + g,
-                         (group % blocks) * MMA_BQ + warp * 16 + g + 8};
+    const mma_matrix qm = MMA_MATRIX(q, b, h), km = MMA_MATRIX(k, b, hk), vm = MMA_MATRIX(v, b, hk);
     MASK_PACK(p);
-    mask_row r[2];
+    int rows[MMA_ROWS];
+    mask_row r[MMA_ROWS];
     int lo = Sk, hi = 0;
-    UNROLL for (int a = 0; a < 2; ++a) {
+    UNROLL for (int a = 0; a < MMA_ROWS; ++a) {
+        rows[a] = (group % blocks) * MMA_BQ + warp * MMA_WQ + 16 * (a / 2) + 8 * (a % 2) + g;
         r[a] = mask_row_start(&p, b, h, min(rows[a], Sq - 1), Sq, Sk);
         if (rows[a] >= Sq) r[a].hi = r[a].lo; /* a row past Sq only helps */
         if (r[a].lo < r[a].hi) lo = min(lo, r[a].lo), hi = max(hi, r[a].hi);
@@ -810,120 +963,48 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
     if (lid == 0) garbage[0] = 0;
     const int2 keys = group_key_span(span, lo, hi, Sk); /* its barriers publish garbage[0] */
 
-    /* q as A fragments, one per 16 head dims (rows past Sq read as 0) */
-    uint qa[HEAD_DIM / 16][4];
-    UNROLL for (int c = 0; c < HEAD_DIM / 16; ++c)
-        UNROLL for (int f = 0; f < 4; ++f) {
-            const int row = rows[f & 1], d = c * 16 + 2 * t + (f >> 1) * 8;
-            qa[c][f] = row < Sq ? (uint)MMA_RAW(q)[AT(q, b, h, row, d)] |
-                                      (uint)MMA_RAW(q)[AT(q, b, h, row, d + 1)] << 16
-                                : 0u;
-        }
-    float acc[MMA_VB][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    int nan_seen[2] = {0, 0};
-    UNROLL for (int n = 0; n < MMA_VB; ++n)
-        UNROLL for (int f = 0; f < 4; ++f) acc[n][f] = 0.0f;
+    uint qa[MMA_MT][MMA_QC][4];
+    mma_load_q(&qm, rows, Sq, qa);
+    float acc[MMA_MT][MMA_VB][4], m[MMA_ROWS], l[MMA_ROWS];
+    UNROLL for (int a = 0; a < MMA_ROWS; ++a) m[a] = -INFINITY, l[a] = 0.0f;
+    UNROLL for (int mt = 0; mt < MMA_MT; ++mt)
+        UNROLL for (int n = 0; n < MMA_VB; ++n)
+            UNROLL for (int f = 0; f < 4; ++f) acc[mt][n][f] = 0.0f;
 
+    __local uchar *warp_seen = seen + warp * MMA_WQ * MMA_KT;
     uint4 kr[MMA_KREGS], vr[MMA_VREGS];
-    if (keys.x < keys.y) MMA_FETCH(keys.x, keys.y, kr, vr);
+    if (keys.x < keys.y) mma_fetch(&km, &vm, keys.x, keys.y, kr, vr);
     for (int j0 = keys.x, tile = 0; j0 < keys.y; j0 += MMA_KT, tile ^= 1) {
         barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with the last tile */
         mma_stage(kr, vr, kt, vt, &garbage[tile]);
         barrier(CLK_LOCAL_MEM_FENCE);
-        const int tile_garbage = garbage[tile];
+        const bool flagged = garbage[tile] != 0;
         if (lid == 0) garbage[tile ^ 1] = 0; /* everyone read it, a tile ago */
-        if (j0 + MMA_KT < keys.y) MMA_FETCH(j0 + MMA_KT, keys.y, kr, vr); /* the next tile */
+        if (j0 + MMA_KT < keys.y) mma_fetch(&km, &vm, j0 + MMA_KT, keys.y, kr, vr);
 
-        /* S: MMA_KB blocks of 8 keys, s[kb][f] for row rows[f >> 1], key 8 kb + 2t + (f & 1) */
-        float s[MMA_KB][4];
-        UNROLL for (int kb = 0; kb < MMA_KB; ++kb) {
-            UNROLL for (int f = 0; f < 4; ++f) s[kb][f] = 0.0f;
-            UNROLL for (int c = 0; c < HEAD_DIM / 16; ++c) {
-                const uint kf[2] = {kt[(kb * 8 + g) * MMA_KS + c * 8 + t],
-                                    kt[(kb * 8 + g) * MMA_KS + c * 8 + t + 4]};
-                mma_m16n8k16(s[kb], qa[c], kf, s[kb], scratch);
-            }
-        }
-        /* the mask: the scale alone where the whole tile is visible to both rows */
-        if (mask_span_plain(&r[0], j0, j0 + MMA_KT) && mask_span_plain(&r[1], j0, j0 + MMA_KT)) {
-            UNROLL for (int kb = 0; kb < MMA_KB; ++kb)
-                UNROLL for (int f = 0; f < 4; ++f) s[kb][f] *= p.scale;
-        } else {
-            UNROLL for (int kb = 0; kb < MMA_KB; ++kb)
-                UNROLL for (int f = 0; f < 4; ++f) {
-                    const int a = f >> 1, j = j0 + kb * 8 + 2 * t + (f & 1);
-                    s[kb][f] = j >= r[a].lo && j < r[a].hi ? mask_score(&p, &r[a], j, s[kb][f])
-                                                           : -INFINITY;
-                }
-        }
-        float tile_max[2] = {-INFINITY, -INFINITY};
-        UNROLL for (int kb = 0; kb < MMA_KB; ++kb)
-            UNROLL for (int f = 0; f < 4; ++f) {
-                const int a = f >> 1;
-                tile_max[a] = fmax(tile_max[a], s[kb][f]);
-                nan_seen[a] |= isnan(s[kb][f]);
-            }
-        mma_quad_reduce(tile_max, 1, xs);
-        float keep[2];
-        UNROLL for (int a = 0; a < 2; ++a) {
-            const float m_new = fmax(m[a], tile_max[a]);
-            keep[a] = m_new == -INFINITY ? 0.0f : exp(m[a] - m_new);
-            m[a] = m_new;
-            l[a] *= keep[a];
-        }
-        UNROLL for (int n = 0; n < MMA_VB; ++n)
-            UNROLL for (int f = 0; f < 4; ++f) acc[n][f] *= keep[f >> 1];
-        /* the weights, and P as A fragments of P v, one per 16 keys: a[0] = row g keys 2t, 2t+1
-         * of the first 8-key block, a[1] row g + 8, a[2] and a[3] the same of the second */
-        uint pa[MMA_KB / 2][4];
-        UNROLL for (int kb = 0; kb < MMA_KB; ++kb)
-            UNROLL for (int a = 0; a < 2; ++a) {
-                float w[2];
-                UNROLL for (int e = 0; e < 2; ++e) {
-                    const float x = s[kb][a * 2 + e];
-                    w[e] = x == -INFINITY ? 0.0f : exp(x - m[a]);
-                    l[a] += w[e];
-                    if (tile_garbage)
-                        seen[(warp * 16 + g + 8 * a) * MMA_KT + kb * 8 + 2 * t + e] = w[e] != 0.0f;
-                }
-                pa[kb / 2][(kb % 2) * 2 + a] = mma_bits(w[0]) | mma_bits(w[1]) << 16;
-            }
-        UNROLL for (int c = 0; c < MMA_KB / 2; ++c)
-            UNROLL for (int n = 0; n < MMA_VB; ++n) {
-                /* b[0] = V[16c + 2t, +1][col], b[1] the keys 8 further: words of V^T's row col */
-                const __local uint *vc =
-                    (const __local uint *)(vt + (n * 8 + g) * MMA_VS + c * 16) + t;
-                const uint vf[2] = {vc[0], vc[4]};
-                mma_m16n8k16(acc[n], pa[c], vf, acc[n], scratch);
-            }
-        if (tile_garbage) {
-            /* the NaN and Inf values went in as 0; each lane adds those its own outputs weigh,
-             * read again from V, so a hidden one changes no bit of a row */
+        float s[MMA_MT][MMA_KB][4];
+        uint pa[MMA_MT][MMA_KB / 2][4];
+        mma_scores(qa, kt, s, scratch);
+        mma_mask(&p, r, j0, s);
+        mma_softmax(s, m, l, acc, pa, flagged, warp_seen, xs);
+        mma_values(pa, vt, acc, scratch);
+        if (flagged) {
             barrier(CLK_LOCAL_MEM_FENCE); /* seen complete */
-            UNROLL for (int n = 0; n < MMA_VB; ++n)
-                UNROLL for (int f = 0; f < 4; ++f) {
-                    const int row = warp * 16 + g + 8 * (f >> 1), col = n * 8 + 2 * t + (f & 1);
-                    for (int jj = 0; jj < MMA_KT && j0 + jj < keys.y; ++jj) {
-                        if (!seen[row * MMA_KT + jj]) continue;
-                        const uint bits = MMA_RAW(v)[AT(v, b, hk, j0 + jj, col)];
-                        if (mma_not_finite(bits))
-                            acc[n][f] = acc[n][f] + mma_half_value(bits, 0);
-                    }
-                }
+            mma_add_non_finite(&vm, j0, keys.y, warp_seen, acc);
         }
     }
 
-    mma_quad_reduce(l, 0, xs);
-    float nan_rows[2] = {(float)nan_seen[0], (float)nan_seen[1]};
-    mma_quad_reduce(nan_rows, 1, xs);
-    UNROLL for (int a = 0; a < 2; ++a) {
+    UNROLL for (int mt = 0; mt < MMA_MT; ++mt) mma_quad_reduce(l + 2 * mt, 0, xs);
+    const int t = lid % 4;
+    UNROLL for (int a = 0; a < MMA_ROWS; ++a) {
         const int i = rows[a];
         if (i >= Sq) continue;
-        const bool nan_row = nan_rows[a] > 0.0f, empty = m[a] == -INFINITY && !nan_row;
-        const float inv = nan_row ? NAN : 1.0f / l[a];
+        const bool nan_row = isnan(l[a]), empty = m[a] == -INFINITY && !nan_row;
+        const float inv = 1.0f / l[a];
         UNROLL for (int n = 0; n < MMA_VB; ++n)
             UNROLL for (int e = 0; e < 2; ++e) {
-                const float value = empty ? (EMPTY_NAN ? NAN : 0.0f) : acc[n][a * 2 + e] * inv;
+                const float x = acc[a / 2][n][(a % 2) * 2 + e];
+                const float value = empty ? (EMPTY_NAN ? NAN : 0.0f) : nan_row ? NAN : x * inv;
                 CAT(store_, O_T)(o, AT(o, b, h, i, n * 8 + 2 * t + e), value);
             }
         if (t == 0) STORE_LSE(i, empty ? -INFINITY : nan_row ? NAN : m[a] + log(l[a]));

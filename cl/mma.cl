@@ -59,6 +59,10 @@
 #define MMA_PTX_TYPE CAT(MMA_PTX_TYPE_, MMA_T)
 
 #define MMA_WARP 32
+/* The helpers of kernels built on these products, which pass fragment arrays to each other:
+ * always inlined, since a compiler that keeps one as a call passes its arrays through the stack
+ * (clang's sm_80 PTX of attention_mma did: a thousand local-memory loads and stores a tile). */
+#define MMA_INLINE inline __attribute__((always_inline))
 /* Local floats the emulation takes per warp: A and B as floats for a product, 16 rows x 4 lanes
  * for an exchange. The PTX build takes none (the instruction, and shfl.sync for exchanges). */
 #if MMA_PTX

@@ -396,6 +396,39 @@ static void matrix_unit_cases_in_16_bits(test_ctx *t) {
     check_case_on(t, &s, CLATTN__ATTENTION_MMA, "bf16 window + global, 66 queries");
 }
 
+/* attention_mma with two m-tiles a warp (UNIT_QUERIES=32) gives the bits of one (16, the
+ * default): a row's products, reductions and key tiles are the same, and a tile that the larger
+ * group adds is hidden from the row, which keeps it exactly. 70 queries: rows past Sq in both
+ * m-tiles of a warp; causal bottom-right, so tiles are cut, whole and hidden. (The default's
+ * results against the reference: matrix_unit_cases_in_16_bits.) */
+static void two_m_tiles_a_warp_give_the_same_bits(test_ctx *t) {
+    if (clattn__device_max_group(clattn_env_device(t->env)) < 128)
+        return test_skip(t, "groups capped below attention_mma's 128");
+    if (test_under_uninit_checker()) /* as variant_runs: its emulation's scratch */
+        return test_skip(t, "attention_mma runs without --uninitialized");
+    at_spec s = base(1, 2, 1, 70, 90, 16); /* small head dims: the builds are its cost */
+    s.dt = CLATTN_F16;
+    s.Dv = 8;
+    s.causal = 1, s.bottom_right = 1, s.lse = 1;
+    at_data d;
+    float *out[2] = {NULL}, *lse[2] = {NULL};
+    bool ok = prepare(t, &s, &d);
+    for (int i = 0; i < 2 && ok; ++i) {
+        CHECK_OK(t, clattn_tuning_override("attention", i ? "UNIT_QUERIES=32" : "UNIT_QUERIES=16"));
+        ok = !t->failed && run_variant(t, &s, &d, CLATTN__ATTENTION_MMA, &out[i], &lse[i]);
+    }
+    clattn_tuning_override("attention", NULL);
+    const size_t rows = (size_t)(s.B * s.Hq * s.Sq);
+    if (ok) {
+        CHECK(t, memcmp(out[0], out[1], rows * (size_t)s.Dv * sizeof(float)) == 0,
+              "two m-tiles a warp changed the outputs");
+        CHECK(t, memcmp(lse[0], lse[1], rows * sizeof(float)) == 0,
+              "two m-tiles a warp changed the lse");
+    }
+    for (int i = 0; i < 2; ++i) free(out[i]), free(lse[i]);
+    free_data(&d);
+}
+
 /* The outputs of s from `variant` (-1: the library's own choice), lse dropped. */
 static bool outputs_of(test_ctx *t, const at_spec *s, const at_data *d, int variant, float **out) {
     float *lse = NULL;
@@ -600,6 +633,41 @@ static void a_visible_inf_value_reaches_its_column(test_ctx *t) {
         free(out), free(lse);
     }
     free_data(&d);
+}
+
+/* Row 2 of s's first head from `variant` with a NaN query row: NaN throughout, the other rows
+ * the finite run's. */
+static void nan_query_on(test_ctx *t, const at_spec *s, int variant) {
+    at_data d;
+    float *out = NULL, *lse = NULL;
+    if (prepare(t, s, &d)) {
+        for (int64_t e = 0; e < s->D; ++e) d.q[2 * s->D + e] = NAN; /* d.ref: the finite run's */
+        if (run_variant(t, s, &d, variants[variant], &out, &lse))
+            for (int64_t i = 0; i < s->Sq * s->Dv && !t->failed; ++i) {
+                const bool nan_row = i / s->Dv == 2;
+                CHECK(t,
+                      nan_row ? isnan(out[i])
+                              : fabs(out[i] - d.ref[i]) <=
+                                    1e-5 + 2e-3 * fabs(d.ref[i]) + weights_rounding(s, &d, variant),
+                      "[%s] out[%lld] = %g, expected %g", variant_names[variant], (long long)i,
+                      out[i], nan_row ? NAN : d.ref[i]);
+            }
+    }
+    free(out), free(lse);
+    free_data(&d);
+}
+
+/* A NaN query makes its row NaN (softmax over NaN scores is NaN), not the empty row that a max
+ * ignoring NaN would take it for. Every variant, on cases whose programs earlier tests built:
+ * causality_is_bit_exact's, and attention_mma's on the f16 case above. */
+static void a_nan_query_makes_its_row_nan(test_ctx *t) {
+    at_spec s32 = base(1, 2, 2, 17, 17, 16), s16 = base(1, 1, 1, 4, 16, 16);
+    s32.causal = 1;
+    s16.dt = CLATTN_F16;
+    for (int variant = 0; variant < VARIANTS && !t->failed; ++variant) {
+        const at_spec *s = variants[variant] == CLATTN__ATTENTION_MMA ? &s16 : &s32;
+        if (variant_runs(variant) && variant_applies(s, variant)) nan_query_on(t, s, variant);
+    }
 }
 
 static void bad_arguments_are_rejected(test_ctx *t) {
@@ -840,10 +908,12 @@ static const test_case cases[] = {
     {"storage_and_layouts", storage_and_layouts},
     {"matrix_unit_cases_in_16_bits", matrix_unit_cases_in_16_bits},
     {"sixteen_bit_prefill_takes_the_units_found", sixteen_bit_prefill_takes_the_units_found},
+    {"two_m_tiles_a_warp_give_the_same_bits", two_m_tiles_a_warp_give_the_same_bits},
     {"causality_is_bit_exact", causality_is_bit_exact, TAG_SMOKE},
     {"padded_keys_holding_nan_change_nothing", padded_keys_holding_nan_change_nothing},
     {"hidden_keys_inside_the_span_change_nothing", hidden_keys_inside_the_span_change_nothing},
     {"a_visible_inf_value_reaches_its_column", a_visible_inf_value_reaches_its_column},
+    {"a_nan_query_makes_its_row_nan", a_nan_query_makes_its_row_nan},
     {"bad_arguments_are_rejected", bad_arguments_are_rejected, TAG_HOST},
     {"bad_options_are_rejected", bad_options_are_rejected, TAG_HOST},
     {"composed_converts_any_layout", composed_converts_any_layout},

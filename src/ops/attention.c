@@ -23,7 +23,6 @@
 #define ATTENTION_KEYS_CHUNK 1024 /* = KEYS_CHUNK */
 #define KEYS_MAX_QUERIES     8
 #define ATTENTION_MMA_GROUP  128 /* attention_mma: MMA_WARPS = 4 warps of 32 */
-#define ATTENTION_MMA_BLOCK  64  /* its queries a group */
 #define ATTENTION_SPLIT_MAX  128
 
 typedef clattn__attention_launch attention_launch;
@@ -190,13 +189,13 @@ static void fit_micro(attention_launch *l, cl_device_id device, int64_t d, int64
     l->rows = rows;
 }
 
-/* Bytes of local memory attention_mma declares (cl/attention.cl) with key tiles of `keys`: the
- * padded K and (transposed) V tiles, the weights' flags, its emulation's scratch and exchanges
- * (taken as the larger, the emulation's), the span and the flags. */
-static uint64_t mma_local_bytes(int64_t d, int64_t dv, int64_t keys) {
+/* Bytes of local memory attention_mma declares (cl/attention.cl) with key tiles of `keys` and
+ * `queries` a warp: the padded K and (transposed) V tiles, the weights' flags, its emulation's
+ * scratch and exchanges (taken as the larger, the emulation's), the span and the flags. */
+static uint64_t mma_local_bytes(int64_t d, int64_t dv, int64_t keys, int64_t queries) {
     const uint64_t warps = ATTENTION_MMA_GROUP / 32, ks = (uint64_t)(d / 2 + 31) / 32 * 32 + 4;
     const uint64_t n = (uint64_t)keys, vs = (n / 2 + 31) / 32 * 64 + 8;
-    return n * ks * 4 + (uint64_t)dv * vs * 2 + warps * 16 * n +
+    return n * ks * 4 + (uint64_t)dv * vs * 2 + warps * (uint64_t)queries * n +
            warps * (16 * 16 + 16 * 8 + 16 * 4) * 4 + 16;
 }
 
@@ -208,13 +207,14 @@ static bool mma_takes(const attention_args *a, cl_device_id device) {
     return (dt == CLATTN_F16 || dt == CLATTN_BF16) && a->k->dtype == dt && a->v->dtype == dt &&
            a->q->shape[3] % 16 == 0 && a->v->shape[3] % 8 == 0 &&
            clattn__device_max_group(device) >= ATTENTION_MMA_GROUP &&
-           mma_local_bytes(a->q->shape[3], a->v->shape[3], 16) <=
+           mma_local_bytes(a->q->shape[3], a->v->shape[3], 16, 16) <=
                clattn__device_local_bytes(device);
 }
 
 /* attention_mma where PREFILL=5 asks for it, or (UNITS=1) for a prefill whose dtype's unit the
  * device's probe found; on the instruction where the probe found it (unless the units found
- * are the emulated ones), else on the emulation; key tiles of UNIT_KEYS lowered to fit. */
+ * are the emulated ones), else on the emulation; UNIT_QUERIES a warp (16 or 32) and key tiles
+ * of UNIT_KEYS, both lowered to fit. */
 static int pick_units(const clattn__call *call, const attention_args *a, bool prefill,
                       attention_launch *l) {
     const bool asked = l->variant == CLATTN__ATTENTION_MMA;
@@ -232,10 +232,16 @@ static int pick_units(const clattn__call *call, const attention_args *a, bool pr
     if (status != CLATTN_SUCCESS || (!asked && !(units & unit))) return status;
     l->variant = CLATTN__ATTENTION_MMA;
     l->on_unit = (units & unit) && !clattn__matrix_units_emulated();
+    const int64_t d = a->q->shape[3], dv = a->v->shape[3];
+    const cl_ulong local_bytes = clattn__device_local_bytes(call->device);
     l->t.UNIT_KEYS = l->t.UNIT_KEYS / 16 * 16;
-    while (l->t.UNIT_KEYS > 16 && mma_local_bytes(a->q->shape[3], a->v->shape[3], l->t.UNIT_KEYS) >
-                                      clattn__device_local_bytes(call->device))
-        l->t.UNIT_KEYS -= 16;
+    l->t.UNIT_QUERIES = l->t.UNIT_QUERIES / 16 * 16;
+    while (mma_local_bytes(d, dv, l->t.UNIT_KEYS, l->t.UNIT_QUERIES) > local_bytes) {
+        if (l->t.UNIT_KEYS > 16)
+            l->t.UNIT_KEYS -= 16;
+        else
+            l->t.UNIT_QUERIES = 16; /* mma_takes checked 16 and 16 */
+    }
     l->t.GROUP = ATTENTION_MMA_GROUP;
     l->splits = 1, l->chunk = (int)a->k->shape[2];
     return CLATTN_SUCCESS;
@@ -310,8 +316,8 @@ static void attention_options(const attention_args *a, const attention_launch *l
 
 /* Work-items (rounded up to whole groups) the variant launches: blocks and lanes, a work-item
  * per BM queries; tiles, a group per `group` queries of one (batch, head), the kernel reading its
- * group size back; micro, a group per group / (TK / MK) x MQ queries; keys, a group per query;
- * each times the key splits. */
+ * group size back; micro, a group per group / (TK / MK) x MQ queries; mma, a group per
+ * UNIT_QUERIES queries of each of its warps; keys, a group per query; each times the key splits. */
 static size_t attention_items(const attention_args *a, const attention_launch *l, size_t group) {
     const size_t rows = (size_t)(a->q->shape[0] * a->q->shape[1]), sq = (size_t)a->q->shape[2];
     switch (l->variant) {
@@ -319,8 +325,10 @@ static size_t attention_items(const attention_args *a, const attention_launch *l
         return rows * sq * (size_t)l->splits * group;
     case CLATTN__ATTENTION_TILES:
         return rows * ((sq + group - 1) / group) * (size_t)l->splits * group;
-    case CLATTN__ATTENTION_MMA:
-        return rows * ((sq + ATTENTION_MMA_BLOCK - 1) / ATTENTION_MMA_BLOCK) * group;
+    case CLATTN__ATTENTION_MMA: {
+        const size_t block = (size_t)l->t.UNIT_QUERIES * (group / 32); /* a warp's queries */
+        return rows * ((sq + block - 1) / block) * group;
+    }
     case CLATTN__ATTENTION_MICRO: {
         const size_t block = group / (size_t)(l->t.TK / l->t.MK) * (size_t)l->t.MQ;
         return rows * ((sq + block - 1) / block) * (size_t)l->splits * group;
