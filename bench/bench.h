@@ -32,24 +32,26 @@ int bench_time_beside(const bench_options *opt, bench_fn fn, void *ctx, bench_fn
                       cl_command_queue queue, bench_timing *out, bench_timing *ref_out);
 double bench_now_ms(void);
 
-/* The device's own ceilings (bench/roofline.cl): a copy kernel and an FMA kernel, measured once
- * at the start and kept ready, so each op row can time the copy beside itself. */
+/* The device's own ceilings (bench/roofline.cl): a copy kernel, an FMA kernel and, where
+ * clattn_matrix_units found the f16 unit, a matrix-unit kernel, measured once at the start and
+ * kept ready, so each op row can time its ceiling beside itself. */
 typedef struct bench_ceiling_run bench_ceiling_run;
 struct bench_ceiling_run {
     cl_kernel kernel;
-    size_t global;
+    size_t global, local; /* local 0: the driver's choice */
     cl_mem buffers[2];
     double work; /* bytes moved (copy) or flops (FMA) per run */
 };
 typedef struct bench_ceilings {
     double copy_gbs, fma_gflops; /* measured at the start */
+    double matrix_gflops;        /* the f16 matrix-unit kernel, 0 where it is not built */
     double launch_us;            /* one empty kernel, enqueue to clFinish (median) */
     /* the first call of every op family, program builds included (bench/first_calls.c), with
      * the driver's cache warm and empty; < 0: not measured */
     double first_warm_ms, first_cold_ms;
     char matrix_units[64]; /* clattn_matrix_units, in words: "mma-f16 mma-bf16", "none" */
-    bench_timing copy, fma, launch;
-    bench_ceiling_run copy_run, fma_run, nop_run;
+    bench_timing copy, fma, launch, matrix;
+    bench_ceiling_run copy_run, fma_run, nop_run, matrix_run;
 } bench_ceilings;
 
 int bench_ceilings_open(const bench_options *opt, clattn_env *env, bench_ceilings *out);
@@ -57,6 +59,11 @@ void bench_ceilings_close(bench_ceilings *c);
 /* Times fn alternating with the FMA kernel; *fma_gflops is the FMA rate of those runs. */
 int bench_time_vs_fma(const bench_options *opt, bench_ceilings *c, bench_fn fn, void *ctx,
                       cl_command_queue queue, bench_timing *out, double *fma_gflops);
+/* A compute row of `dtype`: 16-bit rows alternate with the matrix-unit kernel where it was built
+ * (*gflops its rate), the others (and every row elsewhere) with the FMA kernel. */
+int bench_time_vs_compute(const bench_options *opt, bench_ceilings *c, clattn_dtype dtype,
+                          bench_fn fn, void *ctx, cl_command_queue queue, bench_timing *out,
+                          double *gflops);
 /* Times fn alternating with the copy kernel; *copy_gbs is the copy bandwidth of those runs. */
 int bench_time_vs_copy(const bench_options *opt, bench_ceilings *c, bench_fn fn, void *ctx,
                        cl_command_queue queue, bench_timing *out, double *copy_gbs);

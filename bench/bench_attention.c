@@ -129,7 +129,8 @@ static void case_shape(const attention_case *c, const char *note, char *shape, s
 }
 
 /* Decoding streams K and V once: it is a memory row (GB/s of q, k, v and out against the copy
- * kernel); the others are compute rows (GFLOP/s against the FMA kernel). */
+ * kernel); the others are compute rows (GFLOP/s against the FMA kernel, or for 16-bit rows the
+ * matrix-unit kernel where the device has one). */
 static int measure(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
                    const void *cases, int i, double torch_ms, bench_report *report) {
     const attention_case *c = (const attention_case *)cases + i;
@@ -150,7 +151,8 @@ static int measure(const bench_options *opt, clattn_env *env, bench_ceilings *ce
     if (status == CLATTN_SUCCESS && !wrong)
         status =
             decode ? bench_time_vs_copy(opt, ceilings, run_attention, &x, queue, &timing, &ceiling)
-                   : bench_time_vs_fma(opt, ceilings, run_attention, &x, queue, &timing, &ceiling);
+                   : bench_time_vs_compute(opt, ceilings, c->dtype, run_attention, &x, queue,
+                                           &timing, &ceiling);
     if (status == CLATTN_SUCCESS && !wrong && strcmp(c->op, "attention_memory") == 0)
         scratch_note(&x, env, clattn_scratch_peak_bytes(0), scratch, sizeof scratch);
     case_shape(c, scratch, shape, sizeof shape);
@@ -181,6 +183,7 @@ int bench_attention(const bench_options *opt, clattn_env *env, bench_ceilings *c
         {"attention", composed, CLATTN_F32, b, 8, s, s, 64},
         {"attention", fused, CLATTN_F32, b, 8, s, s, 128},
         {"attention", fused, CLATTN_F16, b, 8, s, s, 64},
+        {"attention", fused, CLATTN_F16, b, 8, s, s, 128},
         {"attention_memory", fused, CLATTN_F32, 1, 8, long_s, long_s, 64},
         {"attention_decode", fused, CLATTN_F32, 1, 32, 1, cache, 128},
     };

@@ -73,10 +73,12 @@ def torch_cell(per):
 def device_line(label, d):
     first = d.get("first_calls_ms") or {}
     cold = lambda v: "-" if v is None else "%.0f ms" % v
-    return ("%s: %s %s, driver %s, %s; copy %.1f GB/s, FMA %.1f GFLOP/s, launch %.0f us; first "
+    matrix = d.get("matrix_gflops") or 0
+    return ("%s: %s %s, driver %s, %s; copy %.1f GB/s, FMA %.1f GFLOP/s%s, launch %.0f us; first "
             "calls %s (driver cache warm), %s (empty)"
             % (label, d.get("platform", "?"), d.get("type", "?"), d.get("driver", "?"),
                d.get("opencl_c", "?"), d.get("copy_gbs", 0), d.get("fma_gflops", 0),
+               ", matrix f16 %.1f GFLOP/s" % matrix if matrix else "",
                d.get("launch_us", 0), cold(first.get("warm_cache")), cold(first.get("empty_cache"))))
 
 

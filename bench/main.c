@@ -142,10 +142,15 @@ static int bench_device(const bench_args *a, const char *spec, bench_report *rep
                "%.0f us (an empty kernel, enqueue to finish)\n",
                ceilings->copy_gbs, a->opt.quick ? "16 MiB" : "64 MiB", ceilings->fma_gflops,
                ceilings->launch_us);
+        if (ceilings->matrix_gflops > 0)
+            printf("matrix-unit ceiling: %.1f GFLOP/s (f16 products back to back; the 16-bit "
+                   "fused attention rows' ceiling)\n",
+                   ceilings->matrix_gflops);
         printf("value: GB/s counts one read and one write of every element, GFLOP/s 4*B*H*Sq*Sk*D "
                "(halved when causal), linear attention\n4*B*H*S*D*Dv (causal too);\nceiling: the "
-               "copy (GB/s) or FMA (GFLOP/s) kernel timed "
-               "alternately with the row; %%roof: value / ceiling;\ntorch/us: PyTorch median / "
+               "copy (GB/s) or FMA (GFLOP/s; 16-bit fused attention: the matrix-unit kernel "
+               "where built) kernel timed alternately with the row; %%roof: value / "
+               "ceiling;\ntorch/us: PyTorch median / "
                "ours (> 1: we are faster)\n\n");
         bench_print_header(stdout);
         status = bench_mha(&a->opt, env, ceilings, report);

@@ -128,9 +128,10 @@ static void json_device(FILE *f, const clattn_device_desc *d, const bench_ceilin
     json_string(f, peer && *peer ? peer : "cpu");
     fprintf(f,
             ", \"type\": \"%s\", \"extensions_used\": [], \"copy_gbs\": %.3f, \"fma_gflops\": "
-            "%.3f, \"launch_us\": %.1f, \"first_calls_ms\": {\"warm_cache\": %s, "
-            "\"empty_cache\": %s}}",
-            device_type(d->type), c->copy_gbs, c->fma_gflops, c->launch_us, warm, cold);
+            "%.3f, \"matrix_gflops\": %.3f, \"launch_us\": %.1f, \"first_calls_ms\": "
+            "{\"warm_cache\": %s, \"empty_cache\": %s}}",
+            device_type(d->type), c->copy_gbs, c->fma_gflops, c->matrix_gflops, c->launch_us, warm,
+            cold);
 }
 
 int bench_write_json(const char *path, const bench_report *report,

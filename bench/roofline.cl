@@ -51,3 +51,26 @@ __kernel void fma_peak(__global float *out, float a, float b, int iterations) {
     CAT(vstore, WIDTH)(sum, get_global_id(0), out);
 #endif
 }
+
+#if MMA_PEAK
+/* mma_peak (built after cl/common.cl and cl/mma.cl, with MMA_PTX 1, only where
+ * clattn_matrix_units found the f16 unit): eight independent chains of f16 products a warp,
+ * 2 * 16 * 8 * 16 = 4096 flops each. The instruction is volatile assembly, so no compiler drops
+ * or merges a product; the store keeps every chain alive. */
+__kernel __attribute__((reqd_work_group_size(128, 1, 1))) void mma_peak(__global float *out,
+                                                                       int iterations) {
+    __local float scratch[4 * MMA_SCRATCH_FLOATS];
+    const uint lane = get_local_id(0) % 32;
+    const uint a[4] = {0x3c003c00u ^ lane, 0x3c003c00u, 0x3c003c00u, 0x3c003c00u};
+    const uint b[2] = {0x14001400u, 0x14001400u}; /* 1/1024: the sums stay finite */
+    float d[8][4];
+    UNROLL for (int c = 0; c < 8; ++c)
+        UNROLL for (int f = 0; f < 4; ++f) d[c][f] = 0.0f;
+    for (int i = 0; i < iterations; ++i)
+        UNROLL for (int c = 0; c < 8; ++c) mma_m16n8k16(d[c], a, b, d[c], scratch);
+    float sum = 0.0f;
+    UNROLL for (int c = 0; c < 8; ++c)
+        UNROLL for (int f = 0; f < 4; ++f) sum += d[c][f];
+    out[get_global_id(0)] = sum;
+}
+#endif

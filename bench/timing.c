@@ -70,7 +70,8 @@ int bench_time(const bench_options *opt, bench_fn fn, void *ctx, cl_command_queu
 
 static int run_ceiling(void *p, cl_command_queue queue) {
     bench_ceiling_run *c = p;
-    return clEnqueueNDRangeKernel(queue, c->kernel, 1, NULL, &c->global, NULL, 0, NULL, NULL);
+    return clEnqueueNDRangeKernel(queue, c->kernel, 1, NULL, &c->global,
+                                  c->local ? &c->local : NULL, 0, NULL, NULL);
 }
 
 /* The device's preferred float vector width, as the FMA kernel's WIDTH (1, 2, 4, 8 or 16). */
@@ -140,6 +141,38 @@ static cl_int open_fma(const bench_options *opt, clattn_env *env, cl_program pro
     return err;
 }
 
+/* The f16 matrix-unit peak (roofline.cl's mma_peak, on cl/mma.cl's instruction), where
+ * clattn_matrix_units found the unit: 16 warps a compute unit, 8 products a warp in flight.
+ * Elsewhere (no unit, or its probe failed) no kernel, and the 16-bit rows keep the FMA ceiling. */
+static cl_int open_matrix(const bench_options *opt, clattn_env *env, bench_ceiling_run *run) {
+    unsigned units = 0;
+    if (clattn_matrix_units(clattn_env_queue(env), &units) != CLATTN_SUCCESS ||
+        !(units & CLATTN_MATRIX_MMA_F16))
+        return CL_SUCCESS;
+    const char *texts[3] = {bench_roofline_sources[1].text, bench_roofline_sources[2].text,
+                            bench_roofline_sources[0].text}; /* common.cl, mma.cl, roofline.cl */
+    cl_int err;
+    cl_program program = clCreateProgramWithSource(clattn_env_context(env), 3, texts, NULL, &err);
+    cl_device_id device = clattn_env_device(env);
+    if (err == CL_SUCCESS)
+        err = clBuildProgram(program, 1, &device,
+                             "-cl-std=CL1.2 -DMMA_PEAK=1 -DMMA_PTX=1 -DMMA_T=f16", NULL, NULL);
+    cl_uint units_count = 1;
+    clGetDeviceInfo(device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units_count, &units_count, NULL);
+    run->local = 128;
+    run->global = (size_t)units_count * 512;
+    cl_int iterations = opt->quick ? 1024 : 4096;
+    run->work = 4096.0 * 8 * (double)iterations * (double)(run->global / 32);
+    if (err == CL_SUCCESS)
+        run->buffers[0] = clCreateBuffer(clattn_env_context(env), CL_MEM_READ_WRITE,
+                                         sizeof(float) * run->global, NULL, &err);
+    if (err == CL_SUCCESS) run->kernel = clCreateKernel(program, "mma_peak", &err);
+    if (err == CL_SUCCESS) err = clSetKernelArg(run->kernel, 0, sizeof(cl_mem), &run->buffers[0]);
+    if (err == CL_SUCCESS) err = clSetKernelArg(run->kernel, 1, sizeof iterations, &iterations);
+    if (program) clReleaseProgram(program);
+    return err;
+}
+
 /* The launch latency: one work-item of an empty kernel. */
 static cl_int open_nop(clattn_env *env, cl_program program, bench_ceiling_run *run) {
     cl_int err;
@@ -159,6 +192,11 @@ int bench_ceilings_open(const bench_options *opt, clattn_env *env, bench_ceiling
     if (err == CL_SUCCESS) err = open_copy(opt, env, program, &out->copy_run);
     if (err == CL_SUCCESS) err = open_fma(opt, env, program, width, &out->fma_run);
     if (err == CL_SUCCESS) err = open_nop(env, program, &out->nop_run);
+    if (err == CL_SUCCESS && open_matrix(opt, env, &out->matrix_run) != CL_SUCCESS) {
+        fprintf(stderr, "clattn-bench: the matrix-unit ceiling did not build; the 16-bit rows "
+                        "keep the FMA ceiling\n");
+        release_run(&out->matrix_run);
+    }
     if (program) clReleaseProgram(program); /* the kernels keep it alive */
     cl_command_queue queue = clattn_env_queue(env);
     int status = err;
@@ -168,10 +206,14 @@ int bench_ceilings_open(const bench_options *opt, clattn_env *env, bench_ceiling
         status = bench_time(opt, run_ceiling, &out->fma_run, queue, &out->fma);
     if (status == CLATTN_SUCCESS)
         status = bench_time(opt, run_ceiling, &out->nop_run, queue, &out->launch);
+    if (status == CLATTN_SUCCESS && out->matrix_run.kernel)
+        status = bench_time(opt, run_ceiling, &out->matrix_run, queue, &out->matrix);
     if (status == CLATTN_SUCCESS) {
         out->launch_us = out->launch.median_ms * 1e3;
         out->copy_gbs = out->copy_run.work / (out->copy.median_ms * 1e6);
         out->fma_gflops = out->fma_run.work / (out->fma.median_ms * 1e6);
+        if (out->matrix_run.kernel)
+            out->matrix_gflops = out->matrix_run.work / (out->matrix.median_ms * 1e6);
     }
     if (status != CLATTN_SUCCESS) bench_ceilings_close(out);
     return status;
@@ -181,6 +223,7 @@ void bench_ceilings_close(bench_ceilings *c) {
     release_run(&c->copy_run);
     release_run(&c->fma_run);
     release_run(&c->nop_run);
+    release_run(&c->matrix_run);
 }
 
 int bench_time_vs_copy(const bench_options *opt, bench_ceilings *c, bench_fn fn, void *ctx,
@@ -196,5 +239,16 @@ int bench_time_vs_fma(const bench_options *opt, bench_ceilings *c, bench_fn fn, 
     bench_timing fma;
     int status = bench_time_beside(opt, fn, ctx, run_ceiling, &c->fma_run, queue, out, &fma);
     if (status == CLATTN_SUCCESS) *fma_gflops = c->fma_run.work / (fma.median_ms * 1e6);
+    return status;
+}
+
+int bench_time_vs_compute(const bench_options *opt, bench_ceilings *c, clattn_dtype dtype,
+                          bench_fn fn, void *ctx, cl_command_queue queue, bench_timing *out,
+                          double *gflops) {
+    if (dtype == CLATTN_F32 || !c->matrix_run.kernel)
+        return bench_time_vs_fma(opt, c, fn, ctx, queue, out, gflops);
+    bench_timing matrix;
+    int status = bench_time_beside(opt, fn, ctx, run_ceiling, &c->matrix_run, queue, out, &matrix);
+    if (status == CLATTN_SUCCESS) *gflops = c->matrix_run.work / (matrix.median_ms * 1e6);
     return status;
 }
