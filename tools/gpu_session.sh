@@ -13,9 +13,8 @@
 # with its ROW's label). A ROW is "LABEL|OP|CLATTN_TUNE[|NAME=VALUE]" (the tune part may be
 # empty; NAME=VALUE is set for that row alone, e.g. CLATTN_KERNEL_DIR=dir to time another
 # version of the kernels beside this one in the same call); without
-# ROWs it runs DEFAULT_ROWS below: the default rows of the issues' targets, attention_mma's
-# key tiles beside its default, and softmax in smaller groups (f16 rows ran at the f32 rows'
-# time with 128 work-items a row: per-row reductions, not bytes, bound them). Order: build, the matrix-unit probes, the rows, then the C suite.
+# ROWs it runs DEFAULT_ROWS below: the default rows of the issues' targets, and attention_mma's
+# queries a warp and key tiles beside its defaults. Order: build, the matrix-unit probes, the rows, then the C suite.
 # GPU_TESTS holds clattn-tests' arguments, several runs separated by ';' (default: none, the
 # whole suite; "skip" skips it);
 # GPU_QUICK=1 passes --quick to the benchmark. Each step has a time limit, and all of them
@@ -26,16 +25,16 @@ cd "$(dirname "$0")/.."
 
 DEFAULT_ROWS=( # most wanted first: rows past the budget are skipped
   "default|attention|"
+  "q16|attention|attention:UNIT_QUERIES=16"
   "default|attention_causal|"
-  "keys16|attention|attention:UNIT_KEYS=16"
+  "q16|attention_causal|attention:UNIT_QUERIES=16"
   "keys64|attention|attention:UNIT_KEYS=64"
+  "keys16|attention|attention:UNIT_KEYS=16"
   "default|attention_decode|"
+  "default|mha|"
   "default|softmax|"
-  "g32v8|softmax|softmax:VEC=8,GROUP=32"
-  "g64v8|softmax|softmax:VEC=8,GROUP=64"
   "default|split_heads|"
   "default|linear_attention|"
-  "default|mha|"
 )
 
 DEBS=(ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-c-headers opencl-clhpp-headers libclblast1
