@@ -17,8 +17,9 @@
 # queries a warp and key tiles beside its defaults. Order: build, the matrix-unit probes, the rows, then the C suite.
 # GPU_TESTS holds clattn-tests' arguments, several runs separated by ';' (default: none, the
 # whole suite; "skip" skips it);
-# GPU_QUICK=1 passes --quick to the benchmark. Each step has a time limit, and all of them
-# GPU_BUDGET_S, so a hung step cannot eat the call. Off the GPU (to try the script), set
+# GPU_QUICK=1 passes --quick to the benchmark. Each step has a time limit (a bench row 120 s:
+# rows took 5-42 s, and a kernel that NVIDIA's compiler chews on for minutes must not take the
+# call), and all of them GPU_BUDGET_S, so a hung step cannot eat the call. Off the GPU (to try the script), set
 # OCL_ICD_VENDORS, CLATTN_DEVICE and CLATTN_PEER_DEVICE, and it uses them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -115,7 +116,7 @@ bench_rows() {
     n=$((n + 1))
     ( # shellcheck disable=SC2163 # the row's own NAME=VALUE, if any
       [ -z "$setting" ] || export "$setting"
-      CLATTN_TUNE=$tune step 240 "bench $label $op${tune:+ ($tune)}${setting:+ $setting}" \
+      CLATTN_TUNE=$tune step 120 "bench $label $op${tune:+ ($tune)}${setting:+ $setting}" \
         build/bench/clattn-bench --device "${CLATTN_DEVICE:-nvidia}" --op "$op" \
         ${GPU_QUICK:+--quick} --json "$out/bench-$n-$label.json")
   done
@@ -141,6 +142,18 @@ print(f"{len(merged['records'])} records from {len(files)} runs -> {out}")
 EOF
 }
 
+# Each dumped program's options and build log (its time, the driver's messages), one file: the
+# call returns few files.
+build_logs() {
+  local log
+  for log in "$1"/*.log; do
+    [ -f "$log" ] || continue
+    echo "== $(basename "$log" .log): $(cat "${log%.log}.options")"
+    cat "$log"
+    echo
+  done
+}
+
 # clattn-tests once per ';'-separated selection of GPU_TESTS (none: the whole suite).
 run_tests() {
   local selections=() selection
@@ -156,8 +169,8 @@ run() {
   : "${OUT:?set OUT to the folder the results go to}"
   local work=/tmp/clattn-gpu rows=("$@")
   [ ${#rows[@]} -gt 0 ] || rows=("${DEFAULT_ROWS[@]}")
-  rm -rf "$work/json"
-  mkdir -p "$work/json" "$OUT"
+  rm -rf "$work/json" "$work/programs"
+  mkdir -p "$work/json" "$work/programs" "$OUT"
   {
     unpack "$work/root"
     # meson and ninja may be pip packages beside the python3 that holds PyTorch
@@ -170,8 +183,15 @@ run() {
     # The probes first (seconds: whether the matrix units run), the rows, then the whole suite
     # in the time left.
     step 60 probes build/tests/clattn-tests --suite matrix_units
-    bench_rows "$work/json" "${rows[@]}"
+    # The rows' programs dumped with their build logs; on NVIDIA's driver -cl-nv-verbose puts
+    # ptxas' registers, spills and local memory of every kernel there.
+    (
+      export CLATTN_DUMP_PROGRAMS=$work/programs
+      command -v nvidia-smi >/dev/null && export CLATTN_BUILD_OPTIONS=-cl-nv-verbose
+      bench_rows "$work/json" "${rows[@]}"
+    )
     merge_json "$OUT/bench.json" "$work"/json/bench-*.json
+    build_logs "$work/programs" >"$OUT/build-logs.txt"
     [ "${GPU_TESTS:-}" = skip ] || run_tests
   } 2>&1 | tee "$OUT/session.log"
 }

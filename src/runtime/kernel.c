@@ -13,6 +13,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+/* A monotonic clock, for the build times of the program dump. */
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
 
 static int get_program(cl_context context, cl_device_id device, const char *op_file,
                        const char *options, cl_program *out) {
@@ -28,13 +36,16 @@ static int get_program(cl_context context, cl_device_id device, const char *op_f
         const uint64_t text_hash = clattn__text_hash(text);
         const bool loaded =
             clattn__disk_cache_load(context, device, op_file, options, text_hash, &program);
+        const double start_ms = now_ms();
         if (!loaded)
             status = clattn__program_build(context, device, text, options, op_file, &program);
+        const double build_ms = loaded ? -1.0 : now_ms() - start_ms;
         if (status == CLATTN_SUCCESS && !loaded)
             clattn__disk_cache_store(device, op_file, options, text_hash, program);
         /* only programs the device accepted: a test's deliberately broken source is no
          * program for another compiler to check */
-        if (status == CLATTN_SUCCESS) clattn__program_dump(op_file, options, text);
+        if (status == CLATTN_SUCCESS)
+            clattn__program_dump(op_file, options, text, program, device, build_ms);
         if (status == CLATTN_SUCCESS)
             program = clattn__cache_insert(context, device, hash, op_file, options, text_hash,
                                            program, !loaded);

@@ -24,7 +24,28 @@ static bool dump_file(const char *dir, const char *name, const char *suffix, con
     return false;
 }
 
-void clattn__program_dump(const char *op_file, const char *options, const char *text) {
+/* DIR/NAME.log: the build's time, then the driver's log of it. */
+static void dump_log(const char *dir, const char *name, cl_program program, cl_device_id device,
+                     double build_ms) {
+    size_t size = 0;
+    clGetProgramBuildInfo(program, device, CL_PROGRAM_BUILD_LOG, 0, NULL, &size);
+    const size_t head = 64;
+    char *text = malloc(head + size + 1);
+    if (!text) {
+        clattn__warn("CLATTN_DUMP_PROGRAMS: no memory for %s's build log", name);
+        return;
+    }
+    const int used = snprintf(text, head, "built in %.0f ms\n", build_ms);
+    text[used] = '\0';
+    if (size > 0 && clGetProgramBuildInfo(program, device, CL_PROGRAM_BUILD_LOG, size, text + used,
+                                          NULL) == CL_SUCCESS)
+        text[used + size] = '\0';
+    dump_file(dir, name, "log", text);
+    free(text);
+}
+
+void clattn__program_dump(const char *op_file, const char *options, const char *text,
+                          cl_program program, cl_device_id device, double build_ms) {
     const char *dir = getenv("CLATTN_DUMP_PROGRAMS");
     if (!dir || !*dir) return;
     /* the name: the op file's stem and a hash of the options and the text */
@@ -37,5 +58,7 @@ void clattn__program_dump(const char *op_file, const char *options, const char *
     if ((size_t)snprintf(path, sizeof path, "%s/%s.cl", dir, name) < sizeof path &&
         stat(path, &st) == 0)
         return;
-    if (dump_file(dir, name, "options", options)) dump_file(dir, name, "cl", text);
+    if (dump_file(dir, name, "options", options) && dump_file(dir, name, "cl", text) &&
+        build_ms >= 0)
+        dump_log(dir, name, program, device, build_ms);
 }
