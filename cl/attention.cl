@@ -765,7 +765,7 @@ MMA_INLINE uint4 mma_chunk(const mma_matrix *x, int j, int d, int hi) {
 
 /* Keys j0 .. j0 + MMA_KT - 1 (0 at or past hi) of K and V into the registers kr and vr. */
 MMA_INLINE void mma_fetch(const mma_matrix *k, const mma_matrix *v, int j0, int hi,
-                      uint4 kr[MMA_KREGS], uint4 vr[MMA_VREGS]) {
+                          uint4 kr[MMA_KREGS], uint4 vr[MMA_VREGS]) {
     const int lid = (int)get_local_id(0);
     UNROLL for (int i = 0; i < MMA_KREGS; ++i) {
         const int e = lid + i * MMA_THREADS;
@@ -782,7 +782,7 @@ MMA_INLINE void mma_fetch(const mma_matrix *k, const mma_matrix *v, int j0, int 
 /* The fetched chunks into kt (row-major, two values a word) and vt (transposed, NaN and Inf as
  * 0); `garbage` set when a value was one. */
 MMA_INLINE void mma_stage(const uint4 kr[MMA_KREGS], const uint4 vr[MMA_VREGS], __local uint *kt,
-                      __local ushort *vt, __local int *garbage) {
+                          __local ushort *vt, __local int *garbage) {
     const int lid = (int)get_local_id(0);
     int bad = 0;
     UNROLL for (int i = 0; i < MMA_KREGS; ++i) {
@@ -805,7 +805,7 @@ MMA_INLINE void mma_stage(const uint4 kr[MMA_KREGS], const uint4 vr[MMA_VREGS], 
 /* The lane's q rows (rows[a], 0 at or past Sq) as A fragments: qa[mt][c] holds head dims
  * 16c .. 16c + 15 of m-tile mt's rows. */
 MMA_INLINE void mma_load_q(const mma_matrix *q, const int rows[MMA_ROWS], int Sq,
-                       uint qa[MMA_MT][MMA_QC][4]) {
+                           uint qa[MMA_MT][MMA_QC][4]) {
     const int t = (int)get_local_id(0) % 4;
     UNROLL for (int mt = 0; mt < MMA_MT; ++mt)
         UNROLL for (int c = 0; c < MMA_QC; ++c)
@@ -819,7 +819,7 @@ MMA_INLINE void mma_load_q(const mma_matrix *q, const int rows[MMA_ROWS], int Sq
 /* S = q k^T over the staged tile: s[mt][kb][f] is row 2 mt + (f >> 1)'s score of key
  * 8 kb + 2t + (f & 1). Each K fragment is read once for the warp's MMA_MT m-tiles. */
 MMA_INLINE void mma_scores(const uint qa[MMA_MT][MMA_QC][4], const __local uint *kt,
-                       float s[MMA_MT][MMA_KB][4], __local float *scratch) {
+                           float s[MMA_MT][MMA_KB][4], __local float *scratch) {
     const int lane = (int)get_local_id(0) % MMA_WARP, g = lane / 4, t = lane % 4;
     UNROLL for (int kb = 0; kb < MMA_KB; ++kb) {
         UNROLL for (int mt = 0; mt < MMA_MT; ++mt)
@@ -836,7 +836,7 @@ MMA_INLINE void mma_scores(const uint qa[MMA_MT][MMA_QC][4], const __local uint 
 /* The tile's scores masked in place (cl/mask.cl): the scale alone where every row of the lane
  * sees the whole tile, else key by key (-INFINITY outside a row's [lo, hi)). */
 MMA_INLINE void mma_mask(const mask_params *p, const mask_row r[MMA_ROWS], int j0,
-                     float s[MMA_MT][MMA_KB][4]) {
+                         float s[MMA_MT][MMA_KB][4]) {
     const int t = (int)get_local_id(0) % 4;
     bool plain = true;
     UNROLL for (int a = 0; a < MMA_ROWS; ++a)
@@ -861,8 +861,8 @@ MMA_INLINE void mma_mask(const mask_params *p, const mask_row r[MMA_ROWS], int j
  * its halves). Where the tile holds NaN or Inf values (`flagged`), seen[row * MMA_KT + key]
  * records which weights are not 0. */
 MMA_INLINE void mma_softmax(const float s[MMA_MT][MMA_KB][4], float m[MMA_ROWS], float l[MMA_ROWS],
-                        float acc[MMA_MT][MMA_VB][4], uint pa[MMA_MT][MMA_KB / 2][4],
-                        bool flagged, __local uchar *seen, __local float *xs) {
+                            float acc[MMA_MT][MMA_VB][4], uint pa[MMA_MT][MMA_KB / 2][4],
+                            bool flagged, __local uchar *seen, __local float *xs) {
     const int lane = (int)get_local_id(0) % MMA_WARP, g = lane / 4, t = lane % 4;
     float base[MMA_ROWS], top[MMA_ROWS];
     UNROLL for (int a = 0; a < MMA_ROWS; ++a) top[a] = -INFINITY;
@@ -901,7 +901,7 @@ MMA_INLINE void mma_softmax(const float s[MMA_MT][MMA_KB][4], float m[MMA_ROWS],
 /* acc += P V over the staged tile (vt: V transposed). Each V fragment is read once for the
  * warp's MMA_MT m-tiles. */
 MMA_INLINE void mma_values(const uint pa[MMA_MT][MMA_KB / 2][4], const __local ushort *vt,
-                       float acc[MMA_MT][MMA_VB][4], __local float *scratch) {
+                           float acc[MMA_MT][MMA_VB][4], __local float *scratch) {
     const int lane = (int)get_local_id(0) % MMA_WARP, g = lane / 4, t = lane % 4;
     UNROLL for (int c = 0; c < MMA_KB / 2; ++c)
         UNROLL for (int n = 0; n < MMA_VB; ++n) {
@@ -914,21 +914,28 @@ MMA_INLINE void mma_values(const uint pa[MMA_MT][MMA_KB / 2][4], const __local u
 }
 
 /* The NaN and Inf values of keys j0 .. (below hi) went into the products as 0: each lane adds
- * those its own outputs weigh (seen, the warp's rows), read again from V, so a hidden one
- * changes no bit of a row. */
+ * those its own outputs weigh (seen, the warp's rows), read again from V (a key's values once
+ * for all the lane's rows), so a hidden one changes no bit of a row. */
 MMA_INLINE void mma_add_non_finite(const mma_matrix *v, int j0, int hi, const __local uchar *seen,
-                               float acc[MMA_MT][MMA_VB][4]) {
+                                   float acc[MMA_MT][MMA_VB][4]) {
     const int lane = (int)get_local_id(0) % MMA_WARP, g = lane / 4, t = lane % 4;
-    UNROLL for (int mt = 0; mt < MMA_MT; ++mt)
+    for (int jj = 0; jj < MMA_KT && j0 + jj < hi; ++jj) {
+        bool weighs[MMA_ROWS], any = false;
+        UNROLL for (int a = 0; a < MMA_ROWS; ++a) {
+            weighs[a] = seen[(16 * (a / 2) + 8 * (a % 2) + g) * MMA_KT + jj] != 0;
+            any = any || weighs[a];
+        }
+        if (!any) continue;
+        const IDX at = v->at + (IDX)(j0 + jj) * v->row;
         UNROLL for (int n = 0; n < MMA_VB; ++n)
-            UNROLL for (int f = 0; f < 4; ++f) {
-                const int row = 16 * mt + g + 8 * (f >> 1), col = n * 8 + 2 * t + (f & 1);
-                for (int jj = 0; jj < MMA_KT && j0 + jj < hi; ++jj) {
-                    if (!seen[row * MMA_KT + jj]) continue;
-                    const uint bits = v->p[v->at + (IDX)(j0 + jj) * v->row + (IDX)col * v->step];
-                    if (mma_not_finite(bits)) acc[mt][n][f] += mma_half_value(bits, 0);
-                }
+            UNROLL for (int e = 0; e < 2; ++e) {
+                const uint bits = v->p[at + (IDX)(n * 8 + 2 * t + e) * v->step];
+                if (!mma_not_finite(bits)) continue;
+                const float x = mma_half_value(bits, 0);
+                UNROLL for (int a = 0; a < MMA_ROWS; ++a)
+                    if (weighs[a]) acc[a / 2][n][(a % 2) * 2 + e] += x;
             }
+    }
 }
 
 __kernel __attribute__((reqd_work_group_size(MMA_WARPS * MMA_WARP, 1, 1))) void

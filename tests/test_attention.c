@@ -398,18 +398,18 @@ static void matrix_unit_cases_in_16_bits(test_ctx *t) {
 
 /* attention_mma with two m-tiles a warp (UNIT_QUERIES=32) gives the bits of one (16, the
  * default): a row's products, reductions and key tiles are the same, and a tile that the larger
- * group adds is hidden from the row, which keeps it exactly. 70 queries: rows past Sq in both
- * m-tiles of a warp; causal bottom-right, so tiles are cut, whole and hidden. (The default's
- * results against the reference: matrix_unit_cases_in_16_bits.) */
+ * group adds is hidden from the row, which keeps it exactly. 40 queries: a warp with both
+ * m-tiles whole, one with rows past Sq; causal, so tiles are cut, whole and hidden. (The
+ * default's results against the reference: matrix_unit_cases_in_16_bits.) */
 static void two_m_tiles_a_warp_give_the_same_bits(test_ctx *t) {
     if (clattn__device_max_group(clattn_env_device(t->env)) < 128)
         return test_skip(t, "groups capped below attention_mma's 128");
     if (test_under_uninit_checker()) /* as variant_runs: its emulation's scratch */
         return test_skip(t, "attention_mma runs without --uninitialized");
-    at_spec s = base(1, 2, 1, 70, 90, 16); /* small head dims: the builds are its cost */
+    at_spec s = base(1, 2, 1, 40, 70, 16); /* small head dims: the builds are its cost */
     s.dt = CLATTN_F16;
     s.Dv = 8;
-    s.causal = 1, s.bottom_right = 1, s.lse = 1;
+    s.causal = 1;
     at_data d;
     float *out[2] = {NULL}, *lse[2] = {NULL};
     bool ok = prepare(t, &s, &d);
@@ -419,12 +419,9 @@ static void two_m_tiles_a_warp_give_the_same_bits(test_ctx *t) {
     }
     clattn_tuning_override("attention", NULL);
     const size_t rows = (size_t)(s.B * s.Hq * s.Sq);
-    if (ok) {
+    if (ok)
         CHECK(t, memcmp(out[0], out[1], rows * (size_t)s.Dv * sizeof(float)) == 0,
               "two m-tiles a warp changed the outputs");
-        CHECK(t, memcmp(lse[0], lse[1], rows * sizeof(float)) == 0,
-              "two m-tiles a warp changed the lse");
-    }
     for (int i = 0; i < 2; ++i) free(out[i]), free(lse[i]);
     free_data(&d);
 }
