@@ -84,7 +84,8 @@
 /* The row's statistics after the reductions: the maximum and the sum of exp(s - max). */
 typedef struct row_stats {
     float max, sum;
-    int nan; /* a NaN score was seen (fmax skips NaN, so it is tracked apart) */
+    int nan; /* a NaN score was seen (fmax skips NaN: softmax_rows tracks it apart,
+                softmax_group finds it in the sum) */
 } row_stats;
 
 /* Empty rows have max -inf and no NaN; their outputs are `empty_value` and lse is -inf. */
@@ -287,6 +288,18 @@ inline float group_sum(__local float *scratch, float v) {
     return result;
 }
 
+/* The row's statistics from the group's max and sum of exp(s - base), base the max or, for a
+ * max of -inf, 0 (so that the -inf scores add 0 and a NaN among them still adds NaN): a NaN
+ * score, or a +inf one (exp(inf - inf)), makes the sum NaN, which is how softmax_group finds a
+ * NaN row, one reduction fewer than tracking NaN apart. */
+inline float group_base(float max) {
+    return max == -INFINITY ? 0.0f : max;
+}
+inline row_stats group_stats(float max, float sum) {
+    row_stats st = {max, sum, isnan(sum)};
+    return st;
+}
+
 /* softmax_group's passes over the keys. Pass 1 and 2 give the row's statistics (every
  * work-item gets them), pass 3 stores the row: y at the keys of [lo, hi), `outside` elsewhere.
  * With ALIGNED a work-item takes whole VEC-key chunks, one vector access each: the chunks that
@@ -309,20 +322,11 @@ inline row_stats group_row_stats(__global const X_STORAGE *x, IDX xr, __local fl
                                  const mask_params *p, const mask_row *r) {
     const int lid = (int)get_local_id(0), first = first_chunk(r), last = last_chunk(r);
     floatV m = (floatV)(-INFINITY);
-    intV nan_seen = (intV)0;
-    for (int c = first + lid; c < last; c += GROUP) {
-        floatV s = SCORE_XA(c * VEC);
-        m = fmax(m, s);
-        nan_seen |= isnan(s);
-    }
-    row_stats st;
-    st.max = group_max(scratch, hmax(m));
-    st.nan = group_max(scratch, any(nan_seen) ? 1.0f : 0.0f) > 0.0f;
+    for (int c = first + lid; c < last; c += GROUP) m = fmax(m, SCORE_XA(c * VEC));
+    const float max = group_max(scratch, hmax(m)), base = group_base(max);
     floatV sum = (floatV)0.0f;
-    if (!row_is_empty(&st))
-        for (int c = first + lid; c < last; c += GROUP) sum += exp(SCORE_XA(c * VEC) - st.max);
-    st.sum = group_sum(scratch, hsum(sum));
-    return st;
+    for (int c = first + lid; c < last; c += GROUP) sum += exp(SCORE_XA(c * VEC) - base);
+    return group_stats(max, group_sum(scratch, hsum(sum)));
 }
 
 inline void group_store_row(__global const X_STORAGE *x, IDX xr, __global Y_STORAGE *y, IDX yr,
@@ -341,20 +345,12 @@ inline row_stats group_row_stats(__global const X_STORAGE *x, IDX xr, IDX xs3,
                                  __local float *scratch, const mask_params *p,
                                  const mask_row *r) {
     const int lid = (int)get_local_id(0);
-    float m = -INFINITY, nan_seen = 0.0f;
-    for (int j = r->lo + lid; j < r->hi; j += GROUP) {
-        float s = SCORE_X(j);
-        m = fmax(m, s);
-        nan_seen = isnan(s) ? 1.0f : nan_seen;
-    }
-    row_stats st;
-    st.max = group_max(scratch, m);
-    st.nan = group_max(scratch, nan_seen) > 0.0f;
+    float m = -INFINITY;
+    for (int j = r->lo + lid; j < r->hi; j += GROUP) m = fmax(m, SCORE_X(j));
+    const float max = group_max(scratch, m), base = group_base(max);
     float sum = 0.0f;
-    if (!row_is_empty(&st))
-        for (int j = r->lo + lid; j < r->hi; j += GROUP) sum += exp(SCORE_X(j) - st.max);
-    st.sum = group_sum(scratch, sum);
-    return st;
+    for (int j = r->lo + lid; j < r->hi; j += GROUP) sum += exp(SCORE_X(j) - base);
+    return group_stats(max, group_sum(scratch, sum));
 }
 
 inline void group_store_row(__global const X_STORAGE *x, IDX xr, IDX xs3, __global Y_STORAGE *y,
