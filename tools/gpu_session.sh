@@ -13,8 +13,9 @@
 # with its ROW's label). A ROW is "LABEL|OP|CLATTN_TUNE[|NAME=VALUE]" (the tune part may be
 # empty; NAME=VALUE is set for that row alone, e.g. CLATTN_KERNEL_DIR=dir to time another
 # version of the kernels beside this one in the same call); without
-# ROWs it runs DEFAULT_ROWS below: the default rows of the issues' targets, and attention_mma's
-# queries a warp and key tiles beside its defaults. Order: build, the matrix-unit probes, the rows, then the C suite.
+# ROWs it runs DEFAULT_ROWS below: the default rows of the issues' targets, attention_mma's key
+# tiles beside its default, and last its 32 queries a warp (whose build took NVIDIA's compiler
+# minutes: the row's build log, if it finishes, says why). Order: build, the matrix-unit probes, the rows, then the C suite.
 # GPU_TESTS holds clattn-tests' arguments, several runs separated by ';' (default: none, the
 # whole suite; "skip" skips it);
 # GPU_QUICK=1 passes --quick to the benchmark. Each step has a time limit (a bench row 120 s:
@@ -26,16 +27,16 @@ cd "$(dirname "$0")/.."
 
 DEFAULT_ROWS=( # most wanted first: rows past the budget are skipped
   "default|attention|"
-  "q16|attention|attention:UNIT_QUERIES=16"
   "default|attention_causal|"
-  "q16|attention_causal|attention:UNIT_QUERIES=16"
   "keys64|attention|attention:UNIT_KEYS=64"
   "keys16|attention|attention:UNIT_KEYS=16"
   "default|attention_decode|"
   "default|mha|"
   "default|softmax|"
+  "g64v8|softmax|softmax:VEC=8,GROUP=64"
   "default|split_heads|"
   "default|linear_attention|"
+  "q32|attention|attention:UNIT_QUERIES=32"
 )
 
 DEBS=(ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-c-headers opencl-clhpp-headers libclblast1
@@ -183,16 +184,14 @@ run() {
     # The probes first (seconds: whether the matrix units run), the rows, then the whole suite
     # in the time left.
     step 60 probes build/tests/clattn-tests --suite matrix_units
-    # The rows' programs dumped with their build logs; on NVIDIA's driver -cl-nv-verbose puts
-    # ptxas' registers, spills and local memory of every kernel there.
-    (
-      export CLATTN_DUMP_PROGRAMS=$work/programs
-      command -v nvidia-smi >/dev/null && export CLATTN_BUILD_OPTIONS=-cl-nv-verbose
-      bench_rows "$work/json" "${rows[@]}"
-    )
+    # The programs of the rows and tests dumped with their build logs; on NVIDIA's driver
+    # -cl-nv-verbose puts ptxas' registers, spills and local memory of every kernel there.
+    export CLATTN_DUMP_PROGRAMS=$work/programs
+    if command -v nvidia-smi >/dev/null; then export CLATTN_BUILD_OPTIONS=-cl-nv-verbose; fi
+    bench_rows "$work/json" "${rows[@]}"
     merge_json "$OUT/bench.json" "$work"/json/bench-*.json
-    build_logs "$work/programs" >"$OUT/build-logs.txt"
     [ "${GPU_TESTS:-}" = skip ] || run_tests
+    build_logs "$work/programs" >"$OUT/build-logs.txt"
   } 2>&1 | tee "$OUT/session.log"
 }
 
