@@ -671,8 +671,9 @@ attention_lanes(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T,
  * fragment's halves) and multiplied into VALUE_DIM / 8 accumulator fragments per m-tile.
  * Everything the other variants promise holds (masks, GQA, lse, empty rows, bottom-right): the
  * mask is cl/mask.cl's, element by element except in tiles that it leaves whole (then the scale
- * alone, the same bits). The weights are exp2(s log2(e) - m log2(e)), one FMA and the base-2
- * exponential a score (FlashAttention's form), the max and lse kept in natural units. A zero
+ * alone, the same bits). The weights are exp2((s - m) log2(e)): the base-2 exponential is the
+ * cheaper instruction (FlashAttention folds m log2(e) into one FMA, which overflows for
+ * |m| > 2.3e38). Key tiles start at multiples of MMA_KT, whatever the group's span. A zero
  * weight cannot skip its V row inside a product (0 * Inf is NaN), so NaN and Inf values enter
  * the products as 0, and a tile that holds one (a flag set while loading) adds them afterwards
  * to the outputs whose weight for them is not 0 (w * x is x's infinity or NaN for any w > 0, so
@@ -873,10 +874,12 @@ MMA_INLINE void mma_softmax(const float s[MMA_MT][MMA_KB][4], float m[MMA_ROWS],
     UNROLL for (int mt = 0; mt < MMA_MT; ++mt) mma_quad_reduce(top + 2 * mt, 1, xs);
     UNROLL for (int a = 0; a < MMA_ROWS; ++a) {
         const float m_new = fmax(m[a], top[a]);
-        /* exp(x - m) as exp2(x log2e - m log2e); a row that sees nothing yet keeps base 0, so
-         * its -INFINITY scores weigh 0. An unchanged max keeps the row exactly (a tile the row
-         * does not see changes no bit), a first one drops the empty start (exp2(-INFINITY)). */
-        base[a] = m_new == -INFINITY ? 0.0f : m_new * M_LOG2E_F;
+        /* exp(x - m) as exp2((x - m) log2e), the cheaper instruction (x - m is exact or
+         * rounded once, as before, and cannot overflow: m log2e could for |m| > 2.3e38); a row
+         * that sees nothing yet keeps base 0, so its -INFINITY scores weigh 0. An unchanged max
+         * keeps the row exactly (a tile the row does not see changes no bit), a first one
+         * drops the empty start (exp2(-INFINITY)). */
+        base[a] = m_new == -INFINITY ? 0.0f : m_new;
         const float keep = m[a] == m_new ? 1.0f : exp2((m[a] - m_new) * M_LOG2E_F);
         m[a] = m_new;
         l[a] *= keep;
@@ -889,7 +892,7 @@ MMA_INLINE void mma_softmax(const float s[MMA_MT][MMA_KB][4], float m[MMA_ROWS],
                 const int a = 2 * mt + h;
                 float w[2];
                 UNROLL for (int e = 0; e < 2; ++e) {
-                    w[e] = exp2(fma(s[mt][kb][h * 2 + e], M_LOG2E_F, -base[a]));
+                    w[e] = exp2((s[mt][kb][h * 2 + e] - base[a]) * M_LOG2E_F);
                     l[a] += w[e];
                     if (flagged)
                         seen[(16 * mt + g + 8 * h) * MMA_KT + kb * 8 + 2 * t + e] = w[e] != 0.0f;
@@ -980,8 +983,11 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
 
     __local uchar *warp_seen = seen + warp * MMA_WQ * MMA_KT;
     uint4 kr[MMA_KREGS], vr[MMA_VREGS];
-    if (keys.x < keys.y) mma_fetch(&km, &vm, keys.x, keys.y, kr, vr);
-    for (int j0 = keys.x, tile = 0; j0 < keys.y; j0 += MMA_KT, tile ^= 1) {
+    /* tiles start at multiples of MMA_KT, so that they are the same whatever the group's
+     * size (UNIT_QUERIES): the keys before the span are hidden from every row */
+    const int first = keys.x / MMA_KT * MMA_KT;
+    if (keys.x < keys.y) mma_fetch(&km, &vm, first, keys.y, kr, vr);
+    for (int j0 = first, tile = 0; j0 < keys.y; j0 += MMA_KT, tile ^= 1) {
         barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with the last tile */
         mma_stage(kr, vr, kt, vt, &garbage[tile]);
         barrier(CLK_LOCAL_MEM_FENCE);

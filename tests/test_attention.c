@@ -396,32 +396,48 @@ static void matrix_unit_cases_in_16_bits(test_ctx *t) {
     check_case_on(t, &s, CLATTN__ATTENTION_MMA, "bf16 window + global, 66 queries");
 }
 
+/* The same floats, NaN matching any NaN (which payload a NaN gets is no promise). */
+static bool same_floats(const float *a, const float *b, size_t n) {
+    for (size_t i = 0; i < n; ++i)
+        if (!(isnan(a[i]) && isnan(b[i])) && memcmp(&a[i], &b[i], sizeof a[i]) != 0) return false;
+    return true;
+}
+
 /* attention_mma with two m-tiles a warp (UNIT_QUERIES=32) gives the bits of one (16, the
- * default): a row's products, reductions and key tiles are the same, and a tile that the larger
- * group adds is hidden from the row, which keeps it exactly. 40 queries: a warp with both
- * m-tiles whole, one with rows past Sq; causal, so tiles are cut, whole and hidden. (The
- * default's results against the reference: matrix_unit_cases_in_16_bits.) */
+ * default): a row's products, reductions and key tiles are the same (tiles start at multiples
+ * of their size, wherever the larger group's span starts), and a tile that the larger group adds
+ * is hidden from the row, which keeps it exactly. 100 queries: two groups of 16-query warps,
+ * one of 32-query warps with rows past Sq; causal with a left window of 20, so tiles are cut,
+ * whole and hidden, and the groups' spans start apart; lse; NaN and Inf values in V that only
+ * some rows of an m-tile see (the non-finite fallback reads its rows' flags). (The default's
+ * results against the reference: matrix_unit_cases_in_16_bits,
+ * hidden_keys_inside_the_span_change_nothing.) */
 static void two_m_tiles_a_warp_give_the_same_bits(test_ctx *t) {
     if (clattn__device_max_group(clattn_env_device(t->env)) < 128)
         return test_skip(t, "groups capped below attention_mma's 128");
     if (test_under_uninit_checker()) /* as variant_runs: its emulation's scratch */
         return test_skip(t, "attention_mma runs without --uninitialized");
-    at_spec s = base(1, 2, 1, 40, 70, 16); /* small head dims: the builds are its cost */
+    at_spec s = base(1, 2, 1, 100, 100, 16); /* small head dims: the builds are its cost */
     s.dt = CLATTN_F16;
-    s.Dv = 8;
-    s.causal = 1;
+    s.Dv = 16;
+    s.causal = 1, s.window = 1, s.left = 20, s.right = 0;
+    s.lse = 1;
     at_data d;
     float *out[2] = {NULL}, *lse[2] = {NULL};
     bool ok = prepare(t, &s, &d);
+    if (ok) /* key 5: rows 5-25; key 20: rows 20-40; key 70: rows 70-90 */
+        d.v[5 * s.Dv + 5] = NAN, d.v[20 * s.Dv + 3] = INFINITY, d.v[70 * s.Dv + 9] = -INFINITY;
     for (int i = 0; i < 2 && ok; ++i) {
         CHECK_OK(t, clattn_tuning_override("attention", i ? "UNIT_QUERIES=32" : "UNIT_QUERIES=16"));
         ok = !t->failed && run_variant(t, &s, &d, CLATTN__ATTENTION_MMA, &out[i], &lse[i]);
     }
     clattn_tuning_override("attention", NULL);
     const size_t rows = (size_t)(s.B * s.Hq * s.Sq);
-    if (ok)
-        CHECK(t, memcmp(out[0], out[1], rows * (size_t)s.Dv * sizeof(float)) == 0,
+    if (ok) {
+        CHECK(t, same_floats(out[0], out[1], rows * (size_t)s.Dv),
               "two m-tiles a warp changed the outputs");
+        CHECK(t, same_floats(lse[0], lse[1], rows), "two m-tiles a warp changed the lse");
+    }
     for (int i = 0; i < 2; ++i) free(out[i]), free(lse[i]);
     free_data(&d);
 }

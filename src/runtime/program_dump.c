@@ -35,8 +35,9 @@ static void dump_log(const char *dir, const char *name, cl_program program, cl_d
         clattn__warn("CLATTN_DUMP_PROGRAMS: no memory for %s's build log", name);
         return;
     }
-    const int used = snprintf(text, head, "built in %.0f ms\n", build_ms);
-    text[used] = '\0';
+    int used = snprintf(text, head, "built in %.0f ms\n", build_ms);
+    if (used < 0) used = 0, text[0] = '\0';
+    if ((size_t)used >= head) used = (int)head - 1; /* cut, and snprintf ended it there */
     if (size > 0 && clGetProgramBuildInfo(program, device, CL_PROGRAM_BUILD_LOG, size, text + used,
                                           NULL) == CL_SUCCESS)
         text[used + size] = '\0';
