@@ -396,6 +396,21 @@ static void matrix_unit_cases_in_16_bits(test_ctx *t) {
     check_case_on(t, &s, CLATTN__ATTENTION_MMA, "bf16 window + global, 66 queries");
 }
 
+/* Whether the tests that force attention_mma outside the case lists run here: its groups of 128
+ * fit, and no uninitialized-value checker misreads its emulation's scratch (as variant_runs);
+ * else the test is skipped, saying why. */
+static bool mma_runs_here(test_ctx *t) {
+    if (clattn__device_max_group(clattn_env_device(t->env)) < 128) {
+        test_skip(t, "groups capped below attention_mma's 128");
+        return false;
+    }
+    if (test_under_uninit_checker()) {
+        test_skip(t, "attention_mma runs without --uninitialized");
+        return false;
+    }
+    return true;
+}
+
 /* The same floats, NaN matching any NaN (which payload a NaN gets is no promise). */
 static bool same_floats(const float *a, const float *b, size_t n) {
     for (size_t i = 0; i < n; ++i)
@@ -413,10 +428,7 @@ static bool same_floats(const float *a, const float *b, size_t n) {
  * results against the reference: matrix_unit_cases_in_16_bits,
  * hidden_keys_inside_the_span_change_nothing.) */
 static void two_m_tiles_a_warp_give_the_same_bits(test_ctx *t) {
-    if (clattn__device_max_group(clattn_env_device(t->env)) < 128)
-        return test_skip(t, "groups capped below attention_mma's 128");
-    if (test_under_uninit_checker()) /* as variant_runs: its emulation's scratch */
-        return test_skip(t, "attention_mma runs without --uninitialized");
+    if (!mma_runs_here(t)) return;
     at_spec s = base(1, 2, 1, 100, 100, 16); /* small head dims: the builds are its cost */
     s.dt = CLATTN_F16;
     s.Dv = 16;
@@ -455,10 +467,7 @@ static bool outputs_of(test_ctx *t, const at_spec *s, const at_data *d, int vari
  * every device both units, so there the library's own choice must give attention_mma's bits
  * for 16-bit prefill, and the same bits as without them for the others. */
 static void sixteen_bit_prefill_takes_the_units_found(test_ctx *t) {
-    if (clattn__device_max_group(clattn_env_device(t->env)) < 128)
-        return test_skip(t, "groups capped below attention_mma's 128");
-    if (test_under_uninit_checker()) /* as variant_runs: its emulation's scratch */
-        return test_skip(t, "attention_mma runs without --uninitialized");
+    if (!mma_runs_here(t)) return;
     enum { CASES = 3 };
     static const char *const what[CASES] = {"f16 prefill", "f32 prefill", "f16 decoding"};
     at_spec s[CASES];

@@ -4,7 +4,7 @@
 #ifndef CLATTN_RUNTIME_PROGRAM_DUMP_H
 #define CLATTN_RUNTIME_PROGRAM_DUMP_H
 
-#include "runtime.h"
+#include "status.h"
 
 /* With CLATTN_DUMP_PROGRAMS=DIR, writes the joined source `text` of cl/<op_file> to
  * DIR/<op>-<16 hex digits>.cl and its build `options` to the same name with .options (first,
