@@ -68,6 +68,11 @@ int bench_time(const bench_options *opt, bench_fn fn, void *ctx, cl_command_queu
 
 /* ---- ceilings ---- */
 
+/* A ceiling's work per ns over `t`'s runs: GB/s or GFLOP/s. */
+static double ceiling_rate(const bench_ceiling_run *run, const bench_timing *t) {
+    return run->work / (t->median_ms * 1e6);
+}
+
 static int run_ceiling(void *p, cl_command_queue queue) {
     bench_ceiling_run *c = p;
     return clEnqueueNDRangeKernel(queue, c->kernel, 1, NULL, &c->global,
@@ -120,13 +125,16 @@ static cl_int open_copy(const bench_options *opt, clattn_env *env, cl_program pr
     return err;
 }
 
+static size_t compute_units(cl_device_id device) {
+    cl_uint units = 1;
+    clGetDeviceInfo(device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL);
+    return units;
+}
+
 /* FMA: enough work-items to fill every compute unit, enough iterations to run for milliseconds. */
 static cl_int open_fma(const bench_options *opt, clattn_env *env, cl_program program, cl_uint width,
                        bench_ceiling_run *run) {
-    cl_uint units = 1;
-    clGetDeviceInfo(clattn_env_device(env), CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units,
-                    NULL);
-    run->global = (size_t)units * 8192;
+    run->global = compute_units(clattn_env_device(env)) * 8192;
     float a = 0.999f, b = 1e-4f;
     cl_int iterations = (cl_int)((opt->quick ? 8192 : 32768) / width);
     run->work = 16.0 * width * (double)iterations * (double)run->global;
@@ -157,10 +165,8 @@ static cl_int open_matrix(const bench_options *opt, clattn_env *env, bench_ceili
     if (err == CL_SUCCESS)
         err = clBuildProgram(program, 1, &device,
                              "-cl-std=CL1.2 -DMMA_PEAK=1 -DMMA_PTX=1 -DMMA_T=f16", NULL, NULL);
-    cl_uint units_count = 1;
-    clGetDeviceInfo(device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units_count, &units_count, NULL);
     run->local = 128;
-    run->global = (size_t)units_count * 512;
+    run->global = compute_units(device) * 512;
     cl_int iterations = opt->quick ? 1024 : 4096;
     run->work = 4096.0 * 8 * (double)iterations * (double)(run->global / 32);
     if (err == CL_SUCCESS)
@@ -214,10 +220,10 @@ int bench_ceilings_open(const bench_options *opt, clattn_env *env, bench_ceiling
     }
     if (status == CLATTN_SUCCESS) {
         out->launch_us = out->launch.median_ms * 1e3;
-        out->copy_gbs = out->copy_run.work / (out->copy.median_ms * 1e6);
-        out->fma_gflops = out->fma_run.work / (out->fma.median_ms * 1e6);
+        out->copy_gbs = ceiling_rate(&out->copy_run, &out->copy);
+        out->fma_gflops = ceiling_rate(&out->fma_run, &out->fma);
         if (out->matrix_run.kernel)
-            out->matrix_gflops = out->matrix_run.work / (out->matrix.median_ms * 1e6);
+            out->matrix_gflops = ceiling_rate(&out->matrix_run, &out->matrix);
     }
     if (status != CLATTN_SUCCESS) bench_ceilings_close(out);
     return status;
@@ -230,29 +236,30 @@ void bench_ceilings_close(bench_ceilings *c) {
     release_run(&c->matrix_run);
 }
 
+/* fn timed alternately with the ceiling `run`; *rate is the ceiling's work per ns (GB/s or
+ * GFLOP/s) over those runs. */
+static int time_beside_ceiling(const bench_options *opt, bench_ceiling_run *run, bench_fn fn,
+                               void *ctx, cl_command_queue queue, bench_timing *out, double *rate) {
+    bench_timing ceiling;
+    int status = bench_time_beside(opt, fn, ctx, run_ceiling, run, queue, out, &ceiling);
+    if (status == CLATTN_SUCCESS) *rate = ceiling_rate(run, &ceiling);
+    return status;
+}
+
 int bench_time_vs_copy(const bench_options *opt, bench_ceilings *c, bench_fn fn, void *ctx,
                        cl_command_queue queue, bench_timing *out, double *copy_gbs) {
-    bench_timing copy;
-    int status = bench_time_beside(opt, fn, ctx, run_ceiling, &c->copy_run, queue, out, &copy);
-    if (status == CLATTN_SUCCESS) *copy_gbs = c->copy_run.work / (copy.median_ms * 1e6);
-    return status;
+    return time_beside_ceiling(opt, &c->copy_run, fn, ctx, queue, out, copy_gbs);
 }
 
 int bench_time_vs_fma(const bench_options *opt, bench_ceilings *c, bench_fn fn, void *ctx,
                       cl_command_queue queue, bench_timing *out, double *fma_gflops) {
-    bench_timing fma;
-    int status = bench_time_beside(opt, fn, ctx, run_ceiling, &c->fma_run, queue, out, &fma);
-    if (status == CLATTN_SUCCESS) *fma_gflops = c->fma_run.work / (fma.median_ms * 1e6);
-    return status;
+    return time_beside_ceiling(opt, &c->fma_run, fn, ctx, queue, out, fma_gflops);
 }
 
 int bench_time_vs_compute(const bench_options *opt, bench_ceilings *c, clattn_dtype dtype,
                           bench_fn fn, void *ctx, cl_command_queue queue, bench_timing *out,
                           double *gflops) {
-    if (dtype == CLATTN_F32 || !c->matrix_run.kernel)
-        return bench_time_vs_fma(opt, c, fn, ctx, queue, out, gflops);
-    bench_timing matrix;
-    int status = bench_time_beside(opt, fn, ctx, run_ceiling, &c->matrix_run, queue, out, &matrix);
-    if (status == CLATTN_SUCCESS) *gflops = c->matrix_run.work / (matrix.median_ms * 1e6);
-    return status;
+    const bool matrix = dtype != CLATTN_F32 && c->matrix_run.kernel;
+    return time_beside_ceiling(opt, matrix ? &c->matrix_run : &c->fma_run, fn, ctx, queue, out,
+                               gflops);
 }

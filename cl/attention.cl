@@ -803,6 +803,11 @@ MMA_INLINE void mma_stage(const uint4 kr[MMA_KREGS], const uint4 vr[MMA_VREGS], 
     if (bad) atomic_or(garbage, 1);
 }
 
+/* The warp's row (0 .. MMA_WQ - 1) that is the lane's row a: g + 8 (a % 2) of m-tile a / 2. */
+inline int mma_lane_row(int a) {
+    return 16 * (a / 2) + 8 * (a % 2) + (int)get_local_id(0) % MMA_WARP / 4;
+}
+
 /* The lane's q rows (rows[a], 0 at or past Sq) as A fragments: qa[mt][c] holds head dims
  * 16c .. 16c + 15 of m-tile mt's rows. */
 MMA_INLINE void mma_load_q(const mma_matrix *q, const int rows[MMA_ROWS], int Sq,
@@ -864,7 +869,7 @@ MMA_INLINE void mma_mask(const mask_params *p, const mask_row r[MMA_ROWS], int j
 MMA_INLINE void mma_softmax(const float s[MMA_MT][MMA_KB][4], float m[MMA_ROWS], float l[MMA_ROWS],
                             float acc[MMA_MT][MMA_VB][4], uint pa[MMA_MT][MMA_KB / 2][4],
                             bool flagged, __local uchar *seen, __local float *xs) {
-    const int lane = (int)get_local_id(0) % MMA_WARP, g = lane / 4, t = lane % 4;
+    const int t = (int)get_local_id(0) % 4;
     float base[MMA_ROWS], top[MMA_ROWS];
     UNROLL for (int a = 0; a < MMA_ROWS; ++a) top[a] = -INFINITY;
     UNROLL for (int mt = 0; mt < MMA_MT; ++mt)
@@ -894,8 +899,7 @@ MMA_INLINE void mma_softmax(const float s[MMA_MT][MMA_KB][4], float m[MMA_ROWS],
                 UNROLL for (int e = 0; e < 2; ++e) {
                     w[e] = exp2((s[mt][kb][h * 2 + e] - base[a]) * M_LOG2E_F);
                     l[a] += w[e];
-                    if (flagged)
-                        seen[(16 * mt + g + 8 * h) * MMA_KT + kb * 8 + 2 * t + e] = w[e] != 0.0f;
+                    if (flagged) seen[mma_lane_row(a) * MMA_KT + kb * 8 + 2 * t + e] = w[e] != 0.0f;
                 }
                 pa[mt][kb / 2][(kb % 2) * 2 + h] = mma_bits(w[0]) | mma_bits(w[1]) << 16;
             }
@@ -921,11 +925,11 @@ MMA_INLINE void mma_values(const uint pa[MMA_MT][MMA_KB / 2][4], const __local u
  * for all the lane's rows), so a hidden one changes no bit of a row. */
 MMA_INLINE void mma_add_non_finite(const mma_matrix *v, int j0, int hi, const __local uchar *seen,
                                    float acc[MMA_MT][MMA_VB][4]) {
-    const int lane = (int)get_local_id(0) % MMA_WARP, g = lane / 4, t = lane % 4;
+    const int t = (int)get_local_id(0) % 4;
     for (int jj = 0; jj < MMA_KT && j0 + jj < hi; ++jj) {
         bool weighs[MMA_ROWS], any = false;
         UNROLL for (int a = 0; a < MMA_ROWS; ++a) {
-            weighs[a] = seen[(16 * (a / 2) + 8 * (a % 2) + g) * MMA_KT + jj] != 0;
+            weighs[a] = seen[mma_lane_row(a) * MMA_KT + jj] != 0;
             any = any || weighs[a];
         }
         if (!any) continue;
@@ -956,7 +960,7 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
                                is in use) */
     __local uint *kt = (__local uint *)kt4;
     __local ushort *vt = (__local ushort *)vtw; /* words: a B fragment's two keys */
-    const int lid = (int)get_local_id(0), warp = lid / MMA_WARP, g = lid % MMA_WARP / 4;
+    const int lid = (int)get_local_id(0), warp = lid / MMA_WARP;
     const int blocks = (Sq + MMA_BQ - 1) / MMA_BQ, group = (int)get_group_id(0);
     const int bh = group / blocks, h = bh % Hq, b = bh / Hq, hk = h / (Hq / Hkv);
     const mma_matrix qm = MMA_MATRIX(q, b, h), km = MMA_MATRIX(k, b, hk), vm = MMA_MATRIX(v, b, hk);
@@ -965,7 +969,7 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
     mask_row r[MMA_ROWS];
     int lo = Sk, hi = 0;
     UNROLL for (int a = 0; a < MMA_ROWS; ++a) {
-        rows[a] = (group % blocks) * MMA_BQ + warp * MMA_WQ + 16 * (a / 2) + 8 * (a % 2) + g;
+        rows[a] = (group % blocks) * MMA_BQ + warp * MMA_WQ + mma_lane_row(a);
         r[a] = mask_row_start(&p, b, h, min(rows[a], Sq - 1), Sq, Sk);
         if (rows[a] >= Sq) r[a].hi = r[a].lo; /* a row past Sq only helps */
         if (r[a].lo < r[a].hi) lo = min(lo, r[a].lo), hi = max(hi, r[a].hi);
@@ -1012,15 +1016,16 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
     UNROLL for (int a = 0; a < MMA_ROWS; ++a) {
         const int i = rows[a];
         if (i >= Sq) continue;
-        const bool nan_row = isnan(l[a]), empty = m[a] == -INFINITY && !nan_row;
+        /* a NaN row's sum is NaN, which makes its outputs and lse NaN below */
+        const bool empty = m[a] == -INFINITY && !isnan(l[a]);
         const float inv = 1.0f / l[a];
         UNROLL for (int n = 0; n < MMA_VB; ++n)
             UNROLL for (int e = 0; e < 2; ++e) {
                 const float x = acc[a / 2][n][(a % 2) * 2 + e];
-                const float value = empty ? (EMPTY_NAN ? NAN : 0.0f) : nan_row ? NAN : x * inv;
+                const float value = empty ? (EMPTY_NAN ? NAN : 0.0f) : x * inv;
                 CAT(store_, O_T)(o, AT(o, b, h, i, n * 8 + 2 * t + e), value);
             }
-        if (t == 0) STORE_LSE(i, empty ? -INFINITY : nan_row ? NAN : m[a] + log(l[a]));
+        if (t == 0) STORE_LSE(i, empty ? -INFINITY : m[a] + log(l[a]));
     }
 }
 #endif /* BUILDS(5) && MMA_T */

@@ -135,12 +135,12 @@ static const struct {
     {CLATTN_MATRIX_MMA_BF16, "bf16", takes_ptx_mma},
 };
 
-/* A mechanism's probe: the PTX build, or with the emulation hook (tests) the local-memory
- * emulation, offered to every device. */
 bool clattn__matrix_units_emulated(void) {
     return clattn__hook_value(CLATTN__HOOK_MATRIX_EMULATION) == 1;
 }
 
+/* A mechanism's probe: the PTX build, or with the emulation hook (tests) the local-memory
+ * emulation, offered to every device. */
 static int probe_mechanism(const clattn__call *call, size_t i, bool *exact) {
     const bool emulated = clattn__matrix_units_emulated();
     *exact = false;
