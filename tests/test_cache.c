@@ -72,23 +72,22 @@ static void clearing_one_context_keeps_the_others(test_ctx *t) {
     CHECK(t, before == 2 && after == 1, "programs before %zu after %zu", before, after);
 }
 
+/* dir/name holding text. */
+static bool write_kernel_file(const char *dir, const char *name, const char *text) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f) return false;
+    fputs(text, f);
+    return fclose(f) == 0;
+}
+
 /* A scratch kernel directory holding the given files. */
 static bool make_kernel_dir(char *dir, size_t capacity, const char *common, const char *heads) {
     const char *tmp = getenv("TMPDIR");
     snprintf(dir, capacity, "%s/clattn-kernels-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(dir)) return false;
-    const char *names[2] = {"common.cl", "heads.cl"};
-    const char *texts[2] = {common, heads};
-    for (int i = 0; i < 2; ++i) {
-        if (!texts[i]) continue;
-        char path[512];
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        FILE *f = fopen(path, "w");
-        if (!f) return false;
-        fputs(texts[i], f);
-        fclose(f);
-    }
-    return true;
+    return mkdtemp(dir) && (!common || write_kernel_file(dir, "common.cl", common)) &&
+           (!heads || write_kernel_file(dir, "heads.cl", heads));
 }
 
 static void remove_kernel_dir(const char *dir) {
@@ -137,17 +136,46 @@ static void a_build_failure_returns_its_log_with_file_and_line(test_ctx *t) {
           clattn_status_name(missing));
 }
 
+/* cl/NAME of the source tree, malloc'ed (NULL when unreadable). */
+static char *real_source(const char *name) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/cl/%s", CLATTN_SOURCE_DIR, name);
+    FILE *f = fopen(path, "rb");
+    char *text = NULL;
+    long n = f && fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (text = malloc((size_t)n + 1)) &&
+        fread(text, 1, (size_t)n, f) == (size_t)n)
+        text[n] = '\0';
+    else
+        free(text), text = NULL;
+    if (f) fclose(f);
+    return text;
+}
+
+/* The real sources served from a directory build their own program (the text hashes differently
+ * from the embedded key), and an edit there is picked up in the same process: the program cache
+ * keys the text again when a file's size or time changes, not only on a miss. */
 static void kernel_dir_serves_the_real_sources(test_ctx *t) {
-    setenv("CLATTN_KERNEL_DIR", CLATTN_SOURCE_DIR "/cl", 1);
+    char dir[256];
+    char *common = real_source("common.cl"), *heads = real_source("heads.cl");
+    const bool made = common && heads && make_kernel_dir(dir, sizeof dir, common, heads);
+    free(common);
+    free(heads);
+    CHECK(t, made, "cannot copy cl/common.cl and cl/heads.cl into a kernel directory");
+    setenv("CLATTN_KERNEL_DIR", dir, 1);
     size_t builds0, builds1;
     clattn_cache_stats(NULL, &builds0, NULL);
     int status = small_copy(t, clattn_env_queue(t->env), CLATTN_F16);
     clattn_cache_stats(NULL, &builds1, NULL);
+    const bool edited = write_kernel_file(dir, "heads.cl", "__kernel void copy4d(void) { x }\n");
+    int broken = small_copy(t, clattn_env_queue(t->env), CLATTN_F16);
     unsetenv("CLATTN_KERNEL_DIR");
+    remove_kernel_dir(dir);
     CHECK(t, status == CLATTN_SUCCESS, "-> %s: %s", clattn_status_name(status),
           clattn_last_error());
-    /* the disk text hashes differently from the embedded key, so it is its own program */
     CHECK(t, builds1 == builds0 + 1, "builds %zu -> %zu", builds0, builds1);
+    CHECK(t, edited && broken == CLATTN_ERR_BUILD_FAILED, "the edited heads.cl -> %s",
+          clattn_status_name(broken));
 }
 
 /* Debugging options pass through; options that relax IEEE semantics are refused. */

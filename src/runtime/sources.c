@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static int read_file(const char *dir, const char *name, char **text, long *length) {
     size_t path_len = strlen(dir) + strlen(name) + 2;
@@ -110,4 +111,25 @@ int clattn__program_source(const char *op_file, char **text) {
     for (int i = 0; i < count; ++i)
         if (owned[i]) free((char *)parts[i]);
     return status;
+}
+
+int clattn__program_stamp(const char *op_file, uint64_t *stamp) {
+    const char *dir = getenv("CLATTN_KERNEL_DIR"), *names[CLATTN_MAX_PARTS];
+    const int count = program_parts(op_file, names);
+    uint64_t h = 1469598103934665603ull;
+    for (const char *c = dir ? dir : ""; *c; ++c) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    for (int i = 0; i < count; ++i) {
+        char path[4096];
+        struct stat st;
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", dir ? dir : ".", names[i]) >=
+                sizeof path ||
+            stat(path, &st) != 0)
+            return clattn__fail(CLATTN_ERR_KERNEL_SOURCE,
+                                "cannot read kernel source %s (CLATTN_KERNEL_DIR)", path);
+        const uint64_t fields[3] = {(uint64_t)st.st_size, (uint64_t)st.st_mtim.tv_sec,
+                                    (uint64_t)st.st_mtim.tv_nsec};
+        for (int f = 0; f < 3; ++f) h = (h ^ fields[f]) * 1099511628211ull;
+    }
+    *stamp = h;
+    return CLATTN_SUCCESS;
 }
