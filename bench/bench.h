@@ -11,6 +11,7 @@ typedef struct bench_options {
     bool quick;
     int repeats, warmup;
     const char *op;          /* run only this op (NULL: all) */
+    const char *only;        /* and of its rows those whose key holds this text (NULL: all) */
     const char *peer_script; /* bench/peers/torch_ops.py; NULL: no peers */
     const char *python;      /* interpreter for the peer script */
 } bench_options;
@@ -85,7 +86,9 @@ double bench_peer_median(const bench_peer_results *peers, const char *key);
 
 typedef struct bench_record {
     char op[32], variant[32], device[160], shape[96], dtype[8], metric[16];
-    char check[8]; /* "ok", "wrong" (then not timed) or "-" (not checked) */
+    /* "ok", "wrong" (then not timed), "ablated" (wrong, timed: --time-wrong) or "-" (not
+     * checked) */
+    char check[8];
     bench_timing timing;
     double value;        /* in `metric` units */
     double ceiling;      /* the device's ceiling in the same units, timed beside this row */
@@ -99,6 +102,7 @@ typedef struct bench_report {
     /* the verdict of the check before the next row (bench_check_row), and its first
      * mismatch */
     char check[8], check_detail[256];
+    bool time_wrong; /* --time-wrong: a wrong row is timed too, its check "ablated" */
 } bench_report;
 
 bench_record *bench_report_add(bench_report *report);
@@ -150,7 +154,8 @@ typedef struct bench_row_name {
     const char *shape;
 } bench_row_name;
 /* Runs fn once, waits, and checks its result: report->check becomes "ok" or "wrong" (then the
- * untimed row is added and *wrong says to skip the timing); the first mismatch goes to stderr. */
+ * untimed row is added and *wrong says to skip the timing; with report->time_wrong, "ablated"
+ * and the row is timed); the first mismatch goes to stderr. */
 int bench_check_row(bench_report *report, clattn_env *env, bench_fn fn, void *ctx,
                     bench_check_fn check, const bench_row_name *row, bool *wrong);
 

@@ -4,8 +4,8 @@
  * reported apart, and min and median of the repeats, beside PyTorch on the CPU timed on the same
  * shapes in the same run.
  *
- *   clattn-bench [--device SPEC|all] [--op NAME] [--quick] [--json FILE] [--repeats N]
- *                [--peer-script PATH | --no-peers]
+ *   clattn-bench [--device SPEC|all] [--op NAME] [--only TEXT] [--quick] [--json FILE]
+ *                [--repeats N] [--peer-script PATH | --no-peers] [--time-wrong]
  */
 #include "bench.h"
 
@@ -17,8 +17,9 @@
 #endif
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: clattn-bench [--device SPEC|all] [--op NAME] [--quick] [--json FILE]\n"
-                 "                    [--repeats N] [--peer-script PATH | --no-peers]\n"
+    fprintf(out, "usage: clattn-bench [--device SPEC|all] [--op NAME] [--only TEXT] [--quick]\n"
+                 "                    [--json FILE] [--repeats N]\n"
+                 "                    [--peer-script PATH | --no-peers] [--time-wrong]\n"
                  "  SPEC: P:D or a name substring (as CLATTN_DEVICE); all: every device\n"
                  "  NAME: split_heads | merge_heads | split_qkv | softmax | softmax_masked |\n"
                  "        attention | attention_causal | attention_memory | attention_decode |\n"
@@ -26,13 +27,16 @@ static void usage(FILE *out) {
                  "        attention_backward_memory | linear_attention_backward |\n"
                  "        linear_attention_backward_causal |\n"
                  "        linear_attention | linear_attention_causal | linear_step |\n"
-                 "        linear_crossover | gemm | mha | tuning\n");
+                 "        linear_crossover | gemm | mha | tuning\n"
+                 "  TEXT: only the rows whose key holds it (\"f16 4,8,1024,64\")\n"
+                 "  --time-wrong: time rows whose check failed too (check: ablated)\n");
 }
 
 typedef struct bench_args {
     bench_options opt;
     const char *device, *json;
     bool first_calls_only; /* the child of bench_first_calls_empty_cache */
+    bool time_wrong;
 } bench_args;
 
 static int parse_args(int argc, char **argv, bench_args *a) {
@@ -40,11 +44,12 @@ static int parse_args(int argc, char **argv, bench_args *a) {
     snprintf(default_script, sizeof default_script, "%s/bench/peers/torch_ops.py",
              CLATTN_SOURCE_DIR);
     const char *python = getenv("CLATTN_PYTHON");
-    a->opt =
-        (bench_options){false, 0, 3, NULL, default_script, python ? python : "/usr/bin/python3"};
+    a->opt = (bench_options){
+        false, 0, 3, NULL, NULL, default_script, python ? python : "/usr/bin/python3"};
     a->device = NULL;
     a->json = NULL;
     a->first_calls_only = false;
+    a->time_wrong = false;
     for (int i = 1; i < argc; ++i) {
         const char *arg = argv[i];
         const char *next = i + 1 < argc ? argv[i + 1] : NULL;
@@ -52,6 +57,8 @@ static int parse_args(int argc, char **argv, bench_args *a) {
             a->opt.quick = true;
         else if (strcmp(arg, "--no-peers") == 0)
             a->opt.peer_script = NULL;
+        else if (strcmp(arg, "--time-wrong") == 0)
+            a->time_wrong = true;
         else if (strcmp(arg, "--first-calls-only") == 0)
             a->first_calls_only = true;
         else if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0)
@@ -60,6 +67,8 @@ static int parse_args(int argc, char **argv, bench_args *a) {
             a->device = argv[++i];
         else if (next && strcmp(arg, "--op") == 0)
             a->opt.op = argv[++i];
+        else if (next && strcmp(arg, "--only") == 0)
+            a->opt.only = argv[++i];
         else if (next && strcmp(arg, "--json") == 0)
             a->json = argv[++i];
         else if (next && strcmp(arg, "--peer-script") == 0)
@@ -200,6 +209,7 @@ int main(int argc, char **argv) {
     }
     bench_report report;
     memset(&report, 0, sizeof report);
+    report.time_wrong = a.time_wrong;
     int failures = 0;
     for (int i = 0; i < num_devices; ++i) {
         memset(&descs[i], 0, sizeof descs[i]);

@@ -7,15 +7,15 @@
 #   OUT=dir bash tools/gpu_session.sh run [ROW...]   # there, with .gpu carried along
 #
 # `run` unpacks the .debs into a private root (never into /), points an ICD file at the
-# driver's libnvidia-opencl, builds clattn, runs the C suite on the GPU, then one clattn-bench
-# invocation per ROW with PyTorch on the same GPU as the peer (CLATTN_PEER_DEVICE=cuda), and
-# writes into $OUT: session.log (everything printed) and bench.json (every row's records, each
-# with its ROW's label). A ROW is "LABEL|OP|CLATTN_TUNE[|NAME=VALUE]" (the tune part may be
-# empty; NAME=VALUE is set for that row alone, e.g. CLATTN_KERNEL_DIR=dir to time another
-# version of the kernels beside this one in the same call); without
-# ROWs it runs DEFAULT_ROWS below: the default rows of the issues' targets, attention_mma's key
-# tiles beside its default, and last its 32 queries a warp (whose build took NVIDIA's compiler
-# minutes: the row's build log, if it finishes, says why). Order: build, the matrix-unit probes, the rows, then the C suite.
+# driver's libnvidia-opencl, builds clattn, runs the matrix-unit probes, one clattn-bench
+# invocation per ROW with PyTorch on the same GPU as the peer (CLATTN_PEER_DEVICE=cuda), the
+# machine code (machine_code below), then the C suite, and writes into $OUT: session.log
+# (everything printed), bench.json (every row's records, each with its ROW's label),
+# build-logs.txt and sass.tar.gz. A ROW is "LABEL|OP|CLATTN_TUNE[|NAME=VALUE]": OP may carry
+# more of clattn-bench's options ("attention --only f16 --time-wrong"), the tune part may be
+# empty, NAME=VALUE is set for that row alone (CLATTN_KERNEL_DIR=dir times another version of
+# the kernels beside this one in the same call). Without ROWs it runs DEFAULT_ROWS below: the
+# default rows of the issues' targets, attention_mma's tilings beside its default.
 # GPU_TESTS holds clattn-tests' arguments, several runs separated by ';' (default: none, the
 # whole suite; "skip" skips it);
 # GPU_QUICK=1 passes --quick to the benchmark. Each step has a time limit (a bench row 120 s:
@@ -28,15 +28,13 @@ cd "$(dirname "$0")/.."
 DEFAULT_ROWS=( # most wanted first: rows past the budget are skipped
   "default|attention|"
   "default|attention_causal|"
-  "keys64|attention|attention:UNIT_KEYS=64"
-  "keys16|attention|attention:UNIT_KEYS=16"
   "default|attention_decode|"
   "default|mha|"
   "default|softmax|"
-  "g64v8|softmax|softmax:VEC=8,GROUP=64"
   "default|split_heads|"
   "default|linear_attention|"
-  "q32|attention|attention:UNIT_QUERIES=32"
+  "q32|attention --only f16 --no-peers|attention:UNIT_QUERIES=32"
+  "keys64|attention --only f16 --no-peers|attention:UNIT_KEYS=64"
 )
 
 DEBS=(ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-c-headers opencl-clhpp-headers libclblast1
@@ -117,8 +115,9 @@ bench_rows() {
     n=$((n + 1))
     ( # shellcheck disable=SC2163 # the row's own NAME=VALUE, if any
       [ -z "$setting" ] || export "$setting"
+      # shellcheck disable=SC2086 # OP may carry more options: "attention --only f16"
       CLATTN_TUNE=$tune step 120 "bench $label $op${tune:+ ($tune)}${setting:+ $setting}" \
-        build/bench/clattn-bench --device "${CLATTN_DEVICE:-nvidia}" --op "$op" \
+        build/bench/clattn-bench --device "${CLATTN_DEVICE:-nvidia}" --op $op \
         ${GPU_QUICK:+--quick} --json "$out/bench-$n-$label.json")
   done
 }
@@ -155,6 +154,30 @@ build_logs() {
   done
 }
 
+# The machine code of the cached programs whose PTX defines GPU_SASS_KERNEL (default
+# attention_mma): NVIDIA's OpenCL binary is PTX text; CUDA's ptxas, where the machine has it,
+# assembles it for the GPU's own architecture with -v (registers, spills) and cuobjdump prints
+# the SASS, all in one archive, $OUT/sass.tar.gz (the call returns few files).
+machine_code() {
+  local cache=$1 out=$2 arch ptx
+  if ! command -v ptxas >/dev/null || ! command -v cuobjdump >/dev/null; then
+    echo "machine code: no ptxas or cuobjdump here"
+    return 0
+  fi
+  arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d .)
+  mkdir -p "$out"
+  python3 tools/cached_ptx.py "$cache" "$out" "${GPU_SASS_KERNEL:-attention_mma}"
+  for ptx in "$out"/*.ptx; do
+    [ -f "$ptx" ] || continue
+    step 120 "ptxas $(basename "$ptx")" ptxas -arch="sm_$arch" -v -o "${ptx%.ptx}.cubin" "$ptx" \
+      >"${ptx%.ptx}.ptxas" 2>&1
+    cat "${ptx%.ptx}.ptxas"
+    [ -f "${ptx%.ptx}.cubin" ] && cuobjdump -sass "${ptx%.ptx}.cubin" >"${ptx%.ptx}.sass"
+    rm -f "${ptx%.ptx}.cubin"
+  done
+  tar -czf "$OUT/sass.tar.gz" -C "$out" .
+}
+
 # clattn-tests once per ';'-separated selection of GPU_TESTS (none: the whole suite).
 run_tests() {
   local selections=() selection
@@ -170,8 +193,8 @@ run() {
   : "${OUT:?set OUT to the folder the results go to}"
   local work=/tmp/clattn-gpu rows=("$@")
   [ ${#rows[@]} -gt 0 ] || rows=("${DEFAULT_ROWS[@]}")
-  rm -rf "$work/json" "$work/programs"
-  mkdir -p "$work/json" "$work/programs" "$OUT"
+  rm -rf "$work/json" "$work/programs" "$work/sass" "$work/cache"
+  mkdir -p "$work/json" "$work/programs" "$work/cache" "$OUT"
   {
     unpack "$work/root"
     # meson and ninja may be pip packages beside the python3 that holds PyTorch
@@ -190,6 +213,8 @@ run() {
     if command -v nvidia-smi >/dev/null; then export CLATTN_BUILD_OPTIONS=-cl-nv-verbose; fi
     bench_rows "$work/json" "${rows[@]}"
     merge_json "$OUT/bench.json" "$work"/json/bench-*.json
+    build_logs "$work/programs" >"$OUT/build-logs.txt"
+    machine_code "$CLATTN_CACHE_DIR" "$work/sass"
     [ "${GPU_TESTS:-}" = skip ] || run_tests
     build_logs "$work/programs" >"$OUT/build-logs.txt"
   } 2>&1 | tee "$OUT/session.log"
