@@ -664,7 +664,8 @@ attention_lanes(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T,
  * (g = lane / 4, t = lane % 4), in the fragment layouts of cl/mma.cl, so a K or V fragment read
  * from local memory feeds MMA_MT products. Per tile of MMA_KT keys (K and V fetched into
  * registers a tile ahead, 16-byte loads when the host proved the rows ALIGNED, then staged in
- * local memory as raw 16-bit values): S = q k^T as MMA_KB blocks of 16 x 8 products per 16 head
+ * local memory as raw 16-bit rows, from which cl/mma.cl's mma_load_blocks, ldmatrix on the
+ * units, reads the fragments): S = q k^T as MMA_KB blocks of 16 x 8 products per 16 head
  * dims and m-tile, the mask and the online softmax in f32 (a row's max combined across the four
  * lanes that hold it: cl/mma.cl's quad reduction), then the weights, rounded to MMA_T, re-packed
  * in registers as the A fragments of P V (the C fragments of two 8-key blocks are exactly one A
@@ -695,13 +696,13 @@ attention_lanes(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T,
 #define MMA_QC    (HEAD_DIM / 16)         /* 16-dim A fragments of q, per m-tile */
 #define MMA_BQ    (MMA_WQ * MMA_WARPS)    /* queries a group */
 #define MMA_WORDS (HEAD_DIM / 2)          /* 32-bit words of a K row */
-/* Row strides of the local tiles, padded so that a warp's fragment reads hit 32 banks: lane
- * (g, t) reads K word g * KS + t and V^T word g * VS / 2 + t (KS and VS / 2 = 4 mod 32). K rows
- * stay 16-byte aligned for the loads. V is stored transposed (a row per value dim), so that a
- * B fragment's two keys are one word. */
-#define MMA_KS     ((MMA_WORDS + 31) / 32 * 32 + 4)
-#define MMA_VS     ((MMA_KT / 2 + 31) / 32 * 64 + 8)
-#define MMA_VB     (VALUE_DIM / 8)        /* 8-column blocks of the output */
+/* Row strides, in 32-bit words, of the local tiles of K and V (both row-major, a row a key):
+ * 4 mod 32, so that the eight 16-byte rows of an 8 x 8 block that a fragment load reads hit
+ * distinct banks, and rows stay 16-byte aligned for the loads and the stores. */
+#define MMA_STRIDE(n) (((n) / 2 + 31) / 32 * 32 + 4)
+#define MMA_KS        MMA_STRIDE(HEAD_DIM)
+#define MMA_VS        MMA_STRIDE(VALUE_DIM)
+#define MMA_VB        (VALUE_DIM / 8) /* 8-column blocks of the output */
 #define MMA_RAW(p) ((__global const ushort *)(p))
 
 /* The 16-bit bits of v in MMA_T, rounded to nearest even. */
@@ -780,10 +781,10 @@ MMA_INLINE void mma_fetch(const mma_matrix *k, const mma_matrix *v, int j0, int 
     }
 }
 
-/* The fetched chunks into kt (row-major, two values a word) and vt (transposed, NaN and Inf as
- * 0); `garbage` set when a value was one. */
+/* The fetched chunks into kt and vt (row-major, two values a word; V's NaN and Inf as 0);
+ * `garbage` set when a value was one. */
 MMA_INLINE void mma_stage(const uint4 kr[MMA_KREGS], const uint4 vr[MMA_VREGS], __local uint *kt,
-                          __local ushort *vt, __local int *garbage) {
+                          __local uint *vt, __local int *garbage) {
     const int lid = (int)get_local_id(0);
     int bad = 0;
     UNROLL for (int i = 0; i < MMA_KREGS; ++i) {
@@ -793,12 +794,9 @@ MMA_INLINE void mma_stage(const uint4 kr[MMA_KREGS], const uint4 vr[MMA_VREGS], 
     UNROLL for (int i = 0; i < MMA_VREGS; ++i) {
         const int e = lid + i * MMA_THREADS, jj = e / (VALUE_DIM / 8), d = e % (VALUE_DIM / 8) * 8;
         if (e >= MMA_KT * VALUE_DIM / 8) continue;
-        const uint words[4] = {vr[i].s0, vr[i].s1, vr[i].s2, vr[i].s3};
-        UNROLL for (int w = 0; w < 4; ++w) {
-            const uint x = mma_finite_word(words[w], &bad);
-            vt[(d + 2 * w) * MMA_VS + jj] = (ushort)x;
-            vt[(d + 2 * w + 1) * MMA_VS + jj] = (ushort)(x >> 16);
-        }
+        const uint4 x = (uint4)(mma_finite_word(vr[i].s0, &bad), mma_finite_word(vr[i].s1, &bad),
+                                mma_finite_word(vr[i].s2, &bad), mma_finite_word(vr[i].s3, &bad));
+        *(__local uint4 *)(vt + jj * MMA_VS + d / 2) = x;
     }
     if (bad) atomic_or(garbage, 1);
 }
@@ -823,42 +821,58 @@ MMA_INLINE void mma_load_q(const mma_matrix *q, const int rows[MMA_ROWS], int Sq
 }
 
 /* S = q k^T over the staged tile: s[mt][kb][f] is row 2 mt + (f >> 1)'s score of key
- * 8 kb + 2t + (f & 1). Each K fragment is read once for the warp's MMA_MT m-tiles. */
+ * 8 kb + 2t + (f & 1). K's B fragments for 8-key blocks kb and kb + 1 and 16 head dims are one
+ * load of four 8 x 8 blocks (K stored n-major: untransposed), each read once for the warp's
+ * MMA_MT m-tiles. */
 MMA_INLINE void mma_scores(const uint qa[MMA_MT][MMA_QC][4], const __local uint *kt,
                            float s[MMA_MT][MMA_KB][4], __local float *scratch) {
-    const int lane = (int)get_local_id(0) % MMA_WARP, g = lane / 4, t = lane % 4;
-    UNROLL for (int kb = 0; kb < MMA_KB; ++kb) {
-        UNROLL for (int mt = 0; mt < MMA_MT; ++mt)
-            UNROLL for (int f = 0; f < 4; ++f) s[mt][kb][f] = 0.0f;
-        UNROLL for (int c = 0; c < MMA_QC; ++c) {
-            const uint kf[2] = {kt[(kb * 8 + g) * MMA_KS + c * 8 + t],
-                                kt[(kb * 8 + g) * MMA_KS + c * 8 + t + 4]};
-            UNROLL for (int mt = 0; mt < MMA_MT; ++mt)
-                mma_m16n8k16(s[mt][kb], qa[mt][c], kf, s[mt][kb], scratch);
-        }
-    }
-}
-
-/* The tile's scores masked in place (cl/mask.cl): the scale alone where every row of the lane
- * sees the whole tile, else key by key (-INFINITY outside a row's [lo, hi)). */
-MMA_INLINE void mma_mask(const mask_params *p, const mask_row r[MMA_ROWS], int j0,
-                         float s[MMA_MT][MMA_KB][4]) {
-    const int t = (int)get_local_id(0) % 4;
-    bool plain = true;
-    UNROLL for (int a = 0; a < MMA_ROWS; ++a)
-        plain = plain && mask_span_plain(&r[a], j0, j0 + MMA_KT);
+    const __local ushort *k16 = (const __local ushort *)kt;
     UNROLL for (int mt = 0; mt < MMA_MT; ++mt)
         UNROLL for (int kb = 0; kb < MMA_KB; ++kb)
-            UNROLL for (int f = 0; f < 4; ++f) {
-                const mask_row *row = &r[2 * mt + (f >> 1)];
-                const int j = j0 + kb * 8 + 2 * t + (f & 1);
-                const float x = s[mt][kb][f];
-                if (plain)
-                    s[mt][kb][f] = p->scale * x;
-                else
-                    s[mt][kb][f] =
-                        j >= row->lo && j < row->hi ? mask_score(p, row, j, x) : -INFINITY;
+            UNROLL for (int f = 0; f < 4; ++f) s[mt][kb][f] = 0.0f;
+    UNROLL for (int kb = 0; kb < MMA_KB; kb += 2)
+        UNROLL for (int c = 0; c < MMA_QC; ++c) {
+            const __local ushort *x = k16 + kb * 8 * (2 * MMA_KS) + c * 16, *y = x + 8 * 2 * MMA_KS;
+            uint kf[4]; /* kf[0], kf[1]: block kb's fragment; kf[2], kf[3]: kb + 1's */
+            mma_load_blocks(kf, x, x + 8, y, y + 8, 2 * MMA_KS, 0);
+            UNROLL for (int mt = 0; mt < MMA_MT; ++mt) {
+                mma_m16n8k16(s[mt][kb], qa[mt][c], kf, s[mt][kb], scratch);
+                mma_m16n8k16(s[mt][kb + 1], qa[mt][c], kf + 2, s[mt][kb + 1], scratch);
             }
+        }
+}
+
+/* Row `row`'s mask (cl/mask.cl) in batch b and head h; a row past Sq sees nothing (it only
+ * helps load tiles). */
+MMA_INLINE mask_row mma_row_mask(const mask_params *p, int b, int h, int row, int Sq, int Sk) {
+    mask_row r = mask_row_start(p, b, h, min(row, Sq - 1), Sq, Sk);
+    if (row >= Sq) r.hi = r.lo;
+    return r;
+}
+
+/* The tile's scores masked in place: the scale alone where each of the lane's rows sees the whole
+ * tile plainly (`plain`), else key by key (-INFINITY outside a row's [lo, hi)), with the rows'
+ * masks made again here: kept from the start, they held registers through every tile. */
+MMA_INLINE void mma_mask(const mask_params *p, int b, int h, const int rows[MMA_ROWS], int Sq,
+                         int Sk, int j0, bool plain, float s[MMA_MT][MMA_KB][4]) {
+    const int t = (int)get_local_id(0) % 4;
+    if (plain) {
+        UNROLL for (int mt = 0; mt < MMA_MT; ++mt)
+            UNROLL for (int kb = 0; kb < MMA_KB; ++kb)
+                UNROLL for (int f = 0; f < 4; ++f) s[mt][kb][f] *= p->scale;
+        return;
+    }
+    UNROLL for (int a = 0; a < MMA_ROWS; ++a) {
+        const mask_row r = mma_row_mask(p, b, h, rows[a], Sq, Sk);
+        const int mt = a / 2, lower = a % 2; /* row g or g + 8 of m-tile mt */
+        UNROLL for (int kb = 0; kb < MMA_KB; ++kb)
+            UNROLL for (int e = 0; e < 2; ++e) {
+                const int j = j0 + kb * 8 + 2 * t + e;
+                const float x = s[mt][kb][lower * 2 + e];
+                s[mt][kb][lower * 2 + e] =
+                    j >= r.lo && j < r.hi ? mask_score(p, &r, j, x) : -INFINITY;
+            }
+    }
 }
 
 /* The online-softmax step over the tile's masked scores s: each row's max m (natural units)
@@ -905,18 +919,23 @@ MMA_INLINE void mma_softmax(const float s[MMA_MT][MMA_KB][4], float m[MMA_ROWS],
             }
 }
 
-/* acc += P V over the staged tile (vt: V transposed). Each V fragment is read once for the
- * warp's MMA_MT m-tiles. */
-MMA_INLINE void mma_values(const uint pa[MMA_MT][MMA_KB / 2][4], const __local ushort *vt,
+/* acc += P V over the staged tile. V's B fragments for 16 keys and 8-column blocks n and n + 1
+ * are one load of four 8 x 8 blocks (V stored k-major: transposed; an odd last block loads its
+ * own two twice), each read once for the warp's MMA_MT m-tiles. */
+MMA_INLINE void mma_values(const uint pa[MMA_MT][MMA_KB / 2][4], const __local uint *vt,
                            float acc[MMA_MT][MMA_VB][4], __local float *scratch) {
-    const int lane = (int)get_local_id(0) % MMA_WARP, g = lane / 4, t = lane % 4;
+    const __local ushort *v16 = (const __local ushort *)vt;
     UNROLL for (int c = 0; c < MMA_KB / 2; ++c)
-        UNROLL for (int n = 0; n < MMA_VB; ++n) {
-            /* b[0] = V[16c + 2t, +1][col], b[1] the keys 8 further: words of V^T's row col */
-            const __local uint *vc = (const __local uint *)(vt + (n * 8 + g) * MMA_VS + c * 16) + t;
-            const uint vf[2] = {vc[0], vc[4]};
-            UNROLL for (int mt = 0; mt < MMA_MT; ++mt)
+        UNROLL for (int n = 0; n < MMA_VB; n += 2) {
+            const __local ushort *x = v16 + c * 16 * (2 * MMA_VS) + n * 8, *y = x + 8 * 2 * MMA_VS;
+            const int next = n + 1 < MMA_VB ? 8 : 0;
+            uint vf[4]; /* vf[0], vf[1]: block n's fragment; vf[2], vf[3]: n + 1's */
+            mma_load_blocks(vf, x, y, x + next, y + next, 2 * MMA_VS, 1);
+            UNROLL for (int mt = 0; mt < MMA_MT; ++mt) {
                 mma_m16n8k16(acc[mt][n], pa[mt][c], vf, acc[mt][n], scratch);
+                if (n + 1 < MMA_VB)
+                    mma_m16n8k16(acc[mt][n + 1], pa[mt][c], vf + 2, acc[mt][n + 1], scratch);
+            }
         }
 }
 
@@ -951,28 +970,28 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
               int B, int Hq, int Hkv, int Sq, int Sk LSE_PARAMS, MASK_PARAMS) {
     __local float scratch[MMA_WARPS * MMA_SCRATCH_FLOATS];
     __local float xs[MMA_WARPS * MMA_EXCHANGE_FLOATS];
-    /* a key tile, row-major, two values a word (uint4: the aligned loads store 16 bytes) */
-    __local uint4 kt4[MMA_KT * MMA_KS / 4];
-    __local uint vtw[VALUE_DIM * MMA_VS / 2]; /* its values, transposed, NaN and Inf as 0 */
+    /* a key tile and its values, row-major, two values a word (uint4: the aligned loads store
+     * 16 bytes, the fragment loads read 16-byte rows); V's NaN and Inf as 0 */
+    __local uint4 kt4[MMA_KT * MMA_KS / 4], vt4[MMA_KT * MMA_VS / 4];
     __local uchar seen[MMA_WARPS * MMA_WQ * MMA_KT]; /* weight != 0, for the non-finite values */
     __local int span[2];
     __local int garbage[2]; /* a tile's flag, by the tile's parity (one is reset while the other
                                is in use) */
-    __local uint *kt = (__local uint *)kt4;
-    __local ushort *vt = (__local ushort *)vtw; /* words: a B fragment's two keys */
+    __local uint *kt = (__local uint *)kt4, *vt = (__local uint *)vt4;
     const int lid = (int)get_local_id(0), warp = lid / MMA_WARP;
     const int blocks = (Sq + MMA_BQ - 1) / MMA_BQ, group = (int)get_group_id(0);
     const int bh = group / blocks, h = bh % Hq, b = bh / Hq, hk = h / (Hq / Hkv);
     const mma_matrix qm = MMA_MATRIX(q, b, h), km = MMA_MATRIX(k, b, hk), vm = MMA_MATRIX(v, b, hk);
     MASK_PACK(p);
     int rows[MMA_ROWS];
-    mask_row r[MMA_ROWS];
     int lo = Sk, hi = 0;
+    int2 plain = (int2)(0, Sk); /* the keys that each of the lane's rows sees plainly */
     UNROLL for (int a = 0; a < MMA_ROWS; ++a) {
         rows[a] = (group % blocks) * MMA_BQ + warp * MMA_WQ + mma_lane_row(a);
-        r[a] = mask_row_start(&p, b, h, min(rows[a], Sq - 1), Sq, Sk);
-        if (rows[a] >= Sq) r[a].hi = r[a].lo; /* a row past Sq only helps */
-        if (r[a].lo < r[a].hi) lo = min(lo, r[a].lo), hi = max(hi, r[a].hi);
+        const mask_row r = mma_row_mask(&p, b, h, rows[a], Sq, Sk);
+        if (r.lo < r.hi) lo = min(lo, r.lo), hi = max(hi, r.hi);
+        const int2 mine = mask_plain_keys(&r);
+        if (rows[a] < Sq) plain = (int2)(max(plain.x, mine.x), min(plain.y, mine.y));
     }
     if (lid == 0) garbage[0] = 0;
     const int2 keys = group_key_span(span, lo, hi, Sk); /* its barriers publish garbage[0] */
@@ -1002,7 +1021,7 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
         float s[MMA_MT][MMA_KB][4];
         uint pa[MMA_MT][MMA_KB / 2][4];
         mma_scores(qa, kt, s, scratch);
-        mma_mask(&p, r, j0, s);
+        mma_mask(&p, b, h, rows, Sq, Sk, j0, j0 >= plain.x && j0 + MMA_KT <= plain.y, s);
         mma_softmax(s, m, l, acc, pa, flagged, warp_seen, xs);
         mma_values(pa, vt, acc, scratch);
         if (flagged) {

@@ -226,14 +226,15 @@ inline void mask_row_clip(mask_row *r, int first, int last) {
     r->hi = max(r->lo, min(r->hi, last));
 }
 
-/* Keys [a, b) are all visible to the row and the mask adds nothing to their scores (no keep
- * mask, bias, ALiBi or softcap): mask_score(p, r, j, x) is p->scale * x for each of them. A key
- * visible only as a global position does not count (false is always safe). */
-inline bool mask_span_plain(const mask_row *r, int a, int b) {
+/* The keys [x, y) that are all visible to the row and whose scores the mask changes by nothing
+ * but the scale (empty, x >= y, under a keep mask, bias, ALiBi or softcap): mask_score(p, r, j,
+ * s) is p->scale * s for each of them. A key visible only as a global position does not count
+ * (fewer keys are always safe). */
+inline int2 mask_plain_keys(const mask_row *r) {
 #if HAS_KEEP || HAS_BIAS || HAS_ALIBI || HAS_SOFTCAP
-    return false;
+    return (int2)(0, 0);
 #else
-    return a >= max(max(r->lo, r->start), r->wlo) && b <= min(min(r->hi, r->end), r->whi + 1);
+    return (int2)(max(max(r->lo, r->start), r->wlo), min(min(r->hi, r->end), r->whi + 1));
 #endif
 }
 

@@ -23,7 +23,7 @@
  * Build options: MMA_T (f16 | bf16, the inputs' type), MMA_PTX, MMA_ASM, MMA_PROBE (1: the
  * probe kernel; the host prepends this file to the programs that use the primitive),
  * MMA_PROBE_BREAK (the probe's negative tests: 1, one lane's result off by one; 2, an exchange
- * that returns a lane's own value).
+ * that returns a lane's own value; 3, B's fragments loaded untransposed).
  */
 #ifndef CLATTN_MMA_CL
 #define CLATTN_MMA_CL
@@ -118,6 +118,40 @@ inline void mma_m16n8k16(float d[4], const uint a[4], const uint b[2], const flo
 #endif
 }
 
+/* Four 8 x 8 blocks of 16-bit values in local memory, loaded as ldmatrix.x4 loads them: block i's
+ * row j starts at b[i] + j * stride (16-byte aligned), and the lane (g, t) gets r[i] = block i's
+ * [g][2t, 2t + 1] (trans 0: an A fragment's word, or a B fragment's of a matrix stored n-major)
+ * or its [2t][g] and [2t + 1][g] (trans 1: a B fragment's word of a matrix stored k-major). The
+ * PTX build is the instruction (each lane gives one row's address: lane 8i + j block i's row j);
+ * the emulation reads the values one by one. `trans` must be a constant. */
+MMA_INLINE void mma_load_blocks(uint r[4], __local const ushort *b0, __local const ushort *b1,
+                                __local const ushort *b2, __local const ushort *b3, int stride,
+                                const int trans) {
+    const int lane = (int)get_local_id(0) % MMA_WARP;
+#if MMA_PTX
+    __local const ushort *block = lane < 8 ? b0 : lane < 16 ? b1 : lane < 24 ? b2 : b3;
+    const uint at = (uint)(size_t)(block + (lane % 8) * stride); /* a shared-window address */
+    if (trans)
+        MMA_ASM volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                         : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                         : "r"(at)
+                         : "memory");
+    else
+        MMA_ASM volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                         : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                         : "r"(at)
+                         : "memory");
+#else
+    const int g = lane / 4, t = lane % 4;
+    __local const ushort *const blocks[4] = {b0, b1, b2, b3};
+    for (int i = 0; i < 4; ++i) {
+        const __local ushort *x = blocks[i];
+        r[i] = trans ? (uint)x[2 * t * stride + g] | (uint)x[(2 * t + 1) * stride + g] << 16
+                     : (uint)x[g * stride + 2 * t] | (uint)x[g * stride + 2 * t + 1] << 16;
+    }
+#endif
+}
+
 /* The value v of lane (lane ^ mask) of the warp: shfl.sync.bfly, or through `xs`
  * (MMA_EXCHANGE_FLOATS per warp of the group; all work-items of the group call it together). */
 inline float mma_lane_xor(float v, int mask, __local float *xs) {
@@ -167,25 +201,25 @@ inline void mma_quad_reduce(float v[2], int is_max, __local float *xs) {
 
 #if MMA_PROBE
 /* The probe: one warp multiplies A (16 x 16, row-major 16-bit values) by B (16 x 8, row-major)
- * and adds C (16 x 8 floats) into D, each lane gathering its fragments by the layouts above.
- * The host gives values whose products and sums are exact in f32, so a correct unit returns
- * exactly the host's product. Each lane stores the fragment of lane ^ 3 (two exchanges, as the
- * quad reductions make them), so the exchange is probed too. */
+ * and adds C (16 x 8 floats) into D. A and B are staged in local memory and loaded as fragments
+ * by mma_load_blocks (A's four blocks plain, B's two transposed), so the loads are probed with
+ * the product. The host gives values whose products and sums are exact in f32, so a correct unit
+ * returns exactly the host's product. Each lane stores the fragment of lane ^ 3 (two exchanges,
+ * as the quad reductions make them), so the exchange is probed too. */
 __kernel __attribute__((reqd_work_group_size(MMA_WARP, 1, 1))) void
 matrix_probe(__global const ushort *a, __global const ushort *b, __global const float *c,
              __global float *d) {
     __local float scratch[MMA_SCRATCH_FLOATS], xs[MMA_EXCHANGE_FLOATS];
+    __local uint4 staged[(16 * 16 + 16 * 8) / 8]; /* A then B, rows 16-byte aligned */
+    __local ushort *sa = (__local ushort *)staged, *sb = sa + 16 * 16;
     const int lane = (int)get_local_id(0), g = lane / 4, t = lane % 4, u = t ^ 3;
-    uint fa[4], fb[2];
+    for (int i = lane; i < 16 * 16; i += MMA_WARP) sa[i] = a[i];
+    for (int i = lane; i < 16 * 8; i += MMA_WARP) sb[i] = b[i];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    uint fa[4], fb[4];
     float fc[4], fd[4];
-    for (int r = 0; r < 4; ++r) {
-        const int at = (g + (r & 1) * 8) * 16 + 2 * t + (r >> 1) * 8;
-        fa[r] = (uint)a[at] | (uint)a[at + 1] << 16;
-    }
-    for (int r = 0; r < 2; ++r) {
-        const int k = 2 * t + r * 8;
-        fb[r] = (uint)b[k * 8 + g] | (uint)b[(k + 1) * 8 + g] << 16;
-    }
+    mma_load_blocks(fa, sa, sa + 8 * 16, sa + 8, sa + 8 * 16 + 8, 16, 0);
+    mma_load_blocks(fb, sb, sb + 8 * 8, sb, sb + 8 * 8, 8, MMA_PROBE_BREAK == 3 ? 0 : 1);
     for (int i = 0; i < 4; ++i) fc[i] = c[(g + (i >> 1) * 8) * 8 + 2 * t + (i & 1)];
     mma_m16n8k16(fd, fa, fb, fc, scratch);
     for (int i = 0; i < 4; ++i) {

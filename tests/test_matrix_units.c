@@ -37,7 +37,7 @@ static void the_emulated_unit_passes_the_probe(test_ctx *t) {
 }
 
 /* The probe is the test: a unit one element off, an exchange between lanes that does not
- * exchange, and a probe that does not build, count as no unit, and none is an error of the call. */
+ * exchange, fragments loaded in the wrong layout, and a probe that does not build, count as no unit, and none is an error of the call. */
 static void a_wrong_or_missing_unit_fails_the_probe(test_ctx *t) {
     const clattn__call call = probe_call(t);
     bool exact = true;
@@ -49,10 +49,17 @@ static void a_wrong_or_missing_unit_fails_the_probe(test_ctx *t) {
                     &call, "-cl-std=CL1.2 -DMMA_PROBE=1 -DMMA_PTX=0 -DMMA_PROBE_BREAK=2", &exact));
     CHECK(t, !exact, "a lane exchange that returns the lane's own value passed the probe");
     exact = true;
-    clattn_cache_clear(clattn_env_context(t->env)); /* so that the probe builds */
+    CHECK_OK(t, clattn__matrix_probe(
+                    &call, "-cl-std=CL1.2 -DMMA_PROBE=1 -DMMA_PTX=0 -DMMA_PROBE_BREAK=3", &exact));
+    CHECK(t, !exact, "B's fragments loaded untransposed passed the probe");
+    exact = true;
+    /* so that the probe builds: neither the program cache nor a disk cache has it */
+    clattn_cache_clear(clattn_env_context(t->env));
+    test_saved_env disk = test_env_set("CLATTN_CACHE_DIR", NULL);
     clattn__fault_arm(CLATTN__FAULT_BUILD, 1);
     int status = clattn__matrix_probe(&call, emulated[0], &exact);
     clattn__fault_arm(CLATTN__FAULT_BUILD, 0);
+    test_env_restore(&disk);
     CHECK_OK(t, status);
     CHECK(t, !exact, "a probe that did not build passed");
 }

@@ -190,12 +190,13 @@ static void fit_micro(attention_launch *l, cl_device_id device, int64_t d, int64
 }
 
 /* Bytes of local memory attention_mma declares (cl/attention.cl) with key tiles of `keys` and
- * `queries` a warp: the padded K and (transposed) V tiles, the weights' flags, its emulation's
- * scratch and exchanges (taken as the larger, the emulation's), the span and the flags. */
+ * `queries` a warp: the padded K and V tiles, the weights' flags, its emulation's scratch and
+ * exchanges (taken as the larger, the emulation's), the span and the flags. */
 static uint64_t mma_local_bytes(int64_t d, int64_t dv, int64_t keys, int64_t queries) {
-    const uint64_t warps = ATTENTION_MMA_GROUP / 32, ks = (uint64_t)(d / 2 + 31) / 32 * 32 + 4;
-    const uint64_t n = (uint64_t)keys, vs = (n / 2 + 31) / 32 * 64 + 8;
-    return n * ks * 4 + (uint64_t)dv * vs * 2 + warps * (uint64_t)queries * n +
+    const uint64_t warps = ATTENTION_MMA_GROUP / 32, n = (uint64_t)keys;
+    const uint64_t ks = (uint64_t)(d / 2 + 31) / 32 * 32 + 4,
+                   vs = (uint64_t)(dv / 2 + 31) / 32 * 32 + 4;
+    return n * (ks + vs) * 4 + warps * (uint64_t)queries * n +
            warps * (16 * 16 + 16 * 8 + 16 * 4) * 4 + 16;
 }
 
