@@ -663,13 +663,14 @@ attention_lanes(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T,
  * warp MMA_WQ of them as MMA_MT m-tiles of 16; each lane holds rows g and g + 8 of each m-tile
  * (g = lane / 4, t = lane % 4), in the fragment layouts of cl/mma.cl, so a K or V fragment read
  * from local memory feeds MMA_MT products. Per tile of MMA_KT keys (K and V fetched into
- * registers a tile ahead, 16-byte loads when the host proved the rows ALIGNED, then staged in
- * local memory as raw 16-bit rows, from which cl/mma.cl's mma_load_blocks, ldmatrix on the
- * units, reads the fragments): S = q k^T as MMA_KB blocks of 16 x 8 products per 16 head
- * dims and m-tile, the mask and the online softmax in f32 (a row's max combined across the four
- * lanes that hold it: cl/mma.cl's quad reduction), then the weights, rounded to MMA_T, re-packed
- * in registers as the A fragments of P V (the C fragments of two 8-key blocks are exactly one A
- * fragment's halves) and multiplied into VALUE_DIM / 8 accumulator fragments per m-tile.
+ * registers, a tile ahead with MMA_AHEAD, 16-byte loads when the host proved the rows ALIGNED,
+ * then staged in local memory as raw 16-bit rows, as the group's q rows are at the start, from
+ * which cl/mma.cl's mma_load_blocks, ldmatrix on the units, reads the fragments): S = q k^T as
+ * MMA_KB blocks of 16 x 8 products per 16 head dims and m-tile, the mask and the online softmax
+ * in f32 (a row's max combined across the four lanes that hold it: cl/mma.cl's quad reduction),
+ * then the weights, rounded to MMA_T, re-packed in registers as the A fragments of P V (the C
+ * fragments of two 8-key blocks are exactly one A fragment's halves) and multiplied into
+ * VALUE_DIM / 8 accumulator fragments per m-tile.
  * Everything the other variants promise holds (masks, GQA, lse, empty rows, bottom-right): the
  * mask is cl/mask.cl's, element by element except in tiles that it leaves whole (then the scale
  * alone, the same bits). The weights are exp2((s - m) log2(e)): the base-2 exponential is the
@@ -689,6 +690,9 @@ attention_lanes(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T,
 #endif
 #ifndef MMA_WQ
 #define MMA_WQ 16 /* queries a warp: 16 or 32 */
+#endif
+#ifndef MMA_AHEAD
+#define MMA_AHEAD 1 /* 1: the next tile fetched into registers during this one; 0: at the tile */
 #endif
 #define MMA_MT    (MMA_WQ / 16)           /* m-tiles a warp */
 #define MMA_ROWS  (2 * MMA_MT)            /* rows a lane: row a is g + 8 (a % 2) of m-tile a / 2 */
@@ -743,8 +747,8 @@ MMA_INLINE mma_matrix mma_matrix_at(__global const ushort *p, IDX at, IDX row, I
 }
 
 /* A tile's K and V in 8-value chunks (uint4), MMA_KREGS and MMA_VREGS a work-item: fetched from
- * global memory into registers a tile ahead (the loads fly while the last tile is computed),
- * then staged into local memory. */
+ * global memory into registers, a tile ahead with MMA_AHEAD (the loads fly while the last tile
+ * is computed, in registers held throughout) or at the tile, then staged into local memory. */
 #define MMA_THREADS (MMA_WARPS * MMA_WARP)
 #define MMA_KREGS   ((MMA_KT * HEAD_DIM / 8 + MMA_THREADS - 1) / MMA_THREADS)
 #define MMA_VREGS   ((MMA_KT * VALUE_DIM / 8 + MMA_THREADS - 1) / MMA_THREADS)
@@ -806,40 +810,43 @@ inline int mma_lane_row(int a) {
     return 16 * (a / 2) + 8 * (a % 2) + (int)get_local_id(0) % MMA_WARP / 4;
 }
 
-/* The lane's q rows (rows[a], 0 at or past Sq) as A fragments: qa[mt][c] holds head dims
- * 16c .. 16c + 15 of m-tile mt's rows. */
-MMA_INLINE void mma_load_q(const mma_matrix *q, const int rows[MMA_ROWS], int Sq,
-                           uint qa[MMA_MT][MMA_QC][4]) {
-    const int t = (int)get_local_id(0) % 4;
-    UNROLL for (int mt = 0; mt < MMA_MT; ++mt)
-        UNROLL for (int c = 0; c < MMA_QC; ++c)
-            UNROLL for (int f = 0; f < 4; ++f) {
-                const int row = rows[2 * mt + (f & 1)], d = c * 16 + 2 * t + (f >> 1) * 8;
-                const IDX at = q->at + (IDX)row * q->row + (IDX)d * q->step;
-                qa[mt][c][f] = row < Sq ? (uint)q->p[at] | (uint)q->p[at + q->step] << 16 : 0u;
-            }
+/* The group's q rows (first .. first + MMA_BQ - 1, 0 at or past Sq) into qt, as K's tiles are
+ * staged. They stay there, not in registers: a warp reads its A fragments again for each tile,
+ * and the registers they would hold let more groups share a multiprocessor. */
+MMA_INLINE void mma_stage_q(const mma_matrix *q, int first, int Sq, __local uint *qt) {
+    for (int e = (int)get_local_id(0); e < MMA_BQ * HEAD_DIM / 8; e += MMA_THREADS) {
+        const int i = e / (HEAD_DIM / 8), d = e % (HEAD_DIM / 8) * 8;
+        *(__local uint4 *)(qt + i * MMA_KS + d / 2) = mma_chunk(q, first + i, d, Sq);
+    }
 }
 
 /* S = q k^T over the staged tile: s[mt][kb][f] is row 2 mt + (f >> 1)'s score of key
- * 8 kb + 2t + (f & 1). K's B fragments for 8-key blocks kb and kb + 1 and 16 head dims are one
- * load of four 8 x 8 blocks (K stored n-major: untransposed), each read once for the warp's
- * MMA_MT m-tiles. */
-MMA_INLINE void mma_scores(const uint qa[MMA_MT][MMA_QC][4], const __local uint *kt,
+ * 8 kb + 2t + (f & 1). The warp's q rows (qt: its MMA_WQ rows) give A fragments of four 8 x 8
+ * blocks; K's B fragments for 8-key blocks kb and kb + 1 and 16 head dims are one load of four
+ * blocks too (K stored n-major: untransposed), each read once for the warp's MMA_MT m-tiles. */
+MMA_INLINE void mma_scores(const __local uint *qt, const __local uint *kt,
                            float s[MMA_MT][MMA_KB][4], __local float *scratch) {
-    const __local ushort *k16 = (const __local ushort *)kt;
+    const __local ushort *q16 = (const __local ushort *)qt, *k16 = (const __local ushort *)kt;
     UNROLL for (int mt = 0; mt < MMA_MT; ++mt)
         UNROLL for (int kb = 0; kb < MMA_KB; ++kb)
             UNROLL for (int f = 0; f < 4; ++f) s[mt][kb][f] = 0.0f;
-    UNROLL for (int kb = 0; kb < MMA_KB; kb += 2)
-        UNROLL for (int c = 0; c < MMA_QC; ++c) {
+    UNROLL for (int c = 0; c < MMA_QC; ++c) {
+        uint qa[MMA_MT][4]; /* rows g and g + 8 of m-tile mt, head dims 16c + 2t and 16c + 8 + 2t */
+        UNROLL for (int mt = 0; mt < MMA_MT; ++mt) {
+            const __local ushort *x = q16 + mt * 16 * (2 * MMA_KS) + c * 16,
+                                 *y = x + 8 * 2 * MMA_KS;
+            mma_load_blocks(qa[mt], x, y, x + 8, y + 8, 2 * MMA_KS, 0);
+        }
+        UNROLL for (int kb = 0; kb < MMA_KB; kb += 2) {
             const __local ushort *x = k16 + kb * 8 * (2 * MMA_KS) + c * 16, *y = x + 8 * 2 * MMA_KS;
             uint kf[4]; /* kf[0], kf[1]: block kb's fragment; kf[2], kf[3]: kb + 1's */
             mma_load_blocks(kf, x, x + 8, y, y + 8, 2 * MMA_KS, 0);
             UNROLL for (int mt = 0; mt < MMA_MT; ++mt) {
-                mma_m16n8k16(s[mt][kb], qa[mt][c], kf, s[mt][kb], scratch);
-                mma_m16n8k16(s[mt][kb + 1], qa[mt][c], kf + 2, s[mt][kb + 1], scratch);
+                mma_m16n8k16(s[mt][kb], qa[mt], kf, s[mt][kb], scratch);
+                mma_m16n8k16(s[mt][kb + 1], qa[mt], kf + 2, s[mt][kb + 1], scratch);
             }
         }
+    }
 }
 
 /* Row `row`'s mask (cl/mask.cl) in batch b and head h; a row past Sq sees nothing (it only
@@ -973,11 +980,12 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
     /* a key tile and its values, row-major, two values a word (uint4: the aligned loads store
      * 16 bytes, the fragment loads read 16-byte rows); V's NaN and Inf as 0 */
     __local uint4 kt4[MMA_KT * MMA_KS / 4], vt4[MMA_KT * MMA_VS / 4];
+    __local uint4 qt4[MMA_BQ * MMA_KS / 4]; /* the group's q rows, as K's */
     __local uchar seen[MMA_WARPS * MMA_WQ * MMA_KT]; /* weight != 0, for the non-finite values */
     __local int span[2];
     __local int garbage[2]; /* a tile's flag, by the tile's parity (one is reset while the other
                                is in use) */
-    __local uint *kt = (__local uint *)kt4, *vt = (__local uint *)vt4;
+    __local uint *kt = (__local uint *)kt4, *vt = (__local uint *)vt4, *qt = (__local uint *)qt4;
     const int lid = (int)get_local_id(0), warp = lid / MMA_WARP;
     const int blocks = (Sq + MMA_BQ - 1) / MMA_BQ, group = (int)get_group_id(0);
     const int bh = group / blocks, h = bh % Hq, b = bh / Hq, hk = h / (Hq / Hkv);
@@ -996,8 +1004,7 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
     if (lid == 0) garbage[0] = 0;
     const int2 keys = group_key_span(span, lo, hi, Sk); /* its barriers publish garbage[0] */
 
-    uint qa[MMA_MT][MMA_QC][4];
-    mma_load_q(&qm, rows, Sq, qa);
+    mma_stage_q(&qm, (group % blocks) * MMA_BQ, Sq, qt); /* the first tile's barrier publishes it */
     float acc[MMA_MT][MMA_VB][4], m[MMA_ROWS], l[MMA_ROWS];
     UNROLL for (int a = 0; a < MMA_ROWS; ++a) m[a] = -INFINITY, l[a] = 0.0f;
     UNROLL for (int mt = 0; mt < MMA_MT; ++mt)
@@ -1009,18 +1016,19 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
     /* tiles start at multiples of MMA_KT, so that they are the same whatever the group's
      * size (UNIT_QUERIES): the keys before the span are hidden from every row */
     const int first = keys.x / MMA_KT * MMA_KT;
-    if (keys.x < keys.y) mma_fetch(&km, &vm, first, keys.y, kr, vr);
+    if (MMA_AHEAD && keys.x < keys.y) mma_fetch(&km, &vm, first, keys.y, kr, vr);
     for (int j0 = first, tile = 0; j0 < keys.y; j0 += MMA_KT, tile ^= 1) {
+        if (!MMA_AHEAD) mma_fetch(&km, &vm, j0, keys.y, kr, vr);
         barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with the last tile */
         mma_stage(kr, vr, kt, vt, &garbage[tile]);
         barrier(CLK_LOCAL_MEM_FENCE);
         const bool flagged = garbage[tile] != 0;
         if (lid == 0) garbage[tile ^ 1] = 0; /* everyone read it, a tile ago */
-        if (j0 + MMA_KT < keys.y) mma_fetch(&km, &vm, j0 + MMA_KT, keys.y, kr, vr);
+        if (MMA_AHEAD && j0 + MMA_KT < keys.y) mma_fetch(&km, &vm, j0 + MMA_KT, keys.y, kr, vr);
 
         float s[MMA_MT][MMA_KB][4];
         uint pa[MMA_MT][MMA_KB / 2][4];
-        mma_scores(qa, kt, s, scratch);
+        mma_scores(qt + warp * MMA_WQ * MMA_KS, kt, s, scratch);
         mma_mask(&p, b, h, rows, Sq, Sk, j0, j0 >= plain.x && j0 + MMA_KT <= plain.y, s);
         mma_softmax(s, m, l, acc, pa, flagged, warp_seen, xs);
         mma_values(pa, vt, acc, scratch);

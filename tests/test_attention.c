@@ -418,9 +418,10 @@ static bool same_floats(const float *a, const float *b, size_t n) {
     return true;
 }
 
-/* attention_mma with two m-tiles a warp (UNIT_QUERIES=32) gives the bits of one (16, the
- * default): a row's products, reductions and key tiles are the same (tiles start at multiples
- * of their size, wherever the larger group's span starts), and a tile that the larger group adds
+/* attention_mma with two m-tiles a warp (UNIT_QUERIES=32) and its tiles fetched a tile ahead
+ * (UNIT_AHEAD=0) gives the bits of one m-tile fetching at the tile (the defaults at these head
+ * dims): a row's products, reductions and key tiles are the same (tiles start at multiples of
+ * their size, wherever the larger group's span starts), and a tile that the larger group adds
  * is hidden from the row, which keeps it exactly. 100 queries: two groups of 16-query warps,
  * one of 32-query warps with rows past Sq; causal with a left window of 20, so tiles are cut,
  * whole and hidden, and the groups' spans start apart; lse; NaN and Inf values in V that only
@@ -440,15 +441,17 @@ static void two_m_tiles_a_warp_give_the_same_bits(test_ctx *t) {
     if (ok) /* key 5: rows 5-25; key 20: rows 20-40; key 70: rows 70-90 */
         d.v[5 * s.Dv + 5] = NAN, d.v[20 * s.Dv + 3] = INFINITY, d.v[70 * s.Dv + 9] = -INFINITY;
     for (int i = 0; i < 2 && ok; ++i) {
-        CHECK_OK(t, clattn_tuning_override("attention", i ? "UNIT_QUERIES=32" : "UNIT_QUERIES=16"));
+        CHECK_OK(t, clattn_tuning_override("attention", i ? "UNIT_QUERIES=32,UNIT_AHEAD=0"
+                                                          : "UNIT_QUERIES=16,UNIT_AHEAD=128"));
         ok = !t->failed && run_variant(t, &s, &d, CLATTN__ATTENTION_MMA, &out[i], &lse[i]);
     }
     clattn_tuning_override("attention", NULL);
     const size_t rows = (size_t)(s.B * s.Hq * s.Sq);
     if (ok) {
         CHECK(t, same_floats(out[0], out[1], rows * (size_t)s.Dv),
-              "two m-tiles a warp changed the outputs");
-        CHECK(t, same_floats(lse[0], lse[1], rows), "two m-tiles a warp changed the lse");
+              "two m-tiles a warp, fetched ahead, changed the outputs");
+        CHECK(t, same_floats(lse[0], lse[1], rows),
+              "two m-tiles a warp, fetched ahead, changed the lse");
     }
     for (int i = 0; i < 2; ++i) free(out[i]), free(lse[i]);
     free_data(&d);

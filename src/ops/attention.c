@@ -190,13 +190,14 @@ static void fit_micro(attention_launch *l, cl_device_id device, int64_t d, int64
 }
 
 /* Bytes of local memory attention_mma declares (cl/attention.cl) with key tiles of `keys` and
- * `queries` a warp: the padded K and V tiles, the weights' flags, its emulation's scratch and
- * exchanges (taken as the larger, the emulation's), the span and the flags. */
+ * `queries` a warp: the padded K and V tiles, the group's q rows, the weights' flags, its
+ * emulation's scratch and exchanges (taken as the larger, the emulation's), the span and the
+ * flags. */
 static uint64_t mma_local_bytes(int64_t d, int64_t dv, int64_t keys, int64_t queries) {
     const uint64_t warps = ATTENTION_MMA_GROUP / 32, n = (uint64_t)keys;
     const uint64_t ks = (uint64_t)(d / 2 + 31) / 32 * 32 + 4,
                    vs = (uint64_t)(dv / 2 + 31) / 32 * 32 + 4;
-    return n * (ks + vs) * 4 + warps * (uint64_t)queries * n +
+    return n * (ks + vs) * 4 + warps * (uint64_t)queries * (ks * 4 + n) +
            warps * (16 * 16 + 16 * 8 + 16 * 4) * 4 + 16;
 }
 
@@ -234,6 +235,7 @@ static int pick_units(const clattn__call *call, const attention_args *a, bool pr
     l->variant = CLATTN__ATTENTION_MMA;
     l->on_unit = (units & unit) && !clattn__matrix_units_emulated();
     const int64_t d = a->q->shape[3], dv = a->v->shape[3];
+    l->ahead = d + dv > l->t.UNIT_AHEAD;
     const cl_ulong local_bytes = clattn__device_local_bytes(call->device);
     l->t.UNIT_KEYS = l->t.UNIT_KEYS / 16 * 16;
     l->t.UNIT_QUERIES = l->t.UNIT_QUERIES / 16 * 16;
@@ -289,11 +291,14 @@ static bool kv_rows_aligned(const attention_args *a, const attention_launch *l,
 }
 
 /* attention_mma's build: the matrix-unit instruction where the device's probe passed for the
- * dtype (clattn_matrix_units; the launch's on_unit), else its emulation. */
-static void mma_options(const attention_args *a, bool ptx, char *options, size_t size) {
+ * dtype (clattn_matrix_units; the launch's on_unit), else its emulation; tiles fetched ahead or
+ * not (the launch's ahead). */
+static void mma_options(const attention_args *a, const attention_launch *l, char *options,
+                        size_t size) {
     const size_t used = strlen(options);
-    snprintf(options + used, size - used, " -DMMA_T=%s -DMMA_PTX=%d -DMMA_WARPS=%d",
-             clattn_dtype_name(a->q->dtype), ptx ? 1 : 0, ATTENTION_MMA_GROUP / 32);
+    snprintf(options + used, size - used, " -DMMA_T=%s -DMMA_PTX=%d -DMMA_WARPS=%d -DMMA_AHEAD=%d",
+             clattn_dtype_name(a->q->dtype), l->on_unit ? 1 : 0, ATTENTION_MMA_GROUP / 32,
+             l->ahead ? 1 : 0);
 }
 
 static void attention_options(const attention_args *a, const attention_launch *l, bool wide,
@@ -407,7 +412,7 @@ static int enqueue_attention(const attention_args *a, const attention_launch *la
                                                      (size_t)clattn__narrow_index_limit();
     char options[1024];
     attention_options(a, &l, wide, call->device, options, sizeof options);
-    if (l.variant == CLATTN__ATTENTION_MMA) mma_options(a, l.on_unit, options, sizeof options);
+    if (l.variant == CLATTN__ATTENTION_MMA) mma_options(a, &l, options, sizeof options);
     cl_kernel kernel = NULL;
     int status = clattn__create_kernel(call->context, call->device, "attention.cl", options,
                                        kernels[l.variant], &kernel);

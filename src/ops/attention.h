@@ -28,6 +28,7 @@ typedef struct clattn__attention_launch {
     int splits, chunk; /* the key axis in `splits` chunks of `chunk` keys (1: unsplit) */
     int rows;          /* micro: work-item rows a group (its local arrays' size) */
     bool on_unit;      /* mma: on the matrix-unit instruction (else its emulation) */
+    bool ahead;        /* mma: the next key tile fetched into registers during this one */
 } clattn__attention_launch;
 
 /* What a call runs, decided once. */

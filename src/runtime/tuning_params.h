@@ -55,8 +55,10 @@
  * clattn_matrix_units found the unit for their dtype, whatever PREFILL says (0: only PREFILL=5);
  * UNIT_KEYS: attention_mma's keys a tile (rounded down to a multiple of 16, then lowered by 16
  * until its tiles fit the local memory); UNIT_QUERIES: attention_mma's queries a warp (16 or 32,
- * rounded down; 32 reads each K and V fragment once for two m-tiles of products, the same bits,
- * but NVIDIA's compiler (driver 580) took 15 s a program at D=16 and over 90 s at D=64).
+ * rounded down; 32 reads each K and V fragment once for two m-tiles of products, the same bits);
+ * UNIT_AHEAD: attention_mma fetches the next key tile into registers while it computes one when
+ * the head dims (D + Dv) exceed UNIT_AHEAD, else at the tile (0: always ahead; the registers it
+ * holds can cost a work-group a multiprocessor).
  * Default: PoCL on AVX-512: blocks at 16 lanes (the tiles variant's one query per work-item ran
  * far slower there), clattn-bench --op attention_causal. */
 #define CLATTN__TUNING_ATTENTION(X)                                                                \
@@ -73,7 +75,8 @@
     X(MK, 2, 1, 8, MK)                                                                             \
     X(UNITS, 1, 0, 1, HOST)                                                                        \
     X(UNIT_KEYS, 32, 16, 64, MMA_KT)                                                               \
-    X(UNIT_QUERIES, 16, 16, 32, MMA_WQ)
+    X(UNIT_QUERIES, 16, 16, 32, MMA_WQ)                                                            \
+    X(UNIT_AHEAD, 128, 0, 1 << 20, HOST)
 
 /* Linear attention. LANES: head-dim vector width (narrowed at launch to divide the head dims);
  * ROWS: state rows per linear_states work-item, BM: queries per linear_outputs work-item (0:
