@@ -10,8 +10,10 @@
 typedef struct bench_options {
     bool quick;
     int repeats, warmup;
-    const char *op;          /* run only this op (NULL: all) */
-    const char *only;        /* and of its rows those whose key holds this text (NULL: all) */
+    const char *op;   /* run only this op (NULL: all) */
+    const char *only; /* and of its families' rows those whose key holds this text (NULL: all;
+                       * set, the tuning, crossover and cold-start runs, which have no keys,
+                       * are left out) */
     const char *peer_script; /* bench/peers/torch_ops.py; NULL: no peers */
     const char *python;      /* interpreter for the peer script */
 } bench_options;

@@ -262,7 +262,8 @@ int bench_linear(const bench_options *opt, clattn_env *env, bench_ceilings *ceil
     memset(crossover_ms, 0, sizeof crossover_ms);
     const bench_family family = {count, case_op, case_key, measure};
     int status = bench_run_family(opt, env, ceilings, report, &family, cases);
-    if (status == CLATTN_SUCCESS && (!opt->op || strcmp(opt->op, "linear_crossover") == 0))
+    if (status == CLATTN_SUCCESS && !opt->only &&
+        (!opt->op || strcmp(opt->op, "linear_crossover") == 0))
         print_crossover(cases, count);
     return status;
 }

@@ -50,19 +50,21 @@ static int measure_case(const bench_options *opt, clattn_env *env, const bench_c
     tune_run runs[2] = {{c, op, defaults}, {c, op, tuned}};
     const char *variants[2] = {"default", "tuned"};
     bool wrong[2] = {false, false};
+    char checks[2][sizeof report->check]; /* each row's verdict ("ok", or "ablated") */
     int status = CLATTN_SUCCESS;
     for (int v = 0; v < 2 && status == CLATTN_SUCCESS; ++v) {
         const bench_row_name row = {op, variants[v], CLATTN_F32, c->shape};
         status = bench_check_row(report, env, tune_run_with, &runs[v], check_run, &row, &wrong[v]);
+        snprintf(checks[v], sizeof checks[v], "%s", report->check);
     }
     if (status != CLATTN_SUCCESS || wrong[0] || wrong[1]) return status;
     bench_timing t_default, t_tuned;
     status = bench_time_beside(opt, tune_run_with, &runs[0], tune_run_with, &runs[1],
                                clattn_env_queue(env), &t_default, &t_tuned);
-    snprintf(report->check, sizeof report->check, "ok");
+    snprintf(report->check, sizeof report->check, "%s", checks[0]);
     if (status == CLATTN_SUCCESS)
         status = add_row(report, env, ceilings, c, op, "default", &t_default);
-    snprintf(report->check, sizeof report->check, "ok");
+    snprintf(report->check, sizeof report->check, "%s", checks[1]);
     if (status == CLATTN_SUCCESS) status = add_row(report, env, ceilings, c, op, "tuned", &t_tuned);
     if (status == CLATTN_SUCCESS)
         printf("  %s %s: tuned/default time %.2fx\n", op, c->shape,
@@ -107,7 +109,7 @@ static int measure_op(const bench_options *opt, clattn_env *env, const bench_cei
 
 int bench_tuning(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
                  bench_report *report) {
-    if (opt->op && strcmp(opt->op, "tuning") != 0) return CLATTN_SUCCESS;
+    if ((opt->op && strcmp(opt->op, "tuning") != 0) || opt->only) return CLATTN_SUCCESS;
     int status = CLATTN_SUCCESS;
     for (size_t i = 0; i < sizeof tuned_ops / sizeof tuned_ops[0] && status == CLATTN_SUCCESS; ++i)
         status = measure_op(opt, env, ceilings, &tuned_ops[i], report);

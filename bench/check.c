@@ -69,7 +69,8 @@ size_t bench_sample(uint64_t *state, size_t n) {
     return i < n ? i : n - 1;
 }
 
-/* Runs fn once, waits, and checks its result into report->check. */
+/* Runs fn once, waits, and checks its result into report->check: "ok", "wrong", or with
+ * report->time_wrong "ablated" (wrong, and timed all the same). */
 static int bench_run_checked(bench_report *report, bench_fn fn, void *ctx, cl_command_queue queue,
                              bench_check_fn check, clattn_env *env) {
     int status = fn(ctx, queue);
@@ -77,9 +78,13 @@ static int bench_run_checked(bench_report *report, bench_fn fn, void *ctx, cl_co
     report->check_detail[0] = '\0';
     bool ok = false;
     if (status == CLATTN_SUCCESS) status = check(ctx, env, report, &ok);
-    snprintf(report->check, sizeof report->check, "%s", ok ? "ok" : "wrong");
+    snprintf(report->check, sizeof report->check, "%s",
+             ok                   ? "ok"
+             : report->time_wrong ? "ablated"
+                                  : "wrong");
     if (status == CLATTN_SUCCESS && !ok)
-        fprintf(stderr, "clattn-bench: wrong result, not timed: %s\n", report->check_detail);
+        fprintf(stderr, "clattn-bench: wrong result, %s: %s\n",
+                report->time_wrong ? "timed (--time-wrong)" : "not timed", report->check_detail);
     return status;
 }
 
@@ -87,10 +92,6 @@ int bench_check_row(bench_report *report, clattn_env *env, bench_fn fn, void *ct
                     bench_check_fn check, const bench_row_name *row, bool *wrong) {
     int status = bench_run_checked(report, fn, ctx, clattn_env_queue(env), check, env);
     *wrong = status == CLATTN_SUCCESS && strcmp(report->check, "wrong") == 0;
-    if (*wrong && report->time_wrong) {
-        snprintf(report->check, sizeof report->check, "ablated");
-        *wrong = false;
-    }
     if (*wrong)
         status = bench_add_wrong_row(report, env, row->op, row->variant, row->dtype, row->shape);
     return status;

@@ -55,6 +55,8 @@ def cell(record):
     if record.get("check") == "wrong":
         return "WRONG"
     text = "%.1f %s (%.0f%%)" % (record["value"], record["metric"], record["roofline_pct"])
+    if record.get("check") == "ablated":  # wrong, timed for an ablation (--time-wrong)
+        text += " ablated"
     torch = record.get("peer_ratio", {}).get("torch")
     if torch is not None:
         text += " %.2fx torch" % torch

@@ -170,7 +170,7 @@ static int bench_device(const bench_args *a, const char *spec, bench_report *rep
             status = bench_attention_backward(&a->opt, env, ceilings, report);
         if (status == CLATTN_SUCCESS) status = bench_linear(&a->opt, env, ceilings, report);
         if (status == CLATTN_SUCCESS) status = bench_tuning(&a->opt, env, ceilings, report);
-        if (status == CLATTN_SUCCESS && !a->opt.op)
+        if (status == CLATTN_SUCCESS && !a->opt.op && !a->opt.only)
             status = cold_start(&a->opt, env, spec, ceilings);
         bench_ceilings_close(ceilings);
     }

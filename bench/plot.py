@@ -64,13 +64,13 @@ def bars(rows, devices, value, title, xlabel, path, log=False, line=None):
 
 
 def vs_torch(record):
-    if record is None or record.get("check") == "wrong":
+    if record is None or record.get("check") in ("wrong", "ablated"):
         return None
     return record.get("peer_ratio", {}).get("torch")
 
 
 def roofline(record):
-    if record is None or record.get("check") == "wrong":
+    if record is None or record.get("check") in ("wrong", "ablated"):
         return None
     return record["roofline_pct"]
 

@@ -663,7 +663,7 @@ attention_lanes(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T,
  * warp MMA_WQ of them as MMA_MT m-tiles of 16; each lane holds rows g and g + 8 of each m-tile
  * (g = lane / 4, t = lane % 4), in the fragment layouts of cl/mma.cl, so a K or V fragment read
  * from local memory feeds MMA_MT products. Per tile of MMA_KT keys (K and V fetched into
- * registers, a tile ahead with MMA_AHEAD, 16-byte loads when the host proved the rows ALIGNED,
+ * registers, a tile ahead with MMA_AHEAD, 16-byte loads when the host proved their rows ALIGNED,
  * then staged in local memory as raw 16-bit rows, as the group's q rows are at the start, from
  * which cl/mma.cl's mma_load_blocks, ldmatrix on the units, reads the fragments): S = q k^T as
  * MMA_KB blocks of 16 x 8 products per 16 head dims and m-tile, the mask and the online softmax
@@ -699,7 +699,6 @@ attention_lanes(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T,
 #define MMA_KB    (MMA_KT / 8)            /* 8-key blocks of S */
 #define MMA_QC    (HEAD_DIM / 16)         /* 16-dim A fragments of q, per m-tile */
 #define MMA_BQ    (MMA_WQ * MMA_WARPS)    /* queries a group */
-#define MMA_WORDS (HEAD_DIM / 2)          /* 32-bit words of a K row */
 /* Row strides, in 32-bit words, of the local tiles of K and V (both row-major, a row a key):
  * 4 mod 32, so that the eight 16-byte rows of an 8 x 8 block that a fragment load reads hit
  * distinct banks, and rows stay 16-byte aligned for the loads and the stores. */
@@ -753,19 +752,24 @@ MMA_INLINE mma_matrix mma_matrix_at(__global const ushort *p, IDX at, IDX row, I
 #define MMA_KREGS   ((MMA_KT * HEAD_DIM / 8 + MMA_THREADS - 1) / MMA_THREADS)
 #define MMA_VREGS   ((MMA_KT * VALUE_DIM / 8 + MMA_THREADS - 1) / MMA_THREADS)
 
-/* Values d .. d + 7 of row j of x (0 at or past hi): one 16-byte load where the host proved the
- * rows ALIGNED, else value by value. */
-MMA_INLINE uint4 mma_chunk(const mma_matrix *x, int j, int d, int hi) {
+/* Values d .. d + 7 of row j of x (0 at or past hi), value by value. */
+MMA_INLINE uint4 mma_chunk_by_value(const mma_matrix *x, int j, int d, int hi) {
     if (j >= hi) return (uint4)0u;
     const IDX at = x->at + (IDX)j * x->row + (IDX)d * x->step;
-#if ALIGNED
-    return *(__global const uint4 *)(x->p + at);
-#else
     uint w[4];
     UNROLL for (int i = 0; i < 4; ++i)
         w[i] = (uint)x->p[at + (IDX)(2 * i) * x->step] |
                (uint)x->p[at + (IDX)(2 * i + 1) * x->step] << 16;
     return (uint4)(w[0], w[1], w[2], w[3]);
+}
+
+/* The same for K and V: one 16-byte load where the host proved their rows ALIGNED. */
+MMA_INLINE uint4 mma_chunk(const mma_matrix *x, int j, int d, int hi) {
+#if ALIGNED
+    if (j >= hi) return (uint4)0u;
+    return *(__global const uint4 *)(x->p + x->at + (IDX)j * x->row + (IDX)d);
+#else
+    return mma_chunk_by_value(x, j, d, hi);
 #endif
 }
 
@@ -810,13 +814,14 @@ inline int mma_lane_row(int a) {
     return 16 * (a / 2) + 8 * (a % 2) + (int)get_local_id(0) % MMA_WARP / 4;
 }
 
-/* The group's q rows (first .. first + MMA_BQ - 1, 0 at or past Sq) into qt, as K's tiles are
- * staged. They stay there, not in registers: a warp reads its A fragments again for each tile,
- * and the registers they would hold let more groups share a multiprocessor. */
+/* The group's q rows (first .. first + MMA_BQ - 1, 0 at or past Sq) into qt, rows as K's tiles
+ * are staged, value by value (ALIGNED speaks of K and V only; this runs once a group). They stay
+ * there, not in registers: a warp reads its A fragments again for each tile, and the registers
+ * they would hold let more groups share a multiprocessor. */
 MMA_INLINE void mma_stage_q(const mma_matrix *q, int first, int Sq, __local uint *qt) {
     for (int e = (int)get_local_id(0); e < MMA_BQ * HEAD_DIM / 8; e += MMA_THREADS) {
         const int i = e / (HEAD_DIM / 8), d = e % (HEAD_DIM / 8) * 8;
-        *(__local uint4 *)(qt + i * MMA_KS + d / 2) = mma_chunk(q, first + i, d, Sq);
+        *(__local uint4 *)(qt + i * MMA_KS + d / 2) = mma_chunk_by_value(q, first + i, d, Sq);
     }
 }
 

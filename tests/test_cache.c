@@ -162,6 +162,8 @@ static void kernel_dir_serves_the_real_sources(test_ctx *t) {
     free(common);
     free(heads);
     CHECK(t, made, "cannot copy cl/common.cl and cl/heads.cl into a kernel directory");
+    /* the copies are the embedded text: a disk cache would hand back an earlier test's build */
+    test_saved_env disk = test_env_set("CLATTN_CACHE_DIR", NULL);
     setenv("CLATTN_KERNEL_DIR", dir, 1);
     size_t builds0, builds1;
     clattn_cache_stats(NULL, &builds0, NULL);
@@ -170,6 +172,7 @@ static void kernel_dir_serves_the_real_sources(test_ctx *t) {
     const bool edited = write_kernel_file(dir, "heads.cl", "__kernel void copy4d(void) { x }\n");
     int broken = small_copy(t, clattn_env_queue(t->env), CLATTN_F16);
     unsetenv("CLATTN_KERNEL_DIR");
+    test_env_restore(&disk);
     remove_kernel_dir(dir);
     CHECK(t, status == CLATTN_SUCCESS, "-> %s: %s", clattn_status_name(status),
           clattn_last_error());

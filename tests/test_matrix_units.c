@@ -37,7 +37,8 @@ static void the_emulated_unit_passes_the_probe(test_ctx *t) {
 }
 
 /* The probe is the test: a unit one element off, an exchange between lanes that does not
- * exchange, fragments loaded in the wrong layout, and a probe that does not build, count as no unit, and none is an error of the call. */
+ * exchange, fragments loaded in the wrong layout, and a probe that does not build, count as no
+ * unit, and none is an error of the call. */
 static void a_wrong_or_missing_unit_fails_the_probe(test_ctx *t) {
     const clattn__call call = probe_call(t);
     bool exact = true;

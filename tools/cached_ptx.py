@@ -16,6 +16,8 @@ HEADER = 52  # magic, version, text hash, binary size, six string lengths
 
 def entries(cache):
     for name in sorted(os.listdir(cache)):
+        if not name.endswith(".clbin"):  # not a half-written .tmp file
+            continue
         with open(os.path.join(cache, name), "rb") as f:
             data = f.read()
         if data[:8] != b"CLATTNPB":

@@ -17,11 +17,11 @@
 # the kernels beside this one in the same call). Without ROWs it runs DEFAULT_ROWS below: the
 # default rows of the issues' targets, attention_mma's tilings beside its default.
 # GPU_TESTS holds clattn-tests' arguments, several runs separated by ';' (default: none, the
-# whole suite; "skip" skips it);
-# GPU_QUICK=1 passes --quick to the benchmark. Each step has a time limit (a bench row 120 s:
-# rows took 5-42 s, and a kernel that NVIDIA's compiler chews on for minutes must not take the
-# call), and all of them GPU_BUDGET_S, so a hung step cannot eat the call. Off the GPU (to try the script), set
-# OCL_ICD_VENDORS, CLATTN_DEVICE and CLATTN_PEER_DEVICE, and it uses them.
+# whole suite; "skip" skips it); GPU_QUICK=1 passes --quick to the benchmark. Each step has a
+# time limit (a bench row 120 s: rows took 1-42 s, and a kernel that NVIDIA's compiler chews on
+# for minutes must not take the call), and all of them GPU_BUDGET_S, so a hung step cannot eat
+# the call. Off the GPU (to try the script), set OCL_ICD_VENDORS, CLATTN_DEVICE and
+# CLATTN_PEER_DEVICE, and it uses them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 

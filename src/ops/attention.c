@@ -239,12 +239,12 @@ static int pick_units(const clattn__call *call, const attention_args *a, bool pr
     const cl_ulong local_bytes = clattn__device_local_bytes(call->device);
     l->t.UNIT_KEYS = l->t.UNIT_KEYS / 16 * 16;
     l->t.UNIT_QUERIES = l->t.UNIT_QUERIES / 16 * 16;
-    while (mma_local_bytes(d, dv, l->t.UNIT_KEYS, l->t.UNIT_QUERIES) > local_bytes) {
-        if (l->t.UNIT_KEYS > 16)
-            l->t.UNIT_KEYS -= 16;
-        else
-            l->t.UNIT_QUERIES = 16; /* mma_takes checked 16 and 16 */
-    }
+    /* a warp's 16 queries before fewer keys: the key tiles are what each barrier amortizes */
+    if (mma_local_bytes(d, dv, l->t.UNIT_KEYS, l->t.UNIT_QUERIES) > local_bytes)
+        l->t.UNIT_QUERIES = 16;
+    while (mma_local_bytes(d, dv, l->t.UNIT_KEYS, l->t.UNIT_QUERIES) > local_bytes &&
+           l->t.UNIT_KEYS > 16) /* mma_takes checked 16 and 16 */
+        l->t.UNIT_KEYS -= 16;
     l->t.GROUP = ATTENTION_MMA_GROUP;
     l->splits = 1, l->chunk = (int)a->k->shape[2];
     return CLATTN_SUCCESS;

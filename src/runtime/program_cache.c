@@ -132,12 +132,10 @@ static source_memo *memo_slot(const char *op_file) {
 static int dir_source_key(const char *op_file, char **text, uint64_t *hash) {
     uint64_t stamp;
     int status = clattn__program_stamp(op_file, &stamp);
-    if (status != CLATTN_SUCCESS || strlen(op_file) >= sizeof source_memos[0].op_file)
-        return status != CLATTN_SUCCESS
-                   ? status
-                   : clattn__fail(CLATTN_ERR_KERNEL_SOURCE, "op file name %s", op_file);
+    if (status != CLATTN_SUCCESS) return status;
+    const bool memo = strlen(op_file) < sizeof source_memos[0].op_file; /* else read each call */
     pthread_mutex_lock(&memo_lock);
-    source_memo *slot = memo_slot(op_file);
+    source_memo *slot = memo ? memo_slot(op_file) : NULL;
     const bool known = slot && slot->op_file[0] && slot->stamp == stamp;
     if (known) *hash = slot->hash;
     pthread_mutex_unlock(&memo_lock);
@@ -146,7 +144,7 @@ static int dir_source_key(const char *op_file, char **text, uint64_t *hash) {
     if (status != CLATTN_SUCCESS) return status;
     *hash = clattn__text_hash(*text);
     pthread_mutex_lock(&memo_lock);
-    if ((slot = memo_slot(op_file))) {
+    if (memo && (slot = memo_slot(op_file))) {
         snprintf(slot->op_file, sizeof slot->op_file, "%s", op_file);
         slot->stamp = stamp, slot->hash = *hash;
     }
@@ -156,8 +154,8 @@ static int dir_source_key(const char *op_file, char **text, uint64_t *hash) {
 
 /* The cache key of an op file's source. Embedded sources never change within a process, so
  * their key is the file name and the text is assembled only on a miss; sources read from
- * CLATTN_KERNEL_DIR are keyed by their text's hash, re-read whenever a file's size or
- * modification time changes, so an edit is picked up without a restart. */
+ * CLATTN_KERNEL_DIR are keyed by their text's hash, re-read whenever a file's stamp changes
+ * (clattn__program_stamp), so an edit is picked up without a restart. */
 int clattn__program_key(const char *op_file, char **text, uint64_t *hash) {
     const char *dir = getenv("CLATTN_KERNEL_DIR");
     *text = NULL;

@@ -126,9 +126,13 @@ int clattn__program_stamp(const char *op_file, uint64_t *stamp) {
             stat(path, &st) != 0)
             return clattn__fail(CLATTN_ERR_KERNEL_SOURCE,
                                 "cannot read kernel source %s (CLATTN_KERNEL_DIR)", path);
-        const uint64_t fields[3] = {(uint64_t)st.st_size, (uint64_t)st.st_mtim.tv_sec,
-                                    (uint64_t)st.st_mtim.tv_nsec};
-        for (int f = 0; f < 3; ++f) h = (h ^ fields[f]) * 1099511628211ull;
+        /* the change time too: no one sets it, and a write or a rename moves it even where the
+         * size and the modification time stay (cp -p, a rewrite within the clock's tick) */
+        const uint64_t fields[7] = {(uint64_t)st.st_size,         (uint64_t)st.st_mtim.tv_sec,
+                                    (uint64_t)st.st_mtim.tv_nsec, (uint64_t)st.st_ctim.tv_sec,
+                                    (uint64_t)st.st_ctim.tv_nsec, (uint64_t)st.st_ino,
+                                    (uint64_t)st.st_dev};
+        for (int f = 0; f < 7; ++f) h = (h ^ fields[f]) * 1099511628211ull;
     }
     *stamp = h;
     return CLATTN_SUCCESS;

@@ -21,9 +21,10 @@ extern const size_t clattn__embedded_sources_count;
  * Statuses: CLATTN_SUCCESS, CLATTN_ERR_KERNEL_SOURCE, CLATTN_ERR_OUT_OF_HOST_MEMORY. */
 int clattn__program_source(const char *op_file, char **text);
 
-/* A stamp of the CLATTN_KERNEL_DIR files that op_file's program is joined from: their sizes and
- * modification times, hashed, so that it changes when a file is edited (the program cache
- * re-reads and re-hashes the text only then). Statuses: CLATTN_SUCCESS, CLATTN_ERR_KERNEL_SOURCE.
+/* A stamp of the CLATTN_KERNEL_DIR files that op_file's program is joined from: their sizes,
+ * modification and change times and inodes, hashed, so that it changes when a file is edited (the
+ * program cache re-reads and re-hashes the text only then). Statuses: CLATTN_SUCCESS,
+ * CLATTN_ERR_KERNEL_SOURCE.
  */
 int clattn__program_stamp(const char *op_file, uint64_t *stamp);
 

@@ -55,7 +55,8 @@
  * clattn_matrix_units found the unit for their dtype, whatever PREFILL says (0: only PREFILL=5);
  * UNIT_KEYS: attention_mma's keys a tile (rounded down to a multiple of 16, then lowered by 16
  * until its tiles fit the local memory); UNIT_QUERIES: attention_mma's queries a warp (16 or 32,
- * rounded down; 32 reads each K and V fragment once for two m-tiles of products, the same bits);
+ * rounded down; 32 reads each K and V fragment once for two m-tiles of products, the same bits;
+ * 16 where 32 do not fit the local memory with UNIT_KEYS, as at D=128 in 48 KiB);
  * UNIT_AHEAD: attention_mma fetches the next key tile into registers while it computes one when
  * the head dims (D + Dv) exceed UNIT_AHEAD, else at the tile (0: always ahead; the registers it
  * holds can cost a work-group a multiprocessor).
