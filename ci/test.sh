@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, builds, and runs every lane of the table below
-# (LANES), one loop over its rows. Prints each lane's wall time and counts, then one line
+# (LANES), in two tracks side by side (the loop, at the end, says which and why). Prints each
+# lane's output as it ends, a table of the lanes' wall times and counts, then one line
 # "N passed, N failed, N skipped" summed over the lanes, and exits non-zero on any failure.
 #
 # A lane is a row: name, kind, timeout, selector, environment. The kind says how the lane runs
@@ -479,7 +480,7 @@ lane_compile() {
     fi
   done
   # attention_mma as a GPU with the unit builds it (the dump holds its emulated build): every
-  # program of it rebuilt with MMA_PTX=1 must carry the instruction
+  # program of it rebuilt with MMA_PTX=1 must carry the instruction and the fragment loads
   local program options count=0 built=0
   for program in $(grep -l -- '-DVARIANT=5 ' "$dump"/attention-*.options 2>/dev/null); do
     options=$(sed 's/-DMMA_PTX=0/-DMMA_PTX=1/' "$program")
@@ -489,7 +490,8 @@ lane_compile() {
       -target nvptx64-unknown-nvidiacl -march=sm_80 -Xclang -mlink-builtin-bitcode \
       -Xclang /usr/lib/clc/nvptx64--nvidiacl.bc $options -DMMA_ASM=__asm__ -S \
       "${program%.options}.cl" -o "$planted.ptx" 2>>"$logs/$name-mma-attention.log" &&
-      grep -q "mma.sync.aligned.m16n8k16" "$planted.ptx" && built=$((built + 1))
+      grep -q "mma.sync.aligned.m16n8k16" "$planted.ptx" &&
+      grep -q "ldmatrix.sync.aligned.m8n8.x4" "$planted.ptx" && built=$((built + 1))
   done
   if [ "$count" -gt 0 ] && [ "$built" -eq "$count" ]; then
     lane_p=$((lane_p + 1))
@@ -508,16 +510,68 @@ for wanted in ${CLATTN_LANES:-}; do
     failed=$((failed + 1))
   fi
 done
-for i in "${!lane_names[@]}"; do
-  name=${lane_names[i]}
-  [[ -z ${CLATTN_LANES:-} || " $CLATTN_LANES " == *" $name "* ]] || continue
+# Two tracks of lanes run side by side, each lane after the one before it in its track, in the
+# table's order: most lanes spend their time in one compiler's thread (PoCL's, Oclgrind's,
+# clang's), so on two cores the two tracks take about the longer one's time, not the sum. Track
+# b holds lanes that share no state with track a's: pocl-basic and the compile lane that reads
+# its dump, rusticl, and Oclgrind's; they keep their PoCL cache apart (pocl-cache-b), so no two
+# processes write one cache. Track a holds the rest: the pthread device's lanes share its cache,
+# built by pocl-pthread first. Each lane's output goes to test-logs/NAME.out, printed whole
+# when the lane ends; the summary follows the table's order.
+track_b=(pocl-basic compile rusticl oclgrind oclgrind-linear oclgrind-attention oclgrind-mha
+  oclgrind-reliability)
+for name in "${track_b[@]}"; do
+  if [[ " ${lane_names[*]} " != *" $name "* ]]; then
+    echo "ci/test.sh: track b names $name, which is no lane"
+    failed=$((failed + 1))
+  fi
+done
+
+selected() { [[ -z ${CLATTN_LANES:-} || " $CLATTN_LANES " == *" $1 "* ]]; }
+track_of() { if [[ " ${track_b[*]} " == *" $1 "* ]]; then echo b; else echo a; fi; }
+
+# run_lane I: lane I of the table, its output into test-logs/NAME.out (then printed) and its
+# seconds and counts into test-logs/NAME.result.
+run_lane() {
+  local i=$1 name=${lane_names[$1]} start=$SECONDS seconds
   eval "lane_env=(${lane_envs[i]})"
   lane_p=0 lane_f=0 lane_s=0
-  echo "== lane $name"
-  start=$SECONDS
-  "lane_${lane_kinds[i]}" "$name" "${lane_timeouts[i]}" "${lane_selectors[i]}"
-  seconds=$((SECONDS - start))
-  echo "[$name] $lane_p passed, $lane_f failed, $lane_s skipped (${seconds} s)"
+  {
+    echo "== lane $name"
+    "lane_${lane_kinds[i]}" "$name" "${lane_timeouts[i]}" "${lane_selectors[i]}"
+    seconds=$((SECONDS - start))
+    echo "[$name] $lane_p passed, $lane_f failed, $lane_s skipped (${seconds} s)"
+  } >"$logs/$name.out" 2>&1
+  echo "$seconds $lane_p $lane_f $lane_s" >"$logs/$name.result"
+  cat "$logs/$name.out"
+}
+
+# run_track a|b: the selected lanes of that track, in the table's order.
+run_track() {
+  local i name
+  for i in "${!lane_names[@]}"; do
+    name=${lane_names[i]}
+    selected "$name" && [ "$(track_of "$name")" = "$1" ] || continue
+    run_lane "$i"
+  done
+}
+
+for name in "${lane_names[@]}"; do rm -f "$logs/$name.result"; done
+(
+  export POCL_CACHE_DIR="$root/$build/pocl-cache-b"
+  mkdir -p "$POCL_CACHE_DIR"
+  run_track b
+) &
+run_track a
+wait
+
+for i in "${!lane_names[@]}"; do
+  name=${lane_names[i]}
+  selected "$name" || continue
+  if ! read -r seconds lane_p lane_f lane_s <"$logs/$name.result" 2>/dev/null; then
+    echo "[$name] left no result (its track broke off)"
+    seconds=0 lane_p=0 lane_f=1 lane_s=0
+  fi
   summary+=("$(printf '%-22s %8d %7d %7d %7d' "$name" "$seconds" "$lane_p" "$lane_f" "$lane_s")")
   passed=$((passed + lane_p)) failed=$((failed + lane_f)) skipped=$((skipped + lane_s))
 done
