@@ -19,6 +19,7 @@ typedef struct at_spec {
     float scale; /* 0: 1/sqrt(D) */
     int causal, bottom_right, window, lse;
     int bshd; /* test_upload_bhsd's layout: 0 [B,H,S,D], 1 [B,S,H,D], 2 [B,H,D,S], 3 offset 1 */
+    int q_strided; /* q alone in [B,H,D,S] (head dim strided), whatever bshd says */
     int64_t left, right, global_stride;
     const int32_t *klen;
     int alibi;
@@ -109,7 +110,8 @@ static float *last_weights;
 
 static bool run_variant(test_ctx *t, const at_spec *s, const at_data *d, int variant, float **out,
                         float **lse) {
-    clattn_tensor q = test_upload_bhsd(t, d->q, s->B, s->Hq, s->Sq, s->D, s->dt, s->bshd);
+    clattn_tensor q =
+        test_upload_bhsd(t, d->q, s->B, s->Hq, s->Sq, s->D, s->dt, s->q_strided ? 2 : s->bshd);
     clattn_tensor k = test_upload_bhsd(t, d->k, s->B, s->Hkv, s->Sk, s->D, s->dt, s->bshd);
     clattn_tensor v = test_upload_bhsd(t, d->v, s->B, s->Hkv, s->Sk, s->Dv, s->dt, s->bshd);
     size_t n_out = (size_t)(s->B * s->Hq * s->Sq * s->Dv), n_lse = (size_t)(s->B * s->Hq * s->Sq);
@@ -371,7 +373,7 @@ static void check_case_on(test_ctx *t, const at_spec *s, int kernel, const char 
  * emulation is the slowest variant on a CPU; the others have their 16-bit cases): groups of 64
  * queries with rows past Sq, GQA, Dv != D, lse, every mask part, empty rows; tiles that the
  * mask leaves whole (the scale alone) beside cut ones under causality, key lengths and a window
- * wider than a tile with global positions. */
+ * wider than a tile with global positions; q in another layout than K and V. */
 static void matrix_unit_cases_in_16_bits(test_ctx *t) {
     if (clattn__device_max_group(clattn_env_device(t->env)) < 128)
         return test_skip(t, "groups capped below attention_mma's 128 (it falls back to tiles)");
@@ -388,8 +390,9 @@ static void matrix_unit_cases_in_16_bits(test_ctx *t) {
     s.bottom_right = 1;
     s.klen = klen;
     s.lse = 1;
+    s.q_strided = 1; /* beside contiguous K and V, which may take 16-byte loads: q may not */
     check_case_on(t, &s, CLATTN__ATTENTION_MMA,
-                  "f16 causal bottom-right, key lengths 0 and 40, Dv=24");
+                  "f16 causal bottom-right, key lengths 0 and 40, Dv=24, q [B,H,D,S]");
     s = base(1, 2, 2, 66, 40, 32);
     s.dt = CLATTN_BF16;
     s.window = 1, s.left = 40, s.right = 2, s.global_stride = 16;
