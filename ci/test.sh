@@ -480,18 +480,21 @@ lane_compile() {
     fi
   done
   # attention_mma as a GPU with the unit builds it (the dump holds its emulated build): every
-  # program of it rebuilt with MMA_PTX=1 must carry the instruction and the fragment loads
-  local program options count=0 built=0
+  # program of it rebuilt with MMA_PTX=1 must carry the instruction and the fragment loads,
+  # with its tiles fetched at the tile and a tile ahead (the test shapes' head dims take one)
+  local program options ahead count=0 built=0
   for program in $(grep -l -- '-DVARIANT=5 ' "$dump"/attention-*.options 2>/dev/null); do
-    options=$(sed 's/-DMMA_PTX=0/-DMMA_PTX=1/' "$program")
-    count=$((count + 1))
-    # shellcheck disable=SC2086 # the options are a list of arguments
-    clang-15 -x cl -cl-std=CL1.2 -nogpulib -O2 -Xclang -finclude-default-header \
-      -target nvptx64-unknown-nvidiacl -march=sm_80 -Xclang -mlink-builtin-bitcode \
-      -Xclang /usr/lib/clc/nvptx64--nvidiacl.bc $options -DMMA_ASM=__asm__ -S \
-      "${program%.options}.cl" -o "$planted.ptx" 2>>"$logs/$name-mma-attention.log" &&
-      grep -q "mma.sync.aligned.m16n8k16" "$planted.ptx" &&
-      grep -q "ldmatrix.sync.aligned.m8n8.x4" "$planted.ptx" && built=$((built + 1))
+    for ahead in 0 1; do
+      options=$(sed "s/-DMMA_PTX=0/-DMMA_PTX=1/; s/-DMMA_AHEAD=[01]/-DMMA_AHEAD=$ahead/" "$program")
+      count=$((count + 1))
+      # shellcheck disable=SC2086 # the options are a list of arguments
+      clang-15 -x cl -cl-std=CL1.2 -nogpulib -O2 -Xclang -finclude-default-header \
+        -target nvptx64-unknown-nvidiacl -march=sm_80 -Xclang -mlink-builtin-bitcode \
+        -Xclang /usr/lib/clc/nvptx64--nvidiacl.bc $options -DMMA_ASM=__asm__ -S \
+        "${program%.options}.cl" -o "$planted.ptx" 2>>"$logs/$name-mma-attention.log" &&
+        grep -q "mma.sync.aligned.m16n8k16" "$planted.ptx" &&
+        grep -q "ldmatrix.sync.aligned.m8n8.x4" "$planted.ptx" && built=$((built + 1))
+    done
   done
   if [ "$count" -gt 0 ] && [ "$built" -eq "$count" ]; then
     lane_p=$((lane_p + 1))
