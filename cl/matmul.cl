@@ -1,8 +1,9 @@
 /*
- * c = a op(b) + beta c for a batch of row-major f32 matrices (a: m x k, op(b): k x n, c: m x n):
- * clattn's GEMM, a register-tiled micro-kernel for CPUs (the tuning table's matmul row says which
- * devices take it; the others keep CLBlast).
+ * c = a op(b) + beta c for a batch of row-major matrices (a: m x k, op(b): k x n, c: m x n), in
+ * one of two builds, as the host asks (src/ops/gemm.c):
  *
+ * MATMUL_MMA 0: f32 storage, clattn's register-tiled micro-kernel for CPUs (the tuning table's
+ * matmul row says which devices take it; the others keep CLBlast).
  *   matmul_pack   op(b) as panels of NR = NV * VEC columns, k-major and contiguous:
  *                 packed[((i * panels + p) * k + kk) * NR + col] = op(b_i)[kk][p * NR + col], 0
  *                 past n. A work-item per (matrix, panel, kk); O(k n) against the product's
@@ -12,14 +13,22 @@
  *                 a[r][kk] against the NV vectors of the panel's row kk: MR x NV FMAs for NV
  *                 vector loads and MR broadcasts, no horizontal sum. Consecutive work-items take
  *                 consecutive row blocks of the same panels, so the panels stay in cache.
+ *   Build options: MR, NV, VEC (4, 8 or 16), PANELS.
  *
- * Offsets, leading dims and batch strides are in elements (ulong). Build options: MR, NV, VEC
- * (4, 8 or 16), PANELS.
+ * MATMUL_MMA 1: a and b in MMA_T (f16 or bf16), c in C_T (f32, f16 or bf16), products on
+ * cl/mma.cl's mma_m16n8k16 with f32 accumulators (matmul_mma below).
+ *
+ * Offsets, leading dims and batch strides are in elements (ulong).
  */
 #ifndef CLATTN_COMMON_CL
 #include "common.cl"
 #endif
 
+#ifndef MATMUL_MMA
+#define MATMUL_MMA 0
+#endif
+
+#if !MATMUL_MMA
 #ifndef MR
 #define MR 8
 #endif
@@ -104,3 +113,157 @@ matmul_tiles(__global const float *a, ulong a_off, ulong lda, ulong a_stride,
         }
     }
 }
+#endif /* !MATMUL_MMA */
+
+#if MATMUL_MMA
+#ifndef CLATTN_MMA_CL
+#include "mma.cl"
+#endif
+/* matmul_mma: a work-group of 4 warps takes a block of MM_BM x MM_BN outputs of one matrix, a
+ * warp MM_WM x MM_WN of them (the warps 2 x 2), as MM_MT m-tiles of 16 rows and MM_NT 8-column
+ * blocks, f32 accumulators in the fragment layouts of cl/mma.cl. Per 32-deep slice of k, the
+ * group stages the slice of a (MM_BM rows) and of b in local memory as raw 16-bit rows (16-byte
+ * loads where the host proved the rows ALIGNED and a chunk lies whole inside the matrix, value
+ * by value elsewhere; 0 past m, n and k), then each warp loads its fragments with
+ * mma_load_blocks (ldmatrix on the units): a's plain, b's plain when b is stored n-major
+ * (TRANS_B: c = a b^T, as MHA's projections x W^T) and transposed when k-major. A fragment of
+ * a feeds MM_NT products, one of b MM_MT. The end adds beta c (c read only where beta is not 0,
+ * BLAS's convention) and stores c in C_T, rounded once from f32.
+ * Build options: MMA_T, C_T, MM_WM (16 or 32), MM_WN (16, 32 or 64), TRANS_B, ALIGNED, and
+ * cl/mma.cl's MMA_PTX. */
+#ifndef MM_WM
+#define MM_WM 32
+#endif
+#ifndef MM_WN
+#define MM_WN 32
+#endif
+#ifndef TRANS_B
+#define TRANS_B 1
+#endif
+#ifndef ALIGNED
+#define ALIGNED 0
+#endif
+#ifndef C_T
+#define C_T f32
+#endif
+#define MM_WARPS 4
+#define MM_THREADS (MM_WARPS * MMA_WARP)
+#define MM_MT (MM_WM / 16)
+#define MM_NT (MM_WN / 8)
+#define MM_BM (2 * MM_WM)
+#define MM_BN (2 * MM_WN)
+#define MM_BK 32
+/* Row strides of the local slices in 32-bit words: 4 more than a row's words, so that the eight
+ * 16-byte rows of an 8 x 8 block that a fragment load reads fall in distinct banks (a row's
+ * words are a multiple of 8 here), and rows stay 16-byte aligned. */
+#define MM_STRIDE(values) ((values) / 2 + 4)
+#define MM_AS MM_STRIDE(MM_BK)
+#if TRANS_B
+#define MM_BROWS MM_BN /* b's slice n-major: MM_BN rows of MM_BK values */
+#define MM_BS    MM_STRIDE(MM_BK)
+#else
+#define MM_BROWS MM_BK /* k-major: MM_BK rows of MM_BN values */
+#define MM_BS    MM_STRIDE(MM_BN)
+#endif
+
+/* Values col .. col + 7 of a row whose first `left` values from `at` on lie inside the matrix
+ * (0 past them): one 16-byte load where the host proved ALIGNED and all 8 lie inside. */
+MMA_INLINE uint4 mm_chunk(__global const ushort *p, size_t at, int left) {
+#if ALIGNED
+    if (left >= 8) return *(__global const uint4 *)(p + at);
+#endif
+    uint w[4];
+    UNROLL for (int i = 0; i < 4; ++i)
+        w[i] = (2 * i < left ? (uint)p[at + 2 * i] : 0u) |
+               (2 * i + 1 < left ? (uint)p[at + 2 * i + 1] : 0u) << 16;
+    return (uint4)(w[0], w[1], w[2], w[3]);
+}
+
+/* `rows` rows of `cols` values (a multiple of 8) of the slice whose first row is row r0 and
+ * first value col c0 of a row-major matrix (rows below `rows_in`, values below `cols_in`; ld
+ * apart) into local rows `stride` words apart. */
+MMA_INLINE void mm_stage(__global const ushort *p, size_t ld, int r0, int rows_in, int c0,
+                         int cols_in, const int rows, const int cols, __local uint *slice,
+                         int stride) {
+    for (int e = (int)get_local_id(0); e < rows * cols / 8; e += MM_THREADS) {
+        const int r = e / (cols / 8), c = e % (cols / 8) * 8;
+        const int left = r0 + r < rows_in ? cols_in - (c0 + c) : 0;
+        *(__local uint4 *)(slice + r * stride + c / 2) =
+            mm_chunk(p, (size_t)(r0 + r) * ld + (size_t)(c0 + c), left);
+    }
+}
+
+/* acc += the warp's products over one 16-deep step `s` of the staged slices; the warp's rows
+ * start at row wr of a's slice, its columns at column wc of b's. */
+MMA_INLINE void mm_step(const __local ushort *a16, const __local ushort *b16, int wr, int wc,
+                        int s, float acc[MM_MT][MM_NT][4], __local float *scratch) {
+    uint af[MM_MT][4];
+    UNROLL for (int mt = 0; mt < MM_MT; ++mt) {
+        const __local ushort *x = a16 + (wr + mt * 16) * 2 * MM_AS + s * 16,
+                             *y = x + 8 * 2 * MM_AS;
+        mma_load_blocks(af[mt], x, y, x + 8, y + 8, 2 * MM_AS, 0);
+    }
+    UNROLL for (int nb = 0; nb < MM_NT; nb += 2) {
+        uint bf[4]; /* bf[0], bf[1]: block nb's fragment; bf[2], bf[3]: nb + 1's */
+#if TRANS_B
+        const __local ushort *x = b16 + (wc + nb * 8) * 2 * MM_BS + s * 16,
+                             *y = x + 8 * 2 * MM_BS;
+        mma_load_blocks(bf, x, x + 8, y, y + 8, 2 * MM_BS, 0);
+#else
+        const __local ushort *x = b16 + s * 16 * 2 * MM_BS + wc + nb * 8, *y = x + 8 * 2 * MM_BS;
+        mma_load_blocks(bf, x, y, x + 8, y + 8, 2 * MM_BS, 1);
+#endif
+        UNROLL for (int mt = 0; mt < MM_MT; ++mt) {
+            mma_m16n8k16(acc[mt][nb], af[mt], bf, acc[mt][nb], scratch);
+            mma_m16n8k16(acc[mt][nb + 1], af[mt], bf + 2, acc[mt][nb + 1], scratch);
+        }
+    }
+}
+
+__kernel __attribute__((reqd_work_group_size(MM_THREADS, 1, 1))) void
+matmul_mma(__global const ushort *a, ulong a_off, ulong lda, ulong a_stride,
+           __global const ushort *b, ulong b_off, ulong ldb, ulong b_stride,
+           __global CAT(storage_, C_T) * c, ulong c_off, ulong ldc, ulong c_stride, int m, int n,
+           int k, float beta) {
+    __local float scratch[MM_WARPS * MMA_SCRATCH_FLOATS];
+    __local uint4 as4[MM_BM * MM_AS / 4], bs4[MM_BROWS * MM_BS / 4];
+    __local uint *as = (__local uint *)as4, *bs = (__local uint *)bs4;
+    const int blocks_m = (m + MM_BM - 1) / MM_BM, blocks_n = (n + MM_BN - 1) / MM_BN;
+    const int group = (int)get_group_id(0), i = group / (blocks_m * blocks_n);
+    const int r0 = group / blocks_n % blocks_m * MM_BM, c0 = group % blocks_n * MM_BN;
+    const int lid = (int)get_local_id(0), warp = lid / MMA_WARP;
+    const int wr = warp / 2 * MM_WM, wc = warp % 2 * MM_WN;
+    __global const ushort *ai = a + a_off + (size_t)i * a_stride,
+                          *bi = b + b_off + (size_t)i * b_stride;
+    float acc[MM_MT][MM_NT][4];
+    UNROLL for (int mt = 0; mt < MM_MT; ++mt)
+        UNROLL for (int nt = 0; nt < MM_NT; ++nt)
+            UNROLL for (int f = 0; f < 4; ++f) acc[mt][nt][f] = 0.0f;
+    for (int k0 = 0; k0 < k; k0 += MM_BK) {
+        barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with the last slice */
+        mm_stage(ai, lda, r0, m, k0, k, MM_BM, MM_BK, as, MM_AS);
+#if TRANS_B
+        mm_stage(bi, ldb, c0, n, k0, k, MM_BN, MM_BK, bs, MM_BS);
+#else
+        mm_stage(bi, ldb, k0, k, c0, n, MM_BK, MM_BN, bs, MM_BS);
+#endif
+        barrier(CLK_LOCAL_MEM_FENCE);
+        UNROLL for (int s = 0; s < MM_BK / 16; ++s)
+            mm_step((const __local ushort *)as, (const __local ushort *)bs, wr, wc, s, acc,
+                    scratch);
+    }
+    __global CAT(storage_, C_T) *ci = c + c_off + (size_t)i * c_stride;
+    const int g = lid % MMA_WARP / 4, t = lid % 4;
+    UNROLL for (int mt = 0; mt < MM_MT; ++mt)
+        UNROLL for (int nt = 0; nt < MM_NT; ++nt)
+            UNROLL for (int f = 0; f < 4; ++f) {
+                const int row = r0 + wr + mt * 16 + g + (f >> 1) * 8;
+                const int col = c0 + wc + nt * 8 + 2 * t + (f & 1);
+                if (row >= m || col >= n) continue;
+                __global CAT(storage_, C_T) *at = ci + (size_t)row * ldc + (size_t)col;
+                float x = acc[mt][nt][f];
+                if (beta != 0.0f) x = fma(beta, CAT(load_, C_T)(at, 0), x);
+                CAT(store_, C_T)(at, 0, x);
+            }
+}
+#endif /* MATMUL_MMA */

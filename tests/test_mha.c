@@ -443,60 +443,121 @@ static void half_storage_and_strided_rows(test_ctx *t) {
 
 /* ---- the GEMMs: CLBlast's bridge and clattn's kernel ---- */
 
-/* One strided batch of c = a op(b) + beta c against float64, with offsets, row strides past the
- * columns and odd sizes: |c - ref| <= 2 (K + 1) 2^-24 sum |terms|. `matmul` NULL: CLBlast
- * through its bridge; otherwise the GEMM every op calls, with that matmul row as an override. */
-static void check_gemm(test_ctx *t, bool trans_b, float beta, const char *matmul) {
-    enum { M = 13, N = 9, K = 21, BATCH = 2, LDA = K + 3, LDC = N + 4 };
-    const size_t ldb = trans_b ? K + 1 : N + 2, rows_b = trans_b ? N : K;
-    const size_t sa = M * LDA + 3, sb = rows_b * ldb + 1, sc = M * LDC + 5;
-    const size_t oa = 5, ob = 2, oc = 7;
-    const size_t na = oa + BATCH * sa, nb = ob + BATCH * sb, nc = oc + BATCH * sc;
-    uint64_t rng = trans_b ? 11 : 12;
-    float *a = values(na, CLATTN_F32, 1.0f, &rng), *b = values(nb, CLATTN_F32, 1.0f, &rng),
-          *c = values(nc, CLATTN_F32, 1.0f, &rng), *got = malloc(nc * sizeof(float));
-    cl_mem ab = test_buffer(t, na * 4), bb = test_buffer(t, nb * 4), cb = test_buffer(t, nc * 4);
-    bool ok = a && b && c && got && ab && bb && cb && test_write(t, ab, a, na * 4) &&
-              test_write(t, bb, b, nb * 4) && test_write(t, cb, c, nc * 4);
+/* One GEMM case: a strided batch of c = a op(b) + beta c, a and b in `in`, c in `out`, with
+ * offsets and row strides past the columns (all multiples of 8 elements when `aligned`, which
+ * the matrix-unit kernel loads 16 bytes at a time). `matmul`: NULL for CLBlast's bridge (f32),
+ * "units:ROW" for clattn__gemm_units_batched, else the GEMM every op calls, with that matmul
+ * row (ROW) as an override. */
+typedef struct gemm_case {
+    size_t M, N, K;
+    bool trans_b, aligned;
+    float beta;
+    clattn_dtype in, out;
+    const char *matmul;
+} gemm_case;
+
+/* The unit roundoff of a stored dtype. */
+static double roundoff(clattn_dtype dt) {
+    return dt == CLATTN_F32 ? 0x1p-24 : dt == CLATTN_F16 ? 0x1p-11 : 0x1p-8;
+}
+
+/* `n` values of host in dt, as a fresh buffer (NULL, and the test failed, when it failed). */
+static cl_mem upload_raw(test_ctx *t, const float *host, size_t n, clattn_dtype dt) {
+    const size_t size = clattn_dtype_size(dt);
+    void *raw = malloc(n * size);
+    cl_mem buffer = raw ? test_buffer(t, n * size) : NULL;
+    for (size_t i = 0; raw && i < n; ++i) ref_store(raw, dt, i, host[i]);
+    if (buffer && !test_write(t, buffer, raw, n * size)) buffer = NULL;
+    free(raw);
+    return buffer;
+}
+
+static int run_gemm(test_ctx *t, const gemm_case *g, const clattn__matrices *a,
+                    const clattn__matrices *b, const clattn__matrices *c, size_t batch) {
     const clattn__call call = {clattn_env_queue(t->env),
                                clattn_env_context(t->env),
                                clattn_env_device(t->env),
                                0,
                                NULL,
                                NULL};
-    const clattn__matrices am = {ab, oa, LDA, sa}, bm = {bb, ob, ldb, sb}, cm = {cb, oc, LDC, sc};
-    int status = matmul ? clattn_tuning_override("matmul", matmul) : CLATTN_SUCCESS;
-    if (ok && status == CLATTN_SUCCESS)
-        status = matmul
-                     ? clattn__gemm_batched(&call, trans_b, M, N, K, &am, &bm, beta, &cm, BATCH)
-                     : clattn__sgemm_batched(&call, trans_b, M, N, K, &am, &bm, beta, &cm, BATCH);
-    if (matmul) clattn_tuning_override("matmul", NULL);
+    if (!g->matmul)
+        return clattn__sgemm_batched(&call, g->trans_b, g->M, g->N, g->K, a, b, g->beta, c, batch);
+    const bool units = strncmp(g->matmul, "units:", 6) == 0;
+    const char *row = units ? g->matmul + 6 : g->matmul;
+    int status = *row ? clattn_tuning_override("matmul", row) : CLATTN_SUCCESS;
+    if (status == CLATTN_SUCCESS && units)
+        status = clattn__gemm_units_batched(&call, g->in, g->out, g->trans_b, g->M, g->N, g->K, a,
+                                            b, g->beta, c, batch);
+    else if (status == CLATTN_SUCCESS)
+        status = clattn__gemm_batched(&call, g->trans_b, g->M, g->N, g->K, a, b, g->beta, c, batch);
+    clattn_tuning_override("matmul", NULL);
+    return status;
+}
+
+/* Runs the case against float64: the products of values exact in `in` are exact in f32, so the
+ * f32 sum is within err = 2 (K + 1) 2^-24 sum |terms| of ref, and c within err + u (|ref| +
+ * err), u the unit roundoff of a 16-bit `out` (its one rounding; 0 for f32), plus 2^-24 for
+ * f16's subnormals. Elements outside the matrices must keep their values. */
+static void check_gemm_case(test_ctx *t, const gemm_case *g) {
+    enum { BATCH = 2 };
+    const size_t pad = g->aligned ? 8 : 1, M = g->M, N = g->N, K = g->K;
+    const size_t lda = (K + 3 + pad - 1) / pad * pad, ldc = (N + 4 + pad - 1) / pad * pad;
+    const size_t ldb = ((g->trans_b ? K + 1 : N + 2) + pad - 1) / pad * pad;
+    const size_t rows_b = g->trans_b ? N : K;
+    const size_t sa = (M * lda + 3 + pad - 1) / pad * pad,
+                 sb = (rows_b * ldb + 1 + pad - 1) / pad * pad;
+    const size_t sc = M * ldc + 5, oa = g->aligned ? 8 : 5, ob = g->aligned ? 16 : 2, oc = 7;
+    const size_t na = oa + BATCH * sa, nb = ob + BATCH * sb, nc = oc + BATCH * sc;
+    uint64_t rng = g->trans_b ? 11 : 12;
+    float *a = values(na, g->in, 1.0f, &rng), *b = values(nb, g->in, 1.0f, &rng),
+          *c = values(nc, g->out, 1.0f, &rng), *got = malloc(nc * sizeof(float));
+    cl_mem ab = a ? upload_raw(t, a, na, g->in) : NULL, bb = b ? upload_raw(t, b, nb, g->in) : NULL;
+    cl_mem cb = c ? upload_raw(t, c, nc, g->out) : NULL;
+    bool ok = a && b && c && got && ab && bb && cb;
+    const clattn__matrices am = {ab, oa, lda, sa}, bm = {bb, ob, ldb, sb}, cm = {cb, oc, ldc, sc};
+    const int status = ok ? run_gemm(t, g, &am, &bm, &cm, BATCH) : CLATTN_SUCCESS;
     if (status != CLATTN_SUCCESS)
-        test_fail_at(t, __FILE__, __LINE__, "sgemm: %s: %s", clattn_status_name(status),
+        test_fail_at(t, __FILE__, __LINE__, "gemm: %s: %s", clattn_status_name(status),
                      clattn_last_error());
-    ok = ok && status == CLATTN_SUCCESS && test_read(t, cb, got, nc * 4);
+    const size_t size = clattn_dtype_size(g->out);
+    void *raw = malloc(nc * size);
+    ok = ok && status == CLATTN_SUCCESS && raw && test_read(t, cb, raw, nc * size);
+    for (size_t at = 0; ok && at < nc; ++at) got[at] = ref_load(raw, g->out, at);
+    const double u = g->out == CLATTN_F32 ? 0.0 : roundoff(g->out);
+    const double atol = g->out == CLATTN_F16 ? 0x1p-24 : 0.0;
     for (size_t at = 0; ok && at < nc; ++at) {
-        const size_t rel = at - oc, batch = rel / sc, r = rel % sc / LDC, col = rel % sc % LDC;
+        const size_t rel = at - oc, batch = rel / sc, r = rel % sc / ldc, col = rel % sc % ldc;
         const bool inside = at >= oc && batch < BATCH && r < M && col < N;
-        double want = c[at], scale = fabs(beta * c[at]);
+        double want = c[at], scale = fabs(g->beta * c[at]);
         if (inside) {
-            want = beta * c[at];
+            want = g->beta * c[at];
             for (size_t e = 0; e < K; ++e) {
-                const size_t ib = ob + batch * sb + (trans_b ? col * ldb + e : e * ldb + col);
-                const double term = (double)a[oa + batch * sa + r * LDA + e] * b[ib];
+                const size_t ib = ob + batch * sb + (g->trans_b ? col * ldb + e : e * ldb + col);
+                const double term = (double)a[oa + batch * sa + r * lda + e] * b[ib];
                 want += term, scale += fabs(term);
             }
         }
-        ok = fabs(got[at] - want) <= 2.0 * (K + 1) * ldexp(1.0, -24) * scale;
+        const double err = 2.0 * (double)(K + 1) * 0x1p-24 * scale;
+        ok =
+            inside ? fabs(got[at] - want) <= err + u * (fabs(want) + err) + atol : got[at] == c[at];
         if (!ok)
-            test_fail_at(
-                t, __FILE__, __LINE__, "%s trans_b %d beta %g: c[%zu] = %.8g, expected %.8g",
-                matmul ? matmul : "CLBlast", trans_b, (double)beta, at, (double)got[at], want);
+            test_fail_at(t, __FILE__, __LINE__,
+                         "%s %s x %s -> %s %zux%zux%zu trans_b %d beta %g: c[%zu] = %.8g, "
+                         "expected %.8g",
+                         g->matmul ? g->matmul : "CLBlast", g->aligned ? "aligned" : "unaligned",
+                         clattn_dtype_name(g->in), clattn_dtype_name(g->out), M, N, K, g->trans_b,
+                         (double)g->beta, at, (double)got[at], want);
     }
     cl_mem all[3] = {ab, bb, cb};
     for (int i = 0; i < 3; ++i)
         if (all[i]) clReleaseMemObject(all[i]);
-    free(a), free(b), free(c), free(got);
+    free(a), free(b), free(c), free(got), free(raw);
+}
+
+/* The f32 cases: 13 x 9 x 21, beta 0 with b k-major, beta 1 with b n-major. */
+static void check_gemm(test_ctx *t, bool trans_b, float beta, const char *matmul) {
+    const gemm_case g = {13, 9, 21, trans_b, false, beta, CLATTN_F32, CLATTN_F32, matmul};
+    check_gemm_case(t, &g);
 }
 
 static void gemm_bridge_matches_host(test_ctx *t) {
@@ -518,6 +579,38 @@ static void gemm_kernel_matches_host(test_ctx *t) {
         check_gemm(t, false, 0.0f, rows[i]);
         if (!t->failed) check_gemm(t, true, 1.0f, rows[i]);
     }
+}
+
+/* matmul_mma on the emulated units (the hook offers them to every device, and the kernel
+ * builds its local-memory emulation): f16 and bf16 inputs into f32, f16 and bf16 outputs, b
+ * n-major (MHA's x W^T) and k-major, beta 0 and 1; one 32-deep slice with its tail past k,
+ * several slices and blocks of each warp shape, value-by-value and 16-byte loads. */
+static void gemm_on_matrix_units_matches_host(test_ctx *t) {
+    if (clattn__device_max_group(clattn_env_device(t->env)) < 128)
+        return test_skip(t, "groups capped below matmul_mma's 128");
+    if (test_under_uninit_checker())
+        return test_skip(t, "the emulated units run without --uninitialized");
+    static const gemm_case cases[] = {
+        {13, 9, 21, true, false, 0.0f, CLATTN_F16, CLATTN_F16, "units:"},
+        {13, 9, 21, false, false, 1.0f, CLATTN_BF16, CLATTN_F32, "units:"},
+        {70, 40, 70, true, true, 1.0f, CLATTN_F16, CLATTN_F32, "units:UNIT_M=16,UNIT_N=16"},
+        {70, 72, 40, false, true, 0.0f, CLATTN_BF16, CLATTN_BF16, "units:UNIT_M=32,UNIT_N=64"},
+        {33, 17, 9, false, false, 1.0f, CLATTN_F16, CLATTN_BF16, "units:UNIT_N=16"},
+    };
+    cl_context context = clattn_env_context(t->env);
+    const clattn__call call = {
+        clattn_env_queue(t->env), context, clattn_env_device(t->env), 0, NULL, NULL};
+    clattn_cache_clear(context); /* the probe's answer goes with the cache */
+    clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, 1);
+    bool takes[2] = {false, false};
+    CHECK_OK(t, clattn__gemm_units(&call, CLATTN_F16, 70, 72, 70, 2, &takes[0]));
+    CHECK_OK(t, clattn__gemm_units(&call, CLATTN_BF16, 70, 72, 70, 2, &takes[1]));
+    CHECK(t, takes[0] && takes[1], "the emulated units not taken: f16 %d, bf16 %d", takes[0],
+          takes[1]);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0] && !t->failed; ++i)
+        check_gemm_case(t, &cases[i]);
+    clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, -1);
+    clattn_cache_clear(context);
 }
 
 /* CLBlast's own failures come back as CLATTN_ERR_BLAS with its code in the message. */
@@ -667,6 +760,7 @@ static const test_case cases[] = {
     {"half_storage_and_strided_rows", half_storage_and_strided_rows},
     {"gemm_bridge_matches_host", gemm_bridge_matches_host},
     {"gemm_kernel_matches_host", gemm_kernel_matches_host, TAG_SMOKE},
+    {"gemm_on_matrix_units_matches_host", gemm_on_matrix_units_matches_host},
     {"gemm_bridge_reports_clblast_codes", gemm_bridge_reports_clblast_codes},
     {"invalid_arguments", invalid_arguments, TAG_HOST | TAG_SMOKE},
 };

@@ -1,9 +1,13 @@
 /*
  * The GEMM every op runs (ops/gemm.h): the device's matmul row picks clattn's micro-kernel or
  * CLBlast. The kernel packs b into scratch (matmul_pack), then multiplies (matmul_tiles); the
- * two are chained by an event, so an out-of-order queue runs them in order too.
+ * two are chained by an event, so an out-of-order queue runs them in order too. 16-bit storage
+ * may take matmul_mma instead (clattn__gemm_units): one kernel, a group of 4 warps per block of
+ * outputs.
  */
 #include "gemm.h"
+#include "runtime/device_facts.h"
+#include "runtime/matrix_units.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -126,4 +130,90 @@ int clattn__gemm_batched(const clattn__call *call, bool trans_b, size_t m, size_
     if (t.KERNEL == 1 && kernel_takes(&g, m, n, k, batch))
         return matmul_batched(call, &t, &g, trans_b, m, n, k, a, b, beta, c, batch);
     return clattn__sgemm_batched(call, trans_b, m, n, k, a, b, beta, c, batch);
+}
+
+/* ---- matmul_mma: 16-bit storage on matrix units ---- */
+
+#define MM_GROUP 128 /* matmul_mma: 4 warps of 32 */
+
+/* Bytes of local memory matmul_mma declares (cl/matmul.cl): the slices of a and b (rows of 32
+ * values and n-major b, or 32 rows of a block's columns, 4 words over each row) and the
+ * emulation's scratch where it runs. */
+static cl_ulong mm_local_bytes(const matmul_tuning *t, bool trans_b, bool emulated) {
+    const cl_ulong rows_a = 2 * (cl_ulong)t->UNIT_M, cols_b = 2 * (cl_ulong)t->UNIT_N;
+    const cl_ulong slice_words = 32 / 2 + 4;
+    const cl_ulong words_b = trans_b ? cols_b * slice_words : 32 * (cols_b / 2 + 4);
+    const cl_ulong scratch = emulated ? 4 * (16 * 16 + 16 * 8) : 4;
+    return 4 * (rows_a * slice_words + words_b + scratch);
+}
+
+int clattn__gemm_units(const clattn__call *call, clattn_dtype in, size_t m, size_t n, size_t k,
+                       size_t batch, bool *takes) {
+    *takes = false;
+    matmul_tuning t;
+    int status = clattn__matmul_tuning_get(call->device, in, &t);
+    if (status != CLATTN_SUCCESS || !t.UNITS || (in != CLATTN_F16 && in != CLATTN_BF16))
+        return status;
+    const size_t limit = INT_MAX - 128, bm = 2 * (size_t)t.UNIT_M, bn = 2 * (size_t)t.UNIT_N;
+    if (m == 0 || n == 0 || k == 0 || batch == 0 || m > limit || n > limit || k > limit ||
+        ((m + bm - 1) / bm) * ((n + bn - 1) / bn) > limit / batch)
+        return status;
+    const bool emulated = clattn__matrix_units_emulated();
+    if (clattn__device_max_group(call->device) < MM_GROUP ||
+        mm_local_bytes(&t, true, emulated) > clattn__device_local_bytes(call->device) ||
+        mm_local_bytes(&t, false, emulated) > clattn__device_local_bytes(call->device))
+        return status;
+    unsigned units = 0;
+    status = clattn__matrix_units(call, &units);
+    *takes = status == CLATTN_SUCCESS &&
+             (units & (in == CLATTN_F16 ? CLATTN_MATRIX_MMA_F16 : CLATTN_MATRIX_MMA_BF16));
+    return status;
+}
+
+/* Every offset, leading dim and stride of a and b a multiple of 8 elements: each 8-value chunk
+ * that lies whole in a row is one 16-byte load (buffers are aligned far beyond that). */
+static bool rows_aligned(const clattn__matrices *a, const clattn__matrices *b) {
+    const size_t all[6] = {a->offset, a->ld, a->stride, b->offset, b->ld, b->stride};
+    for (int i = 0; i < 6; ++i)
+        if (all[i] % 8 != 0) return false;
+    return true;
+}
+
+int clattn__gemm_units_batched(const clattn__call *call, clattn_dtype in, clattn_dtype out,
+                               bool trans_b, size_t m, size_t n, size_t k,
+                               const clattn__matrices *a, const clattn__matrices *b, float beta,
+                               const clattn__matrices *c, size_t batch) {
+    matmul_tuning t;
+    int status = clattn__matmul_tuning_get(call->device, in, &t);
+    if (status != CLATTN_SUCCESS) return status;
+    char options[384];
+    int used = snprintf(options, sizeof options,
+                        "-cl-std=CL1.2 -DMATMUL_MMA=1 -DMMA_T=%s -DC_T=%s -DMMA_PTX=%d "
+                        "-DTRANS_B=%d -DALIGNED=%d",
+                        clattn_dtype_name(in), clattn_dtype_name(out),
+                        clattn__matrix_units_emulated() ? 0 : 1, trans_b ? 1 : 0,
+                        rows_aligned(a, b) ? 1 : 0);
+    if (used > 0 && (size_t)used < sizeof options)
+        clattn__matmul_tuning_options(&t, options, sizeof options);
+    cl_kernel kernel = NULL;
+    status = clattn__create_kernel(call->context, call->device, "matmul.cl", options, "matmul_mma",
+                                   &kernel);
+    const cl_int sizes[3] = {(cl_int)m, (cl_int)n, (cl_int)k};
+    cl_uint arg = 0;
+    if (status == CLATTN_SUCCESS) status = set_matrix_args(kernel, &arg, a);
+    if (status == CLATTN_SUCCESS) status = set_matrix_args(kernel, &arg, b);
+    if (status == CLATTN_SUCCESS) status = set_matrix_args(kernel, &arg, c);
+    for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
+        status = clattn__set_arg(kernel, arg++, sizeof sizes[i], &sizes[i]);
+    if (status == CLATTN_SUCCESS) status = clattn__set_arg(kernel, arg++, sizeof beta, &beta);
+    if (status == CLATTN_SUCCESS) {
+        const size_t bm = 2 * (size_t)t.UNIT_M, bn = 2 * (size_t)t.UNIT_N;
+        const size_t groups = batch * ((m + bm - 1) / bm) * ((n + bn - 1) / bn);
+        const size_t global = groups * MM_GROUP, local = MM_GROUP;
+        status = clattn__fault_hit(CLATTN__FAULT_GEMM)
+                     ? clattn__cl_fail(CL_OUT_OF_RESOURCES, "clEnqueueNDRangeKernel (matmul_mma)")
+                     : clattn__enqueue(call, kernel, 1, &global, &local);
+    }
+    if (kernel) clReleaseKernel(kernel);
+    return status;
 }

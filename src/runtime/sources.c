@@ -81,7 +81,8 @@ static int program_parts(const char *op_file, const char *names[CLATTN_MAX_PARTS
     if (op_in(op_file, masked_ops, sizeof masked_ops / sizeof masked_ops[0]))
         names[count++] = "mask.cl";
     if (op_in(op_file, row_ops, sizeof row_ops / sizeof row_ops[0])) names[count++] = "rows.cl";
-    if (strcmp(op_file, "attention.cl") == 0) names[count++] = "mma.cl"; /* attention_mma */
+    if (strcmp(op_file, "attention.cl") == 0 || strcmp(op_file, "matmul.cl") == 0)
+        names[count++] = "mma.cl"; /* attention_mma, matmul_mma */
     if (strcmp(op_file, "linear_attention_backward.cl") == 0)
         names[count++] = "linear_attention.cl";
     names[count++] = op_file;

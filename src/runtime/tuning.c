@@ -75,8 +75,10 @@ static const char *attention_fits(cl_device_id device, const clattn__attention_t
 }
 
 static const char *matmul_fits(cl_device_id device, const clattn__matmul_tuning *t) {
-    (void)device; /* groups of one, no local memory */
+    (void)device; /* matmul_tiles: groups of one, no local memory; matmul_mma: checked at use */
     if (t->VEC != 4 && t->VEC != 8 && t->VEC != 16) return "VEC must be 4, 8 or 16";
+    if (t->UNIT_M != 16 && t->UNIT_M != 32) return "UNIT_M must be 16 or 32";
+    if (t->UNIT_N != 16 && t->UNIT_N != 32 && t->UNIT_N != 64) return "UNIT_N must be 16, 32 or 64";
     return NULL;
 }
 

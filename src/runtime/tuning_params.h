@@ -122,13 +122,20 @@
  * KERNEL: 0 CLBlast's SGEMM (with the gemm row below, where the device has one), 1 clattn's
  * matmul_tiles (cl/matmul.cl): a work-item (groups of one) per MR rows x PANELS panels of NV
  * vectors of VEC columns, B packed k-major a panel at a time, MR x NV vector accumulators.
+ * UNITS 1: MHA with f16 or bf16 storage keeps its projections in that dtype and multiplies on
+ * matmul_mma (matrix-unit products, f32 accumulators) wherever clattn_matrix_units found the
+ * unit for it, whatever KERNEL says (0: the f32 GEMMs above, on f32 images); UNIT_M, UNIT_N:
+ * matmul_mma's rows (16 or 32) and columns (16, 32 or 64) a warp, a group of 2 x 2 warps.
  * Default: CLBlast (its database knows GPUs); CPUs take the kernel (tuning_table.def). */
 #define CLATTN__TUNING_MATMUL(X)                                                                   \
     X(KERNEL, 0, 0, 1, HOST)                                                                       \
     X(MR, 8, 1, 16, MR)                                                                            \
     X(NV, 2, 1, 4, NV)                                                                             \
     X(VEC, 16, 4, 16, VEC)                                                                         \
-    X(PANELS, 4, 1, 64, PANELS)
+    X(PANELS, 4, 1, 64, PANELS)                                                                    \
+    X(UNITS, 1, 0, 1, HOST)                                                                        \
+    X(UNIT_M, 32, 16, 32, MM_WM)                                                                   \
+    X(UNIT_N, 32, 16, 64, MM_WN)
 
 /* The ops the tuning table knows: OP(name, PARAMS, has_default_row), in the order clattn-tune and
  * CLATTN_TUNE list them. */
