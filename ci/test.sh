@@ -419,6 +419,33 @@ lane_tools() {
 # The dumped programs (the selector: their folder) through tools/compile_programs.py, a test per
 # target; the pocl-basic lane dumps them, and when it did not run this time, this lane runs its
 # tests to dump them. Then the planted construct, a test that passes when the tool fails on it.
+# ptx_rebuilds LANE KERNEL PTX PROGRAM|SED...: each dumped PROGRAM (its .options; SED edits
+# them) rebuilt for sm_80 with MMA_PTX=1 into PTX must carry mma.sync and ldmatrix; one pass
+# when every one did (and there was one), else one failure.
+ptx_rebuilds() {
+  local name=$1 kernel=$2 ptx=$3 entry program options count=0 built=0
+  shift 3
+  for entry in "$@"; do
+    program=${entry%%|*}
+    options=$(sed "s/-DMMA_PTX=0/-DMMA_PTX=1/; ${entry#*|}" "$program")
+    count=$((count + 1))
+    # shellcheck disable=SC2086 # the options are a list of arguments
+    clang-15 -x cl -cl-std=CL1.2 -nogpulib -O2 -Xclang -finclude-default-header \
+      -target nvptx64-unknown-nvidiacl -march=sm_80 -Xclang -mlink-builtin-bitcode \
+      -Xclang /usr/lib/clc/nvptx64--nvidiacl.bc $options -DMMA_ASM=__asm__ -S \
+      "${program%.options}.cl" -o "$ptx" 2>>"$logs/$name-$kernel.log" &&
+      grep -q "mma.sync.aligned.m16n8k16" "$ptx" &&
+      grep -q "ldmatrix.sync.aligned.m8n8.x4" "$ptx" && built=$((built + 1))
+  done
+  if [ "$count" -gt 0 ] && [ "$built" -eq "$count" ]; then
+    lane_p=$((lane_p + 1))
+  else
+    echo "[$name] FAIL $kernel with the instruction: $built of $count programs built;" \
+      "see $logs/$name-$kernel.log"
+    lane_f=$((lane_f + 1))
+  fi
+}
+
 lane_compile() {
   local name=$1 dump=$3 log="$logs/$1.log" target built chosen targets planted small
   local -a selector
@@ -479,30 +506,20 @@ lane_compile() {
       lane_f=$((lane_f + 1))
     fi
   done
-  # attention_mma as a GPU with the unit builds it (the dump holds its emulated build): every
-  # program of it rebuilt with MMA_PTX=1 must carry the instruction and the fragment loads,
-  # with its tiles fetched at the tile and a tile ahead (the test shapes' head dims take one)
-  local program options ahead count=0 built=0
+  # attention_mma and matmul_mma as a GPU with the unit builds them (the dump holds their
+  # emulated builds): every program of each rebuilt with MMA_PTX=1 must carry the instruction
+  # and the fragment loads, attention_mma's with its tiles fetched at the tile and a tile ahead
+  # (the test shapes' head dims take one)
+  local program ahead
+  local -a attention=() matmul=()
   for program in $(grep -l -- '-DVARIANT=5 ' "$dump"/attention-*.options 2>/dev/null); do
-    for ahead in 0 1; do
-      options=$(sed "s/-DMMA_PTX=0/-DMMA_PTX=1/; s/-DMMA_AHEAD=[01]/-DMMA_AHEAD=$ahead/" "$program")
-      count=$((count + 1))
-      # shellcheck disable=SC2086 # the options are a list of arguments
-      clang-15 -x cl -cl-std=CL1.2 -nogpulib -O2 -Xclang -finclude-default-header \
-        -target nvptx64-unknown-nvidiacl -march=sm_80 -Xclang -mlink-builtin-bitcode \
-        -Xclang /usr/lib/clc/nvptx64--nvidiacl.bc $options -DMMA_ASM=__asm__ -S \
-        "${program%.options}.cl" -o "$planted.ptx" 2>>"$logs/$name-mma-attention.log" &&
-        grep -q "mma.sync.aligned.m16n8k16" "$planted.ptx" &&
-        grep -q "ldmatrix.sync.aligned.m8n8.x4" "$planted.ptx" && built=$((built + 1))
-    done
+    for ahead in 0 1; do attention+=("$program|s/-DMMA_AHEAD=[01]/-DMMA_AHEAD=$ahead/"); done
   done
-  if [ "$count" -gt 0 ] && [ "$built" -eq "$count" ]; then
-    lane_p=$((lane_p + 1))
-  else
-    echo "[$name] FAIL attention_mma with the instruction: $built of $count programs built;" \
-      "see $logs/$name-mma-attention.log"
-    lane_f=$((lane_f + 1))
-  fi
+  for program in $(grep -l -- '-DMATMUL_MMA=1 ' "$dump"/matmul-*.options 2>/dev/null); do
+    matmul+=("$program|")
+  done
+  ptx_rebuilds "$name" attention_mma "$planted.ptx" "${attention[@]}"
+  ptx_rebuilds "$name" matmul_mma "$planted.ptx" "${matmul[@]}"
   rm -rf "$planted" "$planted.ptx"
 }
 

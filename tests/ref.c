@@ -482,7 +482,20 @@ static double ref_mha_mask(const ref_mha *p, int64_t b, int64_t h, int64_t i, in
     return m;
 }
 
-/* One head's attention for query i: probabilities into w [Sk], output into ctx row. */
+/* x rounded to the dtype of the 16-bit path the reference stands for (as is without one). */
+static double ref_mha_round(const ref_mha *p, double x) {
+    if (p->rounding == CLATTN_F32) return x;
+    float cell; /* room for any dtype's element */
+    ref_store(&cell, p->rounding, 0, (float)x);
+    return ref_load(&cell, p->rounding, 0);
+}
+
+static void ref_mha_round_all(const ref_mha *p, double *x, int64_t n) {
+    for (int64_t i = 0; p->rounding != CLATTN_F32 && i < n; ++i) x[i] = ref_mha_round(p, x[i]);
+}
+
+/* One head's attention for query i: probabilities into w [Sk], output into ctx row (the
+ * weights before their sum's division rounded for p v, and the outputs, under `rounding`). */
 static void ref_mha_row(const ref_mha *p, const double *q, const double *k, const double *v,
                         int64_t b, int64_t h, int64_t i, double *w, double *ctx) {
     const int64_t D = p->E / p->H, E = p->E;
@@ -499,12 +512,13 @@ static void ref_mha_row(const ref_mha *p, const double *q, const double *k, cons
         w[j] = top == -INFINITY ? 0.0 : exp(w[j] - top);
         sum += w[j];
     }
-    for (int64_t j = 0; j < p->Sk; ++j) w[j] = sum > 0 ? w[j] / sum : 0.0;
     for (int64_t d = 0; d < D; ++d) {
         double acc = 0.0;
-        for (int64_t j = 0; j < p->Sk; ++j) acc += w[j] * v[(b * p->Sk + j) * E + h * D + d];
-        ctx[(b * p->Sq + i) * E + h * D + d] = acc;
+        for (int64_t j = 0; j < p->Sk; ++j)
+            acc += ref_mha_round(p, w[j]) * v[(b * p->Sk + j) * E + h * D + d];
+        ctx[(b * p->Sq + i) * E + h * D + d] = ref_mha_round(p, sum > 0 ? acc / sum : 0.0);
     }
+    for (int64_t j = 0; j < p->Sk; ++j) w[j] = sum > 0 ? w[j] / sum : 0.0;
 }
 
 bool ref_mha_forward(const ref_mha *p, double *out, double *weights) {
@@ -521,6 +535,8 @@ bool ref_mha_forward(const ref_mha *p, double *out, double *weights) {
         ref_linear_rows(xq, p->wq, p->bq, rq, E, E, q);
         ref_linear_rows(xk, p->wk, p->bk, rk, E, p->kdim, k);
         ref_linear_rows(xv, p->wv, p->bv, rk, E, p->vdim, v);
+        ref_mha_round_all(p, q, rq * E), ref_mha_round_all(p, k, rk * E);
+        ref_mha_round_all(p, v, rk * E);
         for (int64_t b = 0; b < p->B; ++b)
             for (int64_t h = 0; h < p->H; ++h)
                 for (int64_t i = 0; i < p->Sq; ++i) {

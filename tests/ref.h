@@ -120,6 +120,10 @@ typedef struct ref_mha {
     const float *attn_add;            /* likewise, added to the scores; or NULL */
     int64_t attn_strides[4];
     int causal; /* key j hidden from query i when j > i */
+    /* CLATTN_F32: exact. f16 or bf16: the path that stores its intermediates in that dtype, as
+     * clattn's on matrix units and torch's f16 MHA do: q, k and v rounded after projection, the
+     * weights (before their sum's division) before p v, and the attention's outputs. */
+    clattn_dtype rounding;
 } ref_mha;
 
 /* out [B,Sq,E] and (when not NULL) the per-head weights [B,H,Sq,Sk], the way torch computes
@@ -127,5 +131,4 @@ typedef struct ref_mha {
  * q k^T / sqrt(D) + mask per head; a row whose keys are all hidden gets weights 0 (clattn's
  * semantics; torch 1.13 gives NaN). False when host memory runs out. */
 bool ref_mha_forward(const ref_mha *p, double *out, double *weights);
-
 #endif

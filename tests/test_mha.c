@@ -28,6 +28,7 @@ typedef struct mha_spec {
     bool strided;      /* query and out as views with a row stride past E */
     int workspace;     /* a caller workspace of exactly the size asked for (2: a sub-buffer) */
     bool out_of_order; /* on an out-of-order queue (where the device has one) */
+    bool units;        /* on the emulated matrix units (16-bit dt): within_twice, not close_to */
     clattn_dtype dt;
     uint64_t seed;
 } mha_spec;
@@ -221,6 +222,30 @@ static ref_mha reference_of(const mha_spec *s, const mha_case *c) {
     return r;
 }
 
+/* The unit roundoff of a stored dtype. */
+static double roundoff(clattn_dtype dt) {
+    return dt == CLATTN_F32 ? 0x1p-24 : dt == CLATTN_F16 ? 0x1p-11 : 0x1p-8;
+}
+
+/* On the units (FlashAttention's test): got's largest error against float64 at most twice that
+ * of the reference's own 16-bit path (ref_mha's rounding, its results stored in dt), plus
+ * 1e-5 for the f32 sums. */
+static bool within_twice(test_ctx *t, const char *what, const float *got, const double *want,
+                         const double *path, size_t n) {
+    double err = 0.0, path_err = 0.0;
+    size_t worst = 0;
+    for (size_t i = 0; i < n; ++i) {
+        path_err = fmax(path_err, fabs(path[i] - want[i]));
+        if (!(fabs(got[i] - want[i]) <= err)) err = fabs(got[i] - want[i]), worst = i;
+    }
+    if (err <= 2 * path_err + 1e-5) return true;
+    test_fail_at(t, __FILE__, __LINE__,
+                 "%s[%zu] = %.7g, expected %.7g: error %.3g, the 16-bit "
+                 "reference's %.3g",
+                 what, worst, (double)got[worst], want[worst], err, path_err);
+    return false;
+}
+
 /* |got - want| <= atol + rtol |want| everywhere: the f32 error of sums of E products, plus the
  * rounding of the stored dtype. */
 static bool close_to(test_ctx *t, const char *what, const float *got, const double *want, size_t n,
@@ -295,22 +320,47 @@ static int make_workspace(test_ctx *t, mha_case *c, const clattn_mha_params *p,
     return err;
 }
 
-static int run_forward(test_ctx *t, const mha_spec *s, mha_case *c) {
-    clattn_mha_params p = {(int)s->H, NULL, NULL, NULL, NULL, NULL, &c->t_w[3], NULL};
-    if (s->separate) p.q_proj_weight = &c->t_w[0], p.k_proj_weight = &c->t_w[1];
+/* The case's params and options (no workspace). */
+static void call_args(const mha_spec *s, mha_case *c, clattn_mha_params *p, clattn_mha_options *o) {
+    *p = (clattn_mha_params){(int)s->H, NULL, NULL, NULL, NULL, NULL, &c->t_w[3], NULL};
+    if (s->separate) p->q_proj_weight = &c->t_w[0], p->k_proj_weight = &c->t_w[1];
     if (s->separate)
-        p.v_proj_weight = &c->t_w[2];
+        p->v_proj_weight = &c->t_w[2];
     else
-        p.in_proj_weight = &c->t_w[0];
-    if (s->in_bias) p.in_proj_bias = &c->t_bias[0];
-    if (s->out_bias) p.out_proj_bias = &c->t_bias[1];
+        p->in_proj_weight = &c->t_w[0];
+    if (s->in_bias) p->in_proj_bias = &c->t_bias[0];
+    if (s->out_bias) p->out_proj_bias = &c->t_bias[1];
+    memset(o, 0, sizeof *o);
+    o->key_padding_mask = s->kpm ? &c->t_kpm : NULL;
+    o->attn_mask = s->attn ? &c->t_attn : NULL;
+    o->is_causal = s->causal;
+    o->weights = s->weights ? &c->t_weights : NULL;
+    o->average_attn_weights = s->weights == 1;
+}
+
+/* The workspace the case asks for, with the emulated units offered or not (0 on failure). */
+static size_t workspace_bytes(test_ctx *t, const mha_spec *s, mha_case *c, bool units) {
+    clattn_mha_params p;
     clattn_mha_options o;
-    memset(&o, 0, sizeof o);
-    o.key_padding_mask = s->kpm ? &c->t_kpm : NULL;
-    o.attn_mask = s->attn ? &c->t_attn : NULL;
-    o.is_causal = s->causal;
-    o.weights = s->weights ? &c->t_weights : NULL;
-    o.average_attn_weights = s->weights == 1;
+    call_args(s, c, &p, &o);
+    cl_context context = clattn_env_context(t->env);
+    clattn_cache_clear(context); /* the probe's answer goes with the cache */
+    clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, units ? 1 : -1);
+    size_t bytes = 0;
+    const int status = clattn_mha_workspace_size(&c->t_query, &c->t_key, &c->t_value, &p, &c->t_out,
+                                                 &o, clattn_env_queue(t->env), &bytes);
+    if (status != CLATTN_SUCCESS)
+        test_fail_at(t, __FILE__, __LINE__, "clattn_mha_workspace_size -> %s: %s",
+                     clattn_status_name(status), clattn_last_error());
+    clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, -1);
+    clattn_cache_clear(context);
+    return bytes;
+}
+
+static int run_forward(test_ctx *t, const mha_spec *s, mha_case *c) {
+    clattn_mha_params p;
+    clattn_mha_options o;
+    call_args(s, c, &p, &o);
     cl_command_queue queue = s->out_of_order ? out_of_order_queue(t) : NULL;
     if (!queue) queue = clattn_env_queue(t->env);
     int status = CLATTN_SUCCESS;
@@ -324,37 +374,84 @@ static int run_forward(test_ctx *t, const mha_spec *s, mha_case *c) {
     return status;
 }
 
-/* Runs the case and compares out (and the weights) with the reference. */
+/* The heads' mean of per-head values [B,H,Sq,Sk] into the first B*Sq*Sk, as torch takes it:
+ * the sum, then a division. */
+static void head_mean(const mha_spec *s, double *x) {
+    const size_t plane = (size_t)(s->Sq * s->Sk), n = (size_t)s->B * plane;
+    for (size_t e = 0; e < n; ++e) {
+        const size_t b = e / plane, rest = e % plane;
+        double sum = 0;
+        for (int64_t h = 0; h < s->H; ++h) sum += x[(b * (size_t)s->H + (size_t)h) * plane + rest];
+        x[e] = sum / (double)s->H;
+    }
+}
+
+/* The reference's out and weights (*want, *want_w) and, on the units, those of its own 16-bit
+ * path (*path, *path_w: ref_mha's rounding, then stored in dt); the weights averaged when the
+ * case asks. */
+static bool reference_values(const mha_spec *s, const mha_case *c, double **want, double **want_w,
+                             double **path, double **path_w) {
+    ref_mha r = reference_of(s, c);
+    const size_t n_out = (size_t)(s->B * s->Sq * s->E), n_w = (size_t)(s->B * s->H * s->Sq * s->Sk);
+    *want = malloc(n_out * sizeof(double)), *want_w = malloc(n_w * sizeof(double));
+    bool ok = *want && *want_w && ref_mha_forward(&r, *want, *want_w);
+    if (s->units) {
+        r.rounding = s->dt;
+        *path = malloc(n_out * sizeof(double)), *path_w = malloc(n_w * sizeof(double));
+        ok = ok && *path && *path_w && ref_mha_forward(&r, *path, *path_w);
+    }
+    if (ok && s->weights == 1) head_mean(s, *want_w);
+    if (ok && s->weights == 1 && s->units) head_mean(s, *path_w);
+    uint16_t bits;
+    for (size_t i = 0; ok && s->units && i < n_out; ++i)
+        ref_store(&bits, s->dt, 0, (float)(*path)[i]), (*path)[i] = ref_load(&bits, s->dt, 0);
+    for (size_t i = 0; ok && s->units && i < n_w; ++i)
+        ref_store(&bits, s->dt, 0, (float)(*path_w)[i]), (*path_w)[i] = ref_load(&bits, s->dt, 0);
+    return ok;
+}
+
+/* Whether `got` is the reference's: on the units as within_twice, else close_to's tolerance. */
+static bool matches(test_ctx *t, const mha_spec *s, const char *what, const float *got,
+                    const double *want, const double *path, size_t n) {
+    return s->units ? within_twice(t, what, got, want, path, n)
+                    : close_to(t, what, got, want, n, s->dt);
+}
+
+/* Runs the case and compares out (and the weights) with the reference. On the units, the
+ * forward runs with the emulation hook, and its workspace must be smaller than without it (the
+ * 16-bit projections): the proof that it took them. */
 static void check_case(test_ctx *t, const mha_spec *s) {
     mha_case c;
     memset(&c, 0, sizeof c);
     make_host(s, &c);
     make_device(t, s, &c);
-    const ref_mha r = reference_of(s, &c);
     const size_t n_out = (size_t)(s->B * s->Sq * s->E), n_w = (size_t)(s->B * s->H * s->Sq * s->Sk);
-    double *want = malloc(n_out * sizeof(double)), *want_w = malloc(n_w * sizeof(double));
+    double *want = NULL, *want_w = NULL, *path = NULL, *path_w = NULL;
     float *got = NULL, *got_w = NULL;
-    bool ok = !t->failed && want && want_w && ref_mha_forward(&r, want, want_w);
+    bool ok = !t->failed && reference_values(s, &c, &want, &want_w, &path, &path_w);
+    if (ok && s->units) {
+        const size_t f32 = workspace_bytes(t, s, &c, false),
+                     units = workspace_bytes(t, s, &c, true);
+        if (units >= f32)
+            test_fail_at(t, __FILE__, __LINE__, "the units' workspace is %zu bytes, f32's %zu",
+                         units, f32);
+        ok = !t->failed;
+    }
+    cl_context context = clattn_env_context(t->env);
+    if (s->units) clattn_cache_clear(context), clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, 1);
     int status = ok ? run_forward(t, s, &c) : CLATTN_SUCCESS;
+    if (s->units) clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, -1), clattn_cache_clear(context);
     if (status != CLATTN_SUCCESS)
         test_fail_at(t, __FILE__, __LINE__, "clattn_mha_forward -> %s: %s",
                      clattn_status_name(status), clattn_last_error());
     ok = ok && status == CLATTN_SUCCESS && (got = download(t, &c.t_out)) != NULL;
-    ok = ok && close_to(t, "out", got, want, n_out, s->dt);
-    if (ok && s->weights == 1) /* the heads' mean, as torch takes it: sum, then divide */
-        for (size_t e = 0; e < n_w / (size_t)s->H; ++e) {
-            const size_t b = e / (size_t)(s->Sq * s->Sk), rest = e % (size_t)(s->Sq * s->Sk);
-            double sum = 0;
-            for (int64_t h = 0; h < s->H; ++h)
-                sum += want_w[(b * (size_t)s->H + (size_t)h) * (size_t)(s->Sq * s->Sk) + rest];
-            want_w[e] = sum / (double)s->H;
-        }
+    ok = ok && matches(t, s, "out", got, want, path, n_out);
     if (ok && s->weights) {
         got_w = download(t, &c.t_weights);
-        ok = got_w && close_to(t, "weights", got_w, want_w,
-                               s->weights == 1 ? n_w / (size_t)s->H : n_w, s->dt);
+        ok = got_w && matches(t, s, "weights", got_w, want_w, path_w,
+                              s->weights == 1 ? n_w / (size_t)s->H : n_w);
     }
-    free(want), free(want_w), free(got), free(got_w);
+    free(want), free(want_w), free(path), free(path_w), free(got), free(got_w);
     free_case(&c);
 }
 
@@ -441,6 +538,26 @@ static void half_storage_and_strided_rows(test_ctx *t) {
     check_case(t, &f);
 }
 
+/* f16 and bf16 storage throughout on the emulated matrix units: the projections stay 16-bit
+ * on matmul_mma, the attention takes attention_mma (head dims of whole fragments, no weights)
+ * or the composed path (weights); against float64, within twice the error of the reference's
+ * own 16-bit path. Strided query and out rows (16-bit images), self-attention's
+ * one GEMM, causal with a padding mask; cross-attention with separate weights, a key dim of
+ * 16-byte rows and a value dim of odd ones, a float mask and averaged weights. */
+static void half_storage_on_matrix_units(test_ctx *t) {
+    if (clattn__device_max_group(clattn_env_device(t->env)) < 128)
+        return test_skip(t, "groups capped below the matrix-unit kernels' 128");
+    if (test_under_uninit_checker())
+        return test_skip(t, "the emulated units run without --uninitialized");
+    mha_spec s = self_spec(2, 20, 64, 2);
+    s.dt = CLATTN_F16, s.units = true, s.strided = true, s.kpm = KEEP_MASK, s.causal = 1;
+    check_case(t, &s);
+    mha_spec b = cross_spec(2, 9, 13, 32, 2);
+    b.dt = CLATTN_BF16, b.units = true, b.separate = true, b.kdim = 24, b.vdim = 17;
+    b.attn = ADD_MASK, b.weights = 1;
+    if (!t->failed) check_case(t, &b);
+}
+
 /* ---- the GEMMs: CLBlast's bridge and clattn's kernel ---- */
 
 /* One GEMM case: a strided batch of c = a op(b) + beta c, a and b in `in`, c in `out`, with
@@ -455,11 +572,6 @@ typedef struct gemm_case {
     clattn_dtype in, out;
     const char *matmul;
 } gemm_case;
-
-/* The unit roundoff of a stored dtype. */
-static double roundoff(clattn_dtype dt) {
-    return dt == CLATTN_F32 ? 0x1p-24 : dt == CLATTN_F16 ? 0x1p-11 : 0x1p-8;
-}
 
 /* `n` values of host in dt, as a fresh buffer (NULL, and the test failed, when it failed). */
 static cl_mem upload_raw(test_ctx *t, const float *host, size_t n, clattn_dtype dt) {
@@ -758,6 +870,7 @@ static const test_case cases[] = {
     {"cross_attention_separate_inputs", cross_attention_separate_inputs},
     {"hidden_rows_give_the_bias", hidden_rows_give_the_bias, TAG_SMOKE},
     {"half_storage_and_strided_rows", half_storage_and_strided_rows},
+    {"half_storage_on_matrix_units", half_storage_on_matrix_units},
     {"gemm_bridge_matches_host", gemm_bridge_matches_host},
     {"gemm_kernel_matches_host", gemm_kernel_matches_host, TAG_SMOKE},
     {"gemm_on_matrix_units_matches_host", gemm_on_matrix_units_matches_host},

@@ -2,7 +2,12 @@
  * Multi-head attention forward: torch.nn.MultiheadAttention(batch_first=True) in eval mode
  * (include/clattn.h). This file validates, lays out the scratch, and enqueues the steps:
  *
- *   1. f32 images of the inputs and weights CLBlast cannot read in place; the merged mask
+ * Everything between the inputs and out is in one inner dtype: f32, or with f16 (bf16) storage
+ * throughout on a device whose matrix units the GEMMs take, that dtype (inner_dtype), so that
+ * the projections and the attention run on the units.
+ *
+ *   1. images (in the inner dtype) of the inputs and weights the GEMMs cannot read in place;
+ *      the merged mask
  *   2. each GEMM's output started from its broadcast bias (so the GEMM adds onto it, beta = 1)
  *   3. the input projections: one GEMM when query, key and value are one view and the weights
  *      are packed (self-attention), else one per input (key and value share one when they are
@@ -11,7 +16,7 @@
  *      [B,H,S,D] views of the projections (a head is D columns of a row), writing [B,Sq,E]
  *      rows straight away: no head is ever split or merged by a copy
  *   5. the output projection, and the heads' mean of the weights when it is asked for
- *   6. out converted from its f32 image when it is not f32 rows itself
+ *   6. out converted from its image when it is not rows of the inner dtype itself
  *
  * The workspace starts with the attention's own scratch, which the attention call gets as a
  * sub-buffer at origin 0 (always aligned); the rest follows it.
@@ -48,16 +53,19 @@ typedef struct proj_job {
     size_t at, ld;
 } proj_job;
 
-/* Where everything lives in the workspace (offsets in floats; NONE: not there). */
+/* Where everything lives in the workspace (NONE: not there). The images, projections and the
+ * attention's output are in `inner` (offsets in its elements), the mask and weights in f32
+ * (offsets in floats). */
 typedef struct mha_plan {
     clattn__attention_schedule attn; /* its scratch (attn.bytes): the workspace's first bytes */
-    size_t in_at[3];                 /* f32 images of query, key, value */
+    clattn_dtype inner; /* f32, or the call's 16-bit dtype on the matrix units (inner_dtype) */
+    size_t in_at[3];    /* images of query, key, value */
     size_t w_at[W_COUNT];
     proj_job jobs[3];
     int njobs;
     size_t head_at[3], head_ld[3]; /* the projected q, k, v */
     size_t ctx_at;                 /* the attention output, B*Sq rows of E */
-    size_t out_at;                 /* out's f32 image */
+    size_t out_at;                 /* out's image */
     size_t mask_at;                /* the merged mask */
     size_t probs_at;               /* per-head weights before their mean */
     size_t floats;                 /* the whole workspace, the attention's scratch included */
@@ -251,11 +259,11 @@ static int check_mha(mha_args *a, cl_context context) {
 
 /* ---- the workspace layout ---- */
 
-/* CLBlast reads (or writes) the {1,R,S,C} view in place as one matrix of R*S rows: f32 rows of
- * C contiguous elements, one row stride throughout. */
-static bool rows_ready(const clattn_tensor *t) {
+/* The GEMMs read (or write) the {1,R,S,C} view in place as one matrix of R*S rows: rows of C
+ * contiguous elements in the plan's inner dtype, one row stride throughout. */
+static bool rows_ready(const clattn_tensor *t, clattn_dtype inner) {
     const int64_t *n = t->shape, *s = t->strides;
-    return t->dtype == CLATTN_F32 && (s[3] == 1 || n[3] == 1) && s[2] >= n[3] &&
+    return t->dtype == inner && (s[3] == 1 || n[3] == 1) && s[2] >= n[3] &&
            (n[1] == 1 || s[1] == n[2] * s[2]);
 }
 
@@ -274,6 +282,19 @@ static size_t take(size_t *floats, bool needed, int64_t count, bool *overflow) {
     size_t at = *floats;
     *overflow = *overflow || __builtin_add_overflow(*floats, (size_t)count, floats);
     return at;
+}
+
+/* `count` elements of `inner` at the end of the layout, their offset in those elements (a
+ * float is 4 bytes: 2 16-bit elements). The region starts on 16 bytes, so that rows of 8
+ * 16-bit elements can be 16-byte loads (matmul_mma's, attention_mma's ALIGNED). */
+static size_t take_inner(size_t *floats, bool needed, int64_t count, clattn_dtype inner,
+                         bool *overflow) {
+    *overflow = *overflow || *floats > SIZE_MAX - 3;
+    if (needed && !*overflow) *floats = (*floats + 3) / 4 * 4;
+    const size_t per_float = 4 / clattn_dtype_size(inner);
+    const size_t at =
+        take(floats, needed, (count + (int64_t)per_float - 1) / (int64_t)per_float, overflow);
+    return at == NONE ? NONE : at * per_float;
 }
 
 static void plan_jobs(const mha_args *a, mha_plan *plan) {
@@ -304,7 +325,7 @@ static void head_views(const mha_args *a, const mha_plan *plan, cl_mem ws, clatt
     const int64_t S[4] = {a->Sq, a->Sk, a->Sk, a->Sq};
     for (int i = 0; i < 4; ++i) {
         const int64_t ld = i < 3 ? (int64_t)plan->head_ld[i] : a->E;
-        heads[i] = clattn_tensor_4d(ws, CLATTN_F32, a->B, a->H, S[i], a->D);
+        heads[i] = clattn_tensor_4d(ws, plan->inner, a->B, a->H, S[i], a->D);
         heads[i].strides[0] = S[i] * ld, heads[i].strides[1] = a->D, heads[i].strides[2] = ld;
         heads[i].offset = i < 3 ? plan->head_at[i] : plan->ctx_at;
     }
@@ -329,35 +350,62 @@ static int64_t merged_mask_floats(const mha_args *a, bool *overflow) {
 /* The regions of the projections and everything after them, from float `f` on. */
 static size_t plan_regions(const mha_args *a, mha_plan *plan, size_t f, bool *over) {
     const bool averaged = a->o.weights && a->o.average_attn_weights;
+    const clattn_dtype inner = plan->inner;
     for (int i = 0; i < 3; ++i) {
         const clattn_tensor *t = a->in[i];
         const bool reused = i > 0 && same_view(t, a->in[i - 1]);
-        plan->in_at[i] = reused ? plan->in_at[i - 1]
-                                : take(&f, !rows_ready(t),
-                                       product(a->B, t->shape[2], t->shape[3], 1, over), over);
+        plan->in_at[i] =
+            reused ? plan->in_at[i - 1]
+                   : take_inner(&f, !rows_ready(t, inner),
+                                product(a->B, t->shape[2], t->shape[3], 1, over), inner, over);
     }
     for (int s = 0; s < W_COUNT; ++s) {
         const clattn_tensor *w = weight_of(a, s);
-        plan->w_at[s] = take(&f, w && !rows_ready(w), w ? w->shape[2] * w->shape[3] : 0, over);
+        plan->w_at[s] = take_inner(&f, w && !rows_ready(w, inner),
+                                   w ? w->shape[2] * w->shape[3] : 0, inner, over);
     }
     for (int j = 0; j < plan->njobs; ++j) {
         proj_job *job = &plan->jobs[j];
         const int64_t rows = job->input == IN_QUERY ? a->Sq : a->Sk;
-        job->at = take(&f, true, product(a->B, rows, job->n, 1, over), over);
+        job->at = take_inner(&f, true, product(a->B, rows, job->n, 1, over), inner, over);
         for (int i = job->input; i < 3 && (i - job->input) * a->E < job->n; ++i)
             plan->head_at[i] = job->at + (size_t)((i - job->input) * a->E);
     }
     const int64_t rows_out = product(a->B, a->Sq, a->E, 1, over);
-    plan->ctx_at = take(&f, true, rows_out, over);
-    plan->out_at = take(&f, !rows_ready(a->out), rows_out, over);
+    plan->ctx_at = take_inner(&f, true, rows_out, inner, over);
+    plan->out_at = take_inner(&f, !rows_ready(a->out, inner), rows_out, inner, over);
     const int64_t mask = merged_mask_floats(a, over);
     plan->mask_at = take(&f, mask > 0, mask, over);
     plan->probs_at = take(&f, averaged, product(a->B, a->H, a->Sq, a->Sk, over), over);
     return f;
 }
 
+/* The storage of the images, projections and the attention's views: the call's 16-bit dtype
+ * when query, key, value, the weights and out all have it and its GEMMs take the matrix units
+ * (clattn__gemm_units: the matmul row's UNITS and the probe), so that the attention can take
+ * them too, as torch's f16 MHA keeps its projections in f16; f32 otherwise. */
+static int inner_dtype(const mha_args *a, const clattn__call *call, clattn_dtype *inner) {
+    *inner = CLATTN_F32;
+    const clattn_dtype dt = a->out->dtype;
+    if (dt != CLATTN_F16 && dt != CLATTN_BF16) return CLATTN_SUCCESS;
+    for (int i = 0; i < 3; ++i)
+        if (a->in[i]->dtype != dt) return CLATTN_SUCCESS;
+    for (int s = 0; s < W_COUNT; ++s)
+        if (weight_of(a, s) && weight_of(a, s)->dtype != dt) return CLATTN_SUCCESS;
+    const int64_t kdim = a->in[IN_KEY]->shape[3], vdim = a->in[IN_VALUE]->shape[3];
+    const int64_t rows = a->B * (a->Sq > a->Sk ? a->Sq : a->Sk);
+    const int64_t deep = a->E > kdim ? (a->E > vdim ? a->E : vdim) : (kdim > vdim ? kdim : vdim);
+    bool takes = false;
+    const int status =
+        clattn__gemm_units(call, dt, (size_t)rows, (size_t)(3 * a->E), (size_t)deep, 1, &takes);
+    if (status == CLATTN_SUCCESS && takes) *inner = dt;
+    return status;
+}
+
 static int plan_mha(const mha_args *a, const clattn__call *call, mha_plan *plan) {
     memset(plan, 0, sizeof *plan);
+    int status = inner_dtype(a, call, &plan->inner);
+    if (status != CLATTN_SUCCESS) return status;
     plan_jobs(a, plan);
     /* the attention's plan, from its views before they have a buffer (they live in the
      * workspace it sizes): the path, launch and scratch it enqueues with later */
@@ -367,8 +415,8 @@ static int plan_mha(const mha_args *a, const clattn__call *call, mha_plan *plan)
     const clattn_tensor *weights = averaged ? &probs : a->o.weights;
     const clattn__attention_args attn = {&heads[0], &heads[1], &heads[2], &heads[3], NULL,
                                          weights,   NULL,      1.0f,      {0}};
-    int status = clattn__attention_plan(&attn, weights ? CLATTN_PATH_COMPOSED : CLATTN_PATH_FUSED,
-                                        call, &plan->attn);
+    status = clattn__attention_plan(&attn, weights ? CLATTN_PATH_COMPOSED : CLATTN_PATH_FUSED, call,
+                                    &plan->attn);
     if (status != CLATTN_SUCCESS) return status;
     bool overflow = false;
     const size_t attn_floats = (plan->attn.bytes + sizeof(float) - 1) / sizeof(float);
@@ -387,10 +435,9 @@ static clattn__matrices matrix_of(const clattn_tensor *t, size_t at, cl_mem ws) 
     return (clattn__matrices){t->buffer, t->offset, (size_t)t->strides[2], 0};
 }
 
-/* The dense f32 image of a {1,R,S,C} view at `at` in the workspace. */
-static clattn_tensor image_of(const clattn_tensor *t, size_t at, cl_mem ws) {
-    clattn_tensor image =
-        clattn_tensor_4d(ws, CLATTN_F32, 1, t->shape[1], t->shape[2], t->shape[3]);
+/* The dense image of a {1,R,S,C} view at `at` in the workspace, in the plan's inner dtype. */
+static clattn_tensor image_of(const clattn_tensor *t, size_t at, clattn_dtype inner, cl_mem ws) {
+    clattn_tensor image = clattn_tensor_4d(ws, inner, 1, t->shape[1], t->shape[2], t->shape[3]);
     image.offset = at;
     return image;
 }
@@ -407,24 +454,26 @@ static int make_images(const mha_args *a, const mha_plan *plan, const clattn__ca
     int status = CLATTN_SUCCESS;
     for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
         if (plan->in_at[i] != NONE && (i == 0 || plan->in_at[i] != plan->in_at[i - 1])) {
-            const clattn_tensor image = image_of(a->in[i], plan->in_at[i], ws);
+            const clattn_tensor image = image_of(a->in[i], plan->in_at[i], plan->inner, ws);
             status = copy_into(call, a->in[i], NULL, &image);
         }
     for (int s = 0; s < W_COUNT && status == CLATTN_SUCCESS; ++s)
         if (plan->w_at[s] != NONE) {
-            const clattn_tensor image = image_of(weight_of(a, s), plan->w_at[s], ws);
+            const clattn_tensor image = image_of(weight_of(a, s), plan->w_at[s], plan->inner, ws);
             status = copy_into(call, weight_of(a, s), NULL, &image);
         }
     return status;
 }
 
-/* c's rows (m of them, n wide, row stride ld) all set to bias columns first.. first+n-1. */
+/* c's rows (m of them, n wide, row stride ld, in `dtype`) all set to bias columns first..
+ * first+n-1. */
 static int fill_with_bias(const clattn__call *call, const clattn_tensor *bias, int64_t first,
-                          int64_t m, int64_t n, cl_mem buffer, size_t at, size_t ld) {
+                          int64_t m, int64_t n, clattn_dtype dtype, cl_mem buffer, size_t at,
+                          size_t ld) {
     clattn_tensor src = clattn_tensor_4d(bias->buffer, bias->dtype, 1, 1, m, n);
     src.offset = bias->offset + (size_t)(first * bias->strides[3]);
     src.strides[0] = src.strides[1] = src.strides[2] = 0, src.strides[3] = bias->strides[3];
-    clattn_tensor dst = clattn_tensor_4d(buffer, CLATTN_F32, 1, 1, m, n);
+    clattn_tensor dst = clattn_tensor_4d(buffer, dtype, 1, 1, m, n);
     dst.offset = at, dst.strides[2] = (int64_t)ld;
     dst.strides[0] = dst.strides[1] = m * (int64_t)ld;
     return copy_into(call, &src, NULL, &dst);
@@ -443,14 +492,26 @@ static int fill_biases(const mha_args *a, const mha_plan *plan, const clattn__ca
     for (int j = 0; j < plan->njobs && status == CLATTN_SUCCESS && in_bias; ++j) {
         const proj_job *job = &plan->jobs[j];
         const int64_t rows = a->B * (job->input == IN_QUERY ? a->Sq : a->Sk);
-        status =
-            fill_with_bias(call, in_bias, job->input * a->E, rows, job->n, ws, job->at, job->ld);
+        status = fill_with_bias(call, in_bias, job->input * a->E, rows, job->n, plan->inner, ws,
+                                job->at, job->ld);
     }
     if (status == CLATTN_SUCCESS && out_bias) {
         const clattn__matrices c = out_matrix(a, plan, ws);
-        status = fill_with_bias(call, out_bias, 0, a->B * a->Sq, a->E, c.buffer, c.offset, c.ld);
+        status = fill_with_bias(call, out_bias, 0, a->B * a->Sq, a->E, plan->inner, c.buffer,
+                                c.offset, c.ld);
     }
     return status;
+}
+
+/* One GEMM of the plan (c = a b^T + beta c): f32 on the device's GEMM, or 16-bit on the matrix
+ * units. */
+static int plan_gemm(const mha_plan *plan, const clattn__call *call, size_t m, size_t n, size_t k,
+                     const clattn__matrices *a, const clattn__matrices *b, float beta,
+                     const clattn__matrices *c) {
+    if (plan->inner == CLATTN_F32)
+        return clattn__gemm_batched(call, true, m, n, k, a, b, beta, c, 1);
+    return clattn__gemm_units_batched(call, plan->inner, plan->inner, true, m, n, k, a, b, beta, c,
+                                      1);
 }
 
 /* Step 3: the input projections. */
@@ -465,8 +526,8 @@ static int project_inputs(const mha_args *a, const mha_plan *plan, const clattn_
         clattn__matrices wm = matrix_of(weight_of(a, job->slot), plan->w_at[job->slot], ws);
         wm.offset += (size_t)job->first_row * wm.ld;
         const clattn__matrices cm = {ws, job->at, job->ld, 0};
-        status = clattn__gemm_batched(call, true, (size_t)(x->shape[1] * x->shape[2]),
-                                      (size_t)job->n, (size_t)x->shape[3], &xm, &wm, beta, &cm, 1);
+        status = plan_gemm(plan, call, (size_t)(x->shape[1] * x->shape[2]), (size_t)job->n,
+                           (size_t)x->shape[3], &xm, &wm, beta, &cm);
     }
     return status;
 }
@@ -478,8 +539,7 @@ static int project_output(const mha_args *a, const mha_plan *plan, const clattn_
     const clattn__matrices wm = matrix_of(a->p->out_proj_weight, plan->w_at[W_OUT], ws);
     const clattn__matrices c = out_matrix(a, plan, ws);
     const size_t m = (size_t)(a->B * a->Sq), e = (size_t)a->E;
-    return clattn__gemm_batched(call, true, m, e, e, &ctx, &wm, a->p->out_proj_bias ? 1.0f : 0.0f,
-                                &c, 1);
+    return plan_gemm(plan, call, m, e, e, &ctx, &wm, a->p->out_proj_bias ? 1.0f : 0.0f, &c);
 }
 
 /* ---- the masks ---- */
@@ -660,7 +720,7 @@ static int enqueue_mha(const mha_args *a, const mha_plan *plan, const attention_
     if (status == CLATTN_SUCCESS && a->o.weights && a->o.average_attn_weights)
         status = average_weights(a, plan, call, ws);
     if (status == CLATTN_SUCCESS && plan->out_at != NONE) {
-        const clattn_tensor image = image_of(a->out, plan->out_at, ws);
+        const clattn_tensor image = image_of(a->out, plan->out_at, plan->inner, ws);
         status = clattn__steps_boundary(call, ooo);
         if (status == CLATTN_SUCCESS) status = copy_into(call, &image, NULL, a->out);
     }
