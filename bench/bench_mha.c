@@ -11,9 +11,11 @@
  * ratio of the two is taken on values normalized by their own FMA rate.
  *
  * mha: clattn_mha_forward on self-attention (packed weights, biases, no mask, no weights),
- * beside torch.nn.MultiheadAttention (eval, no grad, need_weights=False); GFLOP/s count the four
- * projections (8*B*S*E^2) and the attention (4*B*S^2*E). Each row is followed by its time split:
- * the two GEMMs of the projections and the fused attention, each timed alone.
+ * beside torch.nn.MultiheadAttention (eval, no grad, need_weights=False) in the row's dtype;
+ * GFLOP/s count the four projections (8*B*S*E^2) and the attention (4*B*S^2*E). Each f32 row
+ * is followed by its time split: the two GEMMs of the projections and the fused attention,
+ * each timed alone. The f16 row takes the matrix units where clattn_matrix_units finds them
+ * (f16 projections on matmul_mma, attention_mma), f32 images and GEMMs elsewhere.
  */
 #include "bench.h"
 
@@ -76,13 +78,13 @@ static int gemm_library(void *p, cl_command_queue queue) {
     return gemm_through(p, queue, true);
 }
 
-/* f32 tensors of the given shapes, uniform in [-scales[i], scales[i]); hosts[i] receives
- * tensor i's values. */
-static int alloc_random(clattn_env *env, const int64_t (*shapes)[4], clattn_tensor **tensors,
-                        const float *scales, float **hosts, int count) {
+/* dt tensors of the given shapes, uniform in [-scales[i], scales[i]); hosts[i] receives
+ * tensor i's values (as stored). */
+static int alloc_random(clattn_env *env, clattn_dtype dt, const int64_t (*shapes)[4],
+                        clattn_tensor **tensors, const float *scales, float **hosts, int count) {
     int status = CLATTN_SUCCESS;
     for (int i = 0; i < count && status == CLATTN_SUCCESS; ++i) {
-        status = clattn_env_alloc(env, CLATTN_F32, shapes[i], tensors[i]);
+        status = clattn_env_alloc(env, dt, shapes[i], tensors[i]);
         if (status == CLATTN_SUCCESS)
             status = bench_fill_random(env, tensors[i], (uint64_t)(i + 40), scales[i], &hosts[i]);
     }
@@ -166,7 +168,7 @@ static int measure_gemm(const bench_options *opt, clattn_env *env, bench_ceiling
     double fma = 0;
     const float scales[3] = {1.0f, 1.0f, 1.0f};
     float *hosts[3] = {NULL, NULL, NULL};
-    int status = alloc_random(env, shapes, tensors, scales, hosts, 3);
+    int status = alloc_random(env, CLATTN_F32, shapes, tensors, scales, hosts, 3);
     x.host_a = hosts[0], x.host_w = hosts[1];
     const bench_fn fns[] = {gemm_clblast_db, gemm_tuned, gemm_library}, fn = fns[c->kind];
     const bench_row_name row = {"gemm", gemm_variants[c->kind], CLATTN_F32, shape};
@@ -191,7 +193,8 @@ static int measure_gemm(const bench_options *opt, clattn_env *env, bench_ceiling
 /* ---- mha ---- */
 
 typedef struct mha_case {
-    const char *op; /* "mha" */
+    const char *op;  /* "mha" */
+    clattn_dtype dt; /* every tensor's */
     int64_t b, s, e, h;
 } mha_case;
 
@@ -254,7 +257,7 @@ static int alloc_mha(clattn_env *env, const mha_case *c, mha_ctx *x) {
                                   {1, 1, e, e},       {1, 1, rows, e},  {1, c->b, c->s, e}};
     clattn_tensor *tensors[6] = {&x->x, &x->in_w, &x->in_b, &x->out_w, &x->out_b, &x->out};
     const float scales[6] = {1.0f, weight_scale(e), 0.5f, weight_scale(e), 0.5f, 1.0f};
-    return alloc_random(env, shapes, tensors, scales, x->hosts, 6);
+    return alloc_random(env, c->dt, shapes, tensors, scales, x->hosts, 6);
 }
 
 static void free_mha(mha_ctx *x) {
@@ -276,7 +279,8 @@ static void project(const float *x, const float *w, const float *bias, int64_t r
 }
 
 /* One head's context for query projection q against the batch's k and v (kv: rows of k then v,
- * 2E wide), in float64; p receives the scores. */
+ * 2E wide), in float64; p receives the scores, ctx[E + t] the weighted magnitudes
+ * sum_j p_j |v_jt|. */
 static void head_context(const mha_case *c, int64_t h, const double *q, const double *kv, double *p,
                          double *ctx) {
     const int64_t e = c->e, d = e / c->h;
@@ -289,26 +293,34 @@ static void head_context(const mha_case *c, int64_t h, const double *q, const do
     }
     for (int64_t j = 0; j < c->s; ++j) sum += (p[j] = exp(p[j] - top));
     for (int64_t t = 0; t < d; ++t) {
-        double acc = 0;
-        for (int64_t j = 0; j < c->s; ++j) acc += p[j] / sum * kv[j * 2 * e + e + h * d + t];
-        ctx[h * d + t] = acc;
+        double acc = 0, size = 0;
+        for (int64_t j = 0; j < c->s; ++j) {
+            acc += p[j] / sum * kv[j * 2 * e + e + h * d + t];
+            size += p[j] / sum * fabs(kv[j * 2 * e + e + h * d + t]);
+        }
+        ctx[h * d + t] = acc, ctx[e + h * d + t] = size;
     }
 }
 
 /* Output row i of batch b in float64 (self-attention: q, k, v from the same x); scale[] gets
- * the size of each output's last sum, sum |ctx_t wo_t| + |bo|. ctx holds 2E doubles (q, then
- * the context). */
+ * the size of each output's last sum, sum |ctx_t wo_t| + |bo|, and with 16-bit storage also
+ * sum |wo_t| sum_j p_j |v_jt|: that path rounds v and the weights before p v, which moves ctx_t
+ * by a few roundings of its terms' size, not of ctx_t's (which cancels). ctx holds 3E doubles
+ * (q, then the context and its magnitudes). */
 static void reference_row(const mha_ctx *x, int64_t b, int64_t i, const double *kv, double *ctx,
                           double *p, double *out, double *scale) {
     const mha_case *c = x->c;
     const int64_t e = c->e;
     project(x->hosts[0] + (b * c->s + i) * e, x->hosts[1], x->hosts[2], 1, e, e, ctx);
     for (int64_t h = 0; h < c->h; ++h) head_context(c, h, ctx, kv, p, ctx + e);
+    const bool half = c->dt != CLATTN_F32;
     for (int64_t o = 0; o < e; ++o) {
         const float *wo = x->hosts[3] + o * e;
         out[o] = x->hosts[4][o], scale[o] = fabs(x->hosts[4][o]);
-        for (int64_t t = 0; t < e; ++t)
+        for (int64_t t = 0; t < e; ++t) {
             out[o] += ctx[e + t] * wo[t], scale[o] += fabs(ctx[e + t] * wo[t]);
+            if (half) scale[o] += fabs(wo[t]) * ctx[2 * e + t];
+        }
     }
 }
 
@@ -321,7 +333,7 @@ static int check_mha(void *p, clattn_env *env, bench_report *report, bool *ok) {
     uint64_t state = 19;
     const int64_t b = (int64_t)bench_sample(&state, (size_t)c->b);
     double *kv = malloc((size_t)(s * 2 * e) * sizeof *kv);
-    double *ctx = malloc((size_t)(2 * e) * sizeof *ctx), *w = malloc((size_t)s * sizeof *w);
+    double *ctx = malloc((size_t)(3 * e) * sizeof *ctx), *w = malloc((size_t)s * sizeof *w);
     double *want = malloc((size_t)(2 * e) * sizeof *want);
     float *out = NULL;
     int status =
@@ -334,7 +346,7 @@ static int check_mha(void *p, clattn_env *env, bench_report *report, bool *ok) {
         reference_row(x, b, i, kv, ctx, w, want, want + e);
         for (int64_t o = 0; o < e && *ok; ++o) {
             const size_t at = (size_t)((b * s + i) * e + o);
-            *ok = bench_close(report, "out", at, out[at], want[o], want[e + o], CLATTN_F32);
+            *ok = bench_close(report, "out", at, out[at], want[o], want[e + o], c->dt);
         }
     }
     free(kv), free(ctx), free(w), free(want), free(out);
@@ -344,8 +356,8 @@ static int check_mha(void *p, clattn_env *env, bench_report *report, bool *ok) {
 /* The forward's parameters: the biases are the first row of the larger split buffers. */
 static int set_forward(mha_ctx *x, clattn_env *env) {
     const mha_case *c = x->c;
-    x->in_bias = clattn_tensor_4d(x->in_b.buffer, CLATTN_F32, 1, 1, 1, 3 * c->e);
-    x->out_bias = clattn_tensor_4d(x->out_b.buffer, CLATTN_F32, 1, 1, 1, c->e);
+    x->in_bias = clattn_tensor_4d(x->in_b.buffer, c->dt, 1, 1, 1, 3 * c->e);
+    x->out_bias = clattn_tensor_4d(x->out_b.buffer, c->dt, 1, 1, 1, c->e);
     x->params = (clattn_mha_params){(int)c->h, &x->in_w,    NULL,      NULL,
                                     NULL,      &x->in_bias, &x->out_w, &x->out_bias};
     size_t bytes = 0;
@@ -360,8 +372,8 @@ static const char *mha_op(const void *cases, int i) {
 
 static void mha_key(const void *cases, int i, char *key, size_t capacity) {
     const mha_case *c = (const mha_case *)cases + i;
-    snprintf(key, capacity, "mha f32 %lld,%lld,%lld,%lld", (long long)c->b, (long long)c->s,
-             (long long)c->e, (long long)c->h);
+    snprintf(key, capacity, "mha %s %lld,%lld,%lld,%lld", clattn_dtype_name(c->dt), (long long)c->b,
+             (long long)c->s, (long long)c->e, (long long)c->h);
 }
 
 /* The GEMMs' and the attention's shares of the forward, each timed alone (on this shared VM
@@ -399,7 +411,7 @@ static int measure_mha(const bench_options *opt, clattn_env *env, bench_ceilings
     char shape[96];
     snprintf(shape, sizeof shape, "B=%lld S=%lld E=%lld H=%lld self, no mask", (long long)c->b,
              (long long)c->s, (long long)c->e, (long long)c->h);
-    const bench_row_name row = {"mha", "fused", CLATTN_F32, shape};
+    const bench_row_name row = {"mha", "fused", c->dt, shape};
     bool wrong = false;
     if (status == CLATTN_SUCCESS)
         status = bench_check_row(report, env, run_mha, &x, check_mha, &row, &wrong);
@@ -408,9 +420,10 @@ static int measure_mha(const bench_options *opt, clattn_env *env, bench_ceilings
     const double e = (double)c->e,
                  flops = 8.0 * (double)rows * e * e + 4.0 * (double)rows * (double)c->s * e;
     if (status == CLATTN_SUCCESS && !wrong)
-        status = bench_add_compute_row(report, env, "mha", "fused", CLATTN_F32, shape, &timing,
-                                       flops, fma, torch_ms);
-    if (status == CLATTN_SUCCESS && !wrong) status = print_split(opt, &x, queue, timing.median_ms);
+        status = bench_add_compute_row(report, env, "mha", "fused", c->dt, shape, &timing, flops,
+                                       fma, torch_ms);
+    if (status == CLATTN_SUCCESS && !wrong && c->dt == CLATTN_F32) /* the split's GEMMs: f32 */
+        status = print_split(opt, &x, queue, timing.median_ms);
     free_mha(&x);
     return status;
 }
@@ -430,8 +443,9 @@ int bench_mha(const bench_options *opt, clattn_env *env, bench_ceilings *ceiling
         {"gemm", 1024, 1024, 1024, GEMM_LIBRARY, 2},
     };
     const mha_case cases[] = {
-        {"mha", b, s, e, 8},
-        {"mha", 1, big_s, big_e, 16},
+        {"mha", CLATTN_F32, b, s, e, 8},
+        {"mha", CLATTN_F32, 1, big_s, big_e, 16},
+        {"mha", CLATTN_F16, b, s, e, 8}, /* on the matrix units where the device has them */
     };
     const bench_family gemm_family = {sizeof gemms / sizeof gemms[0], gemm_op, gemm_key,
                                       measure_gemm};
