@@ -1,9 +1,9 @@
 """The PTX of the program-cache entries (CLATTN_CACHE_DIR) that define a kernel.
 
-    python3 tools/cached_ptx.py CACHE_DIR OUT_DIR KERNEL
+    python3 tools/cached_ptx.py CACHE_DIR OUT_DIR KERNEL[,KERNEL...]
 
 NVIDIA's OpenCL driver returns PTX text as a program's binary; this writes each such binary
-that has `.entry KERNEL` to OUT_DIR/<entry file>.ptx, and its build options beside it
+that has `.entry KERNEL` (any of the comma-separated ones) to OUT_DIR/<entry file>.ptx, and its build options beside it
 (.options), so that CUDA's ptxas and cuobjdump can show the machine code
 (tools/gpu_session.sh). The entry format is src/runtime/program_binary.c's.
 """
@@ -33,7 +33,7 @@ def entries(cache):
 def main(cache, out, kernel):
     os.makedirs(out, exist_ok=True)
     for name, options, binary in entries(cache):
-        if b".entry " + kernel.encode() not in binary:
+        if not any(b".entry " + k.encode() in binary for k in kernel.split(",")):
             continue
         stem = os.path.join(out, name.split(".")[0])
         with open(stem + ".ptx", "wb") as f:

@@ -154,8 +154,8 @@ build_logs() {
   done
 }
 
-# The machine code of the cached programs whose PTX defines GPU_SASS_KERNEL (default
-# attention_mma): NVIDIA's OpenCL binary is PTX text; CUDA's ptxas, where the machine has it,
+# The machine code of the cached programs whose PTX defines GPU_SASS_KERNEL (kernel names,
+# comma-separated; default attention_mma and matmul_mma): NVIDIA's OpenCL binary is PTX text; CUDA's ptxas, where the machine has it,
 # assembles it for the GPU's own architecture with -v (registers, spills) and cuobjdump prints
 # the SASS, all in one archive, $OUT/sass.tar.gz (the call returns few files).
 machine_code() {
@@ -166,7 +166,7 @@ machine_code() {
   fi
   arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d .)
   mkdir -p "$out"
-  python3 tools/cached_ptx.py "$cache" "$out" "${GPU_SASS_KERNEL:-attention_mma}"
+  python3 tools/cached_ptx.py "$cache" "$out" "${GPU_SASS_KERNEL:-attention_mma,matmul_mma}"
   for ptx in "$out"/*.ptx; do
     [ -f "$ptx" ] || continue
     step 120 "ptxas $(basename "$ptx")" ptxas -arch="sm_$arch" -v -o "${ptx%.ptx}.cubin" "$ptx" \
