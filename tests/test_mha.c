@@ -28,7 +28,7 @@ typedef struct mha_spec {
     bool strided;      /* query and out as views with a row stride past E */
     int workspace;     /* a caller workspace of exactly the size asked for (2: a sub-buffer) */
     bool out_of_order; /* on an out-of-order queue (where the device has one) */
-    bool units;        /* on the emulated matrix units (16-bit dt): within_twice, not close_to */
+    bool emulate;      /* with the emulated matrix units offered (the hook), for 16-bit dt */
     clattn_dtype dt;
     uint64_t seed;
 } mha_spec;
@@ -386,38 +386,66 @@ static void head_mean(const mha_spec *s, double *x) {
     }
 }
 
+/* Whether the forward of s keeps 16 bits on matrix units (ops/mha.c's inner dtype): every
+ * tensor of the case is in s->dt, so a 16-bit dt does wherever the GEMMs take the units (the
+ * emulated ones with the hook; a GPU's own where its probe passed). */
+static bool on_units(test_ctx *t, const mha_spec *s) {
+    if (s->dt == CLATTN_F32) return false;
+    const clattn__call call = {clattn_env_queue(t->env),
+                               clattn_env_context(t->env),
+                               clattn_env_device(t->env),
+                               0,
+                               NULL,
+                               NULL};
+    const int64_t rows = s->B * (s->Sq > s->Sk ? s->Sq : s->Sk);
+    const int64_t deep = s->E > s->kdim ? (s->E > s->vdim ? s->E : s->vdim)
+                                        : (s->kdim > s->vdim ? s->kdim : s->vdim);
+    bool takes = false;
+    if (s->emulate)
+        clattn_cache_clear(call.context), clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, 1);
+    const int status =
+        clattn__gemm_units(&call, s->dt, (size_t)rows, (size_t)(3 * s->E), (size_t)deep, 1, &takes);
+    /* the emulated probe's answer goes with the cache */
+    if (s->emulate)
+        clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, -1), clattn_cache_clear(call.context);
+    if (status != CLATTN_SUCCESS)
+        test_fail_at(t, __FILE__, __LINE__, "clattn__gemm_units -> %s: %s",
+                     clattn_status_name(status), clattn_last_error());
+    return takes;
+}
+
 /* The reference's out and weights (*want, *want_w) and, on the units, those of its own 16-bit
  * path (*path, *path_w: ref_mha's rounding, then stored in dt); the weights averaged when the
  * case asks. */
-static bool reference_values(const mha_spec *s, const mha_case *c, double **want, double **want_w,
-                             double **path, double **path_w) {
+static bool reference_values(const mha_spec *s, bool units, const mha_case *c, double **want,
+                             double **want_w, double **path, double **path_w) {
     ref_mha r = reference_of(s, c);
     const size_t n_out = (size_t)(s->B * s->Sq * s->E), n_w = (size_t)(s->B * s->H * s->Sq * s->Sk);
     *want = malloc(n_out * sizeof(double)), *want_w = malloc(n_w * sizeof(double));
     bool ok = *want && *want_w && ref_mha_forward(&r, *want, *want_w);
-    if (s->units) {
+    if (units) {
         r.rounding = s->dt;
         *path = malloc(n_out * sizeof(double)), *path_w = malloc(n_w * sizeof(double));
         ok = ok && *path && *path_w && ref_mha_forward(&r, *path, *path_w);
     }
     if (ok && s->weights == 1) head_mean(s, *want_w);
-    if (ok && s->weights == 1 && s->units) head_mean(s, *path_w);
+    if (ok && s->weights == 1 && units) head_mean(s, *path_w);
     uint16_t bits;
-    for (size_t i = 0; ok && s->units && i < n_out; ++i)
+    for (size_t i = 0; ok && units && i < n_out; ++i)
         ref_store(&bits, s->dt, 0, (float)(*path)[i]), (*path)[i] = ref_load(&bits, s->dt, 0);
-    for (size_t i = 0; ok && s->units && i < n_w; ++i)
+    for (size_t i = 0; ok && units && i < n_w; ++i)
         ref_store(&bits, s->dt, 0, (float)(*path_w)[i]), (*path_w)[i] = ref_load(&bits, s->dt, 0);
     return ok;
 }
 
 /* Whether `got` is the reference's: on the units as within_twice, else close_to's tolerance. */
-static bool matches(test_ctx *t, const mha_spec *s, const char *what, const float *got,
+static bool matches(test_ctx *t, const mha_spec *s, bool units, const char *what, const float *got,
                     const double *want, const double *path, size_t n) {
-    return s->units ? within_twice(t, what, got, want, path, n)
-                    : close_to(t, what, got, want, n, s->dt);
+    return units ? within_twice(t, what, got, want, path, n)
+                 : close_to(t, what, got, want, n, s->dt);
 }
 
-/* Runs the case and compares out (and the weights) with the reference. On the units, the
+/* Runs the case and compares out (and the weights) with the reference. With `emulate`, the
  * forward runs with the emulation hook, and its workspace must be smaller than without it (the
  * 16-bit projections): the proof that it took them. */
 static void check_case(test_ctx *t, const mha_spec *s) {
@@ -428,8 +456,9 @@ static void check_case(test_ctx *t, const mha_spec *s) {
     const size_t n_out = (size_t)(s->B * s->Sq * s->E), n_w = (size_t)(s->B * s->H * s->Sq * s->Sk);
     double *want = NULL, *want_w = NULL, *path = NULL, *path_w = NULL;
     float *got = NULL, *got_w = NULL;
-    bool ok = !t->failed && reference_values(s, &c, &want, &want_w, &path, &path_w);
-    if (ok && s->units) {
+    const bool units = on_units(t, s);
+    bool ok = !t->failed && reference_values(s, units, &c, &want, &want_w, &path, &path_w);
+    if (ok && s->emulate) {
         const size_t f32 = workspace_bytes(t, s, &c, false),
                      units = workspace_bytes(t, s, &c, true);
         if (units >= f32)
@@ -438,17 +467,18 @@ static void check_case(test_ctx *t, const mha_spec *s) {
         ok = !t->failed;
     }
     cl_context context = clattn_env_context(t->env);
-    if (s->units) clattn_cache_clear(context), clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, 1);
+    if (s->emulate) clattn_cache_clear(context), clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, 1);
     int status = ok ? run_forward(t, s, &c) : CLATTN_SUCCESS;
-    if (s->units) clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, -1), clattn_cache_clear(context);
+    if (s->emulate)
+        clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, -1), clattn_cache_clear(context);
     if (status != CLATTN_SUCCESS)
         test_fail_at(t, __FILE__, __LINE__, "clattn_mha_forward -> %s: %s",
                      clattn_status_name(status), clattn_last_error());
     ok = ok && status == CLATTN_SUCCESS && (got = download(t, &c.t_out)) != NULL;
-    ok = ok && matches(t, s, "out", got, want, path, n_out);
+    ok = ok && matches(t, s, units, "out", got, want, path, n_out);
     if (ok && s->weights) {
         got_w = download(t, &c.t_weights);
-        ok = got_w && matches(t, s, "weights", got_w, want_w, path_w,
+        ok = got_w && matches(t, s, units, "weights", got_w, want_w, path_w,
                               s->weights == 1 ? n_w / (size_t)s->H : n_w);
     }
     free(want), free(want_w), free(path), free(path_w), free(got), free(got_w);
@@ -523,7 +553,8 @@ static void hidden_rows_give_the_bias(test_ctx *t) {
 }
 
 /* f16 and bf16 storage of every tensor, query and out with rows CLBlast cannot take as they
- * are (f32 images in the workspace). */
+ * are: f32 images in the workspace, or on a GPU whose matrix units the GEMMs take, the 16-bit
+ * path (within_twice). */
 static void half_storage_and_strided_rows(test_ctx *t) {
     if (skip_gemms(t)) return;
     mha_spec s = self_spec(2, 7, 40, 2);
@@ -550,10 +581,10 @@ static void half_storage_on_matrix_units(test_ctx *t) {
     if (test_under_uninit_checker())
         return test_skip(t, "the emulated units run without --uninitialized");
     mha_spec s = self_spec(2, 20, 64, 2);
-    s.dt = CLATTN_F16, s.units = true, s.strided = true, s.kpm = KEEP_MASK, s.causal = 1;
+    s.dt = CLATTN_F16, s.emulate = true, s.strided = true, s.kpm = KEEP_MASK, s.causal = 1;
     check_case(t, &s);
     mha_spec b = cross_spec(2, 9, 13, 32, 2);
-    b.dt = CLATTN_BF16, b.units = true, b.separate = true, b.kdim = 24, b.vdim = 17;
+    b.dt = CLATTN_BF16, b.emulate = true, b.separate = true, b.kdim = 24, b.vdim = 17;
     b.attn = ADD_MASK, b.weights = 1;
     if (!t->failed) check_case(t, &b);
 }
