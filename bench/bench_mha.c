@@ -10,6 +10,10 @@
  * other op of the process gives CLBlast the row (clattn-bench runs this family first), and the
  * ratio of the two is taken on values normalized by their own FMA rate.
  *
+ * units: f16 a, w and c on the matrix units (matmul_mma, MHA's GEMM with f16 storage), beside
+ * torch's f16 a @ w.T, against the matrix-unit kernel; only where clattn_matrix_units finds
+ * the f16 unit.
+ *
  * mha: clattn_mha_forward on self-attention (packed weights, biases, no mask, no weights),
  * beside torch.nn.MultiheadAttention (eval, no grad, need_weights=False) in the row's dtype;
  * GFLOP/s count the four projections (8*B*S*E^2) and the attention (4*B*S^2*E). Each f32 row
@@ -31,7 +35,7 @@
 typedef struct gemm_case {
     const char *op; /* "gemm" */
     int64_t m, n, k;
-    int kind;  /* GEMM_DATABASE, GEMM_ROW or GEMM_LIBRARY */
+    int kind;  /* GEMM_DATABASE, GEMM_ROW, GEMM_LIBRARY or GEMM_UNITS */
     int shape; /* the database row of the same shape, for the ratio */
 } gemm_case;
 
@@ -56,8 +60,13 @@ static int gemm_clblast_db(void *p, cl_command_queue queue) {
     return s == CLBlastSuccess ? CLATTN_SUCCESS : CLATTN_ERR_BLAS;
 }
 
-enum { GEMM_DATABASE, GEMM_ROW, GEMM_LIBRARY };
-static const char *const gemm_variants[] = {"clblast-db", "clblast-row", "clattn"};
+enum { GEMM_DATABASE, GEMM_ROW, GEMM_LIBRARY, GEMM_UNITS };
+static const char *const gemm_variants[] = {"clblast-db", "clblast-row", "clattn", "units"};
+
+/* The dtype of a GEMM_UNITS row's a, w and c; f32 for the others. */
+static clattn_dtype gemm_dtype(const gemm_case *c) {
+    return c->kind == GEMM_UNITS ? CLATTN_F16 : CLATTN_F32;
+}
 
 /* The same through the bridge, which gives CLBlast the tuning table's gemm row (`library`
  * false), or as the library runs it: the GEMM the device's matmul row picks. */
@@ -76,6 +85,17 @@ static int gemm_tuned(void *p, cl_command_queue queue) {
 
 static int gemm_library(void *p, cl_command_queue queue) {
     return gemm_through(p, queue, true);
+}
+
+/* f16 on the matrix units (matmul_mma), as MHA with f16 storage runs its projections. */
+static int gemm_units(void *p, cl_command_queue queue) {
+    gemm_ctx *x = p;
+    x->call.queue = queue;
+    const size_t m = (size_t)x->c->m, n = (size_t)x->c->n, k = (size_t)x->c->k;
+    const clattn__matrices a = {x->a.buffer, 0, k, 0}, w = {x->w.buffer, 0, k, 0},
+                           c = {x->out.buffer, 0, n, 0};
+    return clattn__gemm_units_batched(&x->call, CLATTN_F16, CLATTN_F16, true, m, n, k, &a, &w, 0.0f,
+                                      &c, 1);
 }
 
 /* dt tensors of the given shapes, uniform in [-scales[i], scales[i]); hosts[i] receives
@@ -112,7 +132,7 @@ static int check_gemm(void *p, clattn_env *env, bench_report *report, bool *ok) 
             const double term = (double)x->host_a[r * k + e] * x->host_w[col * k + e];
             want += term, scale += fabs(term);
         }
-        *ok = bench_close(report, "c", at, out[at], want, scale, CLATTN_F32);
+        *ok = bench_close(report, "c", at, out[at], want, scale, gemm_dtype(c));
     }
     free(out);
     return status;
@@ -128,8 +148,8 @@ static const char *gemm_op(const void *cases, int i) {
 
 static void gemm_key(const void *cases, int i, char *key, size_t capacity) {
     const gemm_case *c = (const gemm_case *)cases + i;
-    snprintf(key, capacity, "gemm f32 %lld,%lld,%lld", (long long)c->m, (long long)c->n,
-             (long long)c->k);
+    snprintf(key, capacity, "gemm %s %lld,%lld,%lld", clattn_dtype_name(gemm_dtype(c)),
+             (long long)c->m, (long long)c->n, (long long)c->k);
 }
 
 static void gemm_shape(const gemm_case *c, char *shape, size_t size) {
@@ -159,6 +179,13 @@ static int measure_gemm(const bench_options *opt, clattn_env *env, bench_ceiling
                                NULL};
     gemm_ctx x = {c, {0}, {0}, {0}, call, NULL, NULL};
     if (c->kind == GEMM_DATABASE && clattn__blas_overridden(x.call.device)) return CLATTN_SUCCESS;
+    bool runs = c->kind != GEMM_UNITS; /* a units row: where the device takes the units */
+    x.call.queue = clattn_env_queue(env);
+    int status = runs ? CLATTN_SUCCESS
+                      : clattn__gemm_units_available(&x.call, CLATTN_F16, (size_t)c->m,
+                                                     (size_t)c->n, (size_t)c->k, 1, &runs);
+    if (status != CLATTN_SUCCESS || !runs) return status;
+    const clattn_dtype dt = gemm_dtype(c);
     const int64_t shapes[3][4] = {{1, 1, c->m, c->k}, {1, 1, c->n, c->k}, {1, 1, c->m, c->n}};
     clattn_tensor *tensors[3] = {&x.a, &x.w, &x.out};
     char shape[96];
@@ -168,19 +195,20 @@ static int measure_gemm(const bench_options *opt, clattn_env *env, bench_ceiling
     double fma = 0;
     const float scales[3] = {1.0f, 1.0f, 1.0f};
     float *hosts[3] = {NULL, NULL, NULL};
-    int status = alloc_random(env, CLATTN_F32, shapes, tensors, scales, hosts, 3);
+    status = alloc_random(env, dt, shapes, tensors, scales, hosts, 3);
     x.host_a = hosts[0], x.host_w = hosts[1];
-    const bench_fn fns[] = {gemm_clblast_db, gemm_tuned, gemm_library}, fn = fns[c->kind];
-    const bench_row_name row = {"gemm", gemm_variants[c->kind], CLATTN_F32, shape};
+    const bench_fn fns[] = {gemm_clblast_db, gemm_tuned, gemm_library, gemm_units};
+    const bench_fn fn = fns[c->kind];
+    const bench_row_name row = {"gemm", gemm_variants[c->kind], dt, shape};
     bool wrong = false;
     if (status == CLATTN_SUCCESS)
         status = bench_check_row(report, env, fn, &x, check_gemm, &row, &wrong);
     if (status == CLATTN_SUCCESS && !wrong)
-        status = bench_time_vs_fma(opt, ceilings, fn, &x, clattn_env_queue(env), &t, &fma);
+        status = bench_time_vs_compute(opt, ceilings, dt, fn, &x, clattn_env_queue(env), &t, &fma);
     if (status == CLATTN_SUCCESS && !wrong)
-        status = bench_add_compute_row(report, env, row.op, row.variant, CLATTN_F32, shape, &t,
-                                       flops, fma, torch_ms);
-    if (status == CLATTN_SUCCESS && !wrong) {
+        status = bench_add_compute_row(report, env, row.op, row.variant, dt, shape, &t, flops, fma,
+                                       torch_ms);
+    if (status == CLATTN_SUCCESS && !wrong && c->kind != GEMM_UNITS) {
         const double relative = flops / t.median_ms * 1e-6 / fma;
         if (c->kind == GEMM_DATABASE) db_relative[c->shape] = relative;
         if (c->kind != GEMM_DATABASE) print_gemm_ratio(c, relative);
@@ -416,7 +444,7 @@ static int measure_mha(const bench_options *opt, clattn_env *env, bench_ceilings
     if (status == CLATTN_SUCCESS)
         status = bench_check_row(report, env, run_mha, &x, check_mha, &row, &wrong);
     if (status == CLATTN_SUCCESS && !wrong)
-        status = bench_time_vs_fma(opt, ceilings, run_mha, &x, queue, &timing, &fma);
+        status = bench_time_vs_compute(opt, ceilings, c->dt, run_mha, &x, queue, &timing, &fma);
     const double e = (double)c->e,
                  flops = 8.0 * (double)rows * e * e + 4.0 * (double)rows * (double)c->s * e;
     if (status == CLATTN_SUCCESS && !wrong)
@@ -440,7 +468,8 @@ int bench_mha(const bench_options *opt, clattn_env *env, bench_ceilings *ceiling
         {"gemm", 1024, 1024, 1024, GEMM_DATABASE, 2}, {"gemm", b * s, 3 * e, e, GEMM_ROW, 0},
         {"gemm", b * s, e, e, GEMM_ROW, 1},           {"gemm", 1024, 1024, 1024, GEMM_ROW, 2},
         {"gemm", b * s, 3 * e, e, GEMM_LIBRARY, 0},   {"gemm", b * s, e, e, GEMM_LIBRARY, 1},
-        {"gemm", 1024, 1024, 1024, GEMM_LIBRARY, 2},
+        {"gemm", 1024, 1024, 1024, GEMM_LIBRARY, 2},  {"gemm", b * s, 3 * e, e, GEMM_UNITS, 0},
+        {"gemm", b * s, e, e, GEMM_UNITS, 1},         {"gemm", 1024, 1024, 1024, GEMM_UNITS, 2},
     };
     const mha_case cases[] = {
         {"mha", CLATTN_F32, b, s, e, 8},

@@ -416,9 +416,6 @@ lane_tools() {
   done
 }
 
-# The dumped programs (the selector: their folder) through tools/compile_programs.py, a test per
-# target; the pocl-basic lane dumps them, and when it did not run this time, this lane runs its
-# tests to dump them. Then the planted construct, a test that passes when the tool fails on it.
 # ptx_rebuilds LANE KERNEL PTX PROGRAM|SED...: each dumped PROGRAM (its .options; SED edits
 # them) rebuilt for sm_80 with MMA_PTX=1 into PTX must carry mma.sync and ldmatrix; one pass
 # when every one did (and there was one), else one failure.
@@ -446,6 +443,9 @@ ptx_rebuilds() {
   fi
 }
 
+# The dumped programs (the selector: their folder) through tools/compile_programs.py, a test per
+# target; the pocl-basic lane dumps them, and when it did not run this time, this lane runs its
+# tests to dump them. Then the planted construct, a test that passes when the tool fails on it.
 lane_compile() {
   local name=$1 dump=$3 log="$logs/$1.log" target built chosen targets planted small
   local -a selector

@@ -122,7 +122,9 @@ typedef struct ref_mha {
     int causal; /* key j hidden from query i when j > i */
     /* CLATTN_F32: exact. f16 or bf16: the path that stores its intermediates in that dtype, as
      * clattn's on matrix units and torch's f16 MHA do: q, k and v rounded after projection, the
-     * weights (before their sum's division) before p v, and the attention's outputs. */
+     * weights (before their sum's division, as attention_mma rounds them) before p v, and the
+     * attention's outputs. (Clattn's composed path, taken when weights are asked for, divides
+     * first and multiplies in f32: its error stays below this path's.) */
     clattn_dtype rounding;
 } ref_mha;
 

@@ -229,14 +229,15 @@ static double roundoff(clattn_dtype dt) {
 
 /* On the units (FlashAttention's test): got's largest error against float64 at most twice that
  * of the reference's own 16-bit path (ref_mha's rounding, its results stored in dt), plus
- * 1e-5 for the f32 sums. */
+ * 1e-5 for the f32 sums. A NaN where the reference has a number is the largest error. */
 static bool within_twice(test_ctx *t, const char *what, const float *got, const double *want,
                          const double *path, size_t n) {
     double err = 0.0, path_err = 0.0;
     size_t worst = 0;
     for (size_t i = 0; i < n; ++i) {
         path_err = fmax(path_err, fabs(path[i] - want[i]));
-        if (!(fabs(got[i] - want[i]) <= err)) err = fabs(got[i] - want[i]), worst = i;
+        const double e = isnan(got[i]) ? INFINITY : fabs(got[i] - want[i]);
+        if (e > err) err = e, worst = i;
     }
     if (err <= 2 * path_err + 1e-5) return true;
     test_fail_at(t, __FILE__, __LINE__,
@@ -388,8 +389,8 @@ static void head_mean(const mha_spec *s, double *x) {
 
 /* Whether the forward of s keeps 16 bits on matrix units (ops/mha.c's inner dtype): every
  * tensor of the case is in s->dt, so a 16-bit dt does wherever the GEMMs take the units (the
- * emulated ones with the hook; a GPU's own where its probe passed). */
-static bool on_units(test_ctx *t, const mha_spec *s) {
+ * emulated ones with `emulate`, the hook; a GPU's own where its probe passed). */
+static bool on_units(test_ctx *t, const mha_spec *s, bool emulate) {
     if (s->dt == CLATTN_F32) return false;
     const clattn__call call = {clattn_env_queue(t->env),
                                clattn_env_context(t->env),
@@ -401,15 +402,15 @@ static bool on_units(test_ctx *t, const mha_spec *s) {
     const int64_t deep = s->E > s->kdim ? (s->E > s->vdim ? s->E : s->vdim)
                                         : (s->kdim > s->vdim ? s->kdim : s->vdim);
     bool takes = false;
-    if (s->emulate)
+    if (emulate)
         clattn_cache_clear(call.context), clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, 1);
-    const int status =
-        clattn__gemm_units(&call, s->dt, (size_t)rows, (size_t)(3 * s->E), (size_t)deep, 1, &takes);
+    const int status = clattn__gemm_units_available(&call, s->dt, (size_t)rows, (size_t)(3 * s->E),
+                                                    (size_t)deep, 1, &takes);
     /* the emulated probe's answer goes with the cache */
-    if (s->emulate)
+    if (emulate)
         clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, -1), clattn_cache_clear(call.context);
     if (status != CLATTN_SUCCESS)
-        test_fail_at(t, __FILE__, __LINE__, "clattn__gemm_units -> %s: %s",
+        test_fail_at(t, __FILE__, __LINE__, "clattn__gemm_units_available -> %s: %s",
                      clattn_status_name(status), clattn_last_error());
     return takes;
 }
@@ -446,8 +447,9 @@ static bool matches(test_ctx *t, const mha_spec *s, bool units, const char *what
 }
 
 /* Runs the case and compares out (and the weights) with the reference. With `emulate`, the
- * forward runs with the emulation hook, and its workspace must be smaller than without it (the
- * 16-bit projections): the proof that it took them. */
+ * forward runs with the emulation hook, and on a device whose own units do not take it its
+ * workspace must be smaller than without the hook (the 16-bit projections): the proof that it
+ * took them. */
 static void check_case(test_ctx *t, const mha_spec *s) {
     mha_case c;
     memset(&c, 0, sizeof c);
@@ -456,9 +458,9 @@ static void check_case(test_ctx *t, const mha_spec *s) {
     const size_t n_out = (size_t)(s->B * s->Sq * s->E), n_w = (size_t)(s->B * s->H * s->Sq * s->Sk);
     double *want = NULL, *want_w = NULL, *path = NULL, *path_w = NULL;
     float *got = NULL, *got_w = NULL;
-    const bool units = on_units(t, s);
+    const bool units = on_units(t, s, s->emulate), own_units = s->emulate && on_units(t, s, false);
     bool ok = !t->failed && reference_values(s, units, &c, &want, &want_w, &path, &path_w);
-    if (ok && s->emulate) {
+    if (ok && s->emulate && !own_units) {
         const size_t f32 = workspace_bytes(t, s, &c, false),
                      units = workspace_bytes(t, s, &c, true);
         if (units >= f32)
@@ -725,9 +727,10 @@ static void gemm_kernel_matches_host(test_ctx *t) {
 }
 
 /* matmul_mma on the emulated units (the hook offers them to every device, and the kernel
- * builds its local-memory emulation): f16 and bf16 inputs into f32, f16 and bf16 outputs, b
- * n-major (MHA's x W^T) and k-major, beta 0 and 1; one 32-deep slice with its tail past k,
- * several slices and blocks of each warp shape, value-by-value and 16-byte loads. */
+ * builds its local-memory emulation), then on the device's own where its probe passed (the
+ * instruction): f16 and bf16 inputs into f32, f16 and bf16 outputs, b n-major (MHA's x W^T)
+ * and k-major, beta 0 and 1; one 32-deep slice with its tail past k, several slices and blocks
+ * of rows and columns, each warp shape, value-by-value and 16-byte loads. */
 static void gemm_on_matrix_units_matches_host(test_ctx *t) {
     if (clattn__device_max_group(clattn_env_device(t->env)) < 128)
         return test_skip(t, "groups capped below matmul_mma's 128");
@@ -737,21 +740,28 @@ static void gemm_on_matrix_units_matches_host(test_ctx *t) {
         {13, 9, 21, true, false, 0.0f, CLATTN_F16, CLATTN_F16, "units:"},
         {13, 9, 21, false, false, 1.0f, CLATTN_BF16, CLATTN_F32, "units:"},
         {70, 40, 70, true, true, 1.0f, CLATTN_F16, CLATTN_F32, "units:UNIT_M=16,UNIT_N=16"},
-        {70, 72, 40, false, true, 0.0f, CLATTN_BF16, CLATTN_BF16, "units:UNIT_M=32,UNIT_N=64"},
+        {70, 150, 40, false, true, 0.0f, CLATTN_BF16, CLATTN_BF16, "units:UNIT_M=32,UNIT_N=64"},
         {33, 17, 9, false, false, 1.0f, CLATTN_F16, CLATTN_BF16, "units:UNIT_N=16"},
     };
     cl_context context = clattn_env_context(t->env);
     const clattn__call call = {
         clattn_env_queue(t->env), context, clattn_env_device(t->env), 0, NULL, NULL};
-    clattn_cache_clear(context); /* the probe's answer goes with the cache */
-    clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, 1);
-    bool takes[2] = {false, false};
-    CHECK_OK(t, clattn__gemm_units(&call, CLATTN_F16, 70, 72, 70, 2, &takes[0]));
-    CHECK_OK(t, clattn__gemm_units(&call, CLATTN_BF16, 70, 72, 70, 2, &takes[1]));
-    CHECK(t, takes[0] && takes[1], "the emulated units not taken: f16 %d, bf16 %d", takes[0],
-          takes[1]);
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0] && !t->failed; ++i)
-        check_gemm_case(t, &cases[i]);
+    for (int emulated = 1; emulated >= 0 && !t->failed; --emulated) {
+        clattn_cache_clear(context); /* the probe's answer goes with the cache */
+        clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, emulated ? 1 : -1);
+        bool takes[2] = {false, false};
+        const clattn_dtype types[2] = {CLATTN_F16, CLATTN_BF16};
+        for (int i = 0; i < 2 && !t->failed; ++i) {
+            const int status =
+                clattn__gemm_units_available(&call, types[i], 70, 150, 70, 2, &takes[i]);
+            if (status != CLATTN_SUCCESS || (emulated && !takes[i]))
+                test_fail_at(t, __FILE__, __LINE__, "%s %s units: %s, taken %d",
+                             emulated ? "emulated" : "the device's", clattn_dtype_name(types[i]),
+                             clattn_status_name(status), takes[i]);
+        }
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0] && !t->failed; ++i)
+            if (takes[cases[i].in == CLATTN_BF16]) check_gemm_case(t, &cases[i]);
+    }
     clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, -1);
     clattn_cache_clear(context);
 }

@@ -147,8 +147,8 @@ static cl_ulong mm_local_bytes(const matmul_tuning *t, bool trans_b, bool emulat
     return 4 * (rows_a * slice_words + words_b + scratch);
 }
 
-int clattn__gemm_units(const clattn__call *call, clattn_dtype in, size_t m, size_t n, size_t k,
-                       size_t batch, bool *takes) {
+int clattn__gemm_units_available(const clattn__call *call, clattn_dtype in, size_t m, size_t n,
+                                 size_t k, size_t batch, bool *takes) {
     *takes = false;
     matmul_tuning t;
     int status = clattn__matmul_tuning_get(call->device, in, &t);

@@ -23,7 +23,7 @@ int clattn__gemm_prepare(cl_device_id device);
  * `out` (any float dtype, rounded once from the f32 sum) on cl/matmul.cl's matmul_mma: the
  * matrix-unit instruction where the device's probe passed, else its emulation (the test hook).
  * Offsets, leading dims and strides in elements; ordered and without event as
- * clattn__gemm_batched. The caller asked clattn__gemm_units first. */
+ * clattn__gemm_batched. The caller asked clattn__gemm_units_available first. */
 int clattn__gemm_units_batched(const clattn__call *call, clattn_dtype in, clattn_dtype out,
                                bool trans_b, size_t m, size_t n, size_t k,
                                const clattn__matrices *a, const clattn__matrices *b, float beta,
@@ -33,7 +33,7 @@ int clattn__gemm_units_batched(const clattn__call *call, clattn_dtype in, clattn
  * outputs, k deep, `batch` matrices: the matmul row's UNITS, the unit for `in` found by
  * clattn_matrix_units (which probes on first use), a group of 128 and the tiles' local memory,
  * and sizes the kernel numbers with int. */
-int clattn__gemm_units(const clattn__call *call, clattn_dtype in, size_t m, size_t n, size_t k,
-                       size_t batch, bool *takes);
+int clattn__gemm_units_available(const clattn__call *call, clattn_dtype in, size_t m, size_t n,
+                                 size_t k, size_t batch, bool *takes);
 
 #endif

@@ -53,9 +53,10 @@ typedef struct proj_job {
     size_t at, ld;
 } proj_job;
 
-/* Where everything lives in the workspace (NONE: not there). The images, projections and the
- * attention's output are in `inner` (offsets in its elements), the mask and weights in f32
- * (offsets in floats). */
+/* Where everything lives in the workspace (NONE: not there). The images (inputs and projection
+ * weights), the projections and the attention's output are in `inner`, their offsets in its
+ * elements; the merged mask and the per-head attention weights (probs) are f32, their offsets
+ * in floats. `floats` counts 4-byte units throughout. */
 typedef struct mha_plan {
     clattn__attention_schedule attn; /* its scratch (attn.bytes): the workspace's first bytes */
     clattn_dtype inner; /* f32, or the call's 16-bit dtype on the matrix units (inner_dtype) */
@@ -396,8 +397,8 @@ static int inner_dtype(const mha_args *a, const clattn__call *call, clattn_dtype
     const int64_t rows = a->B * (a->Sq > a->Sk ? a->Sq : a->Sk);
     const int64_t deep = a->E > kdim ? (a->E > vdim ? a->E : vdim) : (kdim > vdim ? kdim : vdim);
     bool takes = false;
-    const int status =
-        clattn__gemm_units(call, dt, (size_t)rows, (size_t)(3 * a->E), (size_t)deep, 1, &takes);
+    const int status = clattn__gemm_units_available(call, dt, (size_t)rows, (size_t)(3 * a->E),
+                                                    (size_t)deep, 1, &takes);
     if (status == CLATTN_SUCCESS && takes) *inner = dt;
     return status;
 }
@@ -429,7 +430,7 @@ static int plan_mha(const mha_args *a, const clattn__call *call, mha_plan *plan)
 
 /* ---- the steps ---- */
 
-/* The {1,R,S,C} view as CLBlast's matrix: in place, or its dense f32 image at `at`. */
+/* The {1,R,S,C} view as a GEMM's matrix: in place, or its dense image at `at`. */
 static clattn__matrices matrix_of(const clattn_tensor *t, size_t at, cl_mem ws) {
     if (at != NONE) return (clattn__matrices){ws, at, (size_t)t->shape[3], 0};
     return (clattn__matrices){t->buffer, t->offset, (size_t)t->strides[2], 0};
@@ -448,7 +449,7 @@ static int copy_into(const clattn__call *call, const clattn_tensor *src, const c
     return clattn__copy_enqueue(src, bias, dst, &step);
 }
 
-/* Step 1: the f32 images of inputs and weights. */
+/* Step 1: the images of inputs and weights (in the inner dtype). */
 static int make_images(const mha_args *a, const mha_plan *plan, const clattn__call *call,
                        cl_mem ws) {
     int status = CLATTN_SUCCESS;
@@ -479,7 +480,7 @@ static int fill_with_bias(const clattn__call *call, const clattn_tensor *bias, i
     return copy_into(call, &src, NULL, &dst);
 }
 
-/* Where the output projection writes: out itself, or its f32 image. */
+/* Where the output projection writes: out itself, or its image. */
 static clattn__matrices out_matrix(const mha_args *a, const mha_plan *plan, cl_mem ws) {
     return matrix_of(a->out, plan->out_at, ws);
 }
@@ -769,7 +770,8 @@ int clattn_mha_forward(const clattn_tensor *query, const clattn_tensor *key,
     cl_mem ws = NULL;
     bool owned = false;
     if (status == CLATTN_SUCCESS) status = get_workspace(&a, &plan, call.context, &ws, &owned);
-    if (status == CLATTN_SUCCESS) status = clattn__gemm_prepare(call.device);
+    if (status == CLATTN_SUCCESS && plan.inner == CLATTN_F32)
+        status = clattn__gemm_prepare(call.device); /* the units' GEMMs need no CLBlast */
     if (status == CLATTN_SUCCESS) status = prepare_attention(&a, &plan, &call, ws, &step);
     if (status == CLATTN_SUCCESS) status = enqueue_mha(&a, &plan, &step, &call, ws);
     if (step.scratch) clReleaseMemObject(step.scratch);
