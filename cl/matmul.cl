@@ -122,20 +122,24 @@ matmul_tiles(__global const float *a, ulong a_off, ulong lda, ulong a_stride,
 /* matmul_mma: a work-group of 4 warps takes a block of MM_BM x MM_BN outputs of one matrix, a
  * warp MM_WM x MM_WN of them (the warps 2 x 2), as MM_MT m-tiles of 16 rows and MM_NT 8-column
  * blocks, f32 accumulators in the fragment layouts of cl/mma.cl. Per 32-deep slice of k, the
- * group stages the slice of a (MM_BM rows) and of b in local memory as raw 16-bit rows (16-byte
- * loads where the host proved the rows ALIGNED and a chunk lies whole inside the matrix, value
- * by value elsewhere; 0 past m, n and k), then each warp loads its fragments with
+ * group fetches the slice of a (MM_BM rows) and of b into registers (the next slice while it
+ * computes this one with MM_AHEAD; 16-byte loads where the host proved the rows ALIGNED and a
+ * chunk lies whole inside the matrix, value by value elsewhere; 0 past m, n and k), stages them
+ * in local memory as raw 16-bit rows, then each warp loads its fragments with
  * mma_load_blocks (ldmatrix on the units): a's plain, b's plain when b is stored n-major
  * (TRANS_B: c = a b^T, as MHA's projections x W^T) and transposed when k-major. A fragment of
  * a feeds MM_NT products, one of b MM_MT. The end adds beta c (c read only where beta is not 0,
  * BLAS's convention) and stores c in C_T, rounded once from f32.
- * Build options: MMA_T, C_T, MM_WM (16 or 32), MM_WN (16, 32 or 64), TRANS_B, ALIGNED, and
- * cl/mma.cl's MMA_PTX. */
+ * Build options: MMA_T, C_T, MM_WM (16 or 32), MM_WN (16, 32 or 64), MM_AHEAD (0 or 1),
+ * TRANS_B, ALIGNED, and cl/mma.cl's MMA_PTX. */
 #ifndef MM_WM
 #define MM_WM 32
 #endif
 #ifndef MM_WN
 #define MM_WN 32
+#endif
+#ifndef MM_AHEAD
+#define MM_AHEAD 1
 #endif
 #ifndef TRANS_B
 #define TRANS_B 1
@@ -153,6 +157,10 @@ matmul_tiles(__global const float *a, ulong a_off, ulong lda, ulong a_stride,
 #define MM_BM (2 * MM_WM)
 #define MM_BN (2 * MM_WN)
 #define MM_BK 32
+/* The 8-value chunks of a's and b's slices each work-item fetches (a whole number for every
+ * tile: MM_BM x 32 and 32 x MM_BN values are multiples of 8 x 128). */
+#define MM_AREGS (MM_BM * MM_BK / 8 / MM_THREADS)
+#define MM_BREGS (MM_BN * MM_BK / 8 / MM_THREADS)
 /* Row strides of the local slices in 32-bit words: 4 more than a row's words, so that the eight
  * 16-byte rows of an 8 x 8 block that a fragment load reads fall in distinct banks (a row's
  * words are a multiple of 8 here), and rows stay 16-byte aligned. */
@@ -179,18 +187,39 @@ MMA_INLINE uint4 mm_chunk(__global const ushort *p, size_t at, int left) {
     return (uint4)(w[0], w[1], w[2], w[3]);
 }
 
-/* `rows` rows of `cols` values (a multiple of 8) of the slice whose first row is row r0 and
- * first value col c0 of a row-major matrix (rows below `rows_in`, values below `cols_in`; ld
- * apart) into local rows `stride` words apart. */
-MMA_INLINE void mm_stage(__global const ushort *p, size_t ld, int r0, int rows_in, int c0,
-                         int cols_in, const int rows, const int cols, __local uint *slice,
-                         int stride) {
-    for (int e = (int)get_local_id(0); e < rows * cols / 8; e += MM_THREADS) {
-        const int r = e / (cols / 8), c = e % (cols / 8) * 8;
+/* The work-item's `count` chunks of a slice of `cols` values a row (a multiple of 8) whose
+ * first row is row r0 and first value col c0 of a row-major matrix (rows below `rows_in`,
+ * values below `cols_in`; ld apart) into regs: chunk lid + i MM_THREADS is regs[i]. */
+MMA_INLINE void mm_fetch(__global const ushort *p, size_t ld, int r0, int rows_in, int c0,
+                         int cols_in, const int cols, const int count, uint4 *regs) {
+    const int lid = (int)get_local_id(0);
+    UNROLL for (int i = 0; i < count; ++i) {
+        const int e = lid + i * MM_THREADS, r = e / (cols / 8), c = e % (cols / 8) * 8;
         const int left = r0 + r < rows_in ? cols_in - (c0 + c) : 0;
-        *(__local uint4 *)(slice + r * stride + c / 2) =
-            mm_chunk(p, (size_t)(r0 + r) * ld + (size_t)(c0 + c), left);
+        regs[i] = mm_chunk(p, (size_t)(r0 + r) * ld + (size_t)(c0 + c), left);
     }
+}
+
+/* The chunks mm_fetch took into the local slice, rows `stride` words apart. */
+MMA_INLINE void mm_put(const uint4 *regs, const int cols, const int count, __local uint *slice,
+                       int stride) {
+    const int lid = (int)get_local_id(0);
+    UNROLL for (int i = 0; i < count; ++i) {
+        const int e = lid + i * MM_THREADS, r = e / (cols / 8), c = e % (cols / 8) * 8;
+        *(__local uint4 *)(slice + r * stride + c / 2) = regs[i];
+    }
+}
+
+/* The slices of a and b at depth k0 into ar and br. */
+MMA_INLINE void mm_fetch_slices(__global const ushort *a, ulong lda, __global const ushort *b,
+                                ulong ldb, int r0, int c0, int m, int n, int k, int k0,
+                                uint4 ar[MM_AREGS], uint4 br[MM_BREGS]) {
+    mm_fetch(a, lda, r0, m, k0, k, MM_BK, MM_AREGS, ar);
+#if TRANS_B
+    mm_fetch(b, ldb, c0, n, k0, k, MM_BK, MM_BREGS, br);
+#else
+    mm_fetch(b, ldb, k0, k, c0, n, MM_BN, MM_BREGS, br);
+#endif
 }
 
 /* acc += the warp's products over one 16-deep step `s` of the staged slices; the warp's rows
@@ -239,15 +268,16 @@ matmul_mma(__global const ushort *a, ulong a_off, ulong lda, ulong a_stride,
     UNROLL for (int mt = 0; mt < MM_MT; ++mt)
         UNROLL for (int nt = 0; nt < MM_NT; ++nt)
             UNROLL for (int f = 0; f < 4; ++f) acc[mt][nt][f] = 0.0f;
+    uint4 ar[MM_AREGS], br[MM_BREGS];
+    if (MM_AHEAD && k > 0) mm_fetch_slices(ai, lda, bi, ldb, r0, c0, m, n, k, 0, ar, br);
     for (int k0 = 0; k0 < k; k0 += MM_BK) {
+        if (!MM_AHEAD) mm_fetch_slices(ai, lda, bi, ldb, r0, c0, m, n, k, k0, ar, br);
         barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with the last slice */
-        mm_stage(ai, lda, r0, m, k0, k, MM_BM, MM_BK, as, MM_AS);
-#if TRANS_B
-        mm_stage(bi, ldb, c0, n, k0, k, MM_BN, MM_BK, bs, MM_BS);
-#else
-        mm_stage(bi, ldb, k0, k, c0, n, MM_BK, MM_BN, bs, MM_BS);
-#endif
+        mm_put(ar, MM_BK, MM_AREGS, as, MM_AS);
+        mm_put(br, TRANS_B ? MM_BK : MM_BN, MM_BREGS, bs, MM_BS);
         barrier(CLK_LOCAL_MEM_FENCE);
+        if (MM_AHEAD && k0 + MM_BK < k)
+            mm_fetch_slices(ai, lda, bi, ldb, r0, c0, m, n, k, k0 + MM_BK, ar, br);
         UNROLL for (int s = 0; s < MM_BK / 16; ++s)
             mm_step((const __local ushort *)as, (const __local ushort *)bs, wr, wc, s, acc,
                     scratch);

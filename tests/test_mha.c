@@ -729,8 +729,9 @@ static void gemm_kernel_matches_host(test_ctx *t) {
 /* matmul_mma on the emulated units (the hook offers them to every device, and the kernel
  * builds its local-memory emulation), then on the device's own where its probe passed (the
  * instruction): f16 and bf16 inputs into f32, f16 and bf16 outputs, b n-major (MHA's x W^T)
- * and k-major, beta 0 and 1; one 32-deep slice with its tail past k, several slices and blocks
- * of rows and columns, each warp shape, value-by-value and 16-byte loads. */
+ * and k-major, beta 0 and 1; one 32-deep slice with its tail past k, several slices (fetched
+ * ahead and at the slice) and blocks of rows and columns, each warp shape, value-by-value and
+ * 16-byte loads. */
 static void gemm_on_matrix_units_matches_host(test_ctx *t) {
     if (clattn__device_max_group(clattn_env_device(t->env)) < 128)
         return test_skip(t, "groups capped below matmul_mma's 128");
@@ -740,6 +741,7 @@ static void gemm_on_matrix_units_matches_host(test_ctx *t) {
         {13, 9, 21, true, false, 0.0f, CLATTN_F16, CLATTN_F16, "units:"},
         {13, 9, 21, false, false, 1.0f, CLATTN_BF16, CLATTN_F32, "units:"},
         {70, 40, 70, true, true, 1.0f, CLATTN_F16, CLATTN_F32, "units:UNIT_M=16,UNIT_N=16"},
+        {70, 40, 70, true, false, 0.0f, CLATTN_F16, CLATTN_F16, "units:UNIT_AHEAD=0"},
         {70, 150, 40, false, true, 0.0f, CLATTN_BF16, CLATTN_BF16, "units:UNIT_M=32,UNIT_N=64"},
         {33, 17, 9, false, false, 1.0f, CLATTN_F16, CLATTN_BF16, "units:UNIT_N=16"},
     };

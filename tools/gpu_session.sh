@@ -15,7 +15,8 @@
 # more of clattn-bench's options ("attention --only f16 --time-wrong"), the tune part may be
 # empty, NAME=VALUE is set for that row alone (CLATTN_KERNEL_DIR=dir times another version of
 # the kernels beside this one in the same call). Without ROWs it runs DEFAULT_ROWS below: the
-# default rows of the issues' targets, attention_mma's tilings beside its default.
+# default rows of the issues' targets, attention_mma's and matmul_mma's tilings beside their
+# defaults.
 # GPU_TESTS holds clattn-tests' arguments, several runs separated by ';' (default: none, the
 # whole suite; "skip" skips it); GPU_QUICK=1 passes --quick to the benchmark. Each step has a
 # time limit (a bench row 120 s: rows took 1-42 s, and a kernel that NVIDIA's compiler chews on
@@ -35,6 +36,8 @@ DEFAULT_ROWS=( # most wanted first: rows past the budget are skipped
   "default|linear_attention|"
   "q32|attention --only f16 --no-peers|attention:UNIT_QUERIES=32"
   "keys64|attention --only f16 --no-peers|attention:UNIT_KEYS=64"
+  "mm-n64|mha --only f16 --no-peers|matmul:UNIT_N=64"
+  "mm-at-slice|mha --only f16 --no-peers|matmul:UNIT_AHEAD=0"
 )
 
 DEBS=(ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-c-headers opencl-clhpp-headers libclblast1

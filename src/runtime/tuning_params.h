@@ -125,7 +125,8 @@
  * UNITS 1: MHA with f16 or bf16 storage keeps its projections in that dtype and multiplies on
  * matmul_mma (matrix-unit products, f32 accumulators) wherever clattn_matrix_units found the
  * unit for it, whatever KERNEL says (0: the f32 GEMMs above, on f32 images); UNIT_M, UNIT_N:
- * matmul_mma's rows (16 or 32) and columns (16, 32 or 64) a warp, a group of 2 x 2 warps.
+ * matmul_mma's rows (16 or 32) and columns (16, 32 or 64) a warp, a group of 2 x 2 warps;
+ * UNIT_AHEAD 1: it fetches the next 32-deep slice into registers while it multiplies one.
  * Default: CLBlast (its database knows GPUs); CPUs take the kernel (tuning_table.def). */
 #define CLATTN__TUNING_MATMUL(X)                                                                   \
     X(KERNEL, 0, 0, 1, HOST)                                                                       \
@@ -135,7 +136,8 @@
     X(PANELS, 4, 1, 64, PANELS)                                                                    \
     X(UNITS, 1, 0, 1, HOST)                                                                        \
     X(UNIT_M, 32, 16, 32, MM_WM)                                                                   \
-    X(UNIT_N, 32, 16, 64, MM_WN)
+    X(UNIT_N, 32, 16, 64, MM_WN)                                                                   \
+    X(UNIT_AHEAD, 1, 0, 1, MM_AHEAD)
 
 /* The ops the tuning table knows: OP(name, PARAMS, has_default_row), in the order clattn-tune and
  * CLATTN_TUNE list them. */
