@@ -5,6 +5,7 @@
  * Entries also keep their op file and the hash of their full text, for clattn_cache_export.
  */
 #include "program_cache.h"
+#include "hash.h"
 #include "sources.h"
 #include "status.h"
 
@@ -30,10 +31,7 @@ static size_t cache_builds, cache_hits;
 
 /* FNV-1a, 64 bit: the key needs only to tell edited sources apart. */
 uint64_t clattn__text_hash(const char *text) {
-    uint64_t h = 1469598103934665603ull;
-    for (const unsigned char *p = (const unsigned char *)text; *p; ++p)
-        h = (h ^ *p) * 1099511628211ull;
-    return h;
+    return clattn__hash_bytes(CLATTN__HASH_START, text, strlen(text));
 }
 
 /* Caller holds cache_lock. Returns a retained program or NULL. */

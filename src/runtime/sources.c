@@ -3,6 +3,7 @@
  * CLATTN_KERNEL_DIR is set, the files themselves, joined into one program text per op file.
  */
 #include "sources.h"
+#include "hash.h"
 #include "status.h"
 
 #include <stdbool.h>
@@ -117,8 +118,7 @@ int clattn__program_source(const char *op_file, char **text) {
 int clattn__program_stamp(const char *op_file, uint64_t *stamp) {
     const char *dir = getenv("CLATTN_KERNEL_DIR"), *names[CLATTN_MAX_PARTS];
     const int count = program_parts(op_file, names);
-    uint64_t h = 1469598103934665603ull;
-    for (const char *c = dir ? dir : ""; *c; ++c) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    uint64_t h = clattn__hash_bytes(CLATTN__HASH_START, dir ? dir : "", dir ? strlen(dir) : 0);
     for (int i = 0; i < count; ++i) {
         char path[4096];
         struct stat st;
@@ -133,7 +133,7 @@ int clattn__program_stamp(const char *op_file, uint64_t *stamp) {
                                     (uint64_t)st.st_mtim.tv_nsec, (uint64_t)st.st_ctim.tv_sec,
                                     (uint64_t)st.st_ctim.tv_nsec, (uint64_t)st.st_ino,
                                     (uint64_t)st.st_dev};
-        for (int f = 0; f < 7; ++f) h = (h ^ fields[f]) * 1099511628211ull;
+        h = clattn__hash_bytes(h, fields, sizeof fields);
     }
     *stamp = h;
     return CLATTN_SUCCESS;
