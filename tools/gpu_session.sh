@@ -31,13 +31,14 @@ DEFAULT_ROWS=( # most wanted first: rows past the budget are skipped
   "default|attention_causal|"
   "default|attention_decode|"
   "default|mha|"
+  "default|gemm --only f16|"
   "default|softmax|"
   "default|split_heads|"
   "default|linear_attention|"
   "q32|attention --only f16 --no-peers|attention:UNIT_QUERIES=32"
   "keys64|attention --only f16 --no-peers|attention:UNIT_KEYS=64"
-  "mm-n64|mha --only f16 --no-peers|matmul:UNIT_N=64"
-  "mm-at-slice|mha --only f16 --no-peers|matmul:UNIT_AHEAD=0"
+  "mm-n64|gemm --only f16 --no-peers|matmul:UNIT_N=64"
+  "mm-at-slice|gemm --only f16 --no-peers|matmul:UNIT_AHEAD=0"
 )
 
 DEBS=(ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-c-headers opencl-clhpp-headers libclblast1
