@@ -94,8 +94,8 @@ static int gemm_units(void *p, cl_command_queue queue) {
     const size_t m = (size_t)x->c->m, n = (size_t)x->c->n, k = (size_t)x->c->k;
     const clattn__matrices a = {x->a.buffer, 0, k, 0}, w = {x->w.buffer, 0, k, 0},
                            c = {x->out.buffer, 0, n, 0};
-    return clattn__gemm_units_batched(&x->call, CLATTN_F16, CLATTN_F16, true, m, n, k, &a, &w, 0.0f,
-                                      &c, 1);
+    return clattn__gemm_units_batched(&x->call, CLATTN_F16, CLATTN_F16, true, m, n, k, &a, &w, NULL,
+                                      0.0f, &c, 1);
 }
 
 /* dt tensors of the given shapes, uniform in [-scales[i], scales[i]); hosts[i] receives

@@ -128,10 +128,11 @@ matmul_tiles(__global const float *a, ulong a_off, ulong lda, ulong a_stride,
  * in local memory as raw 16-bit rows, then each warp loads its fragments with
  * mma_load_blocks (ldmatrix on the units): a's plain, b's plain when b is stored n-major
  * (TRANS_B: c = a b^T, as MHA's projections x W^T) and transposed when k-major. A fragment of
- * a feeds MM_NT products, one of b MM_MT. The end adds beta c (c read only where beta is not 0,
- * BLAS's convention) and stores c in C_T, rounded once from f32.
+ * a feeds MM_NT products, one of b MM_MT. The end adds the bias row (HAS_BIAS: bias[col] in
+ * BIAS_T, bias_step elements apart, as torch's addmm adds it) and beta c (c read only where beta
+ * is not 0, BLAS's convention) in f32 and stores c in C_T, rounded once.
  * Build options: MMA_T, C_T, MM_WM (16 or 32), MM_WN (16, 32 or 64), MM_AHEAD (0 or 1),
- * TRANS_B, ALIGNED, and cl/mma.cl's MMA_PTX. */
+ * TRANS_B, ALIGNED, HAS_BIAS, BIAS_T, and cl/mma.cl's MMA_PTX. */
 #ifndef MM_WM
 #define MM_WM 32
 #endif
@@ -149,6 +150,12 @@ matmul_tiles(__global const float *a, ulong a_off, ulong lda, ulong a_stride,
 #endif
 #ifndef C_T
 #define C_T f32
+#endif
+#ifndef HAS_BIAS
+#define HAS_BIAS 0
+#endif
+#ifndef BIAS_T
+#define BIAS_T f32
 #endif
 #define MM_WARPS 4
 #define MM_THREADS (MM_WARPS * MMA_WARP)
@@ -193,7 +200,7 @@ MMA_INLINE uint4 mm_chunk(__global const ushort *p, size_t at, int left) {
 MMA_INLINE void mm_fetch(__global const ushort *p, size_t ld, int r0, int rows_in, int c0,
                          int cols_in, const int cols, const int count, uint4 *regs) {
     const int lid = (int)get_local_id(0);
-    UNROLL for (int i = 0; i < count; ++i) {
+    for (int i = 0; i < count; ++i) { /* unrolled once inlined (count is a constant there) */
         const int e = lid + i * MM_THREADS, r = e / (cols / 8), c = e % (cols / 8) * 8;
         const int left = r0 + r < rows_in ? cols_in - (c0 + c) : 0;
         regs[i] = mm_chunk(p, (size_t)(r0 + r) * ld + (size_t)(c0 + c), left);
@@ -204,7 +211,7 @@ MMA_INLINE void mm_fetch(__global const ushort *p, size_t ld, int r0, int rows_i
 MMA_INLINE void mm_put(const uint4 *regs, const int cols, const int count, __local uint *slice,
                        int stride) {
     const int lid = (int)get_local_id(0);
-    UNROLL for (int i = 0; i < count; ++i) {
+    for (int i = 0; i < count; ++i) { /* as mm_fetch's */
         const int e = lid + i * MM_THREADS, r = e / (cols / 8), c = e % (cols / 8) * 8;
         *(__local uint4 *)(slice + r * stride + c / 2) = regs[i];
     }
@@ -253,7 +260,8 @@ __kernel __attribute__((reqd_work_group_size(MM_THREADS, 1, 1))) void
 matmul_mma(__global const ushort *a, ulong a_off, ulong lda, ulong a_stride,
            __global const ushort *b, ulong b_off, ulong ldb, ulong b_stride,
            __global CAT(storage_, C_T) * c, ulong c_off, ulong ldc, ulong c_stride, int m, int n,
-           int k, float beta) {
+           int k, float beta, __global const CAT(storage_, BIAS_T) * bias, ulong bias_off,
+           ulong bias_step) {
     __local float scratch[MM_WARPS * MMA_SCRATCH_FLOATS];
     __local uint4 as4[MM_BM * MM_AS / 4], bs4[MM_BROWS * MM_BS / 4];
     __local uint *as = (__local uint *)as4, *bs = (__local uint *)bs4;
@@ -292,6 +300,9 @@ matmul_mma(__global const ushort *a, ulong a_off, ulong lda, ulong a_stride,
                 if (row >= m || col >= n) continue;
                 __global CAT(storage_, C_T) *at = ci + (size_t)row * ldc + (size_t)col;
                 float x = acc[mt][nt][f];
+#if HAS_BIAS
+                x += CAT(load_, BIAS_T)(bias + bias_off + (size_t)col * bias_step, 0);
+#endif
                 if (beta != 0.0f) x = fma(beta, CAT(load_, C_T)(at, 0), x);
                 CAT(store_, C_T)(at, 0, x);
             }

@@ -593,17 +593,20 @@ static void half_storage_on_matrix_units(test_ctx *t) {
 
 /* ---- the GEMMs: CLBlast's bridge and clattn's kernel ---- */
 
-/* One GEMM case: a strided batch of c = a op(b) + beta c, a and b in `in`, c in `out`, with
- * offsets and row strides past the columns (all multiples of 8 elements when `aligned`, which
- * the matrix-unit kernel loads 16 bytes at a time). `matmul`: NULL for CLBlast's bridge (f32),
- * "units:ROW" for clattn__gemm_units_batched, else the GEMM every op calls, with that matmul
- * row (ROW) as an override. */
+/* One GEMM case: a strided batch of c = a op(b) + bias + beta c, a and b in `in`, c in `out`,
+ * with offsets and row strides past the columns (all multiples of 8 elements when `aligned`,
+ * which the matrix-unit kernel loads 16 bytes at a time). `matmul`: NULL for CLBlast's bridge
+ * (f32), "units:ROW" for clattn__gemm_units_batched, else the GEMM every op calls, with that
+ * matmul row (ROW) as an override. `biased` (units only): a bias row in `bias`, every other
+ * element of a buffer from element 3 on. */
 typedef struct gemm_case {
     size_t M, N, K;
     bool trans_b, aligned;
     float beta;
     clattn_dtype in, out;
     const char *matmul;
+    bool biased;
+    clattn_dtype bias;
 } gemm_case;
 
 /* `n` values of host in dt, as a fresh buffer (NULL, and the test failed, when it failed). */
@@ -618,7 +621,8 @@ static cl_mem upload_raw(test_ctx *t, const float *host, size_t n, clattn_dtype 
 }
 
 static int run_gemm(test_ctx *t, const gemm_case *g, const clattn__matrices *a,
-                    const clattn__matrices *b, const clattn__matrices *c, size_t batch) {
+                    const clattn__matrices *b, const clattn__bias_row *bias,
+                    const clattn__matrices *c, size_t batch) {
     const clattn__call call = {clattn_env_queue(t->env),
                                clattn_env_context(t->env),
                                clattn_env_device(t->env),
@@ -632,7 +636,7 @@ static int run_gemm(test_ctx *t, const gemm_case *g, const clattn__matrices *a,
     int status = *row ? clattn_tuning_override("matmul", row) : CLATTN_SUCCESS;
     if (status == CLATTN_SUCCESS && units)
         status = clattn__gemm_units_batched(&call, g->in, g->out, g->trans_b, g->M, g->N, g->K, a,
-                                            b, g->beta, c, batch);
+                                            b, bias, g->beta, c, batch);
     else if (status == CLATTN_SUCCESS)
         status = clattn__gemm_batched(&call, g->trans_b, g->M, g->N, g->K, a, b, g->beta, c, batch);
     clattn_tuning_override("matmul", NULL);
@@ -653,14 +657,19 @@ static void check_gemm_case(test_ctx *t, const gemm_case *g) {
                  sb = (rows_b * ldb + 1 + pad - 1) / pad * pad;
     const size_t sc = M * ldc + 5, oa = g->aligned ? 8 : 5, ob = g->aligned ? 16 : 2, oc = 7;
     const size_t na = oa + BATCH * sa, nb = ob + BATCH * sb, nc = oc + BATCH * sc;
+    const size_t nbias = 3 + 2 * N;
     uint64_t rng = g->trans_b ? 11 : 12;
     float *a = values(na, g->in, 1.0f, &rng), *b = values(nb, g->in, 1.0f, &rng),
           *c = values(nc, g->out, 1.0f, &rng), *got = malloc(nc * sizeof(float));
+    float *bias = g->biased ? values(nbias, g->bias, 1.0f, &rng) : NULL;
     cl_mem ab = a ? upload_raw(t, a, na, g->in) : NULL, bb = b ? upload_raw(t, b, nb, g->in) : NULL;
     cl_mem cb = c ? upload_raw(t, c, nc, g->out) : NULL;
-    bool ok = a && b && c && got && ab && bb && cb;
+    cl_mem biasb = bias ? upload_raw(t, bias, nbias, g->bias) : NULL;
+    bool ok = a && b && c && got && ab && bb && cb && (!g->biased || biasb);
     const clattn__matrices am = {ab, oa, lda, sa}, bm = {bb, ob, ldb, sb}, cm = {cb, oc, ldc, sc};
-    const int status = ok ? run_gemm(t, g, &am, &bm, &cm, BATCH) : CLATTN_SUCCESS;
+    const clattn__bias_row row = {biasb, 3, 2, g->bias};
+    const int status =
+        ok ? run_gemm(t, g, &am, &bm, g->biased ? &row : NULL, &cm, BATCH) : CLATTN_SUCCESS;
     if (status != CLATTN_SUCCESS)
         test_fail_at(t, __FILE__, __LINE__, "gemm: %s: %s", clattn_status_name(status),
                      clattn_last_error());
@@ -675,7 +684,8 @@ static void check_gemm_case(test_ctx *t, const gemm_case *g) {
         const bool inside = at >= oc && batch < BATCH && r < M && col < N;
         double want = c[at], scale = fabs(g->beta * c[at]);
         if (inside) {
-            want = g->beta * c[at];
+            want = g->beta * c[at] + (bias ? bias[3 + 2 * col] : 0.0f);
+            scale += bias ? fabs(bias[3 + 2 * col]) : 0.0;
             for (size_t e = 0; e < K; ++e) {
                 const size_t ib = ob + batch * sb + (g->trans_b ? col * ldb + e : e * ldb + col);
                 const double term = (double)a[oa + batch * sa + r * lda + e] * b[ib];
@@ -693,10 +703,10 @@ static void check_gemm_case(test_ctx *t, const gemm_case *g) {
                          clattn_dtype_name(g->in), clattn_dtype_name(g->out), M, N, K, g->trans_b,
                          (double)g->beta, at, (double)got[at], want);
     }
-    cl_mem all[3] = {ab, bb, cb};
-    for (int i = 0; i < 3; ++i)
+    cl_mem all[4] = {ab, bb, cb, biasb};
+    for (int i = 0; i < 4; ++i)
         if (all[i]) clReleaseMemObject(all[i]);
-    free(a), free(b), free(c), free(got), free(raw);
+    free(a), free(b), free(c), free(bias), free(got), free(raw);
 }
 
 /* The f32 cases: 13 x 9 x 21, beta 0 with b k-major, beta 1 with b n-major. */
@@ -729,7 +739,8 @@ static void gemm_kernel_matches_host(test_ctx *t) {
 /* matmul_mma on the emulated units (the hook offers them to every device, and the kernel
  * builds its local-memory emulation), then on the device's own where its probe passed (the
  * instruction): f16 and bf16 inputs into f32, f16 and bf16 outputs, b n-major (MHA's x W^T)
- * and k-major, beta 0 and 1; one 32-deep slice with its tail past k, several slices (fetched
+ * and k-major, beta 0 and 1, a bias row of f32 or of the inputs' dtype or none; one 32-deep
+ * slice with its tail past k, several slices (fetched
  * ahead and at the slice) and blocks of rows and columns, each warp shape, value-by-value and
  * 16-byte loads. */
 static void gemm_on_matrix_units_matches_host(test_ctx *t) {
@@ -738,8 +749,8 @@ static void gemm_on_matrix_units_matches_host(test_ctx *t) {
     if (test_under_uninit_checker())
         return test_skip(t, "the emulated units run without --uninitialized");
     static const gemm_case cases[] = {
-        {13, 9, 21, true, false, 0.0f, CLATTN_F16, CLATTN_F16, "units:"},
-        {13, 9, 21, false, false, 1.0f, CLATTN_BF16, CLATTN_F32, "units:"},
+        {13, 9, 21, true, false, 0.0f, CLATTN_F16, CLATTN_F16, "units:", true, CLATTN_F32},
+        {13, 9, 21, false, false, 1.0f, CLATTN_BF16, CLATTN_F32, "units:", true, CLATTN_BF16},
         {70, 40, 70, true, true, 1.0f, CLATTN_F16, CLATTN_F32, "units:UNIT_M=16,UNIT_N=16"},
         {70, 40, 70, true, false, 0.0f, CLATTN_F16, CLATTN_F16, "units:UNIT_AHEAD=0"},
         {70, 150, 40, false, true, 0.0f, CLATTN_BF16, CLATTN_BF16, "units:UNIT_M=32,UNIT_N=64"},

@@ -179,20 +179,33 @@ static bool rows_aligned(const clattn__matrices *a, const clattn__matrices *b) {
     return true;
 }
 
+/* matmul_mma's last arguments: the bias row, or (HAS_BIAS 0) c's buffer in its place, unread. */
+static int set_bias_args(cl_kernel kernel, cl_uint *arg, const clattn__bias_row *bias,
+                         const clattn__matrices *c) {
+    const cl_mem buffer = bias ? bias->buffer : c->buffer;
+    const cl_ulong offs[2] = {bias ? bias->offset : 0, bias ? bias->step : 0};
+    int status = clattn__set_arg(kernel, (*arg)++, sizeof buffer, &buffer);
+    for (int i = 0; i < 2 && status == CLATTN_SUCCESS; ++i)
+        status = clattn__set_arg(kernel, (*arg)++, sizeof offs[i], &offs[i]);
+    return status;
+}
+
 int clattn__gemm_units_batched(const clattn__call *call, clattn_dtype in, clattn_dtype out,
                                bool trans_b, size_t m, size_t n, size_t k,
-                               const clattn__matrices *a, const clattn__matrices *b, float beta,
-                               const clattn__matrices *c, size_t batch) {
+                               const clattn__matrices *a, const clattn__matrices *b,
+                               const clattn__bias_row *bias, float beta, const clattn__matrices *c,
+                               size_t batch) {
     matmul_tuning t;
     int status = clattn__matmul_tuning_get(call->device, in, &t);
     if (status != CLATTN_SUCCESS) return status;
     char options[384];
     int used = snprintf(options, sizeof options,
                         "-cl-std=CL1.2 -DMATMUL_MMA=1 -DMMA_T=%s -DC_T=%s -DMMA_PTX=%d "
-                        "-DTRANS_B=%d -DALIGNED=%d",
+                        "-DTRANS_B=%d -DALIGNED=%d -DHAS_BIAS=%d -DBIAS_T=%s",
                         clattn_dtype_name(in), clattn_dtype_name(out),
                         clattn__matrix_units_emulated() ? 0 : 1, trans_b ? 1 : 0,
-                        rows_aligned(a, b) ? 1 : 0);
+                        rows_aligned(a, b) ? 1 : 0, bias ? 1 : 0,
+                        clattn_dtype_name(bias ? bias->dtype : CLATTN_F32));
     if (used > 0 && (size_t)used < sizeof options)
         clattn__matmul_tuning_options(&t, options, sizeof options);
     cl_kernel kernel = NULL;
@@ -206,6 +219,7 @@ int clattn__gemm_units_batched(const clattn__call *call, clattn_dtype in, clattn
     for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
         status = clattn__set_arg(kernel, arg++, sizeof sizes[i], &sizes[i]);
     if (status == CLATTN_SUCCESS) status = clattn__set_arg(kernel, arg++, sizeof beta, &beta);
+    if (status == CLATTN_SUCCESS) status = set_bias_args(kernel, &arg, bias, c);
     if (status == CLATTN_SUCCESS) {
         const size_t bm = 2 * (size_t)t.UNIT_M, bn = 2 * (size_t)t.UNIT_N;
         const size_t groups = batch * ((m + bm - 1) / bm) * ((n + bn - 1) / bn);

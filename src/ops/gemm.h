@@ -19,15 +19,25 @@ int clattn__gemm_batched(const clattn__call *call, bool trans_b, size_t m, size_
  * (CLATTN_ERR_INVALID_TUNING) fails before anything is enqueued. */
 int clattn__gemm_prepare(cl_device_id device);
 
-/* For each of `batch` matrices, c = a op(b) + beta c with a and b in `in` (f16 or bf16) and c in
- * `out` (any float dtype, rounded once from the f32 sum) on cl/matmul.cl's matmul_mma: the
- * matrix-unit instruction where the device's probe passed, else its emulation (the test hook).
- * Offsets, leading dims and strides in elements; ordered and without event as
- * clattn__gemm_batched. The caller asked clattn__gemm_units_available first. */
+/* A row of values added to every row of a product: column j's at buffer[offset + j * step], in
+ * dtype (elements). */
+typedef struct clattn__bias_row {
+    cl_mem buffer;
+    size_t offset, step;
+    clattn_dtype dtype;
+} clattn__bias_row;
+
+/* For each of `batch` matrices, c = a op(b) + bias + beta c with a and b in `in` (f16 or bf16)
+ * and c in `out` (any float dtype), summed in f32 and rounded once, on cl/matmul.cl's
+ * matmul_mma: the matrix-unit instruction where the device's probe passed, else its emulation
+ * (the test hook). `bias` may be NULL. Offsets, leading dims and strides in elements; ordered
+ * and without event as clattn__gemm_batched. The caller asked clattn__gemm_units_available
+ * first. */
 int clattn__gemm_units_batched(const clattn__call *call, clattn_dtype in, clattn_dtype out,
                                bool trans_b, size_t m, size_t n, size_t k,
-                               const clattn__matrices *a, const clattn__matrices *b, float beta,
-                               const clattn__matrices *c, size_t batch);
+                               const clattn__matrices *a, const clattn__matrices *b,
+                               const clattn__bias_row *bias, float beta, const clattn__matrices *c,
+                               size_t batch);
 
 /* Whether clattn__gemm_units_batched runs products of `in` on this call's device, of up to m x n
  * outputs, k deep, `batch` matrices: the matmul row's UNITS, the unit for `in` found by

@@ -8,7 +8,8 @@
  *
  *   1. images (in the inner dtype) of the inputs and weights the GEMMs cannot read in place;
  *      the merged mask
- *   2. each GEMM's output started from its broadcast bias (so the GEMM adds onto it, beta = 1)
+ *   2. each GEMM's output started from its broadcast bias (so the GEMM adds onto it, beta = 1);
+ *      on the units matmul_mma adds the bias itself instead
  *   3. the input projections: one GEMM when query, key and value are one view and the weights
  *      are packed (self-attention), else one per input (key and value share one when they are
  *      one view)
@@ -490,6 +491,7 @@ static int fill_biases(const mha_args *a, const mha_plan *plan, const clattn__ca
                        cl_mem ws) {
     const clattn_tensor *in_bias = a->p->in_proj_bias, *out_bias = a->p->out_proj_bias;
     int status = CLATTN_SUCCESS;
+    if (plan->inner != CLATTN_F32) return status; /* matmul_mma adds them (plan_gemm) */
     for (int j = 0; j < plan->njobs && status == CLATTN_SUCCESS && in_bias; ++j) {
         const proj_job *job = &plan->jobs[j];
         const int64_t rows = a->B * (job->input == IN_QUERY ? a->Sq : a->Sk);
@@ -504,21 +506,24 @@ static int fill_biases(const mha_args *a, const mha_plan *plan, const clattn__ca
     return status;
 }
 
-/* One GEMM of the plan (c = a b^T + beta c): f32 on the device's GEMM, or 16-bit on the matrix
- * units. */
+/* One GEMM of the plan, c = a b^T + bias from its column `first` on (bias NULL: none): f32 on
+ * the device's GEMM onto c, which fill_biases started as the bias (beta 1), or 16-bit on the
+ * matrix units, which add the bias row themselves. */
 static int plan_gemm(const mha_plan *plan, const clattn__call *call, size_t m, size_t n, size_t k,
-                     const clattn__matrices *a, const clattn__matrices *b, float beta,
-                     const clattn__matrices *c) {
+                     const clattn__matrices *a, const clattn__matrices *b,
+                     const clattn_tensor *bias, int64_t first, const clattn__matrices *c) {
     if (plan->inner == CLATTN_F32)
-        return clattn__gemm_batched(call, true, m, n, k, a, b, beta, c, 1);
-    return clattn__gemm_units_batched(call, plan->inner, plan->inner, true, m, n, k, a, b, beta, c,
-                                      1);
+        return clattn__gemm_batched(call, true, m, n, k, a, b, bias ? 1.0f : 0.0f, c, 1);
+    const clattn__bias_row row = {
+        bias ? bias->buffer : NULL, bias ? bias->offset + (size_t)(first * bias->strides[3]) : 0,
+        bias ? (size_t)bias->strides[3] : 0, bias ? bias->dtype : CLATTN_F32};
+    return clattn__gemm_units_batched(call, plan->inner, plan->inner, true, m, n, k, a, b,
+                                      bias ? &row : NULL, 0.0f, c, 1);
 }
 
 /* Step 3: the input projections. */
 static int project_inputs(const mha_args *a, const mha_plan *plan, const clattn__call *call,
                           cl_mem ws) {
-    const float beta = a->p->in_proj_bias ? 1.0f : 0.0f;
     int status = CLATTN_SUCCESS;
     for (int j = 0; j < plan->njobs && status == CLATTN_SUCCESS; ++j) {
         const proj_job *job = &plan->jobs[j];
@@ -527,20 +532,21 @@ static int project_inputs(const mha_args *a, const mha_plan *plan, const clattn_
         clattn__matrices wm = matrix_of(weight_of(a, job->slot), plan->w_at[job->slot], ws);
         wm.offset += (size_t)job->first_row * wm.ld;
         const clattn__matrices cm = {ws, job->at, job->ld, 0};
-        status = plan_gemm(plan, call, (size_t)(x->shape[1] * x->shape[2]), (size_t)job->n,
-                           (size_t)x->shape[3], &xm, &wm, beta, &cm);
+        status =
+            plan_gemm(plan, call, (size_t)(x->shape[1] * x->shape[2]), (size_t)job->n,
+                      (size_t)x->shape[3], &xm, &wm, a->p->in_proj_bias, job->input * a->E, &cm);
     }
     return status;
 }
 
-/* Step 5: out = ctx Wo^T (+ the bias already there). */
+/* Step 5: out = ctx Wo^T + the bias. */
 static int project_output(const mha_args *a, const mha_plan *plan, const clattn__call *call,
                           cl_mem ws) {
     const clattn__matrices ctx = {ws, plan->ctx_at, (size_t)a->E, 0};
     const clattn__matrices wm = matrix_of(a->p->out_proj_weight, plan->w_at[W_OUT], ws);
     const clattn__matrices c = out_matrix(a, plan, ws);
     const size_t m = (size_t)(a->B * a->Sq), e = (size_t)a->E;
-    return plan_gemm(plan, call, m, e, e, &ctx, &wm, a->p->out_proj_bias ? 1.0f : 0.0f, &c);
+    return plan_gemm(plan, call, m, e, e, &ctx, &wm, a->p->out_proj_bias, 0, &c);
 }
 
 /* ---- the masks ---- */
