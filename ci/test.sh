@@ -89,11 +89,12 @@ pthread=(OCL_ICD_VENDORS="$pocl_icd" POCL_DEVICES=pthread CLATTN_DEVICE=pthread)
 # (no GPU row reaches CLBlast: they would rerun the pthread lane's; CLBlast's one compile of
 # its GEMM, about 15 s, then falls to the next test that calls it), and the test that two
 # m-tiles a warp give attention_mma's bits (no row asks for them; its two builds, 11 s, run in
-# the pthread lane).
+# the pthread lane), and the test of matmul_mma alone (five builds, about 25 s; the pthread lane
+# runs it, and MHA's units test dumps matmul_mma programs for the compile lane).
 gpu_rows=("CLATTN_TUNE=$(sed -n 's/^TUNING_ROW("\([a-z_]*\)", "\*", "type:gpu", "\([^"]*\)").*/\1:\2/p' \
   src/runtime/tuning_table.def | paste -sd';')" CLATTN_MAX_LOCAL_MEMORY=49152
   CLATTN_DUMP_PROGRAMS="$programs")
-gpu_rows_selector='--suite !tuning !the_work_group_cap_applies|gemm_bridge_matches|clblast_codes|two_m_tiles_a_warp'
+gpu_rows_selector='--suite !tuning !the_work_group_cap_applies|gemm_bridge_matches|clblast_codes|two_m_tiles_a_warp|gemm_on_matrix_units'
 basic=(OCL_ICD_VENDORS="$pocl_icd" POCL_DEVICES=basic CLATTN_DEVICE=basic CLATTN_FUZZ_N=8
   CLATTN_TEST_SMALL=1 "${gpu_rows[@]}")
 sanitizers=("${pthread[@]}"
@@ -515,14 +516,14 @@ lane_compile() {
   # attention_mma and matmul_mma as a GPU with the unit builds them (the dump holds their
   # emulated builds): every program of each rebuilt with MMA_PTX=1 must carry the instruction
   # and the fragment loads, attention_mma's with its tiles fetched at the tile and a tile ahead
-  # (the test shapes' head dims take one)
+  # (the test shapes' head dims take one), matmul_mma's with b n-major (MHA's) and k-major
   local program ahead
   local -a attention=() matmul=()
   for program in $(grep -l -- '-DVARIANT=5 ' "$dump"/attention-*.options 2>/dev/null); do
     for ahead in 0 1; do attention+=("$program|s/-DMMA_AHEAD=[01]/-DMMA_AHEAD=$ahead/"); done
   done
   for program in $(grep -l -- '-DMATMUL_MMA=1 ' "$dump"/matmul-*.options 2>/dev/null); do
-    matmul+=("$program|")
+    matmul+=("$program|" "$program|s/-DTRANS_B=1/-DTRANS_B=0/")
   done
   ptx_rebuilds "$name" attention_mma "$planted.ptx" "${attention[@]}"
   ptx_rebuilds "$name" matmul_mma "$planted.ptx" "${matmul[@]}"

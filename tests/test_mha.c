@@ -750,11 +750,11 @@ static void gemm_on_matrix_units_matches_host(test_ctx *t) {
         return test_skip(t, "the emulated units run without --uninitialized");
     static const gemm_case cases[] = {
         {13, 9, 21, true, false, 0.0f, CLATTN_F16, CLATTN_F16, "units:", true, CLATTN_F32},
-        {13, 9, 21, false, false, 1.0f, CLATTN_BF16, CLATTN_F32, "units:", true, CLATTN_BF16},
+        {13, 9, 21, false, false, 1.0f, CLATTN_BF16, CLATTN_F32, "units:UNIT_N=16", true,
+         CLATTN_BF16},
         {70, 40, 70, true, true, 1.0f, CLATTN_F16, CLATTN_F32, "units:UNIT_M=16,UNIT_N=16"},
         {70, 40, 70, true, false, 0.0f, CLATTN_F16, CLATTN_F16, "units:UNIT_AHEAD=0"},
         {70, 150, 40, false, true, 0.0f, CLATTN_BF16, CLATTN_BF16, "units:UNIT_M=32,UNIT_N=64"},
-        {33, 17, 9, false, false, 1.0f, CLATTN_F16, CLATTN_BF16, "units:UNIT_N=16"},
     };
     cl_context context = clattn_env_context(t->env);
     const clattn__call call = {
