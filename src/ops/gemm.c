@@ -2,8 +2,8 @@
  * The GEMM every op runs (ops/gemm.h): the device's matmul row picks clattn's micro-kernel or
  * CLBlast. The kernel packs b into scratch (matmul_pack), then multiplies (matmul_tiles); the
  * two are chained by an event, so an out-of-order queue runs them in order too. 16-bit storage
- * may take matmul_mma instead (clattn__gemm_units): one kernel, a group of 4 warps per block of
- * outputs.
+ * may take matmul_mma instead (clattn__gemm_units_available): one kernel, a group of 4 warps per
+ * block of outputs.
  */
 #include "gemm.h"
 #include "runtime/device_facts.h"
@@ -147,6 +147,12 @@ static cl_ulong mm_local_bytes(const matmul_tuning *t, bool trans_b, bool emulat
     return 4 * (rows_a * slice_words + words_b + scratch);
 }
 
+/* matmul_mma's work-groups for one m x n matrix: blocks of 2 UNIT_M rows by 2 UNIT_N columns. */
+static size_t mm_blocks(const matmul_tuning *t, size_t m, size_t n) {
+    const size_t bm = 2 * (size_t)t->UNIT_M, bn = 2 * (size_t)t->UNIT_N;
+    return ((m + bm - 1) / bm) * ((n + bn - 1) / bn);
+}
+
 int clattn__gemm_units_available(const clattn__call *call, clattn_dtype in, size_t m, size_t n,
                                  size_t k, size_t batch, bool *takes) {
     *takes = false;
@@ -154,9 +160,9 @@ int clattn__gemm_units_available(const clattn__call *call, clattn_dtype in, size
     int status = clattn__matmul_tuning_get(call->device, in, &t);
     if (status != CLATTN_SUCCESS || !t.UNITS || (in != CLATTN_F16 && in != CLATTN_BF16))
         return status;
-    const size_t limit = INT_MAX - 128, bm = 2 * (size_t)t.UNIT_M, bn = 2 * (size_t)t.UNIT_N;
+    const size_t limit = INT_MAX - 128;
     if (m == 0 || n == 0 || k == 0 || batch == 0 || m > limit || n > limit || k > limit ||
-        ((m + bm - 1) / bm) * ((n + bn - 1) / bn) > limit / batch)
+        mm_blocks(&t, m, n) > limit / batch)
         return status;
     const bool emulated = clattn__matrix_units_emulated();
     if (clattn__device_max_group(call->device) < MM_GROUP ||
@@ -221,9 +227,7 @@ int clattn__gemm_units_batched(const clattn__call *call, clattn_dtype in, clattn
     if (status == CLATTN_SUCCESS) status = clattn__set_arg(kernel, arg++, sizeof beta, &beta);
     if (status == CLATTN_SUCCESS) status = set_bias_args(kernel, &arg, bias, c);
     if (status == CLATTN_SUCCESS) {
-        const size_t bm = 2 * (size_t)t.UNIT_M, bn = 2 * (size_t)t.UNIT_N;
-        const size_t groups = batch * ((m + bm - 1) / bm) * ((n + bn - 1) / bn);
-        const size_t global = groups * MM_GROUP, local = MM_GROUP;
+        const size_t global = batch * mm_blocks(&t, m, n) * MM_GROUP, local = MM_GROUP;
         status = clattn__fault_hit(CLATTN__FAULT_GEMM)
                      ? clattn__cl_fail(CL_OUT_OF_RESOURCES, "clEnqueueNDRangeKernel (matmul_mma)")
                      : clattn__enqueue(call, kernel, 1, &global, &local);
