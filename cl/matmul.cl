@@ -16,7 +16,7 @@
  *   Build options: MR, NV, VEC (4, 8 or 16), PANELS.
  *
  * MATMUL_MMA 1: a and b in MMA_T (f16 or bf16), c in C_T (f32, f16 or bf16), products on
- * cl/mma.cl's mma_m16n8k16 with f32 accumulators (matmul_mma below).
+ * cl/mma.cl's subgroup tile (any of its matrix units) with f32 accumulators (matmul_mma below).
  *
  * Offsets, leading dims and batch strides are in elements (ulong).
  */
@@ -119,20 +119,20 @@ matmul_tiles(__global const float *a, ulong a_off, ulong lda, ulong a_stride,
 #ifndef CLATTN_MMA_CL
 #include "mma.cl"
 #endif
-/* matmul_mma: a work-group of 4 warps takes a block of MM_BM x MM_BN outputs of one matrix, a
- * warp MM_WM x MM_WN of them (the warps 2 x 2), as MM_MT m-tiles of 16 rows and MM_NT 8-column
- * blocks, f32 accumulators in the fragment layouts of cl/mma.cl. Per 32-deep slice of k, the
- * group fetches the slice of a (MM_BM rows) and of b into registers (the next slice while it
- * computes this one with MM_AHEAD; 16-byte loads where the host proved the rows ALIGNED and a
- * chunk lies whole inside the matrix, value by value elsewhere; 0 past m, n and k), stages them
- * in local memory as raw 16-bit rows, then each warp loads its fragments with
- * mma_load_blocks (ldmatrix on the units): a's plain, b's plain when b is stored n-major
- * (TRANS_B: c = a b^T, as MHA's projections x W^T) and transposed when k-major. A fragment of
- * a feeds MM_NT products, one of b MM_MT. The end adds the bias row (HAS_BIAS: bias[col] in
- * BIAS_T, bias_step elements apart, as torch's addmm adds it) and beta c (c read only where beta
- * is not 0, BLAS's convention) in f32 and stores c in C_T, rounded once.
+/* matmul_mma: a work-group of 4 subgroups (cl/mma.cl's subgroup tile: MMA_UNIT) takes a block of
+ * MM_BM x MM_BN outputs of one matrix, a subgroup MM_WM x MM_WN of them (the subgroups 2 x 2), as
+ * MM_MT x MM_NT tiles of 16 x 16 with f32 accumulators. Per 32-deep slice of k, the group fetches
+ * the slice of a (MM_BM rows) and of b into registers (the next slice while it computes this one
+ * with MM_AHEAD; 16-byte loads where the host proved the rows ALIGNED and a chunk lies whole
+ * inside the matrix, value by value elsewhere; 0 past m, n and k), stages them in local memory
+ * as raw 16-bit rows, then each subgroup loads its tiles' fragments (mma_tile_load_a/_b: ldmatrix
+ * on NVIDIA's units): b n-major when stored so (TRANS_B: c = a b^T, as MHA's projections x W^T),
+ * k-major otherwise. A fragment of a feeds MM_NT products, one of b MM_MT. The end adds the bias
+ * row (HAS_BIAS: bias[col] in BIAS_T, bias_step elements apart, as torch's addmm adds it) and
+ * beta c (c read only where beta is not 0, BLAS's convention) in f32 and stores c in C_T,
+ * rounded once.
  * Build options: MMA_T, C_T, MM_WM (16 or 32), MM_WN (16, 32 or 64), MM_AHEAD (0 or 1),
- * TRANS_B, ALIGNED, HAS_BIAS, BIAS_T, and cl/mma.cl's MMA_PTX. */
+ * TRANS_B, ALIGNED, HAS_BIAS, BIAS_T, and cl/mma.cl's MMA_UNIT and MMA_NATIVE. */
 #ifndef MM_WM
 #define MM_WM 32
 #endif
@@ -157,17 +157,19 @@ matmul_tiles(__global const float *a, ulong a_off, ulong lda, ulong a_stride,
 #ifndef BIAS_T
 #define BIAS_T f32
 #endif
-#define MM_WARPS 4
-#define MM_THREADS (MM_WARPS * MMA_WARP)
+#define MM_SUBGROUPS 4
+#define MM_THREADS (MM_SUBGROUPS * MMA_SG)
 #define MM_MT (MM_WM / 16)
-#define MM_NT (MM_WN / 8)
+#define MM_NT (MM_WN / 16)
 #define MM_BM (2 * MM_WM)
 #define MM_BN (2 * MM_WN)
 #define MM_BK 32
-/* The 8-value chunks of a's and b's slices each work-item fetches (a whole number for every
- * tile: MM_BM x 32 and 32 x MM_BN values are multiples of 8 x 128). */
-#define MM_AREGS (MM_BM * MM_BK / 8 / MM_THREADS)
-#define MM_BREGS (MM_BN * MM_BK / 8 / MM_THREADS)
+/* The 8-value chunks of a's and b's slices, and how many each work-item fetches (the last round
+ * partial where a group of 4 subgroups of 64 outnumbers them). */
+#define MM_ACHUNKS (MM_BM * MM_BK / 8)
+#define MM_BCHUNKS (MM_BN * MM_BK / 8)
+#define MM_AREGS ((MM_ACHUNKS + MM_THREADS - 1) / MM_THREADS)
+#define MM_BREGS ((MM_BCHUNKS + MM_THREADS - 1) / MM_THREADS)
 /* Row strides of the local slices in 32-bit words: 4 more than a row's words, so that the eight
  * 16-byte rows of an 8 x 8 block that a fragment load reads fall in distinct banks (a row's
  * words are a multiple of 8 here), and rows stay 16-byte aligned. */
@@ -194,25 +196,29 @@ MMA_INLINE uint4 mm_chunk(__global const ushort *p, size_t at, int left) {
     return (uint4)(w[0], w[1], w[2], w[3]);
 }
 
-/* The work-item's `count` chunks of a slice of `cols` values a row (a multiple of 8) whose
- * first row is row r0 and first value col c0 of a row-major matrix (rows below `rows_in`,
- * values below `cols_in`; ld apart) into regs: chunk lid + i MM_THREADS is regs[i]. */
+/* The work-item's chunks (`count` rounds of `total`) of a slice of `cols` values a row (a
+ * multiple of 8) whose first row is row r0 and first value col c0 of a row-major matrix (rows
+ * below `rows_in`, values below `cols_in`; ld apart) into regs: chunk lid + i MM_THREADS is
+ * regs[i]. */
 MMA_INLINE void mm_fetch(__global const ushort *p, size_t ld, int r0, int rows_in, int c0,
-                         int cols_in, const int cols, const int count, uint4 *regs) {
+                         int cols_in, const int cols, const int total, const int count,
+                         uint4 *regs) {
     const int lid = (int)get_local_id(0);
     for (int i = 0; i < count; ++i) { /* unrolled once inlined (count is a constant there) */
         const int e = lid + i * MM_THREADS, r = e / (cols / 8), c = e % (cols / 8) * 8;
+        if (total % MM_THREADS != 0 && e >= total) break;
         const int left = r0 + r < rows_in ? cols_in - (c0 + c) : 0;
         regs[i] = mm_chunk(p, (size_t)(r0 + r) * ld + (size_t)(c0 + c), left);
     }
 }
 
 /* The chunks mm_fetch took into the local slice, rows `stride` words apart. */
-MMA_INLINE void mm_put(const uint4 *regs, const int cols, const int count, __local uint *slice,
-                       int stride) {
+MMA_INLINE void mm_put(const uint4 *regs, const int cols, const int total, const int count,
+                       __local uint *slice, int stride) {
     const int lid = (int)get_local_id(0);
     for (int i = 0; i < count; ++i) { /* as mm_fetch's */
         const int e = lid + i * MM_THREADS, r = e / (cols / 8), c = e % (cols / 8) * 8;
+        if (total % MM_THREADS != 0 && e >= total) break;
         *(__local uint4 *)(slice + r * stride + c / 2) = regs[i];
     }
 }
@@ -221,68 +227,59 @@ MMA_INLINE void mm_put(const uint4 *regs, const int cols, const int count, __loc
 MMA_INLINE void mm_fetch_slices(__global const ushort *a, ulong lda, __global const ushort *b,
                                 ulong ldb, int r0, int c0, int m, int n, int k, int k0,
                                 uint4 ar[MM_AREGS], uint4 br[MM_BREGS]) {
-    mm_fetch(a, lda, r0, m, k0, k, MM_BK, MM_AREGS, ar);
+    mm_fetch(a, lda, r0, m, k0, k, MM_BK, MM_ACHUNKS, MM_AREGS, ar);
 #if TRANS_B
-    mm_fetch(b, ldb, c0, n, k0, k, MM_BK, MM_BREGS, br);
+    mm_fetch(b, ldb, c0, n, k0, k, MM_BK, MM_BCHUNKS, MM_BREGS, br);
 #else
-    mm_fetch(b, ldb, k0, k, c0, n, MM_BN, MM_BREGS, br);
+    mm_fetch(b, ldb, k0, k, c0, n, MM_BN, MM_BCHUNKS, MM_BREGS, br);
 #endif
 }
 
-/* acc += the warp's products over one 16-deep step `s` of the staged slices; the warp's rows
- * start at row wr of a's slice, its columns at column wc of b's. */
+/* acc += the subgroup's products over one 16-deep step `s` of the staged slices; its rows start
+ * at row wr of a's slice, its columns at column wc of b's. */
 MMA_INLINE void mm_step(const __local ushort *a16, const __local ushort *b16, int wr, int wc,
-                        int s, float acc[MM_MT][MM_NT][4], __local float *scratch) {
-    uint af[MM_MT][4];
-    UNROLL for (int mt = 0; mt < MM_MT; ++mt) {
-        const __local ushort *x = a16 + (wr + mt * 16) * 2 * MM_AS + s * 16,
-                             *y = x + 8 * 2 * MM_AS;
-        mma_load_blocks(af[mt], x, y, x + 8, y + 8, 2 * MM_AS, 0);
-    }
-    UNROLL for (int nb = 0; nb < MM_NT; nb += 2) {
-        uint bf[4]; /* bf[0], bf[1]: block nb's fragment; bf[2], bf[3]: nb + 1's */
+                        int s, float acc[MM_MT][MM_NT][MMA_CV], __local float *scratch) {
+    uint af[MM_MT][MMA_AW];
+    UNROLL for (int mt = 0; mt < MM_MT; ++mt)
+        mma_tile_load_a(af[mt], a16 + (wr + mt * 16) * 2 * MM_AS + s * 16, 2 * MM_AS);
+    UNROLL for (int nt = 0; nt < MM_NT; ++nt) {
+        uint bf[MMA_BW];
 #if TRANS_B
-        const __local ushort *x = b16 + (wc + nb * 8) * 2 * MM_BS + s * 16,
-                             *y = x + 8 * 2 * MM_BS;
-        mma_load_blocks(bf, x, x + 8, y, y + 8, 2 * MM_BS, 0);
+        mma_tile_load_b(bf, b16 + (wc + nt * 16) * 2 * MM_BS + s * 16, 2 * MM_BS, 0);
 #else
-        const __local ushort *x = b16 + s * 16 * 2 * MM_BS + wc + nb * 8, *y = x + 8 * 2 * MM_BS;
-        mma_load_blocks(bf, x, y, x + 8, y + 8, 2 * MM_BS, 1);
+        mma_tile_load_b(bf, b16 + s * 16 * 2 * MM_BS + wc + nt * 16, 2 * MM_BS, 1);
 #endif
-        UNROLL for (int mt = 0; mt < MM_MT; ++mt) {
-            mma_m16n8k16(acc[mt][nb], af[mt], bf, acc[mt][nb], scratch);
-            mma_m16n8k16(acc[mt][nb + 1], af[mt], bf + 2, acc[mt][nb + 1], scratch);
-        }
+        UNROLL for (int mt = 0; mt < MM_MT; ++mt) mma_tile(acc[mt][nt], af[mt], bf, scratch);
     }
 }
 
-__kernel __attribute__((reqd_work_group_size(MM_THREADS, 1, 1))) void
+__kernel __attribute__((reqd_work_group_size(MM_THREADS, 1, 1))) MMA_SUBGROUP_ATTRIBUTE void
 matmul_mma(__global const ushort *a, ulong a_off, ulong lda, ulong a_stride,
            __global const ushort *b, ulong b_off, ulong ldb, ulong b_stride,
            __global CAT(storage_, C_T) * c, ulong c_off, ulong ldc, ulong c_stride, int m, int n,
            int k, float beta, __global const CAT(storage_, BIAS_T) * bias, ulong bias_off,
            ulong bias_step) {
-    __local float scratch[MM_WARPS * MMA_SCRATCH_FLOATS];
+    __local float scratch[MM_SUBGROUPS * MMA_TILE_SCRATCH];
     __local uint4 as4[MM_BM * MM_AS / 4], bs4[MM_BROWS * MM_BS / 4];
     __local uint *as = (__local uint *)as4, *bs = (__local uint *)bs4;
     const int blocks_m = (m + MM_BM - 1) / MM_BM, blocks_n = (n + MM_BN - 1) / MM_BN;
     const int group = (int)get_group_id(0), i = group / (blocks_m * blocks_n);
     const int r0 = group / blocks_n % blocks_m * MM_BM, c0 = group % blocks_n * MM_BN;
-    const int lid = (int)get_local_id(0), warp = lid / MMA_WARP;
-    const int wr = warp / 2 * MM_WM, wc = warp % 2 * MM_WN;
+    const int lid = (int)get_local_id(0), sub = lid / MMA_SG, lane = lid % MMA_SG;
+    const int wr = sub / 2 * MM_WM, wc = sub % 2 * MM_WN;
     __global const ushort *ai = a + a_off + (size_t)i * a_stride,
                           *bi = b + b_off + (size_t)i * b_stride;
-    float acc[MM_MT][MM_NT][4];
+    float acc[MM_MT][MM_NT][MMA_CV];
     UNROLL for (int mt = 0; mt < MM_MT; ++mt)
         UNROLL for (int nt = 0; nt < MM_NT; ++nt)
-            UNROLL for (int f = 0; f < 4; ++f) acc[mt][nt][f] = 0.0f;
+            UNROLL for (int f = 0; f < MMA_CV; ++f) acc[mt][nt][f] = 0.0f;
     uint4 ar[MM_AREGS], br[MM_BREGS];
     if (MM_AHEAD && k > 0) mm_fetch_slices(ai, lda, bi, ldb, r0, c0, m, n, k, 0, ar, br);
     for (int k0 = 0; k0 < k; k0 += MM_BK) {
         if (!MM_AHEAD) mm_fetch_slices(ai, lda, bi, ldb, r0, c0, m, n, k, k0, ar, br);
         barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with the last slice */
-        mm_put(ar, MM_BK, MM_AREGS, as, MM_AS);
-        mm_put(br, TRANS_B ? MM_BK : MM_BN, MM_BREGS, bs, MM_BS);
+        mm_put(ar, MM_BK, MM_ACHUNKS, MM_AREGS, as, MM_AS);
+        mm_put(br, TRANS_B ? MM_BK : MM_BN, MM_BCHUNKS, MM_BREGS, bs, MM_BS);
         barrier(CLK_LOCAL_MEM_FENCE);
         if (MM_AHEAD && k0 + MM_BK < k)
             mm_fetch_slices(ai, lda, bi, ldb, r0, c0, m, n, k, k0 + MM_BK, ar, br);
@@ -291,20 +288,19 @@ matmul_mma(__global const ushort *a, ulong a_off, ulong lda, ulong a_stride,
                     scratch);
     }
     __global CAT(storage_, C_T) *ci = c + c_off + (size_t)i * c_stride;
-    const int g = lid % MMA_WARP / 4, t = lid % 4;
     UNROLL for (int mt = 0; mt < MM_MT; ++mt)
         UNROLL for (int nt = 0; nt < MM_NT; ++nt)
-            UNROLL for (int f = 0; f < 4; ++f) {
-                const int row = r0 + wr + mt * 16 + g + (f >> 1) * 8;
-                const int col = c0 + wc + nt * 8 + 2 * t + (f & 1);
+            UNROLL for (int f = 0; f < MMA_CV; ++f) {
+                const int at = mma_c_at(lane, f);
+                const int row = r0 + wr + mt * 16 + at / 16, col = c0 + wc + nt * 16 + at % 16;
                 if (row >= m || col >= n) continue;
-                __global CAT(storage_, C_T) *at = ci + (size_t)row * ldc + (size_t)col;
+                __global CAT(storage_, C_T) *to = ci + (size_t)row * ldc + (size_t)col;
                 float x = acc[mt][nt][f];
 #if HAS_BIAS
                 x += CAT(load_, BIAS_T)(bias + bias_off + (size_t)col * bias_step, 0);
 #endif
-                if (beta != 0.0f) x = fma(beta, CAT(load_, C_T)(at, 0), x);
-                CAT(store_, C_T)(at, 0, x);
+                if (beta != 0.0f) x = fma(beta, CAT(load_, C_T)(to, 0), x);
+                CAT(store_, C_T)(to, 0, x);
             }
 }
 #endif /* MATMUL_MMA */

@@ -20,8 +20,9 @@
  *   B, 16 x 8 (k x n):   b[0] = B[2t, 2t+1][g]   b[1] = B[2t+8, 2t+9][g]
  *   C, D, 16 x 8 (f32):  c[0], c[1] = C[g][2t, 2t+1]   c[2], c[3] = C[g+8][2t, 2t+1]
  *
- * Build options: MMA_T (f16 | bf16, the inputs' type), MMA_PTX, MMA_ASM, MMA_PROBE (1: the
- * probe kernel; the host prepends this file to the programs that use the primitive),
+ * Build options: MMA_T (f16 | bf16, the inputs' type), MMA_PTX, MMA_ASM, MMA_UNIT and MMA_NATIVE
+ * (the subgroup tile below), MMA_PROBE (1: the probe kernels, matrix_probe with MMA_UNIT MMA_NV and
+ * tile_probe; the host prepends this file to the programs that use the primitives),
  * MMA_PROBE_BREAK (the probe's negative tests: 1, one lane's result off by one; 2, an exchange
  * that returns a lane's own value; 3, B's fragments loaded untransposed).
  */
@@ -35,8 +36,21 @@
 #ifndef MMA_T
 #define MMA_T f16
 #endif
+/* The mechanisms of the subgroup tile (below); MMA_UNIT picks one, MMA_NATIVE its instruction (1)
+ * or the emulation of its layouts (0). */
+#define MMA_NV     1
+#define MMA_WMMA   2
+#define MMA_MFMA   3
+#define MMA_DPAS8  4
+#define MMA_DPAS16 5
+#ifndef MMA_UNIT
+#define MMA_UNIT MMA_NV
+#endif
+#ifndef MMA_NATIVE
+#define MMA_NATIVE 0
+#endif
 #ifndef MMA_PTX
-#define MMA_PTX 0
+#define MMA_PTX (MMA_NATIVE && MMA_UNIT == MMA_NV)
 #endif
 #ifndef MMA_PROBE
 #define MMA_PROBE 0
@@ -199,7 +213,242 @@ inline void mma_quad_reduce(float v[2], int is_max, __local float *xs) {
 #endif
 }
 
-#if MMA_PROBE
+/* ---- The subgroup tile: D (16 x 16, f32) += A (16 x 16) B (16 x 16) ----------------------------
+ * One product shape on every mechanism clattn drives, so that a kernel written on it (matmul_mma)
+ * runs on each. MMA_UNIT picks the mechanism:
+ *   MMA_NV      NVIDIA mma.sync.m16n8k16 twice (columns 0-7 and 8-15), fragments by ldmatrix;
+ *               warps of 32. Native: MMA_PTX.
+ *   MMA_WMMA    AMD RDNA3 v_wmma_f32_16x16x16 (__builtin_amdgcn_wmma_*_w32), waves of 32.
+ *   MMA_MFMA    AMD CDNA2/3 v_mfma_f32_16x16x16 (__builtin_amdgcn_mfma_*), waves of 64.
+ *   MMA_DPAS8   Intel dpas through cl_intel_subgroup_matrix_multiply_accumulate on a device whose
+ *               subgroups are 8 wide (Xe-HPG): four 8 x 8 products (M = 8, N = 8).
+ *   MMA_DPAS16  the same where subgroups are 16 wide (Xe-HPC, Xe2): two 8 x 16 products.
+ * MMA_NATIVE 1 builds the instruction (the host does so only where the mechanism's probe returned
+ * the exact product); 0 builds an emulation of the same layouts through local memory, on any
+ * device: how CI tests every mechanism's layouts and the kernels written on them.
+ *
+ * A subgroup is MMA_SG consecutive work-items of a 1-D work-group (lane = local id % MMA_SG, as
+ * every one of these devices numbers them; the probe proves it, since another order gives
+ * another product), all of which call the tile functions together. A lane holds MMA_AV values of
+ * A and MMA_BV of B in uint words (value 2w in word w's low half, 2w + 1 in its high half) and
+ * MMA_CV floats of D, at the places mma_a_at, mma_b_at and mma_c_at give. The layouts are the
+ * vendors' (PTX ISA "Matrix Fragments for mma.m16n8k16"; AMD's RDNA3 ISA and matrix instruction
+ * calculator; the Intel extension's specification), as the probe checks on each device. */
+#if MMA_UNIT == MMA_NV
+#define MMA_SG 32
+#define MMA_AV 8
+#define MMA_BV 8
+#define MMA_CV 8
+#elif MMA_UNIT == MMA_WMMA
+#define MMA_SG 32
+#define MMA_AV 16 /* lanes 16-31 hold the same A and B as lanes 0-15 */
+#define MMA_BV 16
+#define MMA_CV 8
+#elif MMA_UNIT == MMA_MFMA
+#define MMA_SG 64
+#define MMA_AV 4
+#define MMA_BV 4
+#define MMA_CV 4
+#elif MMA_UNIT == MMA_DPAS8
+#define MMA_SG 8
+#define MMA_AV 32
+#define MMA_BV 32
+#define MMA_CV 32
+#elif MMA_UNIT == MMA_DPAS16
+#define MMA_SG 16
+#define MMA_AV 16
+#define MMA_BV 16
+#define MMA_CV 16
+#else
+#error "MMA_UNIT names no mechanism"
+#endif
+#define MMA_AW (MMA_AV / 2)
+#define MMA_BW (MMA_BV / 2)
+/* The lanes that hold distinct values of A and B (WMMA's upper half repeats the lower). */
+#define MMA_OWNERS (MMA_UNIT == MMA_WMMA ? 16 : MMA_SG)
+/* Local floats a subgroup's product takes: the NVIDIA build's (above), or A and B as floats for
+ * the emulation of the others; their instructions take none. */
+#if MMA_UNIT == MMA_NV
+#define MMA_TILE_SCRATCH MMA_SCRATCH_FLOATS
+#elif MMA_NATIVE
+#define MMA_TILE_SCRATCH 1
+#else
+#define MMA_TILE_SCRATCH (2 * 16 * 16)
+#endif
+/* The kernel attribute a native Intel build needs: its subgroup size. */
+#if MMA_NATIVE && (MMA_UNIT == MMA_DPAS8 || MMA_UNIT == MMA_DPAS16)
+#define MMA_SUBGROUP_ATTRIBUTE __attribute__((intel_reqd_sub_group_size(MMA_SG)))
+#else
+#define MMA_SUBGROUP_ATTRIBUTE
+#endif
+#if MMA_NATIVE && (MMA_UNIT == MMA_WMMA || MMA_UNIT == MMA_MFMA)
+#pragma OPENCL EXTENSION cl_khr_fp16 : enable
+#endif
+
+/* Where the lane's value j of A lies: row * 16 + k. */
+inline int mma_a_at(int lane, int j) {
+#if MMA_UNIT == MMA_NV
+    const int r = j / 2; /* the fragment word of cl/mma.cl's m16n8k16 layout */
+    return (lane / 4 + (r & 1) * 8) * 16 + 2 * (lane % 4) + (r >> 1) * 8 + j % 2;
+#elif MMA_UNIT == MMA_WMMA
+    return lane % 16 * 16 + j;
+#elif MMA_UNIT == MMA_MFMA
+    return lane % 16 * 16 + lane / 16 * 4 + j;
+#elif MMA_UNIT == MMA_DPAS8
+    return (j / 16 * 8 + j % 16 / 2) * 16 + 2 * lane + j % 2; /* int8 per 8 rows: k 2l, 2l + 1 */
+#else
+    return j * 16 + lane; /* short8 per 8 rows: k = lane */
+#endif
+}
+
+/* Where the lane's value j of B lies: k * 16 + n. */
+inline int mma_b_at(int lane, int j) {
+#if MMA_UNIT == MMA_NV
+    const int r = j % 4 / 2; /* words 0, 1: columns 0-7; words 2, 3: columns 8-15 */
+    return (2 * (lane % 4) + r * 8 + j % 2) * 16 + j / 4 * 8 + lane / 4;
+#elif MMA_UNIT == MMA_WMMA
+    return j * 16 + lane % 16;
+#elif MMA_UNIT == MMA_MFMA
+    return (lane / 16 * 4 + j) * 16 + lane % 16;
+#elif MMA_UNIT == MMA_DPAS8
+    return j % 16 * 16 + j / 16 * 8 + lane; /* int8 per 8 columns: k 2i, 2i + 1 in word i */
+#else
+    return j * 16 + lane;
+#endif
+}
+
+/* Where the lane's float i of D lies: row * 16 + n. */
+inline int mma_c_at(int lane, int i) {
+#if MMA_UNIT == MMA_NV
+    const int f = i % 4;
+    return (lane / 4 + (f >> 1) * 8) * 16 + i / 4 * 8 + 2 * (lane % 4) + (f & 1);
+#elif MMA_UNIT == MMA_WMMA
+    return (2 * i + lane / 16) * 16 + lane % 16;
+#elif MMA_UNIT == MMA_MFMA
+    return (lane / 16 * 4 + i) * 16 + lane % 16;
+#elif MMA_UNIT == MMA_DPAS8
+    return (i / 16 * 8 + i % 8) * 16 + i / 8 % 2 * 8 + lane; /* float8 per (8 rows, 8 columns) */
+#else
+    return i * 16 + lane;
+#endif
+}
+
+/* The 16-bit value at tile place `at` (row * 16 + col) of a local matrix, rows `stride` apart. */
+#define MMA_TILE_VALUE(p, at, stride) ((uint)(p)[(at) / 16 * (stride) + (at) % 16])
+
+/* A's 16 x 16 tile at p (A[r][k] at p[r * stride + k], rows 16-byte aligned) into the lane's
+ * words. */
+MMA_INLINE void mma_tile_load_a(uint a[MMA_AW], __local const ushort *p, int stride) {
+#if MMA_UNIT == MMA_NV
+    mma_load_blocks(a, p, p + 8 * stride, p + 8, p + 8 * stride + 8, stride, 0);
+#else
+    const int lane = (int)get_local_id(0) % MMA_SG;
+    for (int w = 0; w < MMA_AW; ++w)
+        a[w] = MMA_TILE_VALUE(p, mma_a_at(lane, 2 * w), stride) |
+               MMA_TILE_VALUE(p, mma_a_at(lane, 2 * w + 1), stride) << 16;
+#endif
+}
+
+/* B's 16 x 16 tile at p into the lane's words: k-major (B[k][n] at p[k * stride + n]) or n-major
+ * (at p[n * stride + k]); `kmajor` must be a constant. */
+MMA_INLINE void mma_tile_load_b(uint b[MMA_BW], __local const ushort *p, int stride,
+                                const int kmajor) {
+#if MMA_UNIT == MMA_NV
+    __local const ushort *y = p + 8 * stride;
+    if (kmajor)
+        mma_load_blocks(b, p, y, p + 8, y + 8, stride, 1);
+    else
+        mma_load_blocks(b, p, p + 8, y, y + 8, stride, 0);
+#else
+    const int lane = (int)get_local_id(0) % MMA_SG;
+    for (int w = 0; w < MMA_BW; ++w) {
+        uint word = 0;
+        for (int h = 0; h < 2; ++h) {
+            const int at = mma_b_at(lane, 2 * w + h), k = at / 16, n = at % 16;
+            word |= (uint)(kmajor ? p[k * stride + n] : p[n * stride + k]) << (16 * h);
+        }
+        b[w] = word;
+    }
+#endif
+}
+
+#if !MMA_NATIVE && MMA_UNIT != MMA_NV
+/* d += a b through local memory, per the layouts above: the owning lanes scatter A and B as
+ * floats, then each lane sums its places of D in order of k. */
+inline void mma_tile_emulated(float d[MMA_CV], const uint a[MMA_AW], const uint b[MMA_BW],
+                              __local float *scratch) {
+    const int lid = (int)get_local_id(0), lane = lid % MMA_SG;
+    __local float *sa = scratch + lid / MMA_SG * MMA_TILE_SCRATCH, *sb = sa + 16 * 16;
+    if (lane < MMA_OWNERS) {
+        for (int j = 0; j < MMA_AV; ++j) sa[mma_a_at(lane, j)] = mma_half_value(a[j / 2], j % 2);
+        for (int j = 0; j < MMA_BV; ++j) sb[mma_b_at(lane, j)] = mma_half_value(b[j / 2], j % 2);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int i = 0; i < MMA_CV; ++i) {
+        const int at = mma_c_at(lane, i), row = at / 16, n = at % 16;
+        float acc = d[i];
+        for (int k = 0; k < 16; ++k) acc = fma(sa[row * 16 + k], sb[k * 16 + n], acc);
+        d[i] = acc;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE); /* the scratch is free for the next product */
+}
+#endif
+
+#if MMA_T_IS_BF16
+#define MMA_DPAS intel_sub_group_bf16_bf16_matrix_mad_k16
+#else
+#define MMA_DPAS intel_sub_group_f16_f16_matrix_mad_k16
+#endif
+
+/* d += a b for the subgroup's tiles; `scratch` holds MMA_TILE_SCRATCH floats per subgroup of the
+ * group. */
+MMA_INLINE void mma_tile(float d[MMA_CV], const uint a[MMA_AW], const uint b[MMA_BW],
+                         __local float *scratch) {
+#if MMA_UNIT == MMA_NV
+    mma_m16n8k16(d, a, b, d, scratch);
+    mma_m16n8k16(d + 4, a, b + 2, d + 4, scratch);
+#elif !MMA_NATIVE
+    mma_tile_emulated(d, a, b, scratch);
+#elif MMA_UNIT == MMA_WMMA
+    (void)scratch;
+    const uint8 wa = vload8(0, a), wb = vload8(0, b);
+#if MMA_T_IS_BF16
+    vstore8(__builtin_amdgcn_wmma_f32_16x16x16_bf16_w32(as_short16(wa), as_short16(wb),
+                                                        vload8(0, d)),
+            0, d);
+#else
+    vstore8(__builtin_amdgcn_wmma_f32_16x16x16_f16_w32(as_half16(wa), as_half16(wb),
+                                                       vload8(0, d)),
+            0, d);
+#endif
+#elif MMA_UNIT == MMA_MFMA
+    (void)scratch;
+    const uint2 wa = vload2(0, a), wb = vload2(0, b);
+#if MMA_T_IS_BF16
+    vstore4(__builtin_amdgcn_mfma_f32_16x16x16bf16_1k(as_short4(wa), as_short4(wb), vload4(0, d),
+                                                      0, 0, 0),
+            0, d);
+#else
+    vstore4(__builtin_amdgcn_mfma_f32_16x16x16f16(as_half4(wa), as_half4(wb), vload4(0, d), 0, 0,
+                                                  0),
+            0, d);
+#endif
+#elif MMA_UNIT == MMA_DPAS8
+    (void)scratch;
+    for (int mh = 0; mh < 2; ++mh) {
+        const int8 wa = as_int8(vload8(mh, a));
+        for (int nh = 0; nh < 2; ++nh)
+            vstore8(MMA_DPAS(wa, as_int8(vload8(nh, b)), vload8(mh * 2 + nh, d)), mh * 2 + nh, d);
+    }
+#else /* MMA_DPAS16 */
+    (void)scratch;
+    const int8 wb = as_int8(vload8(0, b));
+    for (int mh = 0; mh < 2; ++mh)
+        vstore8(MMA_DPAS(as_short8(vload4(mh, a)), wb, vload8(mh, d)), mh, d);
+#endif
+}
+
+#if MMA_PROBE && MMA_UNIT == MMA_NV
 /* The probe: one warp multiplies A (16 x 16, row-major 16-bit values) by B (16 x 8, row-major)
  * and adds C (16 x 8 floats) into D. A and B are staged in local memory and loaded as fragments
  * by mma_load_blocks (A's four blocks plain, B's two transposed), so the loads are probed with
@@ -226,6 +475,42 @@ matrix_probe(__global const ushort *a, __global const ushort *b, __global const 
         const float mine = fd[i] + (MMA_PROBE_BREAK && lane == 5 && i == 0 ? 1.0f : 0.0f);
         d[(g + (i >> 1) * 8) * 8 + 2 * u + (i & 1)] =
             mma_lane_xor(mma_lane_xor(mine, 1, xs), MMA_PROBE_BREAK == 2 ? 1 : 2, xs);
+    }
+}
+#endif /* MMA_PROBE && MMA_UNIT == MMA_NV */
+
+#if MMA_PROBE
+/* The subgroup tile's probe: one subgroup computes D = A B + C (16 x 16 each; A, B row-major
+ * 16-bit values, C floats) twice, B loaded k-major (d) and n-major (d + 256, from a transposed
+ * copy), each lane storing its places of D. As matrix_probe's, the values make the product exact,
+ * so a correct unit returns exactly the host's D in both. MMA_PROBE_BREAK 1: one lane's result
+ * off by one; 3: B's k-major fragments loaded n-major. */
+__kernel __attribute__((reqd_work_group_size(MMA_SG, 1, 1))) MMA_SUBGROUP_ATTRIBUTE void
+tile_probe(__global const ushort *a, __global const ushort *b, __global const float *c,
+           __global float *d) {
+    __local float scratch[MMA_TILE_SCRATCH];
+    __local uint4 staged[3 * 16 * 16 / 8]; /* A, B k-major, B n-major: rows 16-byte aligned */
+    __local ushort *sa = (__local ushort *)staged, *sb = sa + 16 * 16, *sbt = sb + 16 * 16;
+    const int lane = (int)get_local_id(0);
+    for (int i = lane; i < 16 * 16; i += MMA_SG) {
+        sa[i] = a[i];
+        sb[i] = b[i];
+        sbt[i % 16 * 16 + i / 16] = b[i];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    uint fa[MMA_AW], fb[MMA_BW];
+    mma_tile_load_a(fa, sa, 16);
+    for (int layout = 0; layout < 2; ++layout) {
+        if (layout == 0)
+            mma_tile_load_b(fb, sb, 16, MMA_PROBE_BREAK == 3 ? 0 : 1);
+        else
+            mma_tile_load_b(fb, sbt, 16, 0);
+        float fd[MMA_CV];
+        for (int i = 0; i < MMA_CV; ++i) fd[i] = c[mma_c_at(lane, i)];
+        mma_tile(fd, fa, fb, scratch);
+        for (int i = 0; i < MMA_CV; ++i)
+            d[layout * 256 + mma_c_at(lane, i)] =
+                fd[i] + (MMA_PROBE_BREAK == 1 && lane == 5 && i == 0 ? 1.0f : 0.0f);
     }
 }
 #endif /* MMA_PROBE */

@@ -186,15 +186,23 @@ CLATTN_API const clattn_device_desc *clattn_env_device_desc(const clattn_env *en
  * terminated. Statuses: CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT, OpenCL's. */
 CLATTN_API int clattn_device_facts(cl_device_id device, char *text, size_t capacity);
 
-/* The matrix units (tensor cores) clattn can drive on the queue's device, as CLATTN_MATRIX_*
- * bits: each mechanism is built and run once per (context, device) on a known 16 x 16 by 16 x 8
- * product and counts only when every element comes back exact; a device that does not offer it
- * (its extensions say so: cl_nv_device_attribute_query with compute capability 8.0 or more for
- * NVIDIA's mma.sync) is not probed. Cached until clattn_cache_clear(context). 0 on CPUs, PoCL
- * and Oclgrind. Statuses: CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT, OpenCL's (a probe that
- * does not build is not an error: that unit is absent). */
-#define CLATTN_MATRIX_MMA_F16  1u /* mma.sync.m16n8k16, f16 inputs, f32 accumulators */
-#define CLATTN_MATRIX_MMA_BF16 2u /* the same with bf16 inputs */
+/* The matrix units (tensor cores, XMX, WMMA/MFMA) clattn can drive on the queue's device, as
+ * CLATTN_MATRIX_* bits: each mechanism is built and run once per (context, device) on a known
+ * 16 x 16 product and counts only when every element comes back exact; a device whose extensions
+ * do not offer it is not probed (cl_nv_device_attribute_query with compute capability 8.0 or
+ * more for NVIDIA's mma.sync; cl_amd_device_attribute_query for AMD's builtins, which the build
+ * then accepts or refuses for the GPU; cl_intel_subgroup_matrix_multiply_accumulate for Intel's
+ * dpas). Cached until clattn_cache_clear(context). 0 on CPUs, PoCL and Oclgrind. Statuses:
+ * CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT, OpenCL's (a probe that does not build is not an
+ * error: that unit is absent). f16 or bf16 inputs, f32 accumulators: */
+#define CLATTN_MATRIX_MMA_F16   1u   /* NVIDIA mma.sync.m16n8k16 (sm_80 on), f16 */
+#define CLATTN_MATRIX_MMA_BF16  2u   /* the same with bf16 */
+#define CLATTN_MATRIX_WMMA_F16  4u   /* AMD v_wmma_f32_16x16x16 (RDNA3 on, waves of 32), f16 */
+#define CLATTN_MATRIX_WMMA_BF16 8u   /* the same with bf16 */
+#define CLATTN_MATRIX_MFMA_F16  16u  /* AMD v_mfma_f32_16x16x16 (CDNA2 on), f16 */
+#define CLATTN_MATRIX_MFMA_BF16 32u  /* the same with bf16 */
+#define CLATTN_MATRIX_DPAS_F16  64u  /* Intel dpas (Xe-HPG, Xe-HPC, Xe2: subgroups of 8 or 16) */
+#define CLATTN_MATRIX_DPAS_BF16 128u /* the same with bf16 */
 CLATTN_API int clattn_matrix_units(cl_command_queue queue, unsigned *units);
 
 /* Allocates a contiguous tensor of `dtype` and shape {d0,d1,d2,d3} (read-write buffer). Release

@@ -1,12 +1,13 @@
 /* The matrix-unit probes (src/runtime/matrix_units.c, cl/mma.cl). On devices without a unit (PoCL,
- * Oclgrind) the probe runs the local-memory emulation of mma.sync, which proves the probe's own
- * check: the fragment layouts, the exact comparison, a wrong unit refused, a build failure taken
- * as no unit, and the cached per-device answer. */
+ * Oclgrind) the probes run the local-memory emulations of each mechanism, which prove the probes'
+ * own checks: the fragment layouts, the exact comparison, a wrong unit refused, a build failure
+ * taken as no unit, and the cached per-device answer. */
 #include "harness.h"
 #include "runtime/runtime.h"
 #include "runtime/testing.h"
 
 #include <CL/cl_ext.h>
+#include <stdio.h>
 #include <string.h>
 
 static const char *const emulated[2] = {"-cl-std=CL1.2 -DMMA_PROBE=1 -DMMA_PTX=0 -DMMA_T=f16",
@@ -65,20 +66,65 @@ static void a_wrong_or_missing_unit_fails_the_probe(test_ctx *t) {
     CHECK(t, !exact, "a probe that did not build passed");
 }
 
-/* A device offers the PTX units only with cl_nv_device_attribute_query; with the emulation hook
- * every device is offered both and must find both, probed once per context: a second call
- * creates no kernel (the cache's hits stay), and clattn_cache_clear forgets the answer. */
+/* Every mechanism's subgroup tile, emulated (the hook offers one to every device): its probe
+ * passes in both dtypes where a group holds its subgroup, the units come back as its two bits,
+ * and kernels get its tile; one lane off by one, or B's k-major fragments loaded n-major, fail
+ * it. */
+static void every_tile_unit_passes_its_probe(test_ctx *t) {
+    static const struct {
+        int unit, subgroup;
+        unsigned bits;
+    } units[] = {
+        {CLATTN__TILE_NV, 32, CLATTN_MATRIX_MMA_F16 | CLATTN_MATRIX_MMA_BF16},
+        {CLATTN__TILE_WMMA, 32, CLATTN_MATRIX_WMMA_F16 | CLATTN_MATRIX_WMMA_BF16},
+        {CLATTN__TILE_MFMA, 64, CLATTN_MATRIX_MFMA_F16 | CLATTN_MATRIX_MFMA_BF16},
+        {CLATTN__TILE_DPAS8, 8, CLATTN_MATRIX_DPAS_F16 | CLATTN_MATRIX_DPAS_BF16},
+        {CLATTN__TILE_DPAS16, 16, CLATTN_MATRIX_DPAS_F16 | CLATTN_MATRIX_DPAS_BF16},
+    };
+    cl_context context = clattn_env_context(t->env);
+    const size_t max_group = clattn__device_max_group(clattn_env_device(t->env));
+    for (size_t u = 0; u < sizeof units / sizeof units[0] && !t->failed; ++u) {
+        const bool fits = max_group >= (size_t)units[u].subgroup;
+        const clattn__call call = probe_call(t);
+        clattn_cache_clear(context);
+        clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, units[u].unit);
+        unsigned found = 0;
+        clattn__tile tile = {-1, -1};
+        int status = clattn__matrix_units(&call, &found);
+        if (status == CLATTN_SUCCESS) status = clattn__matrix_tile(&call, CLATTN_BF16, &tile);
+        clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, -1);
+        CHECK_OK(t, status);
+        CHECK(t, found == (fits ? units[u].bits : 0u), "tile unit %d: units %#x", units[u].unit,
+              found);
+        CHECK(t,
+              fits ? tile.unit == units[u].unit && tile.subgroup == units[u].subgroup
+                   : tile.unit == 0,
+              "tile unit %d: kernels get unit %d of %d", units[u].unit, tile.unit, tile.subgroup);
+        for (int broken = 1; broken <= 3 && fits && !t->failed; broken += 2) {
+            char options[160];
+            snprintf(options, sizeof options,
+                     "-cl-std=CL1.2 -DMMA_PROBE=1 -DMMA_UNIT=%d -DMMA_PROBE_BREAK=%d",
+                     units[u].unit, broken);
+            bool exact = true;
+            CHECK_OK(t, clattn__tile_probe(&call, options, units[u].subgroup, &exact));
+            CHECK(t, !exact, "%s passed the probe", options);
+        }
+    }
+    clattn_cache_clear(context);
+}
+
+/* A device offers units only with the extensions matrix_units.c asks for; with the emulation hook
+ * (NVIDIA's) every device is offered both of mma.sync's and must find both, probed once per
+ * context: a second call creates no kernel (the cache's hits stay), and clattn_cache_clear forgets
+ * the answer. */
 static void units_are_probed_once_per_device(test_ctx *t) {
     cl_command_queue queue = clattn_env_queue(t->env);
     cl_context context = clattn_env_context(t->env);
-    char extensions[8192] = "";
-    clGetDeviceInfo(clattn_env_device(t->env), CL_DEVICE_EXTENSIONS, sizeof extensions, extensions,
-                    NULL);
-    unsigned units = 99;
+    unsigned units = 999;
     CHECK_OK(t, clattn_matrix_units(queue, &units));
-    CHECK(t, (units & ~(CLATTN_MATRIX_MMA_F16 | CLATTN_MATRIX_MMA_BF16)) == 0, "units %#x", units);
-    if (!strstr(extensions, "cl_nv_device_attribute_query"))
-        CHECK(t, units == 0, "units %#x on a device that offers none", units);
+    CHECK(t, units < 256u, "units %#x: a bit clattn.h does not define", units);
+    const unsigned offered = clattn__matrix_offered(clattn_env_device(t->env));
+    CHECK(t, (units & ~offered) == 0, "units %#x on a device offered %#x", units, offered);
 
     clattn_cache_clear(context);
     clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, 1);
@@ -132,6 +178,19 @@ static void a_device_offered_ptx_passes_its_probe(test_ctx *t) {
     CHECK(t, units == (CLATTN_MATRIX_MMA_F16 | CLATTN_MATRIX_MMA_BF16), "units %#x", units);
 }
 
+/* Every unit a device is offered must pass its probe there: on a GPU with one (NVIDIA's
+ * mma.sync, AMD's WMMA or MFMA, Intel's dpas) a layout, a build or a launch that goes wrong
+ * fails here rather than leaving the device without its unit silently. Elsewhere (CI) this
+ * skips. */
+static void a_device_offered_units_finds_them(test_ctx *t) {
+    const unsigned offered = clattn__matrix_offered(clattn_env_device(t->env));
+    if (!offered) return test_skip(t, "the device is offered no matrix unit");
+    unsigned units = 0;
+    CHECK_OK(t, clattn_matrix_units(clattn_env_queue(t->env), &units));
+    CHECK(t, units == offered, "offered units %#x, found %#x (the build log says why)", offered,
+          units);
+}
+
 static void bad_arguments_are_rejected(test_ctx *t) {
     unsigned units = 0;
     CHECK_STATUS(t, clattn_matrix_units(NULL, &units), CLATTN_ERR_INVALID_ARGUMENT);
@@ -142,8 +201,10 @@ static void bad_arguments_are_rejected(test_ctx *t) {
 static const test_case cases[] = {
     {"the_emulated_unit_passes_the_probe", the_emulated_unit_passes_the_probe},
     {"a_wrong_or_missing_unit_fails_the_probe", a_wrong_or_missing_unit_fails_the_probe},
+    {"every_tile_unit_passes_its_probe", every_tile_unit_passes_its_probe},
     {"units_are_probed_once_per_device", units_are_probed_once_per_device},
     {"a_device_offered_ptx_passes_its_probe", a_device_offered_ptx_passes_its_probe},
+    {"a_device_offered_units_finds_them", a_device_offered_units_finds_them},
     {"bad_arguments_are_rejected", bad_arguments_are_rejected, TAG_HOST},
 };
 SUITE(matrix_units_suite, "matrix_units", cases);

@@ -28,7 +28,7 @@ typedef struct mha_spec {
     bool strided;      /* query and out as views with a row stride past E */
     int workspace;     /* a caller workspace of exactly the size asked for (2: a sub-buffer) */
     bool out_of_order; /* on an out-of-order queue (where the device has one) */
-    bool emulate;      /* with the emulated matrix units offered (the hook), for 16-bit dt */
+    int emulate;       /* 16-bit dt: the tile unit the hook offers emulated (0: none) */
     clattn_dtype dt;
     uint64_t seed;
 } mha_spec;
@@ -339,14 +339,15 @@ static void call_args(const mha_spec *s, mha_case *c, clattn_mha_params *p, clat
     o->average_attn_weights = s->weights == 1;
 }
 
-/* The workspace the case asks for, with the emulated units offered or not (0 on failure). */
-static size_t workspace_bytes(test_ctx *t, const mha_spec *s, mha_case *c, bool units) {
+/* The workspace the case asks for, with the emulated tile unit `units` offered or none (0 on
+ * failure). */
+static size_t workspace_bytes(test_ctx *t, const mha_spec *s, mha_case *c, int units) {
     clattn_mha_params p;
     clattn_mha_options o;
     call_args(s, c, &p, &o);
     cl_context context = clattn_env_context(t->env);
     clattn_cache_clear(context); /* the probe's answer goes with the cache */
-    clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, units ? 1 : -1);
+    clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, units ? units : -1);
     size_t bytes = 0;
     const int status = clattn_mha_workspace_size(&c->t_query, &c->t_key, &c->t_value, &p, &c->t_out,
                                                  &o, clattn_env_queue(t->env), &bytes);
@@ -389,8 +390,8 @@ static void head_mean(const mha_spec *s, double *x) {
 
 /* Whether the forward of s keeps 16 bits on matrix units (ops/mha.c's inner dtype): every
  * tensor of the case is in s->dt, so a 16-bit dt does wherever the GEMMs take the units (the
- * emulated ones with `emulate`, the hook; a GPU's own where its probe passed). */
-static bool on_units(test_ctx *t, const mha_spec *s, bool emulate) {
+ * emulated tile unit `emulate`, the hook; a GPU's own where its probe passed). */
+static bool on_units(test_ctx *t, const mha_spec *s, int emulate) {
     if (s->dt == CLATTN_F32) return false;
     const clattn__call call = {clattn_env_queue(t->env),
                                clattn_env_context(t->env),
@@ -403,7 +404,7 @@ static bool on_units(test_ctx *t, const mha_spec *s, bool emulate) {
                                         : (s->kdim > s->vdim ? s->kdim : s->vdim);
     bool takes = false;
     if (emulate)
-        clattn_cache_clear(call.context), clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, 1);
+        clattn_cache_clear(call.context), clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, emulate);
     const int status = clattn__gemm_units_available(&call, s->dt, (size_t)rows, (size_t)(3 * s->E),
                                                     (size_t)deep, 1, &takes);
     /* the emulated probe's answer goes with the cache */
@@ -458,18 +459,19 @@ static void check_case(test_ctx *t, const mha_spec *s) {
     const size_t n_out = (size_t)(s->B * s->Sq * s->E), n_w = (size_t)(s->B * s->H * s->Sq * s->Sk);
     double *want = NULL, *want_w = NULL, *path = NULL, *path_w = NULL;
     float *got = NULL, *got_w = NULL;
-    const bool units = on_units(t, s, s->emulate), own_units = s->emulate && on_units(t, s, false);
+    const bool units = on_units(t, s, s->emulate), own_units = s->emulate && on_units(t, s, 0);
     bool ok = !t->failed && reference_values(s, units, &c, &want, &want_w, &path, &path_w);
     if (ok && s->emulate && !own_units) {
-        const size_t f32 = workspace_bytes(t, s, &c, false),
-                     units = workspace_bytes(t, s, &c, true);
+        const size_t f32 = workspace_bytes(t, s, &c, 0),
+                     units = workspace_bytes(t, s, &c, s->emulate);
         if (units >= f32)
             test_fail_at(t, __FILE__, __LINE__, "the units' workspace is %zu bytes, f32's %zu",
                          units, f32);
         ok = !t->failed;
     }
     cl_context context = clattn_env_context(t->env);
-    if (s->emulate) clattn_cache_clear(context), clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, 1);
+    if (s->emulate)
+        clattn_cache_clear(context), clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, s->emulate);
     int status = ok ? run_forward(t, s, &c) : CLATTN_SUCCESS;
     if (s->emulate)
         clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, -1), clattn_cache_clear(context);
@@ -573,22 +575,33 @@ static void half_storage_and_strided_rows(test_ctx *t) {
 
 /* f16 and bf16 storage throughout on the emulated matrix units: the projections stay 16-bit
  * on matmul_mma, the attention takes attention_mma (head dims of whole fragments, no weights)
- * or the composed path (weights); against float64, within twice the error of the reference's
- * own 16-bit path. Strided query and out rows (16-bit images), self-attention's
- * one GEMM, causal with a padding mask; cross-attention with separate weights, a key dim of
- * 16-byte rows and a value dim of odd ones, a float mask and averaged weights. */
+ * or the composed path (weights), or on another vendor's tile its f32-arithmetic kernels;
+ * against float64, within twice the error of the reference's own 16-bit path. Strided query and out
+ * rows (16-bit images), self-attention's one GEMM, causal with a padding mask; cross-attention with
+ * separate weights, a key dim of 16-byte rows and a value dim of odd ones, a float mask and
+ * averaged weights. */
 static void half_storage_on_matrix_units(test_ctx *t) {
     if (clattn__device_max_group(clattn_env_device(t->env)) < 128)
         return test_skip(t, "groups capped below the matrix-unit kernels' 128");
     if (test_under_uninit_checker())
         return test_skip(t, "the emulated units run without --uninitialized");
     mha_spec s = self_spec(2, 20, 64, 2);
-    s.dt = CLATTN_F16, s.emulate = true, s.strided = true, s.kpm = KEEP_MASK, s.causal = 1;
+    s.dt = CLATTN_F16, s.emulate = CLATTN__TILE_NV, s.strided = true, s.kpm = KEEP_MASK;
+    s.causal = 1;
     check_case(t, &s);
     mha_spec b = cross_spec(2, 9, 13, 32, 2);
-    b.dt = CLATTN_BF16, b.emulate = true, b.separate = true, b.kdim = 24, b.vdim = 17;
+    b.dt = CLATTN_BF16, b.emulate = CLATTN__TILE_NV, b.separate = true, b.kdim = 24, b.vdim = 17;
     b.attn = ADD_MASK, b.weights = 1;
     if (!t->failed) check_case(t, &b);
+    /* Intel's dpas tile (subgroups of 16): the projections on it, the fused attention on its
+     * f32-arithmetic kernels with 16-bit heads (attention_mma is NVIDIA's); the small tile keeps
+     * PoCL's builds of the emulation short. */
+    mha_spec d = self_spec(2, 20, 64, 2);
+    d.dt = CLATTN_F16, d.emulate = CLATTN__TILE_DPAS16, d.kpm = KEEP_MASK, d.causal = 1;
+    if (t->failed) return;
+    CHECK_OK(t, clattn_tuning_override("matmul", "UNIT_M=16,UNIT_N=16"));
+    check_case(t, &d);
+    clattn_tuning_override("matmul", NULL);
 }
 
 /* ---- the GEMMs: CLBlast's bridge and clattn's kernel ---- */
@@ -779,6 +792,62 @@ static void gemm_on_matrix_units_matches_host(test_ctx *t) {
     clattn_cache_clear(context);
 }
 
+/* matmul_mma on the emulations of the other mechanisms' tiles (AMD's WMMA and MFMA, Intel's dpas
+ * in subgroups of 8 and 16), which no GPU of CI's has: their fragment layouts, subgroup widths
+ * (groups of 32 to 256) and the kernel's partial fetch rounds (MFMA's 256 work-items outnumber
+ * a slice's chunks). The loads of b are the same code for these four, so each takes one case:
+ * b n-major, unaligned, f16 with a bias row, or b k-major, aligned, bf16, several blocks. The
+ * small tile keeps PoCL's builds of the emulations short. */
+static void gemm_on_every_units_layout(test_ctx *t) {
+    static const gemm_case n_major = {.M = 13,
+                                      .N = 9,
+                                      .K = 21,
+                                      .trans_b = true,
+                                      .in = CLATTN_F16,
+                                      .out = CLATTN_F16,
+                                      .matmul = "units:UNIT_M=16,UNIT_N=16",
+                                      .biased = true,
+                                      .bias = CLATTN_F32},
+                           k_major = {.M = 70,
+                                      .N = 150,
+                                      .K = 40,
+                                      .aligned = true,
+                                      .in = CLATTN_BF16,
+                                      .out = CLATTN_BF16,
+                                      .matmul = "units:UNIT_M=16,UNIT_N=16"};
+    static const struct {
+        int unit, subgroup;
+        const gemm_case *g;
+    } units[] = {{CLATTN__TILE_WMMA, 32, &n_major},
+                 {CLATTN__TILE_MFMA, 64, &k_major},
+                 {CLATTN__TILE_DPAS8, 8, &k_major},
+                 {CLATTN__TILE_DPAS16, 16, &n_major}};
+    if (test_under_uninit_checker())
+        return test_skip(t, "the emulated units run without --uninitialized");
+    cl_context context = clattn_env_context(t->env);
+    const clattn__call call = {
+        clattn_env_queue(t->env), context, clattn_env_device(t->env), 0, NULL, NULL};
+    const size_t max_group = clattn__device_max_group(call.device);
+    int ran = 0;
+    for (size_t u = 0; u < sizeof units / sizeof units[0] && !t->failed; ++u) {
+        if (max_group < 4 * (size_t)units[u].subgroup) continue;
+        ++ran;
+        clattn_cache_clear(context);
+        clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, units[u].unit);
+        const gemm_case *g = units[u].g;
+        bool takes = false;
+        const int status = clattn__gemm_units_available(&call, g->in, 70, 150, 70, 2, &takes);
+        if (status != CLATTN_SUCCESS || !takes)
+            test_fail_at(t, __FILE__, __LINE__, "tile unit %d, %s: %s, taken %d", units[u].unit,
+                         clattn_dtype_name(g->in), clattn_status_name(status), takes);
+        else
+            check_gemm_case(t, g);
+        clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, -1);
+    }
+    clattn_cache_clear(context);
+    if (!ran) test_skip(t, "groups capped below every tile's 4 subgroups");
+}
+
 /* CLBlast's own failures come back as CLATTN_ERR_BLAS with its code in the message. */
 static void gemm_bridge_reports_clblast_codes(test_ctx *t) {
     cl_mem buffer = test_buffer(t, 4096);
@@ -928,6 +997,7 @@ static const test_case cases[] = {
     {"gemm_bridge_matches_host", gemm_bridge_matches_host},
     {"gemm_kernel_matches_host", gemm_kernel_matches_host, TAG_SMOKE},
     {"gemm_on_matrix_units_matches_host", gemm_on_matrix_units_matches_host},
+    {"gemm_on_every_units_layout", gemm_on_every_units_layout},
     {"gemm_bridge_reports_clblast_codes", gemm_bridge_reports_clblast_codes},
     {"invalid_arguments", invalid_arguments, TAG_HOST | TAG_SMOKE},
 };

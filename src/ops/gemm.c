@@ -2,8 +2,8 @@
  * The GEMM every op runs (ops/gemm.h): the device's matmul row picks clattn's micro-kernel or
  * CLBlast. The kernel packs b into scratch (matmul_pack), then multiplies (matmul_tiles); the
  * two are chained by an event, so an out-of-order queue runs them in order too. 16-bit storage
- * may take matmul_mma instead (clattn__gemm_units_available): one kernel, a group of 4 warps per
- * block of outputs.
+ * may take matmul_mma instead (clattn__gemm_units_available): one kernel, a group of 4 subgroups
+ * of the device's matrix unit (clattn__matrix_tile) per block of outputs.
  */
 #include "gemm.h"
 #include "runtime/device_facts.h"
@@ -134,17 +134,25 @@ int clattn__gemm_batched(const clattn__call *call, bool trans_b, size_t m, size_
 
 /* ---- matmul_mma: 16-bit storage on matrix units ---- */
 
-#define MM_GROUP 128 /* matmul_mma: 4 warps of 32 */
+#define MM_SUBGROUPS 4 /* matmul_mma: a group of 4 subgroups */
+
+/* cl/mma.cl's MMA_TILE_SCRATCH: the local floats a subgroup's products take (NVIDIA's emulation
+ * A and B of one m16n8k16, the others' emulation A and B of a tile, a native build one). */
+static cl_ulong tile_scratch_floats(const clattn__tile *tile, bool emulated) {
+    if (!emulated) return 1;
+    return tile->unit == CLATTN__TILE_NV ? 16 * 16 + 16 * 8 : 2 * 16 * 16;
+}
 
 /* Bytes of local memory matmul_mma declares (cl/matmul.cl): the slices of a and b (rows of 32
  * values and n-major b, or 32 rows of a block's columns, 4 words over each row) and the
- * emulation's scratch where it runs. */
-static cl_ulong mm_local_bytes(const matmul_tuning *t, bool trans_b, bool emulated) {
+ * products' scratch. */
+static cl_ulong mm_local_bytes(const matmul_tuning *t, bool trans_b, const clattn__tile *tile,
+                               bool emulated) {
     const cl_ulong rows_a = 2 * (cl_ulong)t->UNIT_M, cols_b = 2 * (cl_ulong)t->UNIT_N;
     const cl_ulong slice_words = 32 / 2 + 4;
     const cl_ulong words_b = trans_b ? cols_b * slice_words : 32 * (cols_b / 2 + 4);
-    const cl_ulong scratch = emulated ? 4 * (16 * 16 + 16 * 8) : 4;
-    return 4 * (rows_a * slice_words + words_b + scratch);
+    return 4 *
+           (rows_a * slice_words + words_b + MM_SUBGROUPS * tile_scratch_floats(tile, emulated));
 }
 
 /* matmul_mma's work-groups for one m x n matrix: blocks of 2 UNIT_M rows by 2 UNIT_N columns. */
@@ -160,19 +168,18 @@ int clattn__gemm_units_available(const clattn__call *call, clattn_dtype in, size
     int status = clattn__matmul_tuning_get(call->device, in, &t);
     if (status != CLATTN_SUCCESS || !t.UNITS || (in != CLATTN_F16 && in != CLATTN_BF16))
         return status;
-    const size_t limit = INT_MAX - 128;
+    const size_t limit = INT_MAX - 256;
     if (m == 0 || n == 0 || k == 0 || batch == 0 || m > limit || n > limit || k > limit ||
         mm_blocks(&t, m, n) > limit / batch)
         return status;
+    clattn__tile tile;
+    status = clattn__matrix_tile(call, in, &tile);
+    if (status != CLATTN_SUCCESS || !tile.unit) return status;
     const bool emulated = clattn__matrix_units_emulated();
-    if (clattn__device_max_group(call->device) < MM_GROUP ||
-        mm_local_bytes(&t, true, emulated) > clattn__device_local_bytes(call->device) ||
-        mm_local_bytes(&t, false, emulated) > clattn__device_local_bytes(call->device))
-        return status;
-    unsigned units = 0;
-    status = clattn__matrix_units(call, &units);
-    *takes = status == CLATTN_SUCCESS &&
-             (units & (in == CLATTN_F16 ? CLATTN_MATRIX_MMA_F16 : CLATTN_MATRIX_MMA_BF16));
+    const cl_ulong local = clattn__device_local_bytes(call->device);
+    *takes = clattn__device_max_group(call->device) >= (size_t)(MM_SUBGROUPS * tile.subgroup) &&
+             mm_local_bytes(&t, true, &tile, emulated) <= local &&
+             mm_local_bytes(&t, false, &tile, emulated) <= local;
     return status;
 }
 
@@ -202,13 +209,18 @@ int clattn__gemm_units_batched(const clattn__call *call, clattn_dtype in, clattn
                                const clattn__bias_row *bias, float beta, const clattn__matrices *c,
                                size_t batch) {
     matmul_tuning t;
+    clattn__tile tile;
     int status = clattn__matmul_tuning_get(call->device, in, &t);
+    if (status == CLATTN_SUCCESS) status = clattn__matrix_tile(call, in, &tile);
     if (status != CLATTN_SUCCESS) return status;
+    if (!tile.unit)
+        return clattn__fail(CLATTN_ERR_UNSUPPORTED_DTYPE, "matmul_mma: no matrix unit for %s",
+                            clattn_dtype_name(in));
     char options[384];
     int used = snprintf(options, sizeof options,
-                        "-cl-std=CL1.2 -DMATMUL_MMA=1 -DMMA_T=%s -DC_T=%s -DMMA_PTX=%d "
-                        "-DTRANS_B=%d -DALIGNED=%d -DHAS_BIAS=%d -DBIAS_T=%s",
-                        clattn_dtype_name(in), clattn_dtype_name(out),
+                        "-cl-std=CL1.2 -DMATMUL_MMA=1 -DMMA_T=%s -DC_T=%s -DMMA_UNIT=%d "
+                        "-DMMA_NATIVE=%d -DTRANS_B=%d -DALIGNED=%d -DHAS_BIAS=%d -DBIAS_T=%s",
+                        clattn_dtype_name(in), clattn_dtype_name(out), tile.unit,
                         clattn__matrix_units_emulated() ? 0 : 1, trans_b ? 1 : 0,
                         rows_aligned(a, b) ? 1 : 0, bias ? 1 : 0,
                         clattn_dtype_name(bias ? bias->dtype : CLATTN_F32));
@@ -227,7 +239,8 @@ int clattn__gemm_units_batched(const clattn__call *call, clattn_dtype in, clattn
     if (status == CLATTN_SUCCESS) status = clattn__set_arg(kernel, arg++, sizeof beta, &beta);
     if (status == CLATTN_SUCCESS) status = set_bias_args(kernel, &arg, bias, c);
     if (status == CLATTN_SUCCESS) {
-        const size_t global = batch * mm_blocks(&t, m, n) * MM_GROUP, local = MM_GROUP;
+        const size_t local = (size_t)(MM_SUBGROUPS * tile.subgroup);
+        const size_t global = batch * mm_blocks(&t, m, n) * local;
         status = clattn__fault_hit(CLATTN__FAULT_GEMM)
                      ? clattn__cl_fail(CL_OUT_OF_RESOURCES, "clEnqueueNDRangeKernel (matmul_mma)")
                      : clattn__enqueue(call, kernel, 1, &global, &local);

@@ -40,9 +40,9 @@ int clattn__gemm_units_batched(const clattn__call *call, clattn_dtype in, clattn
                                size_t batch);
 
 /* Whether clattn__gemm_units_batched runs products of `in` on this call's device, of up to m x n
- * outputs, k deep, `batch` matrices: the matmul row's UNITS, the unit for `in` found by
- * clattn_matrix_units (which probes on first use), a group of 128 and the tiles' local memory,
- * and sizes the kernel numbers with int. */
+ * outputs, k deep, `batch` matrices: the matmul row's UNITS, a unit for `in` found by
+ * clattn_matrix_units (which probes on first use), a group of 4 of its subgroups and the tiles'
+ * local memory, and sizes the kernel numbers with int. */
 int clattn__gemm_units_available(const clattn__call *call, clattn_dtype in, size_t m, size_t n,
                                  size_t k, size_t batch, bool *takes);
 

@@ -1,9 +1,10 @@
 /*
- * Matrix-unit probes. A mechanism counts for a device only when cl/mma.cl's matrix_probe, built
- * for that mechanism, returns the exact product of a known 16 x 16 by 16 x 8 problem there: no
- * vendor names and no driver tables, so an untested driver can never give a wrong result
- * silently. Results are cached per (context, device), the context retained like the program
- * cache's, until clattn_cache_clear.
+ * Matrix-unit probes. A mechanism counts for a device only when cl/mma.cl's probes, built for
+ * that mechanism, return the exact products of a known problem there (tile_probe: 16 x 16 by
+ * 16 x 16 with b in both layouts; for NVIDIA's also matrix_probe, the warp primitives
+ * attention_mma uses): no vendor names and no driver tables, so an untested driver can never
+ * give a wrong result silently. Results are cached per (context, device), the context retained
+ * like the program cache's, until clattn_cache_clear.
  */
 #include "matrix_units.h"
 #include "device_facts.h"
@@ -47,30 +48,45 @@ static cl_ushort small_int_bits(float v, bool bf16) {
     return (cl_ushort)(sign | (e + 15) << 10 | ((n << (10 - e)) & 0x3ffu));
 }
 
-/* Runs the probe kernel on one warp of 32 and compares D with the host's product. */
-static int run_probe(const clattn__call *call, cl_kernel kernel, bool bf16, bool *exact) {
-    cl_ushort a[PROBE_M * PROBE_K], b[PROBE_K * PROBE_N];
-    float c[PROBE_M * PROBE_N], d[PROBE_M * PROBE_N], want[PROBE_M * PROBE_N];
+/* A probe kernel's problem: D = A B + C, A 16 x 16, B 16 x n (n 8: matrix_probe; 16: tile_probe,
+ * which returns D twice, b loaded in each layout), the work-group one subgroup. */
+typedef struct probe_shape {
+    const char *kernel;
+    int n, copies;
+} probe_shape;
+static const probe_shape matrix_probe_shape = {"matrix_probe", 8, 1},
+                         tile_probe_shape = {"tile_probe", 16, 2};
+
+/* Runs a probe kernel on one subgroup of `group` work-items and compares each copy of D with
+ * the host's product. */
+static int run_probe(const clattn__call *call, cl_kernel kernel, const probe_shape *shape,
+                     size_t group, bool bf16, bool *exact) {
+    enum { N = 16, COPIES = 2 };
+    const int n = shape->n;
+    cl_ushort a[PROBE_M * PROBE_K], b[PROBE_K * N];
+    float c[PROBE_M * N], d[COPIES * PROBE_M * N], want[PROBE_M * N];
     for (int i = 0; i < PROBE_M; ++i)
         for (int k = 0; k < PROBE_K; ++k) a[i * PROBE_K + k] = small_int_bits(probe_a(i, k), bf16);
     for (int k = 0; k < PROBE_K; ++k)
-        for (int j = 0; j < PROBE_N; ++j) b[k * PROBE_N + j] = small_int_bits(probe_b(k, j), bf16);
+        for (int j = 0; j < n; ++j) b[k * n + j] = small_int_bits(probe_b(k, j), bf16);
     for (int i = 0; i < PROBE_M; ++i)
-        for (int j = 0; j < PROBE_N; ++j) {
+        for (int j = 0; j < n; ++j) {
             float sum = probe_c(i, j);
             for (int k = 0; k < PROBE_K; ++k) sum += probe_a(i, k) * probe_b(k, j);
-            c[i * PROBE_N + j] = probe_c(i, j);
-            want[i * PROBE_N + j] = sum;
+            c[i * n + j] = probe_c(i, j);
+            want[i * n + j] = sum;
         }
+    const size_t out = (size_t)shape->copies * PROBE_M * (size_t)n * sizeof(float);
     cl_int err = CL_SUCCESS;
+    const cl_mem_flags in = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
     const struct {
         void *host;
         size_t bytes;
         cl_mem_flags flags;
-    } args[4] = {{a, sizeof a, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR},
-                 {b, sizeof b, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR},
-                 {c, sizeof c, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR},
-                 {NULL, sizeof d, CL_MEM_WRITE_ONLY}};
+    } args[4] = {{a, sizeof a, in},
+                 {b, PROBE_K * (size_t)n * sizeof(cl_ushort), in},
+                 {c, PROBE_M * (size_t)n * sizeof(float), in},
+                 {NULL, out, CL_MEM_WRITE_ONLY}};
     cl_mem buffers[4] = {NULL, NULL, NULL, NULL};
     for (int i = 0; i < 4 && err == CL_SUCCESS; ++i)
         buffers[i] =
@@ -78,36 +94,51 @@ static int run_probe(const clattn__call *call, cl_kernel kernel, bool bf16, bool
     int status = err == CL_SUCCESS ? CLATTN_SUCCESS : clattn__cl_fail(err, "probe buffers");
     for (cl_uint i = 0; i < 4 && status == CLATTN_SUCCESS; ++i)
         status = clattn__set_arg(kernel, i, sizeof(cl_mem), &buffers[i]);
-    const size_t warp = 32;
     cl_event done = NULL; /* the read waits for it: the caller's queue may be out of order */
+    bool launched = false;
     if (status == CLATTN_SUCCESS) {
-        err = clEnqueueNDRangeKernel(call->queue, kernel, 1, NULL, &warp, &warp, 0, NULL, &done);
-        if (err == CL_SUCCESS)
-            err = clEnqueueReadBuffer(call->queue, buffers[3], CL_TRUE, 0, sizeof d, d, 1, &done,
-                                      NULL);
-        if (err != CL_SUCCESS) status = clattn__cl_fail(err, "the matrix-unit probe");
+        /* a probe that built but does not launch here (a group or resource its compiler cannot
+         * run) means no unit, as a failed build does; a failed read is the queue's error */
+        launched = clEnqueueNDRangeKernel(call->queue, kernel, 1, NULL, &group, &group, 0, NULL,
+                                          &done) == CL_SUCCESS;
+        err = launched
+                  ? clEnqueueReadBuffer(call->queue, buffers[3], CL_TRUE, 0, out, d, 1, &done, NULL)
+                  : CL_SUCCESS;
+        if (err != CL_SUCCESS) status = clattn__cl_fail(err, "reading the matrix-unit probe");
     }
     if (done) clReleaseEvent(done);
     for (int i = 0; i < 4; ++i)
         if (buffers[i]) clReleaseMemObject(buffers[i]);
-    *exact = status == CLATTN_SUCCESS;
-    for (int i = 0; i < PROBE_M * PROBE_N && *exact; ++i) *exact = d[i] == want[i];
+    *exact = status == CLATTN_SUCCESS && launched;
+    for (int i = 0; i < shape->copies * PROBE_M * n && *exact; ++i)
+        *exact = d[i] == want[i % (PROBE_M * n)];
     return status;
 }
 
-int clattn__matrix_probe(const clattn__call *call, const char *options, bool *exact) {
+/* Builds the probe program with `options` (a build failure: not exact, no error) and runs the
+ * named kernel where its group of `group` work-items fits. */
+static int probe_kernel(const clattn__call *call, const char *options, const probe_shape *shape,
+                        size_t group, bool *exact) {
     *exact = false;
     cl_device_id device = call->device;
     cl_kernel kernel = NULL;
     int status =
-        clattn__create_kernel(call->context, device, "mma.cl", options, "matrix_probe", &kernel);
+        clattn__create_kernel(call->context, device, "mma.cl", options, shape->kernel, &kernel);
     if (status == CLATTN_ERR_BUILD_FAILED) return CLATTN_SUCCESS; /* not this mechanism */
-    size_t max_group = 0; /* a warp must fit one group, under CLATTN_MAX_WORK_GROUP too */
+    size_t max_group = 0; /* the subgroup must fit one group, under CLATTN_MAX_WORK_GROUP too */
     if (status == CLATTN_SUCCESS) status = clattn__kernel_max_group(kernel, device, &max_group);
-    if (status == CLATTN_SUCCESS && max_group >= 32)
-        status = run_probe(call, kernel, strstr(options, "bf16") != NULL, exact);
+    if (status == CLATTN_SUCCESS && max_group >= group)
+        status = run_probe(call, kernel, shape, group, strstr(options, "bf16") != NULL, exact);
     if (kernel) clReleaseKernel(kernel);
     return status;
+}
+
+int clattn__matrix_probe(const clattn__call *call, const char *options, bool *exact) {
+    return probe_kernel(call, options, &matrix_probe_shape, 32, exact);
+}
+
+int clattn__tile_probe(const clattn__call *call, const char *options, int subgroup, bool *exact) {
+    return probe_kernel(call, options, &tile_probe_shape, (size_t)subgroup, exact);
 }
 
 /* A device is handed inline PTX only when it says it is a CUDA device of compute capability 8.0
@@ -124,53 +155,133 @@ static bool takes_ptx_mma(cl_device_id device) {
            major >= 8;
 }
 
-/* The mechanisms: a unit, its probe's input type, and the test a device must pass before the
- * probe is built at all. */
-static const struct {
-    unsigned unit;
-    const char *type;
-    bool (*offered)(cl_device_id);
-} mechanisms[] = {
-    {CLATTN_MATRIX_MMA_F16, "f16", takes_ptx_mma},
-    {CLATTN_MATRIX_MMA_BF16, "bf16", takes_ptx_mma},
-};
-
-bool clattn__matrix_units_emulated(void) {
-    return clattn__hook_value(CLATTN__HOOK_MATRIX_EMULATION) == 1;
+static bool has_extension(cl_device_id device, const char *name) {
+    clattn__device_facts facts;
+    return clattn__device_facts_get(device, &facts) == CLATTN_SUCCESS &&
+           strstr(facts.extensions, name) != NULL;
 }
 
-/* A mechanism's probe: the PTX build, or with the emulation hook (tests) the local-memory
- * emulation, offered to every device. */
-static int probe_mechanism(const clattn__call *call, size_t i, bool *exact) {
-    const bool emulated = clattn__matrix_units_emulated();
+/* The GPU architecture an AMD device names (CL_DEVICE_NAME: "gfx1100", "gfx90a:sramecc+:xnack-")
+ * starts with one of `isas`: AMD's compiler aborts in its back end, rather than failing the
+ * build, on a matrix builtin the GPU lacks (WMMA's gfx11 form on gfx12 does), so a builtin goes
+ * only to the architectures that have it, as PTX goes only to compute capability 8.0 and on. */
+static bool amd_isa_is(cl_device_id device, const char *const *isas) {
+    if (!has_extension(device, "cl_amd_device_attribute_query")) return false;
+    char name[256] = "";
+    if (clGetDeviceInfo(device, CL_DEVICE_NAME, sizeof name - 1, name, NULL) != CL_SUCCESS)
+        return false;
+    for (; *isas; ++isas)
+        if (strncmp(name, *isas, strlen(*isas)) == 0) return true;
+    return false;
+}
+/* v_wmma_f32_16x16x16_{f16,bf16} with the _w32 builtins: RDNA3 (gfx11). */
+static bool takes_amd_wmma(cl_device_id device) {
+    static const char *const isas[] = {"gfx11", NULL};
+    return amd_isa_is(device, isas);
+}
+/* v_mfma_f32_16x16x16f16 and 16x16x16bf16_1k: CDNA2 and on (gfx90a, gfx94x, gfx95x). */
+static bool takes_amd_mfma(cl_device_id device) {
+    static const char *const isas[] = {"gfx90a", "gfx94", "gfx95", NULL};
+    return amd_isa_is(device, isas);
+}
+
+/* Intel's dpas needs the subgroup width the builtins are defined for: the device's smallest
+ * (the extension: "the subgroup size must be the minimum supported subgroup size"). */
+static bool takes_dpas(cl_device_id device, size_t width) {
+    if (!has_extension(device, "cl_intel_subgroup_matrix_multiply_accumulate")) return false;
+    size_t sizes[16] = {0}, bytes = 0;
+    if (clGetDeviceInfo(device, CL_DEVICE_SUB_GROUP_SIZES_INTEL, sizeof sizes, sizes, &bytes) !=
+            CL_SUCCESS ||
+        bytes < sizeof sizes[0])
+        return false;
+    size_t least = sizes[0];
+    for (size_t i = 1; i < bytes / sizeof sizes[0] && i < 16; ++i)
+        if (sizes[i] < least) least = sizes[i];
+    return least == width;
+}
+static bool takes_dpas8(cl_device_id device) {
+    return takes_dpas(device, 8);
+}
+static bool takes_dpas16(cl_device_id device) {
+    return takes_dpas(device, 16);
+}
+
+/* The mechanisms, in the order kernels prefer them: a unit, its probe's input type, its subgroup
+ * tile (cl/mma.cl's MMA_UNIT and MMA_SG), and the test a device must pass before the probe is
+ * built at all. */
+static const struct mechanism {
+    unsigned unit;
+    clattn_dtype type;
+    clattn__tile tile;
+    bool (*offered)(cl_device_id);
+} mechanisms[] = {
+    {CLATTN_MATRIX_MMA_F16, CLATTN_F16, {CLATTN__TILE_NV, 32}, takes_ptx_mma},
+    {CLATTN_MATRIX_MMA_BF16, CLATTN_BF16, {CLATTN__TILE_NV, 32}, takes_ptx_mma},
+    {CLATTN_MATRIX_WMMA_F16, CLATTN_F16, {CLATTN__TILE_WMMA, 32}, takes_amd_wmma},
+    {CLATTN_MATRIX_WMMA_BF16, CLATTN_BF16, {CLATTN__TILE_WMMA, 32}, takes_amd_wmma},
+    {CLATTN_MATRIX_MFMA_F16, CLATTN_F16, {CLATTN__TILE_MFMA, 64}, takes_amd_mfma},
+    {CLATTN_MATRIX_MFMA_BF16, CLATTN_BF16, {CLATTN__TILE_MFMA, 64}, takes_amd_mfma},
+    {CLATTN_MATRIX_DPAS_F16, CLATTN_F16, {CLATTN__TILE_DPAS8, 8}, takes_dpas8},
+    {CLATTN_MATRIX_DPAS_BF16, CLATTN_BF16, {CLATTN__TILE_DPAS8, 8}, takes_dpas8},
+    {CLATTN_MATRIX_DPAS_F16, CLATTN_F16, {CLATTN__TILE_DPAS16, 16}, takes_dpas16},
+    {CLATTN_MATRIX_DPAS_BF16, CLATTN_BF16, {CLATTN__TILE_DPAS16, 16}, takes_dpas16},
+};
+#define MECHANISMS (sizeof mechanisms / sizeof mechanisms[0])
+
+/* The tile unit the emulation hook offers every device (tests), or 0. */
+static int emulated_tile(void) {
+    const int v = clattn__hook_value(CLATTN__HOOK_MATRIX_EMULATION);
+    return v >= CLATTN__TILE_NV && v <= CLATTN__TILE_DPAS16 ? v : 0;
+}
+
+unsigned clattn__matrix_offered(cl_device_id device) {
+    unsigned offered = 0;
+    for (size_t i = 0; i < MECHANISMS; ++i)
+        if (mechanisms[i].offered(device)) offered |= mechanisms[i].unit;
+    return offered;
+}
+
+bool clattn__matrix_units_emulated(void) {
+    return emulated_tile() != 0;
+}
+
+/* A mechanism's probes: the native build where the device offers it, or with the emulation hook
+ * the local-memory emulation of that hook's tile unit, offered to every device. NVIDIA's must
+ * pass matrix_probe too. */
+static int probe_mechanism(const clattn__call *call, const struct mechanism *m, bool *exact) {
+    const int emulated = emulated_tile();
     *exact = false;
-    if (!emulated && !mechanisms[i].offered(call->device)) return CLATTN_SUCCESS;
-    char options[128];
-    snprintf(options, sizeof options, "-cl-std=CL1.2 -DMMA_PROBE=1 -DMMA_PTX=%d -DMMA_T=%s",
-             emulated ? 0 : 1, mechanisms[i].type);
-    return clattn__matrix_probe(call, options, exact);
+    if (emulated ? m->tile.unit != emulated : !m->offered(call->device)) return CLATTN_SUCCESS;
+    char options[160];
+    snprintf(options, sizeof options,
+             "-cl-std=CL1.2 -DMMA_PROBE=1 -DMMA_NATIVE=%d -DMMA_UNIT=%d -DMMA_T=%s",
+             emulated ? 0 : 1, m->tile.unit, clattn_dtype_name(m->type));
+    int status = clattn__tile_probe(call, options, m->tile.subgroup, exact);
+    if (status == CLATTN_SUCCESS && *exact && m->tile.unit == CLATTN__TILE_NV)
+        status = clattn__matrix_probe(call, options, exact);
+    return status;
 }
 
 typedef struct probe_entry {
     cl_context context;
     cl_device_id device;
-    unsigned units;
+    unsigned passed; /* bit i: mechanisms[i] passed its probes */
     struct probe_entry *next;
 } probe_entry;
 static pthread_mutex_t probe_lock = PTHREAD_MUTEX_INITIALIZER;
 static probe_entry *probe_head;
 
-static bool cached_units(cl_context context, cl_device_id device, unsigned *units) {
+static bool cached_units(cl_context context, cl_device_id device, unsigned *passed) {
     pthread_mutex_lock(&probe_lock);
     const probe_entry *e = probe_head;
     while (e && (e->context != context || e->device != device)) e = e->next;
-    if (e) *units = e->units;
+    if (e) *passed = e->passed;
     pthread_mutex_unlock(&probe_lock);
     return e != NULL;
 }
 
 /* Two threads may probe the same device at once; both get the same answer, the first is kept. */
-static void cache_units(cl_context context, cl_device_id device, unsigned units) {
+static void cache_units(cl_context context, cl_device_id device, unsigned passed) {
     probe_entry *e = malloc(sizeof *e);
     if (!e) return; /* the next call probes again */
     pthread_mutex_lock(&probe_lock);
@@ -180,7 +291,7 @@ static void cache_units(cl_context context, cl_device_id device, unsigned units)
         free(e);
     } else {
         clRetainContext(context);
-        *e = (probe_entry){context, device, units, probe_head};
+        *e = (probe_entry){context, device, passed, probe_head};
         probe_head = e;
     }
     pthread_mutex_unlock(&probe_lock);
@@ -202,21 +313,39 @@ void clattn__matrix_units_clear(cl_context context) {
     pthread_mutex_unlock(&probe_lock);
 }
 
-int clattn__matrix_units(const clattn__call *call, unsigned *units) {
-    *units = 0;
-    int status = CLATTN_SUCCESS;
-    if (cached_units(call->context, call->device, units)) return status;
+/* Which mechanisms passed on the call's device (bit i: mechanisms[i]), probed on first use. */
+static int passed_mechanisms(const clattn__call *call, unsigned *passed) {
+    *passed = 0;
+    if (cached_units(call->context, call->device, passed)) return CLATTN_SUCCESS;
     unsigned found = 0;
-    for (size_t i = 0; i < sizeof mechanisms / sizeof mechanisms[0] && status == CLATTN_SUCCESS;
-         ++i) {
+    int status = CLATTN_SUCCESS;
+    for (size_t i = 0; i < MECHANISMS && status == CLATTN_SUCCESS; ++i) {
         bool exact = false;
-        status = probe_mechanism(call, i, &exact);
-        if (exact) found |= mechanisms[i].unit;
+        status = probe_mechanism(call, &mechanisms[i], &exact);
+        if (exact) found |= 1u << i;
     }
     if (status != CLATTN_SUCCESS) return status;
     cache_units(call->context, call->device, found);
-    *units = found;
+    *passed = found;
     return CLATTN_SUCCESS;
+}
+
+int clattn__matrix_units(const clattn__call *call, unsigned *units) {
+    unsigned passed = 0;
+    const int status = passed_mechanisms(call, &passed);
+    *units = 0;
+    for (size_t i = 0; i < MECHANISMS; ++i)
+        if (passed & (1u << i)) *units |= mechanisms[i].unit;
+    return status;
+}
+
+int clattn__matrix_tile(const clattn__call *call, clattn_dtype type, clattn__tile *tile) {
+    unsigned passed = 0;
+    const int status = passed_mechanisms(call, &passed);
+    *tile = (clattn__tile){0, 0};
+    for (size_t i = 0; i < MECHANISMS && !tile->unit; ++i)
+        if ((passed & (1u << i)) && mechanisms[i].type == type) *tile = mechanisms[i].tile;
+    return status;
 }
 
 int clattn_matrix_units(cl_command_queue queue, unsigned *units) {
