@@ -52,7 +52,7 @@ typedef struct bench_ceilings {
     /* the first call of every op family, program builds included (bench/first_calls.c), with
      * the driver's cache warm and empty; < 0: not measured */
     double first_warm_ms, first_cold_ms;
-    char matrix_units[64]; /* clattn_matrix_units, in words: "mma-f16 mma-bf16", "none" */
+    char matrix_units[96]; /* clattn_matrix_units, in words: "mma-f16 mma-bf16", "none" */
     bench_timing copy, fma, launch, matrix;
     bench_ceiling_run copy_run, fma_run, nop_run, matrix_run;
 } bench_ceilings;

@@ -404,12 +404,12 @@ class Context:
 
     def matrix_units(self):
         """The matrix units clattn can drive on this device (clattn_matrix_units): a list of
-        "mma-f16", "mma-bf16", each probed once on an exact product; [] on CPUs."""
+        "mma-f16", "mma-bf16" (NVIDIA), "wmma-*", "mfma-*" (AMD), "dpas-*" (Intel), each probed
+        once on an exact product; [] on CPUs."""
         units = ctypes.c_uint(0)
         _check(self._lib.clattn_matrix_units(self._lib.clattn_env_queue(self._env),
                                              ctypes.byref(units)))
-        names = ((_lib.MATRIX_MMA_F16, "mma-f16"), (_lib.MATRIX_MMA_BF16, "mma-bf16"))
-        return [name for bit, name in names if units.value & bit]
+        return [name for name, bit in _lib.MATRIX_UNITS if units.value & bit]
 
     def close(self):
         """Releases every tensor of the context (using one afterwards is a ValueError), then the

@@ -63,7 +63,9 @@ class LinearOptions(ctypes.Structure):
 
 
 FEATURE_MAPS = {"elu1": 0, "relu": 1, "identity": 2}
-MATRIX_MMA_F16, MATRIX_MMA_BF16 = 1, 2  # CLATTN_MATRIX_* bits
+# CLATTN_MATRIX_* bits, as clattn.h defines them, by their names in words
+MATRIX_UNITS = (("mma-f16", 1), ("mma-bf16", 2), ("wmma-f16", 4), ("wmma-bf16", 8),
+                ("mfma-f16", 16), ("mfma-bf16", 32), ("dpas-f16", 64), ("dpas-bf16", 128))
 
 
 class MhaParams(ctypes.Structure):
