@@ -89,12 +89,13 @@ pthread=(OCL_ICD_VENDORS="$pocl_icd" POCL_DEVICES=pthread CLATTN_DEVICE=pthread)
 # (no GPU row reaches CLBlast: they would rerun the pthread lane's; CLBlast's one compile of
 # its GEMM, about 15 s, then falls to the next test that calls it), and the test that two
 # m-tiles a warp give attention_mma's bits (no row asks for them; its two builds, 11 s, run in
-# the pthread lane), and the test of matmul_mma alone (five builds, about 25 s; the pthread lane
-# runs it, and MHA's units test dumps matmul_mma programs for the compile lane).
+# the pthread lane), and the tests of matmul_mma alone (five builds, about 25 s, and the other
+# vendors' tile layouts, four; the pthread lane runs them, and MHA's units test dumps matmul_mma
+# programs for the compile lane, which rebuilds them for each vendor's unit).
 gpu_rows=("CLATTN_TUNE=$(sed -n 's/^TUNING_ROW("\([a-z_]*\)", "\*", "type:gpu", "\([^"]*\)").*/\1:\2/p' \
   src/runtime/tuning_table.def | paste -sd';')" CLATTN_MAX_LOCAL_MEMORY=49152
   CLATTN_DUMP_PROGRAMS="$programs")
-gpu_rows_selector='--suite !tuning !the_work_group_cap_applies|gemm_bridge_matches|clblast_codes|two_m_tiles_a_warp|gemm_on_matrix_units'
+gpu_rows_selector='--suite !tuning !the_work_group_cap_applies|gemm_bridge_matches|clblast_codes|two_m_tiles_a_warp|gemm_on_matrix_units|gemm_on_every_units_layout'
 basic=(OCL_ICD_VENDORS="$pocl_icd" POCL_DEVICES=basic CLATTN_DEVICE=basic CLATTN_FUZZ_N=8
   CLATTN_TEST_SMALL=1 "${gpu_rows[@]}")
 sanitizers=("${pthread[@]}"
@@ -424,14 +425,16 @@ lane_tools() {
 }
 
 # ptx_rebuilds LANE KERNEL PTX PROGRAM|SED...: each dumped PROGRAM (its .options; SED edits
-# them) rebuilt for sm_80 with MMA_PTX=1 into PTX must carry mma.sync and ldmatrix; one pass
+# them) rebuilt for sm_80 with the instruction (MMA_PTX=1, or on the subgroup tile
+# MMA_NATIVE=1 of its NVIDIA unit) into PTX must carry mma.sync and ldmatrix; one pass
 # when every one did (and there was one), else one failure.
 ptx_rebuilds() {
   local name=$1 kernel=$2 ptx=$3 entry program options count=0 built=0
   shift 3
   for entry in "$@"; do
     program=${entry%%|*}
-    options=$(sed "s/-DMMA_PTX=0/-DMMA_PTX=1/; ${entry#*|}" "$program")
+    options=$(sed "s/-DMMA_PTX=0/-DMMA_PTX=1/; s/-DMMA_NATIVE=0/-DMMA_NATIVE=1/; ${entry#*|}" \
+      "$program")
     count=$((count + 1))
     # shellcheck disable=SC2086 # the options are a list of arguments
     clang-15 -x cl -cl-std=CL1.2 -nogpulib -O2 -Xclang -finclude-default-header \
@@ -450,11 +453,27 @@ ptx_rebuilds() {
   fi
 }
 
+# target_results LANE LOG WORD TAIL: a test per line "WORD TARGET: BUILT of COUNT TAIL" of LOG
+# (tools/compile_programs.py's), passing when BUILT is COUNT; `result_lines` counts the lines.
+target_results() {
+  local name=$1 target built count
+  result_lines=0
+  while read -r _ target built _ count _; do
+    result_lines=$((result_lines + 1))
+    if [ "$built" = "$count" ]; then
+      lane_p=$((lane_p + 1))
+    else
+      echo "[$name] FAIL ${target%:} ($3): $built of $count $4"
+      lane_f=$((lane_f + 1))
+    fi
+  done < <(grep -E "^$3 [a-z0-9_-]+: [0-9]+ of [0-9]+ $4\$" "$2")
+}
+
 # The dumped programs (the selector: their folder) through tools/compile_programs.py, a test per
 # target; the pocl-basic lane dumps them, and when it did not run this time, this lane runs its
 # tests to dump them. Then the planted construct, a test that passes when the tool fails on it.
 lane_compile() {
-  local name=$1 dump=$3 log="$logs/$1.log" target built chosen targets planted small
+  local name=$1 dump=$3 log="$logs/$1.log" result_lines planted small
   local -a selector
   if ! compgen -G "$dump/*.cl" >/dev/null; then
     read -ra selector <<<"$gpu_rows_selector"
@@ -466,17 +485,8 @@ lane_compile() {
   if ! grep -qE '^[0-9]+ programs x [0-9]+ targets: [0-9]+ built, 0 failed$' "$log"; then
     echo "[$name] not every program built; see $log"
   fi
-  targets=0
-  while read -r _ target built _ chosen _; do
-    targets=$((targets + 1))
-    if [ "$built" = "$chosen" ]; then
-      lane_p=$((lane_p + 1))
-    else
-      echo "[$name] FAIL $target: $built of $chosen programs built"
-      lane_f=$((lane_f + 1))
-    fi
-  done < <(grep -E '^target [a-z0-9_-]+: [0-9]+ of [0-9]+ programs built$' "$log")
-  if [ "$targets" -eq 0 ]; then
+  target_results "$name" "$log" target 'programs built'
+  if [ "$result_lines" -eq 0 ]; then
     echo "[$name] no result line; see $log"
     lane_f=$((lane_f + 1))
   fi
@@ -522,12 +532,26 @@ lane_compile() {
   for program in $(grep -l -- '-DVARIANT=5 ' "$dump"/attention-*.options 2>/dev/null); do
     for ahead in 0 1; do attention+=("$program|s/-DMMA_AHEAD=[01]/-DMMA_AHEAD=$ahead/"); done
   done
-  for program in $(grep -l -- '-DMATMUL_MMA=1 ' "$dump"/matmul-*.options 2>/dev/null); do
+  for program in $(grep -l -- '-DMATMUL_MMA=1 .*-DMMA_UNIT=1 ' "$dump"/matmul-*.options \
+    2>/dev/null); do
     matmul+=("$program|" "$program|s/-DTRANS_B=1/-DTRANS_B=0/")
   done
   ptx_rebuilds "$name" attention_mma "$planted.ptx" "${attention[@]}"
   ptx_rebuilds "$name" matmul_mma "$planted.ptx" "${matmul[@]}"
   rm -rf "$planted" "$planted.ptx"
+  # The other vendors' matrix units, as a GPU that has one builds the subgroup-tile programs
+  # (matmul_mma, the probes): Intel's dpas (dg2-g10, pvc), AMD's WMMA (gfx1100) and MFMA (gfx90a);
+  # a test per target, each build carrying its instruction.
+  timeout "$2" python3 "$root/tools/compile_programs.py" "$dump" --native \
+    >"$logs/$name-native.log" 2>&1
+  grep -E -A4 '^FAIL' "$logs/$name-native.log" | head -20 | sed "s/^/[$name] /"
+  target_results "$name" "$logs/$name-native.log" native 'builds carry the instruction'
+  grep -E '^native .* spills' "$logs/$name-native.log" | sed "s/^/[$name] /"
+  if [ "$result_lines" -ne 4 ]; then
+    echo "[$name] FAIL the matrix-unit rebuilds reported $result_lines of 4 targets;" \
+      "see $logs/$name-native.log"
+    lane_f=$((lane_f + 1))
+  fi
 }
 
 # ---- the loop --------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 """Builds the programs clattn dumped (CLATTN_DUMP_PROGRAMS) with other vendors' compilers, offline.
 
     python3 tools/compile_programs.py DUMP_DIR [--all] [--targets T,T] [--jobs N] [--table FILE]
+    python3 tools/compile_programs.py DUMP_DIR --native [--all] [--targets T,T] [--jobs N]
 
 DUMP_DIR holds <op>-<hash>.cl and <op>-<hash>.options pairs: each program's source text and
 build options exactly as a device's driver got them. Each one is built for every target of
@@ -21,6 +22,15 @@ registers, scratch and spills, least occupancy). AMD's numbers come from clang's
 kernel-resource-usage remarks, Intel's from ocloc's spill warnings (a kernel that does not
 spill gets none, so 0); clang prints none for NVPTX (no ptxas here). --table FILE writes it as
 Markdown.
+
+--native builds the programs a GPU with a matrix unit builds instead, which no CPU lane dumps: each
+dumped program on cl/mma.cl's subgroup tile in its emulated NVIDIA build (-DMMA_UNIT=1
+-DMMA_NATIVE=0: matmul_mma, the probes) rebuilt with the native mechanism of each target that has
+one (NATIVE: Intel's dpas in subgroups of 8 and 16, AMD's WMMA and MFMA; NVIDIA's PTX is
+ci/test.sh's ptx_rebuilds), matmul_mma with b in both layouts; each build must succeed and its
+machine code carry the instruction (Intel's from IGC's shader dump, AMD's assembly). ocloc does not
+enable cl_intel_subgroup_matrix_multiply_accumulate for an offline device, so the build defines the
+macro a driver defines where its device reports the extension.
 """
 import argparse
 import collections
@@ -47,6 +57,15 @@ TARGETS = {
     "sm_80": ("nvptx", ["-target", "nvptx64-unknown-nvidiacl", "-march=sm_80"]),   # A100 class
 }
 LIBCLC_OF = {"amdgcn": "amdgcn--amdhsa.bc", "nvptx": "nvptx64--nvidiacl.bc"}
+
+# target: (cl/mma.cl's MMA_UNIT for its matrix unit, what its machine code must then carry)
+NATIVE = {
+    "dg2-g10": (4, r"dpas\.8x8 \(8\|M0\)"),
+    "pvc": (5, r"dpas\.8x8 \(16\|M0\)"),
+    "gfx1100": (2, r"v_wmma_f32_16x16x16_b?f16"),
+    "gfx90a": (3, r"v_mfma_f32_16x16x16(f16|bf16_1k)"),
+}
+INTEL_MATRIX_MACRO = "-Dcl_intel_subgroup_matrix_multiply_accumulate"
 
 AMD_REMARK = re.compile(r"remark: +(Function Name|SGPRs|VGPRs|ScratchSize \[bytes/lane\]|"
                         r"Occupancy \[waves/SIMD\]|VGPRs Spill|LDS Size \[bytes/block\]): (\S+)")
@@ -127,6 +146,85 @@ def build(folder, stem, options, target):
     return stem, target, ok, text, resources
 
 
+INTEL_SPILL_SIZE = re.compile(r"^//\.spill size (\d+)", re.M)  # IGC's dump, per kernel
+AMD_SCRATCH = re.compile(r"ScratchSize \[bytes/lane\]: (\d+)")
+
+
+def native_build(folder, stem, options, target):
+    """(stem, target, ok, output, spill): the program rebuilt with the target's native matrix
+    unit; spill: the most bytes its kernels spill (Intel, a thread) or scratch (AMD, a lane)."""
+    unit, instruction = NATIVE[target]
+    options = [o for o in options if not o.startswith(("-DMMA_UNIT=", "-DMMA_NATIVE="))]
+    options += [f"-DMMA_UNIT={unit}", "-DMMA_NATIVE=1"]
+    kind, args = TARGETS[target]
+    source = os.path.join(folder, stem + ".cl")
+    with tempfile.TemporaryDirectory() as out_dir:
+        env = dict(os.environ)
+        if kind == "ocloc":
+            options.append(INTEL_MATRIX_MACRO)
+            env.update(IGC_ShaderDumpEnable="1", IGC_DumpToCustomDir=out_dir)
+            argv = command(target, source, options, out_dir)
+        else:
+            argv = [CLANG, *CLANG_COMMON, *args, "-Xclang", "-mlink-builtin-bitcode", "-Xclang",
+                    os.path.join(LIBCLC, LIBCLC_OF[kind]), "-Wno-linker-warnings",
+                    "-Rpass-analysis=kernel-resource-usage", *options, "-S", source, "-o",
+                    os.path.join(out_dir, "out.s")]
+        run = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             env=env)
+        code = ""
+        for name in os.listdir(out_dir):
+            if name.endswith((".asm", ".s")):
+                with open(os.path.join(out_dir, name), errors="replace") as f:
+                    code += f.read()
+    ok = run.returncode == 0 and "Build failed" not in run.stdout
+    text = run.stdout
+    if ok and not re.search(instruction, code):
+        ok, text = False, f"{text}\nbuilt, but the machine code lacks {instruction}"
+    spills = INTEL_SPILL_SIZE.findall(code) + AMD_SCRATCH.findall(text)
+    return stem, target, ok, text, max(map(int, spills), default=0)
+
+
+def native_main(args, targets, found):
+    """--native: every emulated tile program rebuilt per target with its unit; 1 on a failure."""
+    targets = [t for t in targets if t in NATIVE]
+    jobs = []
+    for op in sorted(found):
+        eligible = {stem: o for stem, o in found[op].items()
+                    if "-DMMA_UNIT=1" in o and "-DMMA_NATIVE=0" in o}
+        if not eligible:
+            continue
+        stems = sorted(eligible) if args.all else cover(eligible)
+        print(f"{op}: {len(stems)} of {len(eligible)} programs on the subgroup tile")
+        for stem in stems:
+            layouts = [eligible[stem]]
+            if "-DTRANS_B=1" in eligible[stem]:  # matmul_mma's b k-major too
+                layouts.append([o.replace("-DTRANS_B=1", "-DTRANS_B=0") for o in eligible[stem]])
+            jobs += [(stem, options, t) for options in layouts for t in targets]
+    if not jobs:
+        print("compile_programs: no program on the subgroup tile")
+        return 1
+    results, worst = [], {}
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        for stem, target, ok, text, spill in pool.map(lambda j: native_build(args.folder, *j),
+                                                      jobs):
+            results.append((target, ok))
+            if ok and spill >= worst.get(target, (0, ""))[0]:
+                worst[target] = (spill, stem)
+            if not ok:
+                print(f"FAIL {stem} for {target} with its matrix unit:")
+                print("\n".join(line for line in text.splitlines()
+                                if ERROR.search(line) or "lacks" in line)[:3000])
+    for t in targets:
+        built = sum(1 for target, ok in results if target == t and ok)
+        count = sum(1 for target, _ in results if target == t)
+        print(f"native {t}: {built} of {count} builds carry the instruction")
+        if t in worst:
+            unit = "bytes a thread" if TARGETS[t][0] == "ocloc" else "bytes a lane"
+            print(f"native {t} spills: at most {worst[t][0]} {unit} ({worst[t][1]})")
+    failures = sum(1 for _, ok in results if not ok)
+    return 1 if failures else 0
+
+
 def kernels_of(folder, results):
     """{stem: the kernels its program holds}: those AMD's compiler reported (the source text also
     has kernels its build options leave out), else every __kernel of the text."""
@@ -192,6 +290,8 @@ def main():
     parser.add_argument("--targets", default=",".join(TARGETS))
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--table", help="write the resource table (Markdown) to this file")
+    parser.add_argument("--native", action="store_true",
+                        help="rebuild the subgroup-tile programs with each target's matrix unit")
     args = parser.parse_args()
     targets = args.targets.split(",")
     unknown = [t for t in targets if t not in TARGETS]
@@ -208,6 +308,8 @@ def main():
     if not found:
         print(f"compile_programs: no dumped program in {args.folder}")
         return 1
+    if args.native:
+        return native_main(args, targets, found)
     chosen = []
     for op in sorted(found):
         stems = sorted(found[op]) if args.all else cover(found[op])
