@@ -343,9 +343,15 @@ MMA_INLINE void mma_tile_load_a(uint a[MMA_AW], __local const ushort *p, int str
     mma_load_blocks(a, p, p + 8 * stride, p + 8, p + 8 * stride + 8, stride, 0);
 #else
     const int lane = (int)get_local_id(0) % MMA_SG;
-    for (int w = 0; w < MMA_AW; ++w)
-        a[w] = MMA_TILE_VALUE(p, mma_a_at(lane, 2 * w), stride) |
-               MMA_TILE_VALUE(p, mma_a_at(lane, 2 * w + 1), stride) << 16;
+    for (int w = 0; w < MMA_AW; ++w) {
+        const int at = mma_a_at(lane, 2 * w);
+#if MMA_UNIT == MMA_DPAS16
+        a[w] = MMA_TILE_VALUE(p, at, stride) | MMA_TILE_VALUE(p, mma_a_at(lane, 2 * w + 1), stride)
+                                                   << 16; /* a word is two rows' values */
+#else
+        a[w] = *(__local const uint *)(p + at / 16 * stride + at % 16); /* k, k + 1 of a row */
+#endif
+    }
 #endif
 }
 
@@ -362,12 +368,11 @@ MMA_INLINE void mma_tile_load_b(uint b[MMA_BW], __local const ushort *p, int str
 #else
     const int lane = (int)get_local_id(0) % MMA_SG;
     for (int w = 0; w < MMA_BW; ++w) {
-        uint word = 0;
-        for (int h = 0; h < 2; ++h) {
-            const int at = mma_b_at(lane, 2 * w + h), k = at / 16, n = at % 16;
-            word |= (uint)(kmajor ? p[k * stride + n] : p[n * stride + k]) << (16 * h);
-        }
-        b[w] = word;
+        const int at = mma_b_at(lane, 2 * w), k = at / 16, n = at % 16;
+        if (kmajor) /* the word's values k, k + 1 are two rows apart */
+            b[w] = (uint)p[k * stride + n] | (uint)p[(k + 1) * stride + n] << 16;
+        else
+            b[w] = *(__local const uint *)(p + n * stride + k);
     }
 #endif
 }
