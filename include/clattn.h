@@ -188,18 +188,19 @@ CLATTN_API int clattn_device_facts(cl_device_id device, char *text, size_t capac
 
 /* The matrix units (tensor cores, XMX, WMMA/MFMA) clattn can drive on the queue's device, as
  * CLATTN_MATRIX_* bits: each mechanism is built and run once per (context, device) on a known
- * 16 x 16 product and counts only when every element comes back exact; a device whose extensions
- * do not offer it is not probed (cl_nv_device_attribute_query with compute capability 8.0 or
- * more for NVIDIA's mma.sync; cl_amd_device_attribute_query for AMD's builtins, which the build
- * then accepts or refuses for the GPU; cl_intel_subgroup_matrix_multiply_accumulate for Intel's
- * dpas). Cached until clattn_cache_clear(context). 0 on CPUs, PoCL and Oclgrind. Statuses:
- * CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT, OpenCL's (a probe that does not build is not an
- * error: that unit is absent). f16 or bf16 inputs, f32 accumulators: */
+ * 16 x 16 product and counts only when every element comes back exact; a device that is not
+ * offered it is not probed (cl_nv_device_attribute_query with compute capability 8.0 or more
+ * for NVIDIA's mma.sync; cl_amd_device_attribute_query and a device named for an architecture
+ * that has the builtin, gfx11 for WMMA, gfx90a, gfx94 or gfx95 for MFMA;
+ * cl_intel_subgroup_matrix_multiply_accumulate for Intel's dpas). Cached until
+ * clattn_cache_clear(context). 0 on CPUs, PoCL and Oclgrind. Statuses: CLATTN_SUCCESS,
+ * CLATTN_ERR_INVALID_ARGUMENT, OpenCL's (a probe that does not build is not an error: that unit
+ * is absent). f16 or bf16 inputs, f32 accumulators: */
 #define CLATTN_MATRIX_MMA_F16   1u   /* NVIDIA mma.sync.m16n8k16 (sm_80 on), f16 */
 #define CLATTN_MATRIX_MMA_BF16  2u   /* the same with bf16 */
-#define CLATTN_MATRIX_WMMA_F16  4u   /* AMD v_wmma_f32_16x16x16 (RDNA3 on, waves of 32), f16 */
+#define CLATTN_MATRIX_WMMA_F16  4u   /* AMD v_wmma_f32_16x16x16 (RDNA3, waves of 32), f16 */
 #define CLATTN_MATRIX_WMMA_BF16 8u   /* the same with bf16 */
-#define CLATTN_MATRIX_MFMA_F16  16u  /* AMD v_mfma_f32_16x16x16 (CDNA2 on), f16 */
+#define CLATTN_MATRIX_MFMA_F16  16u  /* AMD v_mfma_f32_16x16x16 (CDNA2, CDNA3), f16 */
 #define CLATTN_MATRIX_MFMA_BF16 32u  /* the same with bf16 */
 #define CLATTN_MATRIX_DPAS_F16  64u  /* Intel dpas (Xe-HPG, Xe-HPC, Xe2: subgroups of 8 or 16) */
 #define CLATTN_MATRIX_DPAS_BF16 128u /* the same with bf16 */
