@@ -113,7 +113,9 @@ def cover(options_of):
     return chosen
 
 
-def command(target, source, options, out_dir):
+def command(target, source, options, out_dir, assembly=False):
+    """The build's argv; clang writes out_dir/out (AMD: an object, or with `assembly` the
+    assembly text out.s; NVIDIA: PTX)."""
     kind, args = TARGETS[target]
     if kind == "ocloc":
         return ["ocloc", "compile", "-file", source, *args, "-options", " ".join(options),
@@ -121,8 +123,10 @@ def command(target, source, options, out_dir):
     libclc = ["-Xclang", "-mlink-builtin-bitcode", "-Xclang",
               os.path.join(LIBCLC, LIBCLC_OF[kind])]
     remarks = ["-Rpass-analysis=kernel-resource-usage"] if kind == "amdgcn" else []
+    output = ["-S", source, "-o", os.path.join(out_dir, "out.s")] if assembly else \
+        ["-c" if kind == "amdgcn" else "-S", source, "-o", os.path.join(out_dir, "out")]
     return [CLANG, *CLANG_COMMON, *args, *libclc, *remarks, "-Wno-linker-warnings", *options,
-            "-c" if kind == "amdgcn" else "-S", source, "-o", os.path.join(out_dir, "out")]
+            *output]
 
 
 def build(folder, stem, options, target):
@@ -156,19 +160,14 @@ def native_build(folder, stem, options, target):
     unit, instruction = NATIVE[target]
     options = [o for o in options if not o.startswith(("-DMMA_UNIT=", "-DMMA_NATIVE="))]
     options += [f"-DMMA_UNIT={unit}", "-DMMA_NATIVE=1"]
-    kind, args = TARGETS[target]
+    kind = TARGETS[target][0]
     source = os.path.join(folder, stem + ".cl")
     with tempfile.TemporaryDirectory() as out_dir:
         env = dict(os.environ)
         if kind == "ocloc":
             options.append(INTEL_MATRIX_MACRO)
             env.update(IGC_ShaderDumpEnable="1", IGC_DumpToCustomDir=out_dir)
-            argv = command(target, source, options, out_dir)
-        else:
-            argv = [CLANG, *CLANG_COMMON, *args, "-Xclang", "-mlink-builtin-bitcode", "-Xclang",
-                    os.path.join(LIBCLC, LIBCLC_OF[kind]), "-Wno-linker-warnings",
-                    "-Rpass-analysis=kernel-resource-usage", *options, "-S", source, "-o",
-                    os.path.join(out_dir, "out.s")]
+        argv = command(target, source, options, out_dir, assembly=True)
         run = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              env=env)
         code = ""

@@ -141,24 +141,22 @@ int clattn__tile_probe(const clattn__call *call, const char *options, int subgro
     return probe_kernel(call, options, &tile_probe_shape, (size_t)subgroup, exact);
 }
 
+static bool has_extension(cl_device_id device, const char *name) {
+    clattn__device_facts facts;
+    return clattn__device_facts_get(device, &facts) == CLATTN_SUCCESS &&
+           strstr(facts.extensions, name) != NULL;
+}
+
 /* A device is handed inline PTX only when it says it is a CUDA device of compute capability 8.0
  * or more (cl_nv_device_attribute_query; mma.m16n8k16 needs sm_80): another compiler given PTX
  * could fail in ways no build log reports (an LLVM backend may abort on an instruction it does
  * not know). The probe then decides. */
 static bool takes_ptx_mma(cl_device_id device) {
-    clattn__device_facts facts;
-    if (clattn__device_facts_get(device, &facts) != CLATTN_SUCCESS) return false;
-    if (!strstr(facts.extensions, "cl_nv_device_attribute_query")) return false;
+    if (!has_extension(device, "cl_nv_device_attribute_query")) return false;
     cl_uint major = 0;
     return clGetDeviceInfo(device, CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV, sizeof major, &major,
                            NULL) == CL_SUCCESS &&
            major >= 8;
-}
-
-static bool has_extension(cl_device_id device, const char *name) {
-    clattn__device_facts facts;
-    return clattn__device_facts_get(device, &facts) == CLATTN_SUCCESS &&
-           strstr(facts.extensions, name) != NULL;
 }
 
 /* The GPU architecture an AMD device names (CL_DEVICE_NAME: "gfx1100", "gfx90a:sramecc+:xnack-")

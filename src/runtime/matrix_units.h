@@ -36,8 +36,8 @@ bool clattn__matrix_units_emulated(void);
 void clattn__matrix_units_clear(cl_context context);
 /* Builds cl/mma.cl's probes with `options` (MMA_T, MMA_UNIT, MMA_NATIVE, ...) and runs one on
  * the known product: *exact tells whether every element came back exact. A program that does not
- * build is not exact (the build log goes to the log callback); a failing enqueue or read is an
- * error. matrix_probe: NVIDIA's warp primitives, a warp of 32; tile_probe: the subgroup tile, a
+ * build or does not launch is not exact (the build log goes to the log callback); a failing read
+ * is an error. matrix_probe: NVIDIA's warp primitives, a warp of 32; tile_probe: the subgroup tile, a
  * subgroup of `subgroup` work-items. */
 int clattn__matrix_probe(const clattn__call *call, const char *options, bool *exact);
 int clattn__tile_probe(const clattn__call *call, const char *options, int subgroup, bool *exact);
