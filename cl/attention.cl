@@ -271,7 +271,7 @@ __kernel void attention_blocks(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TEN
 
 #endif /* BUILDS(0) */
 
-#if BUILDS(1) || BUILDS(4) || BUILDS(5)
+#if BUILDS(1) || BUILDS(4) || BUILDS(5) || BUILDS(6)
 /* The first and the end of the keys any query of the work-group can see, from each work-item's
  * [lo, hi) (empty when lo >= hi): a tile no query sees is never loaded. */
 inline int2 group_key_span(__local int *span, int lo, int hi, int Sk) {
@@ -654,34 +654,15 @@ attention_lanes(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T,
 }
 #endif /* VEC >= 4 && BUILDS(3) */
 
-#if BUILDS(5) && defined(MMA_T)
+#if (BUILDS(5) || BUILDS(6)) && defined(MMA_T)
 #ifndef CLATTN_MMA_CL
 #include "mma.cl"
 #endif
-/* attention_mma: q, k and v in MMA_T (f16 or bf16), products on cl/mma.cl's mma_m16n8k16. A
- * work-group of MMA_WARPS warps takes MMA_WQ * MMA_WARPS queries of one (batch, query head), a
- * warp MMA_WQ of them as MMA_MT m-tiles of 16; each lane holds rows g and g + 8 of each m-tile
- * (g = lane / 4, t = lane % 4), in the fragment layouts of cl/mma.cl, so a K or V fragment read
- * from local memory feeds MMA_MT products. Per tile of MMA_KT keys (K and V fetched into
- * registers, a tile ahead with MMA_AHEAD, 16-byte loads when the host proved their rows ALIGNED,
- * then staged in local memory as raw 16-bit rows, as the group's q rows are at the start, from
- * which cl/mma.cl's mma_load_blocks, ldmatrix on the units, reads the fragments): S = q k^T as
- * MMA_KB blocks of 16 x 8 products per 16 head dims and m-tile, the mask and the online softmax
- * in f32 (a row's max combined across the four lanes that hold it: cl/mma.cl's quad reduction),
- * then the weights, rounded to MMA_T, re-packed in registers as the A fragments of P V (the C
- * fragments of two 8-key blocks are exactly one A fragment's halves) and multiplied into
- * VALUE_DIM / 8 accumulator fragments per m-tile.
- * Everything the other variants promise holds (masks, GQA, lse, empty rows, bottom-right): the
- * mask is cl/mask.cl's, element by element except in tiles that it leaves whole (then the scale
- * alone, the same bits). The weights are exp2((s - m) log2(e)): the base-2 exponential is the
- * cheaper instruction (FlashAttention folds m log2(e) into one FMA, which overflows for
- * |m| > 2.3e38). Key tiles start at multiples of MMA_KT, whatever the group's span. A zero
- * weight cannot skip its V row inside a product (0 * Inf is NaN), so NaN and Inf values enter
- * the products as 0, and a tile that holds one (a flag set while loading) adds them afterwards
- * to the outputs whose weight for them is not 0 (w * x is x's infinity or NaN for any w > 0, so
- * only the weight's being 0 matters): a hidden one changes no bit. A NaN score makes its row's
- * sum NaN, which is how the end finds NaN rows. Needs HEAD_DIM a multiple of 16 and VALUE_DIM of
- * 8 (the host checks), and no key split. */
+/* What attention_mma and attention_units share: a work-group of MMA_WARPS subgroups (warps)
+ * of MMA_SG work-items, MMA_WQ queries a subgroup, key tiles of MMA_KT keys fetched from global
+ * memory into registers (a tile ahead with MMA_AHEAD, 16-byte loads when the host proved K's and
+ * V's rows ALIGNED) and staged in local memory as raw 16-bit rows, V's NaN and Inf as 0, as the
+ * group's q rows are at the start. */
 #ifndef MMA_WARPS
 #define MMA_WARPS 4
 #endif
@@ -694,10 +675,6 @@ attention_lanes(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T,
 #ifndef MMA_AHEAD
 #define MMA_AHEAD 1 /* 1: the next tile fetched into registers during this one; 0: at the tile */
 #endif
-#define MMA_MT    (MMA_WQ / 16)           /* m-tiles a warp */
-#define MMA_ROWS  (2 * MMA_MT)            /* rows a lane: row a is g + 8 (a % 2) of m-tile a / 2 */
-#define MMA_KB    (MMA_KT / 8)            /* 8-key blocks of S */
-#define MMA_QC    (HEAD_DIM / 16)         /* 16-dim A fragments of q, per m-tile */
 #define MMA_BQ    (MMA_WQ * MMA_WARPS)    /* queries a group */
 /* Row strides, in 32-bit words, of the local tiles of K and V (both row-major, a row a key):
  * 4 mod 32, so that the eight 16-byte rows of an 8 x 8 block that a fragment load reads hit
@@ -705,7 +682,6 @@ attention_lanes(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T,
 #define MMA_STRIDE(n) (((n) / 2 + 31) / 32 * 32 + 4)
 #define MMA_KS        MMA_STRIDE(HEAD_DIM)
 #define MMA_VS        MMA_STRIDE(VALUE_DIM)
-#define MMA_VB        (VALUE_DIM / 8) /* 8-column blocks of the output */
 #define MMA_RAW(p) ((__global const ushort *)(p))
 
 /* The 16-bit bits of v in MMA_T, rounded to nearest even. */
@@ -748,7 +724,7 @@ MMA_INLINE mma_matrix mma_matrix_at(__global const ushort *p, IDX at, IDX row, I
 /* A tile's K and V in 8-value chunks (uint4), MMA_KREGS and MMA_VREGS a work-item: fetched from
  * global memory into registers, a tile ahead with MMA_AHEAD (the loads fly while the last tile
  * is computed, in registers held throughout) or at the tile, then staged into local memory. */
-#define MMA_THREADS (MMA_WARPS * MMA_WARP)
+#define MMA_THREADS (MMA_WARPS * MMA_SG)
 #define MMA_KREGS   ((MMA_KT * HEAD_DIM / 8 + MMA_THREADS - 1) / MMA_THREADS)
 #define MMA_VREGS   ((MMA_KT * VALUE_DIM / 8 + MMA_THREADS - 1) / MMA_THREADS)
 
@@ -809,9 +785,20 @@ MMA_INLINE void mma_stage(const uint4 kr[MMA_KREGS], const uint4 vr[MMA_VREGS], 
     if (bad) atomic_or(garbage, 1);
 }
 
-/* The warp's row (0 .. MMA_WQ - 1) that is the lane's row a: g + 8 (a % 2) of m-tile a / 2. */
-inline int mma_lane_row(int a) {
-    return 16 * (a / 2) + 8 * (a % 2) + (int)get_local_id(0) % MMA_WARP / 4;
+/* The tile at j0 (keys below hi) staged into kt and vt once the group is done with the last one,
+ * and (MMA_AHEAD) the next one fetched into kr and vr; whether the tile held a NaN or Inf value.
+ * `garbage` holds a flag by the tile's parity: one is reset while the other is in use. */
+MMA_INLINE bool mma_next_tile(const mma_matrix *k, const mma_matrix *v, int j0, int hi, int tile,
+                              uint4 kr[MMA_KREGS], uint4 vr[MMA_VREGS], __local uint *kt,
+                              __local uint *vt, __local int *garbage) {
+    if (!MMA_AHEAD) mma_fetch(k, v, j0, hi, kr, vr);
+    barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with the last tile */
+    mma_stage(kr, vr, kt, vt, &garbage[tile]);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const bool flagged = garbage[tile] != 0;
+    if (get_local_id(0) == 0) garbage[tile ^ 1] = 0; /* everyone read it, a tile ago */
+    if (MMA_AHEAD && j0 + MMA_KT < hi) mma_fetch(k, v, j0 + MMA_KT, hi, kr, vr);
+    return flagged;
 }
 
 /* The group's q rows (first .. first + MMA_BQ - 1, 0 at or past Sq) into qt, rows as K's tiles
@@ -823,6 +810,51 @@ MMA_INLINE void mma_stage_q(const mma_matrix *q, int first, int Sq, __local uint
         const int i = e / (HEAD_DIM / 8), d = e % (HEAD_DIM / 8) * 8;
         *(__local uint4 *)(qt + i * MMA_KS + d / 2) = mma_chunk_by_value(q, first + i, d, Sq);
     }
+}
+
+/* Row `row`'s mask (cl/mask.cl) in batch b and head h; a row past Sq sees nothing (it only
+ * helps load tiles). */
+MMA_INLINE mask_row mma_row_mask(const mask_params *p, int b, int h, int row, int Sq, int Sk) {
+    mask_row r = mask_row_start(p, b, h, min(row, Sq - 1), Sq, Sk);
+    if (row >= Sq) r.hi = r.lo;
+    return r;
+}
+#endif /* (BUILDS(5) || BUILDS(6)) && MMA_T */
+
+#if BUILDS(5) && defined(MMA_T)
+/* attention_mma: q, k and v in MMA_T (f16 or bf16), products on cl/mma.cl's mma_m16n8k16. A
+ * work-group of MMA_WARPS warps takes MMA_WQ * MMA_WARPS queries of one (batch, query head), a
+ * warp MMA_WQ of them as MMA_MT m-tiles of 16; each lane holds rows g and g + 8 of each m-tile
+ * (g = lane / 4, t = lane % 4), in the fragment layouts of cl/mma.cl, so a K or V fragment read
+ * from local memory feeds MMA_MT products. Per tile of MMA_KT keys (K and V fetched into
+ * registers, a tile ahead with MMA_AHEAD, 16-byte loads when the host proved their rows ALIGNED,
+ * then staged in local memory as raw 16-bit rows, as the group's q rows are at the start, from
+ * which cl/mma.cl's mma_load_blocks, ldmatrix on the units, reads the fragments): S = q k^T as
+ * MMA_KB blocks of 16 x 8 products per 16 head dims and m-tile, the mask and the online softmax
+ * in f32 (a row's max combined across the four lanes that hold it: cl/mma.cl's quad reduction),
+ * then the weights, rounded to MMA_T, re-packed in registers as the A fragments of P V (the C
+ * fragments of two 8-key blocks are exactly one A fragment's halves) and multiplied into
+ * VALUE_DIM / 8 accumulator fragments per m-tile.
+ * Everything the other variants promise holds (masks, GQA, lse, empty rows, bottom-right): the
+ * mask is cl/mask.cl's, element by element except in tiles that it leaves whole (then the scale
+ * alone, the same bits). The weights are exp2((s - m) log2(e)): the base-2 exponential is the
+ * cheaper instruction (FlashAttention folds m log2(e) into one FMA, which overflows for
+ * |m| > 2.3e38). Key tiles start at multiples of MMA_KT, whatever the group's span. A zero
+ * weight cannot skip its V row inside a product (0 * Inf is NaN), so NaN and Inf values enter
+ * the products as 0, and a tile that holds one (a flag set while loading) adds them afterwards
+ * to the outputs whose weight for them is not 0 (w * x is x's infinity or NaN for any w > 0, so
+ * only the weight's being 0 matters): a hidden one changes no bit. A NaN score makes its row's
+ * sum NaN, which is how the end finds NaN rows. Needs HEAD_DIM a multiple of 16 and VALUE_DIM of
+ * 8 (the host checks), and no key split. */
+#define MMA_MT    (MMA_WQ / 16)           /* m-tiles a warp */
+#define MMA_ROWS  (2 * MMA_MT)            /* rows a lane: row a is g + 8 (a % 2) of m-tile a / 2 */
+#define MMA_KB    (MMA_KT / 8)            /* 8-key blocks of S */
+#define MMA_QC    (HEAD_DIM / 16)         /* 16-dim A fragments of q, per m-tile */
+#define MMA_VB        (VALUE_DIM / 8) /* 8-column blocks of the output */
+
+/* The warp's row (0 .. MMA_WQ - 1) that is the lane's row a: g + 8 (a % 2) of m-tile a / 2. */
+inline int mma_lane_row(int a) {
+    return 16 * (a / 2) + 8 * (a % 2) + (int)get_local_id(0) % MMA_WARP / 4;
 }
 
 /* S = q k^T over the staged tile: s[mt][kb][f] is row 2 mt + (f >> 1)'s score of key
@@ -854,13 +886,6 @@ MMA_INLINE void mma_scores(const __local uint *qt, const __local uint *kt,
     }
 }
 
-/* Row `row`'s mask (cl/mask.cl) in batch b and head h; a row past Sq sees nothing (it only
- * helps load tiles). */
-MMA_INLINE mask_row mma_row_mask(const mask_params *p, int b, int h, int row, int Sq, int Sk) {
-    mask_row r = mask_row_start(p, b, h, min(row, Sq - 1), Sq, Sk);
-    if (row >= Sq) r.hi = r.lo;
-    return r;
-}
 
 /* The tile's scores masked in place: the scale alone where each of the lane's rows sees the whole
  * tile plainly (`plain`), else key by key (-INFINITY outside a row's [lo, hi)), with the rows'
@@ -1023,13 +1048,7 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
     const int first = keys.x / MMA_KT * MMA_KT;
     if (MMA_AHEAD && keys.x < keys.y) mma_fetch(&km, &vm, first, keys.y, kr, vr);
     for (int j0 = first, tile = 0; j0 < keys.y; j0 += MMA_KT, tile ^= 1) {
-        if (!MMA_AHEAD) mma_fetch(&km, &vm, j0, keys.y, kr, vr);
-        barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with the last tile */
-        mma_stage(kr, vr, kt, vt, &garbage[tile]);
-        barrier(CLK_LOCAL_MEM_FENCE);
-        const bool flagged = garbage[tile] != 0;
-        if (lid == 0) garbage[tile ^ 1] = 0; /* everyone read it, a tile ago */
-        if (MMA_AHEAD && j0 + MMA_KT < keys.y) mma_fetch(&km, &vm, j0 + MMA_KT, keys.y, kr, vr);
+        const bool flagged = mma_next_tile(&km, &vm, j0, keys.y, tile, kr, vr, kt, vt, garbage);
 
         float s[MMA_MT][MMA_KB][4];
         uint pa[MMA_MT][MMA_KB / 2][4];
@@ -1061,6 +1080,230 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
     }
 }
 #endif /* BUILDS(5) && MMA_T */
+
+#if BUILDS(6) && defined(MMA_T)
+/* attention_units: attention_mma's work on cl/mma.cl's subgroup tile (16 x 16 x 16 products), so
+ * that it runs on every mechanism the tile has (MMA_UNIT: AMD's WMMA and MFMA, Intel's dpas,
+ * NVIDIA's mma.sync), whose register layouts differ: nothing here depends on one, since every
+ * exchange between the products and the softmax goes through local memory at the places
+ * mma_c_at gives. A group of MMA_WARPS subgroups takes 16 queries a subgroup (MMA_WQ = 16) of
+ * one (batch, query head). Per tile of MMA_KT keys, staged as attention_mma stages them: S = q k^T
+ * as MMA_KT / 16 tiles per subgroup (q's rows as A, K's rows as B stored n-major); the raw scores
+ * to local memory; each score row's mask and online softmax by its owners, UNITS_PARTS lanes of
+ * the subgroup that each take every UNITS_PARTS-th key of it (a row's max combined through local
+ * memory, its sum kept per lane until the end), which write the weights, rounded to MMA_T, and
+ * the row's rescale to local memory; the accumulators rescaled at their places; P V as tiles of
+ * the weights (A) and V's rows (B stored k-major). The promises are attention_mma's, kept the
+ * same way (the mask's scale alone in tiles a row sees whole, exp2 weights, NaN and Inf values
+ * added apart from the products where their weight is not 0, NaN rows found by their sums).
+ * Needs HEAD_DIM and VALUE_DIM multiples of 16 (the host checks), and no key split. */
+#if MMA_WQ != 16
+#error "attention_units takes 16 queries a subgroup"
+#endif
+#define UNITS_NT    (MMA_KT / 16)                    /* 16-key tiles of S */
+#define UNITS_QC    (HEAD_DIM / 16)                  /* 16-dim tiles of q (A) and K (B) */
+#define UNITS_VT    (VALUE_DIM / 16)                 /* 16-column tiles of the output */
+#define UNITS_PARTS (MMA_SG > 16 ? MMA_SG / 16 : 1)  /* lanes that share a score row */
+#define UNITS_ROWS  (MMA_SG < 16 ? 16 / MMA_SG : 1)  /* score rows a lane shares in */
+#define UNITS_SS    (MMA_KT + 1)                     /* floats a score row takes */
+#define UNITS_PS    (MMA_KT + 8)                     /* 16-bit weights a row: 16-byte aligned */
+
+/* The subgroup's score row (0 .. 15) that is the lane's row a, and which part of it the lane
+ * takes: keys part, part + UNITS_PARTS, ... of each tile. */
+inline int units_row(int a) {
+    return (int)get_local_id(0) % MMA_SG % 16 + a * MMA_SG;
+}
+inline int units_part(void) {
+    return (int)get_local_id(0) % MMA_SG / 16;
+}
+
+/* S = q k^T over the staged tile: s[nt] is the 16 x 16 tile of keys 16 nt .. 16 nt + 15, at the
+ * lane's places (mma_c_at). q16: the subgroup's 16 q rows. */
+MMA_INLINE void units_scores(const __local ushort *q16, const __local ushort *k16,
+                             float s[UNITS_NT][MMA_CV], __local float *scratch) {
+    UNROLL for (int nt = 0; nt < UNITS_NT; ++nt)
+        UNROLL for (int i = 0; i < MMA_CV; ++i) s[nt][i] = 0.0f;
+    UNROLL for (int c = 0; c < UNITS_QC; ++c) {
+        uint a[MMA_AW];
+        mma_tile_load_a(a, q16 + c * 16, 2 * MMA_KS);
+        UNROLL for (int nt = 0; nt < UNITS_NT; ++nt) {
+            uint b[MMA_BW];
+            mma_tile_load_b(b, k16 + nt * 16 * (2 * MMA_KS) + c * 16, 2 * MMA_KS, 0);
+            mma_tile(s[nt], a, b, scratch);
+        }
+    }
+}
+
+/* The mask and the online-softmax step over the subgroup's scores ss (raw, UNITS_SS floats a
+ * row), by the rows' owners: each row's max m and the lane's part of its sum l updated; the
+ * weights, rounded to MMA_T, into pt (UNITS_PS a row), each row's rescale factor into rescale;
+ * where the tile holds NaN or Inf values (`flagged`), seen[row * MMA_KT + key] records which
+ * weights are not 0. `tops` holds 16 x UNITS_PARTS floats: the parts' maxima. The subgroup's
+ * rows are the query rows first .. first + 15. */
+MMA_INLINE void units_softmax(const mask_params *p, int b, int h, int first, int Sq, int Sk, int j0,
+                              __local float *ss, __local float *tops, float m[UNITS_ROWS],
+                              float l[UNITS_ROWS], __local ushort *pt, __local float *rescale,
+                              bool flagged, __local uchar *seen) {
+    const int part = units_part();
+    UNROLL for (int a = 0; a < UNITS_ROWS; ++a) {
+        const int row = units_row(a);
+        const mask_row r = mma_row_mask(p, b, h, first + row, Sq, Sk);
+        const int2 plain = mask_plain_keys(&r);
+        const bool whole = j0 >= plain.x && j0 + MMA_KT <= plain.y;
+        float top = -INFINITY;
+        for (int c = part; c < MMA_KT; c += UNITS_PARTS) {
+            const int j = j0 + c;
+            const float x = ss[row * UNITS_SS + c];
+            const float y = whole ? p->scale * x
+                                  : j >= r.lo && j < r.hi ? mask_score(p, &r, j, x) : -INFINITY;
+            ss[row * UNITS_SS + c] = y;
+            top = fmax(top, y);
+        }
+        tops[row * UNITS_PARTS + part] = top;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    UNROLL for (int a = 0; a < UNITS_ROWS; ++a) {
+        const int row = units_row(a);
+        float top = tops[row * UNITS_PARTS];
+        for (int q = 1; q < UNITS_PARTS; ++q) top = fmax(top, tops[row * UNITS_PARTS + q]);
+        /* as attention_mma's: an unchanged max keeps the row exactly, an empty row keeps base 0 */
+        const float m_new = fmax(m[a], top);
+        const float base = m_new == -INFINITY ? 0.0f : m_new;
+        const float kept = m[a] == m_new ? 1.0f : exp2((m[a] - m_new) * M_LOG2E_F);
+        m[a] = m_new;
+        l[a] *= kept;
+        if (part == 0) rescale[row] = kept;
+        for (int c = part; c < MMA_KT; c += UNITS_PARTS) {
+            const float w = exp2((ss[row * UNITS_SS + c] - base) * M_LOG2E_F);
+            l[a] += w;
+            pt[row * UNITS_PS + c] = (ushort)mma_bits(w);
+            if (flagged) seen[row * MMA_KT + c] = w != 0.0f;
+        }
+    }
+}
+
+/* acc += P V over the staged tile: the subgroup's weights (pt) as A, V's rows as B (k-major). */
+MMA_INLINE void units_values(const __local ushort *pt, const __local ushort *v16,
+                             float acc[UNITS_VT][MMA_CV], __local float *scratch) {
+    UNROLL for (int c = 0; c < UNITS_NT; ++c) {
+        uint a[MMA_AW];
+        mma_tile_load_a(a, pt + c * 16, UNITS_PS);
+        UNROLL for (int n = 0; n < UNITS_VT; ++n) {
+            uint b[MMA_BW];
+            mma_tile_load_b(b, v16 + c * 16 * (2 * MMA_VS) + n * 16, 2 * MMA_VS, 1);
+            mma_tile(acc[n], a, b, scratch);
+        }
+    }
+}
+
+/* The NaN and Inf values of keys j0 .. (below hi) went into the products as 0: each lane adds
+ * those that its places of the output weigh (seen: the subgroup's rows), read again from V. */
+MMA_INLINE void units_add_non_finite(const mma_matrix *v, int j0, int hi,
+                                     const __local uchar *seen, float acc[UNITS_VT][MMA_CV]) {
+    const int lane = (int)get_local_id(0) % MMA_SG;
+    for (int jj = 0; jj < MMA_KT && j0 + jj < hi; ++jj) {
+        const IDX at = v->at + (IDX)(j0 + jj) * v->row;
+        UNROLL for (int i = 0; i < MMA_CV; ++i) {
+            const int place = mma_c_at(lane, i);
+            if (!seen[place / 16 * MMA_KT + jj]) continue;
+            UNROLL for (int n = 0; n < UNITS_VT; ++n) {
+                const uint bits = v->p[at + (IDX)(n * 16 + place % 16) * v->step];
+                if (mma_not_finite(bits)) acc[n][i] += mma_half_value(bits, 0);
+            }
+        }
+    }
+}
+
+__kernel __attribute__((reqd_work_group_size(MMA_THREADS, 1, 1))) MMA_SUBGROUP_ATTRIBUTE void
+attention_units(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v),
+                __global CAT(storage_, O_T) * o, IDX o_off, IDX o_s0, IDX o_s1, IDX o_s2,
+                IDX o_s3, int B, int Hq, int Hkv, int Sq, int Sk LSE_PARAMS, MASK_PARAMS) {
+    __local float scratch[MMA_WARPS * MMA_TILE_SCRATCH];
+    /* the key tile and its values, row-major (V's NaN and Inf as 0); the group's q rows */
+    __local uint4 kt4[MMA_KT * MMA_KS / 4], vt4[MMA_KT * MMA_VS / 4], qt4[MMA_BQ * MMA_KS / 4];
+    /* a subgroup's: raw then masked scores, the parts' maxima, its weights (rows 16-byte
+     * aligned), each row's rescale (at the end: its sum and max), the weights' flags */
+    __local float ss_all[MMA_WARPS * 16 * UNITS_SS], tops_all[MMA_WARPS * 16 * UNITS_PARTS];
+    __local uint4 pt4[MMA_WARPS * 16 * UNITS_PS / 8];
+    __local float rows_all[MMA_WARPS * 2 * 16];
+    __local uchar seen_all[MMA_WARPS * 16 * MMA_KT];
+    __local int span[2], garbage[2];
+    __local uint *kt = (__local uint *)kt4, *vt = (__local uint *)vt4, *qt = (__local uint *)qt4;
+    const int lid = (int)get_local_id(0), sg = lid / MMA_SG, lane = lid % MMA_SG;
+    const int part = units_part();
+    __local float *ss = ss_all + sg * 16 * UNITS_SS, *tops = tops_all + sg * 16 * UNITS_PARTS;
+    __local float *rescale = rows_all + sg * 2 * 16;
+    __local ushort *pt = (__local ushort *)pt4 + sg * 16 * UNITS_PS;
+    __local uchar *seen = seen_all + sg * 16 * MMA_KT;
+    const int blocks = (Sq + MMA_BQ - 1) / MMA_BQ, group = (int)get_group_id(0);
+    const int bh = group / blocks, h = bh % Hq, b = bh / Hq, hk = h / (Hq / Hkv);
+    const int first = (group % blocks) * MMA_BQ + sg * 16; /* the subgroup's first row */
+    const mma_matrix qm = MMA_MATRIX(q, b, h), km = MMA_MATRIX(k, b, hk), vm = MMA_MATRIX(v, b, hk);
+    MASK_PACK(p);
+    int lo = Sk, hi = 0;
+    UNROLL for (int a = 0; a < UNITS_ROWS; ++a) {
+        const mask_row r = mma_row_mask(&p, b, h, first + units_row(a), Sq, Sk);
+        if (r.lo < r.hi) lo = min(lo, r.lo), hi = max(hi, r.hi);
+    }
+    if (lid == 0) garbage[0] = 0;
+    const int2 keys = group_key_span(span, lo, hi, Sk); /* its barriers publish garbage[0] */
+
+    mma_stage_q(&qm, (group % blocks) * MMA_BQ, Sq, qt); /* the first tile's barrier publishes it */
+    float acc[UNITS_VT][MMA_CV], m[UNITS_ROWS], l[UNITS_ROWS];
+    UNROLL for (int a = 0; a < UNITS_ROWS; ++a) m[a] = -INFINITY, l[a] = 0.0f;
+    UNROLL for (int n = 0; n < UNITS_VT; ++n)
+        UNROLL for (int i = 0; i < MMA_CV; ++i) acc[n][i] = 0.0f;
+
+    uint4 kr[MMA_KREGS], vr[MMA_VREGS];
+    const int j_first = keys.x / MMA_KT * MMA_KT; /* tiles at multiples of MMA_KT, as mma's */
+    if (MMA_AHEAD && keys.x < keys.y) mma_fetch(&km, &vm, j_first, keys.y, kr, vr);
+    for (int j0 = j_first, tile = 0; j0 < keys.y; j0 += MMA_KT, tile ^= 1) {
+        const bool flagged = mma_next_tile(&km, &vm, j0, keys.y, tile, kr, vr, kt, vt, garbage);
+        float s[UNITS_NT][MMA_CV];
+        units_scores((const __local ushort *)(qt + sg * 16 * MMA_KS), (const __local ushort *)kt,
+                     s, scratch);
+        UNROLL for (int nt = 0; nt < UNITS_NT; ++nt)
+            UNROLL for (int i = 0; i < MMA_CV; ++i) {
+                const int place = mma_c_at(lane, i);
+                ss[place / 16 * UNITS_SS + nt * 16 + place % 16] = s[nt][i];
+            }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        units_softmax(&p, b, h, first, Sq, Sk, j0, ss, tops, m, l, pt, rescale, flagged, seen);
+        barrier(CLK_LOCAL_MEM_FENCE); /* the weights, their flags and the rescales */
+        UNROLL for (int n = 0; n < UNITS_VT; ++n)
+            UNROLL for (int i = 0; i < MMA_CV; ++i) acc[n][i] *= rescale[mma_c_at(lane, i) / 16];
+        units_values(pt, (const __local ushort *)vt, acc, scratch);
+        if (flagged) units_add_non_finite(&vm, j0, keys.y, seen, acc);
+    }
+
+    /* each row's sum (its parts' in order) and max, for every lane that holds its outputs */
+    barrier(CLK_LOCAL_MEM_FENCE); /* the last tile's tops and rescales are read */
+    UNROLL for (int a = 0; a < UNITS_ROWS; ++a) tops[units_row(a) * UNITS_PARTS + part] = l[a];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    __local float *sums = rows_all + sg * 2 * 16, *maxima = sums + 16;
+    UNROLL for (int a = 0; a < UNITS_ROWS; ++a) {
+        const int row = units_row(a), i = first + row;
+        if (part != 0) continue;
+        float sum = tops[row * UNITS_PARTS];
+        for (int q = 1; q < UNITS_PARTS; ++q) sum += tops[row * UNITS_PARTS + q];
+        sums[row] = sum, maxima[row] = m[a];
+        /* a NaN row's sum is NaN, which makes its outputs and lse NaN */
+        const bool empty = m[a] == -INFINITY && !isnan(sum);
+        if (i < Sq) STORE_LSE(i, empty ? -INFINITY : m[a] + log(sum));
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    UNROLL for (int i = 0; i < MMA_CV; ++i) {
+        const int place = mma_c_at(lane, i), row = place / 16, qi = first + row;
+        if (qi >= Sq) continue;
+        const bool empty = maxima[row] == -INFINITY && !isnan(sums[row]);
+        const float inv = 1.0f / sums[row];
+        UNROLL for (int n = 0; n < UNITS_VT; ++n) {
+            const float value = empty ? (EMPTY_NAN ? NAN : 0.0f) : acc[n][i] * inv;
+            CAT(store_, O_T)(o, AT(o, b, h, qi, n * 16 + place % 16), value);
+        }
+    }
+}
+#endif /* BUILDS(6) && MMA_T */
 
 #if BUILDS(4)
 #ifndef MQ

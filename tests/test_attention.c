@@ -3,6 +3,7 @@
 #include "harness.h"
 #include "runtime/runtime.h"
 #include "runtime/testing.h"
+#include "ops/attention.h"
 #include "ref.h"
 
 #include <math.h>
@@ -157,16 +158,19 @@ static bool run_variant(test_ctx *t, const at_spec *s, const at_data *d, int var
 }
 
 /* Every kernel variant and the composed path run every case, whichever the device would pick. */
-static const int variants[] = {CLATTN__ATTENTION_BLOCKS,
-                               CLATTN__ATTENTION_TILES,
-                               CLATTN__ATTENTION_KEYS,
-                               CLATTN__ATTENTION_LANES,
-                               CLATTN__ATTENTION_MICRO,
-                               CLATTN__ATTENTION_MMA,
-                               COMPOSED};
-static const char *const variant_names[] = {"blocks", "tiles", "keys",    "lanes",
-                                            "micro",  "mma",   "composed"};
+static const int variants[] = {CLATTN__ATTENTION_BLOCKS, CLATTN__ATTENTION_TILES,
+                               CLATTN__ATTENTION_KEYS,   CLATTN__ATTENTION_LANES,
+                               CLATTN__ATTENTION_MICRO,  CLATTN__ATTENTION_MMA,
+                               CLATTN__ATTENTION_UNITS,  COMPOSED};
+static const char *const variant_names[] = {"blocks", "tiles", "keys",  "lanes",
+                                            "micro",  "mma",   "units", "composed"};
 #define VARIANTS (int)(sizeof variants / sizeof variants[0])
+
+/* attention_mma and attention_units: products on cl/mma.cl's tiles (f16 or bf16). */
+static bool on_matrix_tiles(int variant) {
+    return variants[variant] == CLATTN__ATTENTION_MMA ||
+           variants[variant] == CLATTN__ATTENTION_UNITS;
+}
 
 /* Under Oclgrind's --uninitialized, the paths that read scratch another kernel wrote (the
  * composed path's GEMMs, the key split's partials, the lanes variant's packed K) stay out: the
@@ -176,10 +180,9 @@ static const char *const variant_names[] = {"blocks", "tiles", "keys",    "lanes
  * (2026-11-27), and the other Oclgrind lane checks them for races and out-of-bounds accesses. */
 static bool variant_runs(int variant) {
     const bool split = clattn__hook_value(CLATTN__HOOK_ATTENTION_SPLITS) > 1;
-    const bool scratch = variants[variant] == COMPOSED ||
-                         variants[variant] == CLATTN__ATTENTION_LANES ||
-                         variants[variant] == CLATTN__ATTENTION_MICRO ||
-                         variants[variant] == CLATTN__ATTENTION_MMA || split;
+    const bool scratch =
+        variants[variant] == COMPOSED || variants[variant] == CLATTN__ATTENTION_LANES ||
+        variants[variant] == CLATTN__ATTENTION_MICRO || on_matrix_tiles(variant) || split;
     return !scratch || !test_under_uninit_checker();
 }
 
@@ -194,21 +197,56 @@ static void check_weights(test_ctx *t, const at_spec *s, const at_data *d, const
         }
 }
 
-/* attention_mma runs q, k, v of one 16-bit dtype with head dims of whole fragments (else the
- * library takes attention_tiles, which the list runs already). */
+/* attention_mma and attention_units run q, k, v of one 16-bit dtype with head dims of whole
+ * tiles (16 along their k; along n, mma's 8, units' 16), else the library takes attention_tiles,
+ * which the list runs already. */
 static bool variant_applies(const at_spec *s, int variant) {
-    return variants[variant] != CLATTN__ATTENTION_MMA ||
-           (s->dt != CLATTN_F32 && s->D % 16 == 0 && s->Dv % 8 == 0);
+    const int n = variants[variant] == CLATTN__ATTENTION_MMA ? 8 : 16;
+    return !on_matrix_tiles(variant) || (s->dt != CLATTN_F32 && s->D % 16 == 0 && s->Dv % n == 0);
 }
 
-/* attention_mma rounds the weights to the storage type before p v (as FlashAttention does): each
- * output moves by at most u max|v| more, u the unit roundoff of f16 (2^-11) or bf16 (2^-8). */
-static double weights_rounding(const at_spec *s, const at_data *d, int variant) {
-    if (variants[variant] != CLATTN__ATTENTION_MMA) return 0.0;
+/* The units' variants round the weights to the storage type before p v (as FlashAttention does):
+ * each output moves by at most u max|v| more, u the unit roundoff of f16 (2^-11) or bf16
+ * (2^-8). */
+static double storage_rounding(const at_spec *s, const at_data *d) {
     double vmax = 0.0;
     for (size_t i = 0; i < (size_t)(s->B * s->Hkv * s->Sk * s->Dv); ++i)
         vmax = fmax(vmax, fabs(d->v[i]));
     return (s->dt == CLATTN_F16 ? 0x1p-11 : 0x1p-8) * vmax;
+}
+
+static double weights_rounding(const at_spec *s, const at_data *d, int variant) {
+    return on_matrix_tiles(variant) ? storage_rounding(s, d) : 0.0;
+}
+
+/* out and lse against the reference, each output within `rounding` more than the dtype's
+ * tolerance; column inf_col (-1: none) +Inf in every row that sees a key, where the case's V
+ * holds an Inf value that every such row weighs (d->ref is the finite V's). */
+static void check_outputs(test_ctx *t, const at_spec *s, const at_data *d, const float *out,
+                          const float *lse, double rounding, int64_t inf_col, const char *what) {
+    double rtol = s->dt == CLATTN_F32 ? 2e-5 : s->dt == CLATTN_F16 ? 2e-3 : 1.6e-2;
+    const double atol = 1e-5 + rounding;
+    size_t n = (size_t)(s->B * s->Hq * s->Sq * s->Dv);
+    for (size_t i = 0; i < n; ++i) {
+        const bool inf =
+            (int64_t)(i % (size_t)s->Dv) == inf_col && isfinite(d->ref_lse[i / (size_t)s->Dv]);
+        if (inf ? out[i] != INFINITY
+                : !(fabs(out[i] - d->ref[i]) <= atol + rtol * fabs(d->ref[i]))) {
+            test_fail_at(t, __FILE__, __LINE__, "%s: out[%zu] = %.9g, expected %.9g", what, i,
+                         out[i], inf ? INFINITY : d->ref[i]);
+            break;
+        }
+    }
+    for (size_t i = 0; s->lse && !t->failed && i < n / (size_t)s->Dv; ++i) {
+        bool same = isinf(d->ref_lse[i])
+                        ? lse[i] == d->ref_lse[i]
+                        : fabs(lse[i] - d->ref_lse[i]) <= 1e-4 * (1 + fabs(d->ref_lse[i]));
+        if (!same) {
+            test_fail_at(t, __FILE__, __LINE__, "%s: lse[%zu] = %.9g, expected %.9g", what, i,
+                         lse[i], d->ref_lse[i]);
+            break;
+        }
+    }
 }
 
 static void check_variant(test_ctx *t, const at_spec *s, const at_data *d, int variant,
@@ -216,27 +254,8 @@ static void check_variant(test_ctx *t, const at_spec *s, const at_data *d, int v
     float *out = NULL, *lse = NULL;
     char what[160];
     snprintf(what, sizeof what, "%s [%s]", what_case, variant_names[variant]);
-    if (run_variant(t, s, d, variants[variant], &out, &lse)) {
-        double rtol = s->dt == CLATTN_F32 ? 2e-5 : s->dt == CLATTN_F16 ? 2e-3 : 1.6e-2;
-        const double atol = 1e-5 + weights_rounding(s, d, variant);
-        size_t n = (size_t)(s->B * s->Hq * s->Sq * s->Dv);
-        for (size_t i = 0; i < n; ++i)
-            if (!(fabs(out[i] - d->ref[i]) <= atol + rtol * fabs(d->ref[i]))) {
-                test_fail_at(t, __FILE__, __LINE__, "%s: out[%zu] = %.9g, expected %.9g", what, i,
-                             out[i], d->ref[i]);
-                break;
-            }
-        for (size_t i = 0; s->lse && !t->failed && i < n / (size_t)s->Dv; ++i) {
-            bool same = isinf(d->ref_lse[i])
-                            ? lse[i] == d->ref_lse[i]
-                            : fabs(lse[i] - d->ref_lse[i]) <= 1e-4 * (1 + fabs(d->ref_lse[i]));
-            if (!same) {
-                test_fail_at(t, __FILE__, __LINE__, "%s: lse[%zu] = %.9g, expected %.9g", what, i,
-                             lse[i], d->ref_lse[i]);
-                break;
-            }
-        }
-    }
+    if (run_variant(t, s, d, variants[variant], &out, &lse))
+        check_outputs(t, s, d, out, lse, weights_rounding(s, d, variant), -1, what);
     if (last_weights && !t->failed) check_weights(t, s, d, last_weights, what);
     free(out);
     free(lse);
@@ -370,7 +389,9 @@ static void check_case_on(test_ctx *t, const at_spec *s, int kernel, const char 
 }
 
 /* Cases attention_mma takes (16-bit q, k, v; head dims of whole fragments), on it alone (its
- * emulation is the slowest variant on a CPU; the others have their 16-bit cases): groups of 64
+ * emulation is the slowest variant on a CPU; the others have their 16-bit cases), and those with
+ * Dv a multiple of 16 on attention_units (on NVIDIA's tile; units_on_every_tile runs the
+ * others'): groups of 64
  * queries with rows past Sq, GQA, Dv != D, lse, every mask part, empty rows; tiles that the
  * mask leaves whole (the scale alone) beside cut ones under causality, key lengths and a window
  * wider than a tile with global positions; q in another layout than K and V. */
@@ -383,6 +404,7 @@ static void matrix_unit_cases_in_16_bits(test_ctx *t) {
     s.lse = 1;
     s.alibi = 1, s.softcap = 4.0f, s.scale = 0.5f;
     check_case_on(t, &s, CLATTN__ATTENTION_MMA, "f16 GQA D=16 + lse, alibi + softcap");
+    check_case_on(t, &s, CLATTN__ATTENTION_UNITS, "f16 GQA D=16 + lse, alibi + softcap");
     s = base(2, 2, 2, 9, 40, 32);
     s.dt = CLATTN_F16;
     s.Dv = 24;
@@ -397,6 +419,7 @@ static void matrix_unit_cases_in_16_bits(test_ctx *t) {
     s.dt = CLATTN_BF16;
     s.window = 1, s.left = 40, s.right = 2, s.global_stride = 16;
     check_case_on(t, &s, CLATTN__ATTENTION_MMA, "bf16 window + global, 66 queries");
+    check_case_on(t, &s, CLATTN__ATTENTION_UNITS, "bf16 window + global, 66 queries");
 }
 
 /* Whether the tests that force attention_mma outside the case lists run here: its groups of 128
@@ -419,6 +442,90 @@ static bool same_floats(const float *a, const float *b, size_t n) {
     for (size_t i = 0; i < n; ++i)
         if (!(isnan(a[i]) && isnan(b[i])) && memcmp(&a[i], &b[i], sizeof a[i]) != 0) return false;
     return true;
+}
+
+/* The fused variant the library plans for s on the test's device (-1: no plan): the plan reads
+ * shapes, dtypes and strides alone, so the views need no buffers. */
+static int planned_variant(test_ctx *t, const at_spec *s) {
+    clattn_tensor q = clattn_tensor_4d(NULL, s->dt, s->B, s->Hq, s->Sq, s->D),
+                  k = clattn_tensor_4d(NULL, s->dt, s->B, s->Hkv, s->Sk, s->D),
+                  v = clattn_tensor_4d(NULL, s->dt, s->B, s->Hkv, s->Sk, s->Dv),
+                  o = clattn_tensor_4d(NULL, s->dt, s->B, s->Hq, s->Sq, s->Dv);
+    clattn__attention_args a = {&q, &k, &v, &o, NULL, NULL, NULL, 1.0f, {0}};
+    clattn__call call;
+    clattn__attention_schedule plan;
+    const bool ok =
+        clattn__begin_call(&call, clattn_env_queue(t->env), 0, NULL, NULL) == CLATTN_SUCCESS &&
+        clattn__attention_plan(&a, CLATTN_PATH_FUSED, &call, &plan) == CLATTN_SUCCESS;
+    return ok ? plan.launch.variant : -1;
+}
+
+/* attention_units on the emulation of each other mechanism's tile (AMD's WMMA and MFMA, Intel's
+ * dpas in subgroups of 8 and 16: the layouts, subgroup sizes and row sharing of each), one case
+ * each, taken by the library's own choice with that tile offered (UNITS=1) and forced, the same
+ * bits, against the reference: masks of every kind, rows past Sq, GQA, lse, two key tiles (the
+ * rescale), output tiles past the first, and an Inf value of V that every row weighs (added
+ * apart from the products at the places of the tile's layout); a value dim it cannot take keeps
+ * the tuning row's variant. (The case lists run it on NVIDIA's tile.) */
+static void units_on_every_tile(test_ctx *t) {
+    static const int32_t klen[2] = {0, 40};
+    static const struct {
+        int unit;
+        const char *what;
+    } tiles[] = {{CLATTN__TILE_WMMA, "wmma: f16 causal, Dv=16, q [B,H,D,S], Inf at key 0"},
+                 {CLATTN__TILE_MFMA, "mfma: bf16 window + global, 66 queries"},
+                 {CLATTN__TILE_DPAS8, "dpas8: f16 GQA D=16, alibi + softcap, Inf at key 0"},
+                 {CLATTN__TILE_DPAS16, "dpas16: bf16 causal bottom-right, key lengths, Dv=48"}};
+    if (!mma_runs_here(t)) return;
+    cl_context context = clattn_env_context(t->env);
+    for (size_t u = 0; u < sizeof tiles / sizeof tiles[0] && !t->failed; ++u) {
+        at_spec s = base(2, 2, 2, 9, 40, 32);
+        int64_t inf_col = -1;
+        if (u == 0) {
+            s.dt = CLATTN_F16, s.Dv = 16, s.causal = 1, s.q_strided = 1, inf_col = 5;
+        } else if (u == 1) {
+            s = base(1, 2, 2, 66, 40, 32);
+            s.dt = CLATTN_BF16;
+            s.window = 1, s.left = 40, s.right = 2, s.global_stride = 16;
+        } else if (u == 2) {
+            s = base(1, 2, 1, 33, 47, 16);
+            s.dt = CLATTN_F16;
+            s.alibi = 1, s.softcap = 4.0f, s.scale = 0.5f, inf_col = 3;
+        } else {
+            s = base(2, 2, 2, 20, 70, 32);
+            s.dt = CLATTN_BF16, s.Dv = 48, s.causal = 1, s.bottom_right = 1, s.klen = klen;
+        }
+        s.lse = 1;
+        at_data d;
+        float *out[2] = {NULL}, *lse[2] = {NULL};
+        bool ok = prepare(t, &s, &d);
+        const double rounding = ok ? storage_rounding(&s, &d) : 0.0;
+        for (int64_t bh = 0; ok && inf_col >= 0 && bh < s.B * s.Hkv; ++bh)
+            d.v[bh * s.Sk * s.Dv + inf_col] = INFINITY; /* key 0 of each (batch, head) */
+        clattn_cache_clear(context);                    /* the probe's answer goes with the cache */
+        clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, tiles[u].unit);
+        at_spec odd = s; /* a value dim attention_units cannot take */
+        odd.Dv = 24;
+        const int planned = planned_variant(t, &s), planned_odd = planned_variant(t, &odd);
+        ok = ok && run_variant(t, &s, &d, -1, &out[0], &lse[0]) &&
+             run_variant(t, &s, &d, CLATTN__ATTENTION_UNITS, &out[1], &lse[1]);
+        clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, -1);
+        clattn_cache_clear(context);
+        CHECK(t, planned_odd == planned_variant(t, &odd),
+              "%s: Dv=24 with the tile offered plans variant %d, not the row's %d", tiles[u].what,
+              planned_odd, planned_variant(t, &odd));
+        const size_t n = (size_t)(s.B * s.Hq * s.Sq);
+        if (ok) {
+            CHECK(t, planned == CLATTN__ATTENTION_UNITS, "%s: the library plans variant %d",
+                  tiles[u].what, planned);
+            CHECK(t, same_floats(out[0], out[1], n * (size_t)s.Dv),
+                  "%s: with the tile offered, the library's choice is not attention_units",
+                  tiles[u].what);
+            check_outputs(t, &s, &d, out[1], lse[1], rounding, inf_col, tiles[u].what);
+        }
+        for (int i = 0; i < 2; ++i) free(out[i]), free(lse[i]);
+        free_data(&d);
+    }
 }
 
 /* attention_mma with two m-tiles a warp (UNIT_QUERIES=32) and its tiles fetched a tile ahead
@@ -629,7 +736,7 @@ static void hidden_keys_inside_the_span_change_nothing(test_ctx *t) {
                                     "NaN/Inf in hidden keys inside the span");
     s.dt = CLATTN_F16; /* attention_mma's own case: its V tiles take the f32 fallback */
     for (int variant = 0; variant < VARIANTS && !t->failed; ++variant)
-        if (variants[variant] == CLATTN__ATTENTION_MMA && variant_runs(variant))
+        if (on_matrix_tiles(variant) && variant_runs(variant))
             same_rows_after_variant(t, &s, poison_hidden, s.Sq, variant,
                                     "f16 NaN/Inf in hidden keys inside the span");
 }
@@ -645,8 +752,8 @@ static void a_visible_inf_value_reaches_its_column(test_ctx *t) {
     d.v[3 * s.Dv + 5] = INFINITY; /* key 3, column 5; d.ref is the finite run's */
     for (int variant = 0; variant < VARIANTS && !t->failed; ++variant) {
         float *out = NULL, *lse = NULL;
-        const bool wanted = variants[variant] == CLATTN__ATTENTION_MMA ||
-                            variants[variant] == CLATTN__ATTENTION_TILES;
+        const bool wanted =
+            on_matrix_tiles(variant) || variants[variant] == CLATTN__ATTENTION_TILES;
         if (!wanted || !variant_runs(variant) ||
             !run_variant(t, &s, &d, variants[variant], &out, &lse)) {
             free(out), free(lse);
@@ -696,7 +803,7 @@ static void a_nan_query_makes_its_row_nan(test_ctx *t) {
     s32.causal = 1;
     s16.dt = CLATTN_F16;
     for (int variant = 0; variant < VARIANTS && !t->failed; ++variant) {
-        const at_spec *s = variants[variant] == CLATTN__ATTENTION_MMA ? &s16 : &s32;
+        const at_spec *s = on_matrix_tiles(variant) ? &s16 : &s32;
         if (variant_runs(variant) && variant_applies(s, variant)) nan_query_on(t, s, variant);
     }
 }
@@ -938,6 +1045,7 @@ static const test_case cases[] = {
     {"blocks_of_other_shapes", blocks_of_other_shapes},
     {"storage_and_layouts", storage_and_layouts},
     {"matrix_unit_cases_in_16_bits", matrix_unit_cases_in_16_bits},
+    {"units_on_every_tile", units_on_every_tile},
     {"sixteen_bit_prefill_takes_the_units_found", sixteen_bit_prefill_takes_the_units_found},
     {"two_m_tiles_a_warp_give_the_same_bits", two_m_tiles_a_warp_give_the_same_bits},
     {"causality_is_bit_exact", causality_is_bit_exact, TAG_SMOKE},

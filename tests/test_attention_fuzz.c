@@ -77,7 +77,7 @@ static int one_case(test_ctx *t, uint64_t seed, int verbose) {
     /* the composed path, the lanes variant and the key split stay out of runs under Oclgrind's
      * --uninitialized (see test_under_uninit_checker) */
     const bool uninit = test_under_uninit_checker();
-    /* the fused variants (blocks, tiles, keys, lanes, micro, mma), then
+    /* the fused variants (blocks, tiles, keys, lanes, micro, mma, units), then
      * CLATTN__ATTENTION_VARIANTS: composed */
     const int variant =
         (int)R(g, uninit ? CLATTN__ATTENTION_LANES : CLATTN__ATTENTION_VARIANTS + 1);
@@ -299,7 +299,8 @@ static int one_case(test_ctx *t, uint64_t seed, int verbose) {
         bad = 1;
     double rtol = od == CLATTN_F32 ? 3e-5 : od == CLATTN_F16 ? 1.2e-3 : 8e-3;
     double atol = od == CLATTN_F32 ? 3e-5 : od == CLATTN_F16 ? 2e-4 : 2e-3;
-    if (variant == CLATTN__ATTENTION_MMA && qd != CLATTN_F32 && kd == qd && vd == qd) {
+    const bool on_tiles = variant == CLATTN__ATTENTION_MMA || variant == CLATTN__ATTENTION_UNITS;
+    if (on_tiles && qd != CLATTN_F32 && kd == qd && vd == qd) {
         /* it rounds the weights to the storage type: u max|v| more (test_attention.c) */
         double vmax = 0.0;
         for (size_t i = 0; i < (size_t)(B * Hkv * Sk * Dv); ++i)

@@ -574,8 +574,9 @@ static void half_storage_and_strided_rows(test_ctx *t) {
 }
 
 /* f16 and bf16 storage throughout on the emulated matrix units: the projections stay 16-bit
- * on matmul_mma, the attention takes attention_mma (head dims of whole fragments, no weights)
- * or the composed path (weights), or on another vendor's tile its f32-arithmetic kernels;
+ * on matmul_mma, the attention takes attention_mma (head dims of whole fragments, no weights),
+ * on another vendor's tile attention_units (head dims of whole tiles), or the composed path
+ * (weights);
  * against float64, within twice the error of the reference's own 16-bit path. Strided query and out
  * rows (16-bit images), self-attention's one GEMM, causal with a padding mask; cross-attention with
  * separate weights, a key dim of 16-byte rows and a value dim of odd ones, a float mask and
@@ -593,9 +594,8 @@ static void half_storage_on_matrix_units(test_ctx *t) {
     b.dt = CLATTN_BF16, b.emulate = CLATTN__TILE_NV, b.separate = true, b.kdim = 24, b.vdim = 17;
     b.attn = ADD_MASK, b.weights = 1;
     if (!t->failed) check_case(t, &b);
-    /* Intel's dpas tile (subgroups of 16): the projections on it, the fused attention on its
-     * f32-arithmetic kernels with 16-bit heads (attention_mma is NVIDIA's); the small tile keeps
-     * PoCL's builds of the emulation short. */
+    /* Intel's dpas tile (subgroups of 16): the projections and the fused attention
+     * (attention_units) on it; the small tile keeps PoCL's builds of the emulation short. */
     mha_spec d = self_spec(2, 20, 64, 2);
     d.dt = CLATTN_F16, d.emulate = CLATTN__TILE_DPAS16, d.kpm = KEEP_MASK, d.causal = 1;
     if (t->failed) return;

@@ -22,7 +22,7 @@
 #define ATTENTION_KEYS_SIZE  128  /* = KEYS_GROUP in cl/attention.cl */
 #define ATTENTION_KEYS_CHUNK 1024 /* = KEYS_CHUNK */
 #define KEYS_MAX_QUERIES     8
-#define ATTENTION_MMA_GROUP  128 /* attention_mma: MMA_WARPS = 4 warps of 32 */
+#define ATTENTION_MMA_WARPS  4 /* attention_mma and attention_units: MMA_WARPS subgroups a group */
 #define ATTENTION_SPLIT_MAX  128
 
 typedef clattn__attention_launch attention_launch;
@@ -189,63 +189,105 @@ static void fit_micro(attention_launch *l, cl_device_id device, int64_t d, int64
     l->rows = rows;
 }
 
+/* cl/attention.cl's MMA_STRIDE: 32-bit words a staged K or V row of n 16-bit values takes. */
+static uint64_t mma_stride(int64_t n) {
+    return (uint64_t)(n / 2 + 31) / 32 * 32 + 4;
+}
+
 /* Bytes of local memory attention_mma declares (cl/attention.cl) with key tiles of `keys` and
  * `queries` a warp: the padded K and V tiles, the group's q rows, the weights' flags, its
  * emulation's scratch and exchanges (taken as the larger, the emulation's), the span and the
  * flags. */
 static uint64_t mma_local_bytes(int64_t d, int64_t dv, int64_t keys, int64_t queries) {
-    const uint64_t warps = ATTENTION_MMA_GROUP / 32, n = (uint64_t)keys;
-    const uint64_t ks = (uint64_t)(d / 2 + 31) / 32 * 32 + 4,
-                   vs = (uint64_t)(dv / 2 + 31) / 32 * 32 + 4;
-    return n * (ks + vs) * 4 + warps * (uint64_t)queries * (ks * 4 + n) +
+    const uint64_t warps = ATTENTION_MMA_WARPS, n = (uint64_t)keys;
+    return n * (mma_stride(d) + mma_stride(dv)) * 4 +
+           warps * (uint64_t)queries * (mma_stride(d) * 4 + n) +
            warps * (16 * 16 + 16 * 8 + 16 * 4) * 4 + 16;
 }
 
-/* attention_mma takes q, k and v of one 16-bit dtype, head dims of whole fragments (16 along
- * the products' k, 8 along their n), groups of its 4 warps and its local arrays (key tiles of
- * at least 16). */
-static bool mma_takes(const attention_args *a, cl_device_id device) {
-    const clattn_dtype dt = a->q->dtype;
-    return (dt == CLATTN_F16 || dt == CLATTN_BF16) && a->k->dtype == dt && a->v->dtype == dt &&
-           a->q->shape[3] % 16 == 0 && a->v->shape[3] % 8 == 0 &&
-           clattn__device_max_group(device) >= ATTENTION_MMA_GROUP &&
-           mma_local_bytes(a->q->shape[3], a->v->shape[3], 16, 16) <=
-               clattn__device_local_bytes(device);
+/* Bytes of local memory attention_units declares with key tiles of `keys` on `tile` (native or
+ * emulated): K and V tiles and the group's q rows as attention_mma's, then per subgroup its
+ * scores, the parts' maxima, its weights, its rows' rescales and sums, the weights' flags and
+ * the products' scratch; the span and the flags. */
+static uint64_t units_local_bytes(int64_t d, int64_t dv, int64_t keys, const clattn__tile *tile,
+                                  bool emulated) {
+    const uint64_t n = (uint64_t)keys, sg = (uint64_t)tile->subgroup;
+    const uint64_t parts = sg > 16 ? sg / 16 : 1;
+    const uint64_t per_subgroup = 16 * (n + 1) * 4 + 16 * parts * 4 + 16 * (n + 8) * 2 +
+                                  2 * 16 * 4 + 16 * n +
+                                  clattn__tile_scratch_floats(tile, emulated) * 4;
+    return n * (mma_stride(d) + mma_stride(dv)) * 4 + 16 * ATTENTION_MMA_WARPS * mma_stride(d) * 4 +
+           ATTENTION_MMA_WARPS * per_subgroup + 16;
 }
 
-/* attention_mma where PREFILL=5 asks for it, or (UNITS=1) for a prefill whose dtype's unit the
- * device's probe found; on the instruction where the probe found it (unless the units found
- * are the emulated ones), else on the emulation; UNIT_QUERIES a warp (16 or 32) and key tiles
- * of UNIT_KEYS, both lowered to fit. */
+/* attention_mma and attention_units take q, k and v of one 16-bit dtype and head dims of whole
+ * tiles (16 along the products' k; along their n, mma's 8, units' 16). */
+static bool units_dtypes_take(const attention_args *a, int64_t n_multiple) {
+    const clattn_dtype dt = a->q->dtype;
+    return (dt == CLATTN_F16 || dt == CLATTN_BF16) && a->k->dtype == dt && a->v->dtype == dt &&
+           a->q->shape[3] % 16 == 0 && a->v->shape[3] % n_multiple == 0;
+}
+
+/* The group and local arrays (key tiles of 16) fit the device: attention_mma's 4 warps of 32,
+ * attention_units' 4 subgroups of the tile's. */
+static bool units_fit(const attention_args *a, const attention_launch *l, cl_device_id device) {
+    const int64_t d = a->q->shape[3], dv = a->v->shape[3];
+    const bool mma = l->variant == CLATTN__ATTENTION_MMA;
+    const size_t group = ATTENTION_MMA_WARPS * (size_t)(mma ? 32 : l->tile.subgroup);
+    const uint64_t bytes =
+        mma ? mma_local_bytes(d, dv, 16, 16) : units_local_bytes(d, dv, 16, &l->tile, !l->on_unit);
+    return clattn__device_max_group(device) >= group && bytes <= clattn__device_local_bytes(device);
+}
+
+/* Key tiles of UNIT_KEYS (a multiple of 16) and UNIT_QUERIES a warp (mma: 16 or 32; units: 16),
+ * lowered until the local arrays fit (units_fit checked 16 and 16). */
+static void fit_unit_tiles(const attention_args *a, attention_launch *l, cl_ulong local_bytes) {
+    const int64_t d = a->q->shape[3], dv = a->v->shape[3];
+    const bool mma = l->variant == CLATTN__ATTENTION_MMA;
+    l->t.UNIT_KEYS = l->t.UNIT_KEYS / 16 * 16;
+    l->t.UNIT_QUERIES = mma ? l->t.UNIT_QUERIES / 16 * 16 : 16;
+    /* a warp's 16 queries before fewer keys: the key tiles are what each barrier amortizes */
+    if (mma && mma_local_bytes(d, dv, l->t.UNIT_KEYS, l->t.UNIT_QUERIES) > local_bytes)
+        l->t.UNIT_QUERIES = 16;
+    while (l->t.UNIT_KEYS > 16 &&
+           (mma ? mma_local_bytes(d, dv, l->t.UNIT_KEYS, l->t.UNIT_QUERIES)
+                : units_local_bytes(d, dv, l->t.UNIT_KEYS, &l->tile, !l->on_unit)) > local_bytes)
+        l->t.UNIT_KEYS -= 16;
+}
+
+/* The matrix-unit variants, for a prefill whose dtype's subgroup tile the device's probes found
+ * (UNITS=1): attention_mma on NVIDIA's, attention_units on the others'; or where PREFILL (or the
+ * test hook) asks for one (without a tile found: the emulation, of NVIDIA's tile for units). On
+ * the instruction where the probe found it (unless the units found are the emulated ones), else
+ * on the emulation. A variant that cannot take the call leaves it to attention_tiles. */
 static int pick_units(const clattn__call *call, const attention_args *a, bool prefill,
                       attention_launch *l) {
-    const bool asked = l->variant == CLATTN__ATTENTION_MMA;
+    const bool asked = l->variant == CLATTN__ATTENTION_MMA || l->variant == CLATTN__ATTENTION_UNITS;
     const bool offered =
         prefill && l->t.UNITS && clattn__hook_value(CLATTN__HOOK_ATTENTION_VARIANT) < 0;
     if (!asked && !offered) return CLATTN_SUCCESS;
-    if (!mma_takes(a, call->device)) {
+    if (!units_dtypes_take(a, 8)) {
         if (asked) l->variant = CLATTN__ATTENTION_TILES;
         return CLATTN_SUCCESS;
     }
-    unsigned units = 0;
-    const int status = clattn__matrix_units(call, &units);
-    const unsigned unit =
-        a->q->dtype == CLATTN_F16 ? CLATTN_MATRIX_MMA_F16 : CLATTN_MATRIX_MMA_BF16;
-    if (status != CLATTN_SUCCESS || (!asked && !(units & unit))) return status;
-    l->variant = CLATTN__ATTENTION_MMA;
-    l->on_unit = (units & unit) && !clattn__matrix_units_emulated();
-    const int64_t d = a->q->shape[3], dv = a->v->shape[3];
-    l->ahead = d + dv > l->t.UNIT_AHEAD;
-    const cl_ulong local_bytes = clattn__device_local_bytes(call->device);
-    l->t.UNIT_KEYS = l->t.UNIT_KEYS / 16 * 16;
-    l->t.UNIT_QUERIES = l->t.UNIT_QUERIES / 16 * 16;
-    /* a warp's 16 queries before fewer keys: the key tiles are what each barrier amortizes */
-    if (mma_local_bytes(d, dv, l->t.UNIT_KEYS, l->t.UNIT_QUERIES) > local_bytes)
-        l->t.UNIT_QUERIES = 16;
-    while (mma_local_bytes(d, dv, l->t.UNIT_KEYS, l->t.UNIT_QUERIES) > local_bytes &&
-           l->t.UNIT_KEYS > 16) /* mma_takes checked 16 and 16 */
-        l->t.UNIT_KEYS -= 16;
-    l->t.GROUP = ATTENTION_MMA_GROUP;
+    clattn__tile found;
+    const int status = clattn__matrix_tile(call, a->q->dtype, &found);
+    if (status != CLATTN_SUCCESS || (!asked && !found.unit)) return status;
+    const int wanted = l->variant; /* PREFILL's, where the units do not take the call */
+    if (!asked)
+        l->variant =
+            found.unit == CLATTN__TILE_NV ? CLATTN__ATTENTION_MMA : CLATTN__ATTENTION_UNITS;
+    const bool mma = l->variant == CLATTN__ATTENTION_MMA;
+    const bool emulated = clattn__matrix_units_emulated();
+    l->tile = found.unit ? found : (clattn__tile){CLATTN__TILE_NV, 32};
+    l->on_unit = found.unit && !emulated && (found.unit == CLATTN__TILE_NV || !mma);
+    if ((!mma && !units_dtypes_take(a, 16)) || !units_fit(a, l, call->device)) {
+        l->variant = asked ? CLATTN__ATTENTION_TILES : wanted; /* TK was fitted before */
+        return status;
+    }
+    l->ahead = a->q->shape[3] + a->v->shape[3] > l->t.UNIT_AHEAD;
+    fit_unit_tiles(a, l, clattn__device_local_bytes(call->device));
+    l->t.GROUP = ATTENTION_MMA_WARPS * (mma ? 32 : l->tile.subgroup);
     l->splits = 1, l->chunk = (int)a->k->shape[2];
     return CLATTN_SUCCESS;
 }
@@ -273,32 +315,42 @@ static int pick_launch(const clattn__call *call, const attention_args *a, attent
         l->t.TK /= 2;
     if (l->variant == CLATTN__ATTENTION_MICRO) fit_micro(l, device, d, dv, local_bytes);
     status = pick_units(call, a, prefill, l);
-    if (status != CLATTN_SUCCESS || l->variant == CLATTN__ATTENTION_MMA) return status;
+    if (status != CLATTN_SUCCESS || l->variant == CLATTN__ATTENTION_MMA ||
+        l->variant == CLATTN__ATTENTION_UNITS)
+        return status;
     pick_splits(l, device, a);
     return CLATTN_SUCCESS;
 }
 
 /* The keys and tiles variants read K and V rows as aligned vectors when every row starts
- * LANES-aligned (cl/rows.cl, ALIGNED), attention_mma 16 bytes a load when they start 8-aligned.
+ * LANES-aligned (cl/rows.cl, ALIGNED), attention_mma and attention_units 16 bytes a load when
+ * they start 8-aligned.
  * The others load K and V element by element (micro: its K tile is transposed in local memory),
  * or pack K first (lanes). */
 static bool kv_rows_aligned(const attention_args *a, const attention_launch *l,
                             cl_device_id device) {
     const bool vector_loads =
         l->variant == CLATTN__ATTENTION_KEYS || l->variant == CLATTN__ATTENTION_TILES;
-    const int64_t vec = l->variant == CLATTN__ATTENTION_MMA ? 8 : vector_loads ? l->t.LANES : 1;
+    const bool units = l->variant == CLATTN__ATTENTION_MMA || l->variant == CLATTN__ATTENTION_UNITS;
+    const int64_t vec = units ? 8 : vector_loads ? l->t.LANES : 1;
     return clattn__rows_vector_aligned(a->k, a->v, vec, device);
 }
 
-/* attention_mma's build: the matrix-unit instruction where the device's probe passed for the
- * dtype (clattn_matrix_units; the launch's on_unit), else its emulation; tiles fetched ahead or
- * not (the launch's ahead). */
+/* attention_mma's and attention_units' build: the matrix-unit instruction where the device's
+ * probe passed for the dtype (the launch's on_unit), else its emulation (mma: NVIDIA's warp
+ * primitives, MMA_PTX; units: the launch's subgroup tile, MMA_UNIT and MMA_NATIVE); tiles
+ * fetched ahead or not (the launch's ahead). */
 static void mma_options(const attention_args *a, const attention_launch *l, char *options,
                         size_t size) {
     const size_t used = strlen(options);
-    snprintf(options + used, size - used, " -DMMA_T=%s -DMMA_PTX=%d -DMMA_WARPS=%d -DMMA_AHEAD=%d",
-             clattn_dtype_name(a->q->dtype), l->on_unit ? 1 : 0, ATTENTION_MMA_GROUP / 32,
-             l->ahead ? 1 : 0);
+    const int native = l->on_unit ? 1 : 0;
+    char unit[64];
+    if (l->variant == CLATTN__ATTENTION_MMA)
+        snprintf(unit, sizeof unit, "-DMMA_PTX=%d", native);
+    else
+        snprintf(unit, sizeof unit, "-DMMA_UNIT=%d -DMMA_NATIVE=%d", l->tile.unit, native);
+    snprintf(options + used, size - used, " -DMMA_T=%s %s -DMMA_WARPS=%d -DMMA_AHEAD=%d",
+             clattn_dtype_name(a->q->dtype), unit, ATTENTION_MMA_WARPS, l->ahead ? 1 : 0);
 }
 
 static void attention_options(const attention_args *a, const attention_launch *l, bool wide,
@@ -322,8 +374,9 @@ static void attention_options(const attention_args *a, const attention_launch *l
 
 /* Work-items (rounded up to whole groups) the variant launches: blocks and lanes, a work-item
  * per BM queries; tiles, a group per `group` queries of one (batch, head), the kernel reading its
- * group size back; micro, a group per group / (TK / MK) x MQ queries; mma, a group per
- * UNIT_QUERIES queries of each of its warps; keys, a group per query; each times the key splits. */
+ * group size back; micro, a group per group / (TK / MK) x MQ queries; mma and units, a group per
+ * UNIT_QUERIES queries of each of its warps (subgroups); keys, a group per query; each times the
+ * key splits. */
 static size_t attention_items(const attention_args *a, const attention_launch *l, size_t group) {
     const size_t rows = (size_t)(a->q->shape[0] * a->q->shape[1]), sq = (size_t)a->q->shape[2];
     switch (l->variant) {
@@ -331,8 +384,9 @@ static size_t attention_items(const attention_args *a, const attention_launch *l
         return rows * sq * (size_t)l->splits * group;
     case CLATTN__ATTENTION_TILES:
         return rows * ((sq + group - 1) / group) * (size_t)l->splits * group;
-    case CLATTN__ATTENTION_MMA: {
-        const size_t block = (size_t)l->t.UNIT_QUERIES * (group / 32); /* a warp's queries */
+    case CLATTN__ATTENTION_MMA:
+    case CLATTN__ATTENTION_UNITS: {
+        const size_t block = (size_t)l->t.UNIT_QUERIES * ATTENTION_MMA_WARPS;
         return rows * ((sq + block - 1) / block) * group;
     }
     case CLATTN__ATTENTION_MICRO: {
@@ -405,14 +459,16 @@ static size_t micro_group(const attention_launch *l, size_t max_group) {
 static int enqueue_attention(const attention_args *a, const attention_launch *launch,
                              const clattn__call *call, cl_mem workspace) {
     static const char *const kernels[CLATTN__ATTENTION_VARIANTS] = {
-        "attention_blocks", "attention_tiles", "attention_keys",
-        "attention_lanes",  "attention_micro", "attention_mma"};
+        "attention_blocks", "attention_tiles", "attention_keys", "attention_lanes",
+        "attention_micro",  "attention_mma",   "attention_units"};
     const attention_launch l = *launch;
     bool wide = attention_needs_wide_index(a) || partial_floats(a, &l) + packed_key_floats(a, &l) >=
                                                      (size_t)clattn__narrow_index_limit();
     char options[1024];
     attention_options(a, &l, wide, call->device, options, sizeof options);
-    if (l.variant == CLATTN__ATTENTION_MMA) mma_options(a, &l, options, sizeof options);
+    const bool on_tiles =
+        l.variant == CLATTN__ATTENTION_MMA || l.variant == CLATTN__ATTENTION_UNITS;
+    if (on_tiles) mma_options(a, &l, options, sizeof options);
     cl_kernel kernel = NULL;
     int status = clattn__create_kernel(call->context, call->device, "attention.cl", options,
                                        kernels[l.variant], &kernel);
@@ -429,15 +485,13 @@ static int enqueue_attention(const attention_args *a, const attention_launch *la
             while (local & (local - 1)) local &= local - 1;
         if (l.variant == CLATTN__ATTENTION_MICRO) /* whole rows, at most the rows built for */
             local = micro_group(&l, max_group);
-        if (l.variant == CLATTN__ATTENTION_MMA && local < ATTENTION_MMA_GROUP)
-            local = 0; /* its reqd_work_group_size */
+        if (on_tiles && local < (size_t)l.t.GROUP) local = 0; /* its reqd_work_group_size */
         if (local == 0)
             status = clattn__fail(CLATTN_ERR_DEVICE_LIMIT,
                                   "%s: the kernel's groups of %zu work-items are narrower than "
                                   "the %d it needs",
                                   kernels[l.variant], max_group,
-                                  l.variant == CLATTN__ATTENTION_MMA ? ATTENTION_MMA_GROUP
-                                                                     : (int)(l.t.TK / l.t.MK));
+                                  on_tiles ? (int)l.t.GROUP : (int)(l.t.TK / l.t.MK));
         if (status == CLATTN_SUCCESS)
             status = clattn__enqueue_link(call, kernel, attention_items(a, &l, local), local, &prev,
                                           l.splits <= 1);

@@ -11,6 +11,7 @@
 
 #include "mask.h"
 #include "runtime/launch.h"
+#include "runtime/matrix_units.h"
 
 /* One clattn_attention_ex call. */
 typedef struct clattn__attention_args {
@@ -24,10 +25,11 @@ typedef struct clattn__attention_args {
  * dims, TK halved to fit the local memory and GROUP the keys variant's own where it runs. */
 typedef struct clattn__attention_launch {
     clattn__attention_tuning t;
-    int variant;       /* CLATTN__ATTENTION_BLOCKS, _TILES, _KEYS, _LANES, _MICRO or _MMA */
+    int variant;       /* CLATTN__ATTENTION_BLOCKS, _TILES, _KEYS, _LANES, _MICRO, _MMA or _UNITS */
     int splits, chunk; /* the key axis in `splits` chunks of `chunk` keys (1: unsplit) */
     int rows;          /* micro: work-item rows a group (its local arrays' size) */
-    bool on_unit;      /* mma: on the matrix-unit instruction (else its emulation) */
+    bool on_unit;      /* mma, units: on the matrix-unit instruction (else its emulation) */
+    clattn__tile tile; /* units: the subgroup tile's mechanism (cl/mma.cl's MMA_UNIT, MMA_SG) */
     bool ahead;        /* mma: the next key tile fetched into registers during this one */
 } clattn__attention_launch;
 

@@ -136,13 +136,6 @@ int clattn__gemm_batched(const clattn__call *call, bool trans_b, size_t m, size_
 
 #define MM_SUBGROUPS 4 /* matmul_mma: a group of 4 subgroups */
 
-/* cl/mma.cl's MMA_TILE_SCRATCH: the local floats a subgroup's products take (NVIDIA's emulation
- * A and B of one m16n8k16, the others' emulation A and B of a tile, a native build one). */
-static cl_ulong tile_scratch_floats(const clattn__tile *tile, bool emulated) {
-    if (!emulated) return 1;
-    return tile->unit == CLATTN__TILE_NV ? 16 * 16 + 16 * 8 : 2 * 16 * 16;
-}
-
 /* Bytes of local memory matmul_mma declares (cl/matmul.cl): the slices of a and b (rows of 32
  * values and n-major b, or 32 rows of a block's columns, 4 words over each row) and the
  * products' scratch. */
@@ -151,8 +144,8 @@ static cl_ulong mm_local_bytes(const matmul_tuning *t, bool trans_b, const clatt
     const cl_ulong rows_a = 2 * (cl_ulong)t->UNIT_M, cols_b = 2 * (cl_ulong)t->UNIT_N;
     const cl_ulong slice_words = 32 / 2 + 4;
     const cl_ulong words_b = trans_b ? cols_b * slice_words : 32 * (cols_b / 2 + 4);
-    return 4 *
-           (rows_a * slice_words + words_b + MM_SUBGROUPS * tile_scratch_floats(tile, emulated));
+    return 4 * (rows_a * slice_words + words_b +
+                MM_SUBGROUPS * clattn__tile_scratch_floats(tile, emulated));
 }
 
 /* matmul_mma's work-groups for one m x n matrix: blocks of 2 UNIT_M rows by 2 UNIT_N columns. */

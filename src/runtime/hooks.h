@@ -28,6 +28,7 @@ enum {
     CLATTN__ATTENTION_LANES = 3,
     CLATTN__ATTENTION_MICRO = 4,
     CLATTN__ATTENTION_MMA = 5,
+    CLATTN__ATTENTION_UNITS = 6,
     CLATTN__ATTENTION_VARIANTS
 };
 /* Linear attention launch rows (the tuning table's "default" and "type:gpu" rows). */

@@ -239,6 +239,11 @@ unsigned clattn__matrix_offered(cl_device_id device) {
     return offered;
 }
 
+uint64_t clattn__tile_scratch_floats(const clattn__tile *tile, bool emulated) {
+    if (!emulated) return 1;
+    return tile->unit == CLATTN__TILE_NV ? 16 * 16 + 16 * 8 : 2 * 16 * 16;
+}
+
 bool clattn__matrix_units_emulated(void) {
     return emulated_tile() != 0;
 }

@@ -7,6 +7,7 @@
 #include "status.h"
 
 #include <stdbool.h>
+#include <stdint.h>
 
 /* The subgroup tile of a mechanism (cl/mma.cl): MMA_UNIT's value, 0 for none, and MMA_SG. */
 typedef enum clattn__tile_unit {
@@ -26,6 +27,10 @@ int clattn__matrix_units(const clattn__call *call, unsigned *units);
 /* The subgroup tile kernels on `type` (f16 or bf16) inputs use on the call's device: the first
  * mechanism of that type whose probes passed, or unit 0. */
 int clattn__matrix_tile(const clattn__call *call, clattn_dtype type, clattn__tile *tile);
+/* cl/mma.cl's MMA_TILE_SCRATCH: the local floats a subgroup's products take on `tile`, native or
+ * emulated (NVIDIA's emulation A and B of one m16n8k16, the others' A and B of a tile, a native
+ * build one). */
+uint64_t clattn__tile_scratch_floats(const clattn__tile *tile, bool emulated);
 /* The units whose native probes `device` is offered (its extensions and architecture say it
  * may have them), as CLATTN_MATRIX_* bits: what clattn__matrix_units tries there. */
 unsigned clattn__matrix_offered(cl_device_id device);
@@ -37,8 +42,8 @@ void clattn__matrix_units_clear(cl_context context);
 /* Builds cl/mma.cl's probes with `options` (MMA_T, MMA_UNIT, MMA_NATIVE, ...) and runs one on
  * the known product: *exact tells whether every element came back exact. A program that does not
  * build or does not launch is not exact (the build log goes to the log callback); a failing read
- * is an error. matrix_probe: NVIDIA's warp primitives, a warp of 32; tile_probe: the subgroup tile, a
- * subgroup of `subgroup` work-items. */
+ * is an error. matrix_probe: NVIDIA's warp primitives, a warp of 32; tile_probe: the subgroup tile,
+ * a subgroup of `subgroup` work-items. */
 int clattn__matrix_probe(const clattn__call *call, const char *options, bool *exact);
 int clattn__tile_probe(const clattn__call *call, const char *options, int subgroup, bool *exact);
 

@@ -44,26 +44,29 @@
  * TK-key K/V tiles in local memory; 2 attention_keys, a group of 128 per query row; 3
  * attention_lanes, BM queries a work-item against tiles of LANES keys along the vector lanes, K
  * packed d-major in the workspace; 4 attention_micro, an MQ x MK tile of scores a work-item, TK /
- * MK work-items along a TK-key tile; 5, prefill only, attention_mma, matrix-unit products for
- * f16/bf16 q, k, v: the instruction where clattn_matrix_units found it, else its local-memory
- * emulation, correct and slow; other dtypes and head dims take 1); LANES: head-dim vector width
+ * MK work-items along a TK-key tile; 5, prefill only, attention_mma, NVIDIA's matrix-unit
+ * products for f16/bf16 q, k, v: the instruction where clattn_matrix_units found it, else its
+ * local-memory emulation, correct and slow; 6, prefill only, attention_units, the same on the
+ * subgroup tile of whichever mechanism the probes found (AMD's, Intel's; without one, NVIDIA's
+ * emulated); other dtypes and head dims take 1); LANES: head-dim vector width
  * (lanes: the keys a tile, blocks when under 4); GROUP: blocks', tiles' and micro's group size
  * (micro: at most); TK: the largest key tile (halved to fit); SPLIT_TARGET, SPLIT_MIN: a launch
  * with fewer groups than SPLIT_TARGET per compute unit splits the keys into chunks of at least
  * SPLIT_MIN; BM, BN: the blocks' queries per work-item and keys per tile; MQ, MK: micro's queries
- * and keys per work-item; UNITS 1: prefill with f16 or bf16 q, k, v takes attention_mma wherever
- * clattn_matrix_units found the unit for their dtype, whatever PREFILL says (0: only PREFILL=5);
- * UNIT_KEYS: attention_mma's keys a tile (rounded down to a multiple of 16, then lowered by 16
- * until its tiles fit the local memory); UNIT_QUERIES: attention_mma's queries a warp (16 or 32,
+ * and keys per work-item; UNITS 1: prefill with f16 or bf16 q, k, v takes attention_mma (NVIDIA's
+ * unit) or attention_units (another's) wherever clattn_matrix_units found a unit for their
+ * dtype, whatever PREFILL says (0: only PREFILL=5 or 6); UNIT_KEYS: attention_mma's and
+ * attention_units' keys a tile (rounded down to a multiple of 16, then lowered by 16 until its
+ * tiles fit the local memory); UNIT_QUERIES: attention_mma's queries a warp (16 or 32,
  * rounded down; 32 reads each K and V fragment once for two m-tiles of products, the same bits;
- * 16 where 32 do not fit the local memory with UNIT_KEYS, as at D=128 in 48 KiB);
- * UNIT_AHEAD: attention_mma fetches the next key tile into registers while it computes one when
- * the head dims (D + Dv) exceed UNIT_AHEAD, else at the tile (0: always ahead; the registers it
- * holds can cost a work-group a multiprocessor).
+ * 16 where 32 do not fit the local memory with UNIT_KEYS, as at D=128 in 48 KiB; attention_units
+ * takes 16 a subgroup); UNIT_AHEAD: attention_mma and attention_units fetch the next key tile
+ * into registers while they compute one when the head dims (D + Dv) exceed UNIT_AHEAD, else at
+ * the tile (0: always ahead; the registers it holds can cost a work-group a multiprocessor).
  * Default: PoCL on AVX-512: blocks at 16 lanes (the tiles variant's one query per work-item ran
  * far slower there), clattn-bench --op attention_causal. */
 #define CLATTN__TUNING_ATTENTION(X)                                                                \
-    X(PREFILL, 0, 0, 5, HOST)                                                                      \
+    X(PREFILL, 0, 0, 6, HOST)                                                                      \
     X(DECODE, 0, 0, 4, HOST)                                                                       \
     X(LANES, 16, 1, 16, VEC)                                                                       \
     X(GROUP, 16, 1, 1024, HOST)                                                                    \
