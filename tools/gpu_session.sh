@@ -16,7 +16,8 @@
 # empty, NAME=VALUE is set for that row alone (CLATTN_KERNEL_DIR=dir times another version of
 # the kernels beside this one in the same call). Without ROWs it runs DEFAULT_ROWS below: the
 # default rows of the issues' targets, attention_mma's and matmul_mma's tilings beside their
-# defaults.
+# defaults, and attention_units (the attention AMD's units take) on NVIDIA's tile beside
+# attention_mma's default.
 # GPU_TESTS holds clattn-tests' arguments, several runs separated by ';' (default: none, the
 # whole suite; "skip" skips it); GPU_QUICK=1 passes --quick to the benchmark. Each step has a
 # time limit (a bench row 120 s: rows took 1-42 s, and a kernel that NVIDIA's compiler chews on
@@ -37,6 +38,7 @@ DEFAULT_ROWS=( # most wanted first: rows past the budget are skipped
   "default|linear_attention|"
   "q32|attention --only f16 --no-peers|attention:UNIT_QUERIES=32"
   "keys64|attention --only f16 --no-peers|attention:UNIT_KEYS=64"
+  "units|attention --only f16 --no-peers|attention:PREFILL=6"
   "mm-n64|gemm --only f16 --no-peers|matmul:UNIT_N=64"
   "mm-at-slice|gemm --only f16 --no-peers|matmul:UNIT_AHEAD=0"
 )
@@ -159,9 +161,10 @@ build_logs() {
 }
 
 # The machine code of the cached programs whose PTX defines GPU_SASS_KERNEL (kernel names,
-# comma-separated; default attention_mma and matmul_mma): NVIDIA's OpenCL binary is PTX text; CUDA's ptxas, where the machine has it,
-# assembles it for the GPU's own architecture with -v (registers, spills) and cuobjdump prints
-# the SASS, all in one archive, $OUT/sass.tar.gz (the call returns few files).
+# comma-separated; default attention_mma, attention_units and matmul_mma): NVIDIA's OpenCL
+# binary is PTX text; CUDA's ptxas, where the machine has it, assembles it for the GPU's own
+# architecture with -v (registers, spills) and cuobjdump prints the SASS, all in one archive,
+# $OUT/sass.tar.gz (the call returns few files).
 machine_code() {
   local cache=$1 out=$2 arch ptx
   if ! command -v ptxas >/dev/null || ! command -v cuobjdump >/dev/null; then
@@ -170,7 +173,7 @@ machine_code() {
   fi
   arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d .)
   mkdir -p "$out"
-  python3 tools/cached_ptx.py "$cache" "$out" "${GPU_SASS_KERNEL:-attention_mma,matmul_mma}"
+  python3 tools/cached_ptx.py "$cache" "$out" "${GPU_SASS_KERNEL:-attention_mma,attention_units,matmul_mma}"
   for ptx in "$out"/*.ptx; do
     [ -f "$ptx" ] || continue
     step 120 "ptxas $(basename "$ptx")" ptxas -arch="sm_$arch" -v -o "${ptx%.ptx}.cubin" "$ptx" \
