@@ -116,20 +116,14 @@ static int first_calls_only(const char *spec) {
 
 /* The units clattn_matrix_units finds, as words; "none", or the failure. */
 static void matrix_unit_words(cl_command_queue queue, char *out, size_t capacity) {
-    static const struct {
-        unsigned bit;
-        const char *word;
-    } names[] = {{CLATTN_MATRIX_MMA_F16, "mma-f16"},   {CLATTN_MATRIX_MMA_BF16, "mma-bf16"},
-                 {CLATTN_MATRIX_WMMA_F16, "wmma-f16"}, {CLATTN_MATRIX_WMMA_BF16, "wmma-bf16"},
-                 {CLATTN_MATRIX_MFMA_F16, "mfma-f16"}, {CLATTN_MATRIX_MFMA_BF16, "mfma-bf16"},
-                 {CLATTN_MATRIX_DPAS_F16, "dpas-f16"}, {CLATTN_MATRIX_DPAS_BF16, "dpas-bf16"}};
     unsigned units = 0;
     int status = clattn_matrix_units(queue, &units);
     size_t n = (size_t)snprintf(out, capacity, "%s",
                                 status != CLATTN_SUCCESS ? clattn_status_name(status) : "");
-    for (size_t i = 0; i < sizeof names / sizeof names[0] && n < capacity; ++i)
-        if (units & names[i].bit)
-            n += (size_t)snprintf(out + n, capacity - n, "%s%s", n ? " " : "", names[i].word);
+    for (unsigned bit = 1; bit != 0 && n < capacity; bit <<= 1)
+        if (units & bit)
+            n += (size_t)snprintf(out + n, capacity - n, "%s%s", n ? " " : "",
+                                  clattn_matrix_unit_name(bit));
     if (out[0] == '\0') snprintf(out, capacity, "none");
 }
 

@@ -205,6 +205,9 @@ CLATTN_API int clattn_device_facts(cl_device_id device, char *text, size_t capac
 #define CLATTN_MATRIX_DPAS_F16  64u  /* Intel dpas (Xe-HPG, Xe-HPC, Xe2: subgroups of 8 or 16) */
 #define CLATTN_MATRIX_DPAS_BF16 128u /* the same with bf16 */
 CLATTN_API int clattn_matrix_units(cl_command_queue queue, unsigned *units);
+/* The name of one CLATTN_MATRIX_* bit, as the benchmark and `python -m clattn devices` print it
+ * ("mma-f16", "wmma-bf16", "mfma-f16", "dpas-bf16", ...); NULL for anything but one such bit. */
+CLATTN_API const char *clattn_matrix_unit_name(unsigned unit);
 
 /* Allocates a contiguous tensor of `dtype` and shape {d0,d1,d2,d3} (read-write buffer). Release
  * it with clattn_tensor_free. */

@@ -191,6 +191,26 @@ static void a_device_offered_units_finds_them(test_ctx *t) {
           units);
 }
 
+/* Each CLATTN_MATRIX_* bit has its own name (the words the benchmark and the Python package
+ * print); anything but one such bit has none. */
+static void every_unit_bit_has_its_name(test_ctx *t) {
+    static const struct {
+        unsigned bit;
+        const char *name;
+    } names[] = {{CLATTN_MATRIX_MMA_F16, "mma-f16"},   {CLATTN_MATRIX_MMA_BF16, "mma-bf16"},
+                 {CLATTN_MATRIX_WMMA_F16, "wmma-f16"}, {CLATTN_MATRIX_WMMA_BF16, "wmma-bf16"},
+                 {CLATTN_MATRIX_MFMA_F16, "mfma-f16"}, {CLATTN_MATRIX_MFMA_BF16, "mfma-bf16"},
+                 {CLATTN_MATRIX_DPAS_F16, "dpas-f16"}, {CLATTN_MATRIX_DPAS_BF16, "dpas-bf16"}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i) {
+        const char *name = clattn_matrix_unit_name(names[i].bit);
+        CHECK(t, name && strcmp(name, names[i].name) == 0, "bit %#x: %s, expected %s", names[i].bit,
+              name ? name : "NULL", names[i].name);
+    }
+    const unsigned none[] = {0, CLATTN_MATRIX_MMA_F16 | CLATTN_MATRIX_MMA_BF16, 256, 1u << 31};
+    for (size_t i = 0; i < sizeof none / sizeof none[0]; ++i)
+        CHECK(t, clattn_matrix_unit_name(none[i]) == NULL, "%#x has a name", none[i]);
+}
+
 static void bad_arguments_are_rejected(test_ctx *t) {
     unsigned units = 0;
     CHECK_STATUS(t, clattn_matrix_units(NULL, &units), CLATTN_ERR_INVALID_ARGUMENT);
@@ -205,6 +225,7 @@ static const test_case cases[] = {
     {"units_are_probed_once_per_device", units_are_probed_once_per_device},
     {"a_device_offered_ptx_passes_its_probe", a_device_offered_ptx_passes_its_probe},
     {"a_device_offered_units_finds_them", a_device_offered_units_finds_them},
+    {"every_unit_bit_has_its_name", every_unit_bit_has_its_name, TAG_HOST},
     {"bad_arguments_are_rejected", bad_arguments_are_rejected, TAG_HOST},
 };
 SUITE(matrix_units_suite, "matrix_units", cases);

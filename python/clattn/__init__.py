@@ -409,7 +409,8 @@ class Context:
         units = ctypes.c_uint(0)
         _check(self._lib.clattn_matrix_units(self._lib.clattn_env_queue(self._env),
                                              ctypes.byref(units)))
-        return [name for name, bit in _lib.MATRIX_UNITS if units.value & bit]
+        bits = (1 << i for i in range(32) if units.value >> i & 1)
+        return [self._lib.clattn_matrix_unit_name(bit).decode() for bit in bits]
 
     def close(self):
         """Releases every tensor of the context (using one afterwards is a ValueError), then the

@@ -63,9 +63,6 @@ class LinearOptions(ctypes.Structure):
 
 
 FEATURE_MAPS = {"elu1": 0, "relu": 1, "identity": 2}
-# CLATTN_MATRIX_* bits, as clattn.h defines them, by their names in words
-MATRIX_UNITS = (("mma-f16", 1), ("mma-bf16", 2), ("wmma-f16", 4), ("wmma-bf16", 8),
-                ("mfma-f16", 16), ("mfma-bf16", 32), ("dpas-f16", 64), ("dpas-bf16", 128))
 
 
 class MhaParams(ctypes.Structure):
@@ -158,6 +155,7 @@ def _declare(lib):
         "clattn_env_device_desc": (POINTER(DeviceDesc), [env_p]),
         "clattn_device_facts": (c_int, [c_void_p, c_char_p, c_size_t]),
         "clattn_matrix_units": (c_int, [queue, POINTER(c_uint)]),
+        "clattn_matrix_unit_name": (c_char_p, [c_uint]),
         "clattn_env_alloc": (c_int, [env_p, c_int, POINTER(c_int64), POINTER(Tensor)]),
         "clattn_env_upload": (c_int, [env_p, POINTER(Tensor), c_void_p]),
         "clattn_env_download": (c_int, [env_p, POINTER(Tensor), c_void_p]),

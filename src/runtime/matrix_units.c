@@ -204,25 +204,26 @@ static bool takes_dpas16(cl_device_id device) {
     return takes_dpas(device, 16);
 }
 
-/* The mechanisms, in the order kernels prefer them: a unit, its probe's input type, its subgroup
- * tile (cl/mma.cl's MMA_UNIT and MMA_SG), and the test a device must pass before the probe is
- * built at all. */
+/* The mechanisms, in the order kernels prefer them: a unit and its name, its probe's input type,
+ * its subgroup tile (cl/mma.cl's MMA_UNIT and MMA_SG), and the test a device must pass before
+ * the probe is built at all. */
 static const struct mechanism {
     unsigned unit;
+    const char *name;
     clattn_dtype type;
     clattn__tile tile;
     bool (*offered)(cl_device_id);
 } mechanisms[] = {
-    {CLATTN_MATRIX_MMA_F16, CLATTN_F16, {CLATTN__TILE_NV, 32}, takes_ptx_mma},
-    {CLATTN_MATRIX_MMA_BF16, CLATTN_BF16, {CLATTN__TILE_NV, 32}, takes_ptx_mma},
-    {CLATTN_MATRIX_WMMA_F16, CLATTN_F16, {CLATTN__TILE_WMMA, 32}, takes_amd_wmma},
-    {CLATTN_MATRIX_WMMA_BF16, CLATTN_BF16, {CLATTN__TILE_WMMA, 32}, takes_amd_wmma},
-    {CLATTN_MATRIX_MFMA_F16, CLATTN_F16, {CLATTN__TILE_MFMA, 64}, takes_amd_mfma},
-    {CLATTN_MATRIX_MFMA_BF16, CLATTN_BF16, {CLATTN__TILE_MFMA, 64}, takes_amd_mfma},
-    {CLATTN_MATRIX_DPAS_F16, CLATTN_F16, {CLATTN__TILE_DPAS8, 8}, takes_dpas8},
-    {CLATTN_MATRIX_DPAS_BF16, CLATTN_BF16, {CLATTN__TILE_DPAS8, 8}, takes_dpas8},
-    {CLATTN_MATRIX_DPAS_F16, CLATTN_F16, {CLATTN__TILE_DPAS16, 16}, takes_dpas16},
-    {CLATTN_MATRIX_DPAS_BF16, CLATTN_BF16, {CLATTN__TILE_DPAS16, 16}, takes_dpas16},
+    {CLATTN_MATRIX_MMA_F16, "mma-f16", CLATTN_F16, {CLATTN__TILE_NV, 32}, takes_ptx_mma},
+    {CLATTN_MATRIX_MMA_BF16, "mma-bf16", CLATTN_BF16, {CLATTN__TILE_NV, 32}, takes_ptx_mma},
+    {CLATTN_MATRIX_WMMA_F16, "wmma-f16", CLATTN_F16, {CLATTN__TILE_WMMA, 32}, takes_amd_wmma},
+    {CLATTN_MATRIX_WMMA_BF16, "wmma-bf16", CLATTN_BF16, {CLATTN__TILE_WMMA, 32}, takes_amd_wmma},
+    {CLATTN_MATRIX_MFMA_F16, "mfma-f16", CLATTN_F16, {CLATTN__TILE_MFMA, 64}, takes_amd_mfma},
+    {CLATTN_MATRIX_MFMA_BF16, "mfma-bf16", CLATTN_BF16, {CLATTN__TILE_MFMA, 64}, takes_amd_mfma},
+    {CLATTN_MATRIX_DPAS_F16, "dpas-f16", CLATTN_F16, {CLATTN__TILE_DPAS8, 8}, takes_dpas8},
+    {CLATTN_MATRIX_DPAS_BF16, "dpas-bf16", CLATTN_BF16, {CLATTN__TILE_DPAS8, 8}, takes_dpas8},
+    {CLATTN_MATRIX_DPAS_F16, "dpas-f16", CLATTN_F16, {CLATTN__TILE_DPAS16, 16}, takes_dpas16},
+    {CLATTN_MATRIX_DPAS_BF16, "dpas-bf16", CLATTN_BF16, {CLATTN__TILE_DPAS16, 16}, takes_dpas16},
 };
 #define MECHANISMS (sizeof mechanisms / sizeof mechanisms[0])
 
@@ -349,6 +350,12 @@ int clattn__matrix_tile(const clattn__call *call, clattn_dtype type, clattn__til
     for (size_t i = 0; i < MECHANISMS && !tile->unit; ++i)
         if ((passed & (1u << i)) && mechanisms[i].type == type) *tile = mechanisms[i].tile;
     return status;
+}
+
+const char *clattn_matrix_unit_name(unsigned unit) {
+    for (size_t i = 0; i < MECHANISMS; ++i)
+        if (mechanisms[i].unit == unit) return mechanisms[i].name;
+    return NULL;
 }
 
 int clattn_matrix_units(cl_command_queue queue, unsigned *units) {
