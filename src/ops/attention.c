@@ -259,7 +259,8 @@ static void fit_unit_tiles(const attention_args *a, attention_launch *l, cl_ulon
  * (UNITS=1): attention_mma on NVIDIA's, attention_units on the others'; or where PREFILL (or the
  * test hook) asks for one (without a tile found: the emulation, of NVIDIA's tile for units). On
  * the instruction where the probe found it (unless the units found are the emulated ones), else
- * on the emulation. A variant that cannot take the call leaves it to attention_tiles. */
+ * on the emulation. A forced variant that cannot take the call leaves it to attention_tiles, an
+ * offered one to the row's PREFILL. */
 static int pick_units(const clattn__call *call, const attention_args *a, bool prefill,
                       attention_launch *l) {
     const bool asked = l->variant == CLATTN__ATTENTION_MMA || l->variant == CLATTN__ATTENTION_UNITS;
