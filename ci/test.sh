@@ -540,10 +540,19 @@ lane_compile() {
   ptx_rebuilds "$name" matmul_mma "$planted.ptx" "${matmul[@]}"
   rm -rf "$planted" "$planted.ptx"
   # The other vendors' matrix units, as a GPU that has one builds the subgroup-tile programs
-  # (matmul_mma, the probes): Intel's dpas (dg2-g10, pvc), AMD's WMMA (gfx1100) and MFMA (gfx90a);
-  # a test per target, each build carrying its instruction.
+  # (matmul_mma, attention_units, the probes): Intel's dpas (dg2-g10, pvc), AMD's WMMA (gfx1100)
+  # and MFMA (gfx90a); a test per target, each build carrying its instruction, and one that
+  # attention_units was among them (the dump must hold it: the attention tests force it).
   timeout "$2" python3 "$root/tools/compile_programs.py" "$dump" --native \
     >"$logs/$name-native.log" 2>&1
+  if grep -qE '^attention: [1-9][0-9]* of [0-9]+ programs on the subgroup tile' \
+    "$logs/$name-native.log"; then
+    lane_p=$((lane_p + 1))
+  else
+    echo "[$name] FAIL no attention_units program among the matrix-unit rebuilds;" \
+      "see $logs/$name-native.log"
+    lane_f=$((lane_f + 1))
+  fi
   grep -E -A4 '^FAIL' "$logs/$name-native.log" | head -20 | sed "s/^/[$name] /"
   target_results "$name" "$logs/$name-native.log" native 'builds carry the instruction'
   grep -E '^native .* spills' "$logs/$name-native.log" | sed "s/^/[$name] /"

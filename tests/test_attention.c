@@ -414,9 +414,8 @@ static void check_case_on(test_ctx *t, const at_spec *s, int kernel, const char 
 }
 
 /* Cases attention_mma takes (16-bit q, k, v; head dims of whole fragments), on it alone (its
- * emulation is the slowest variant on a CPU; the others have their 16-bit cases), and those with
- * Dv a multiple of 16 on attention_units (on NVIDIA's tile; units_on_every_tile runs the
- * others'): groups of 64
+ * emulation is the slowest variant on a CPU; the others have their 16-bit cases, and
+ * units_on_every_tile attention_units'): groups of 64
  * queries with rows past Sq, GQA, Dv != D, lse, every mask part, empty rows; tiles that the
  * mask leaves whole (the scale alone) beside cut ones under causality, key lengths and a window
  * wider than a tile with global positions; q in another layout than K and V. */
@@ -429,7 +428,6 @@ static void matrix_unit_cases_in_16_bits(test_ctx *t) {
     s.lse = 1;
     s.alibi = 1, s.softcap = 4.0f, s.scale = 0.5f;
     check_case_on(t, &s, CLATTN__ATTENTION_MMA, "f16 GQA D=16 + lse, alibi + softcap");
-    check_case_on(t, &s, CLATTN__ATTENTION_UNITS, "f16 GQA D=16 + lse, alibi + softcap");
     s = base(2, 2, 2, 9, 40, 32);
     s.dt = CLATTN_F16;
     s.Dv = 24;
@@ -444,7 +442,6 @@ static void matrix_unit_cases_in_16_bits(test_ctx *t) {
     s.dt = CLATTN_BF16;
     s.window = 1, s.left = 40, s.right = 2, s.global_stride = 16;
     check_case_on(t, &s, CLATTN__ATTENTION_MMA, "bf16 window + global, 66 queries");
-    check_case_on(t, &s, CLATTN__ATTENTION_UNITS, "bf16 window + global, 66 queries");
 }
 
 /* Whether the tests that force attention_mma outside the case lists run here: its groups of 128
