@@ -91,11 +91,13 @@ pthread=(OCL_ICD_VENDORS="$pocl_icd" POCL_DEVICES=pthread CLATTN_DEVICE=pthread)
 # m-tiles a warp give attention_mma's bits (no row asks for them; its two builds, 11 s, run in
 # the pthread lane), and the tests of matmul_mma alone (five builds, about 25 s, and the other
 # vendors' tile layouts, four; the pthread lane runs them, and MHA's units test dumps matmul_mma
-# programs for the compile lane, which rebuilds them for each vendor's unit).
+# programs for the compile lane, which rebuilds them for each vendor's unit), and of
+# attention_units on the other vendors' emulated tiles (four builds, about 20 s; the compile
+# lane rebuilds the NVIDIA-tile programs that the variant lists dump).
 gpu_rows=("CLATTN_TUNE=$(sed -n 's/^TUNING_ROW("\([a-z_]*\)", "\*", "type:gpu", "\([^"]*\)").*/\1:\2/p' \
   src/runtime/tuning_table.def | paste -sd';')" CLATTN_MAX_LOCAL_MEMORY=49152
   CLATTN_DUMP_PROGRAMS="$programs")
-gpu_rows_selector='--suite !tuning !the_work_group_cap_applies|gemm_bridge_matches|clblast_codes|two_m_tiles_a_warp|gemm_on_matrix_units|gemm_on_every_units_layout'
+gpu_rows_selector='--suite !tuning !the_work_group_cap_applies|gemm_bridge_matches|clblast_codes|two_m_tiles_a_warp|gemm_on_matrix_units|gemm_on_every_units_layout|units_on_every_tile'
 basic=(OCL_ICD_VENDORS="$pocl_icd" POCL_DEVICES=basic CLATTN_DEVICE=basic CLATTN_FUZZ_N=8
   CLATTN_TEST_SMALL=1 "${gpu_rows[@]}")
 sanitizers=("${pthread[@]}"
