@@ -1139,25 +1139,31 @@ MMA_INLINE void units_scores(const __local ushort *q16, const __local ushort *k1
  * weights, rounded to MMA_T, into pt (UNITS_PS a row), each row's rescale factor into rescale;
  * where the tile holds NaN or Inf values (`flagged`), seen[row * MMA_KT + key] records which
  * weights are not 0. `tops` holds 16 x UNITS_PARTS floats: the parts' maxima. The subgroup's
- * rows are the query rows first .. first + 15. */
+ * rows are the query rows first .. first + 15; plain[a], the keys the lane's row a sees plainly
+ * (mask_plain_keys, kept from the start): in a tile inside them the scale alone, elsewhere the
+ * row's mask, made again here (kept, it would hold registers through every tile). */
 MMA_INLINE void units_softmax(const mask_params *p, int b, int h, int first, int Sq, int Sk, int j0,
-                              __local float *ss, __local float *tops, float m[UNITS_ROWS],
-                              float l[UNITS_ROWS], __local ushort *pt, __local float *rescale,
-                              bool flagged, __local uchar *seen) {
+                              const int2 plain[UNITS_ROWS], __local float *ss,
+                              __local float *tops, float m[UNITS_ROWS], float l[UNITS_ROWS],
+                              __local ushort *pt, __local float *rescale, bool flagged,
+                              __local uchar *seen) {
     const int part = units_part();
     UNROLL for (int a = 0; a < UNITS_ROWS; ++a) {
         const int row = units_row(a);
-        const mask_row r = mma_row_mask(p, b, h, first + row, Sq, Sk);
-        const int2 plain = mask_plain_keys(&r);
-        const bool whole = j0 >= plain.x && j0 + MMA_KT <= plain.y;
+        __local float *x = ss + row * UNITS_SS;
         float top = -INFINITY;
-        for (int c = part; c < MMA_KT; c += UNITS_PARTS) {
-            const int j = j0 + c;
-            const float x = ss[row * UNITS_SS + c];
-            const float y = whole ? p->scale * x
-                                  : j >= r.lo && j < r.hi ? mask_score(p, &r, j, x) : -INFINITY;
-            ss[row * UNITS_SS + c] = y;
-            top = fmax(top, y);
+        if (j0 >= plain[a].x && j0 + MMA_KT <= plain[a].y) {
+            for (int c = part; c < MMA_KT; c += UNITS_PARTS) {
+                x[c] *= p->scale;
+                top = fmax(top, x[c]);
+            }
+        } else {
+            const mask_row r = mma_row_mask(p, b, h, first + row, Sq, Sk);
+            for (int c = part; c < MMA_KT; c += UNITS_PARTS) {
+                const int j = j0 + c;
+                x[c] = j >= r.lo && j < r.hi ? mask_score(p, &r, j, x[c]) : -INFINITY;
+                top = fmax(top, x[c]);
+            }
         }
         tops[row * UNITS_PARTS + part] = top;
     }
@@ -1241,9 +1247,11 @@ attention_units(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T,
     const mma_matrix qm = MMA_MATRIX(q, b, h), km = MMA_MATRIX(k, b, hk), vm = MMA_MATRIX(v, b, hk);
     MASK_PACK(p);
     int lo = Sk, hi = 0;
+    int2 plain[UNITS_ROWS];
     UNROLL for (int a = 0; a < UNITS_ROWS; ++a) {
         const mask_row r = mma_row_mask(&p, b, h, first + units_row(a), Sq, Sk);
         if (r.lo < r.hi) lo = min(lo, r.lo), hi = max(hi, r.hi);
+        plain[a] = mask_plain_keys(&r);
     }
     if (lid == 0) garbage[0] = 0;
     const int2 keys = group_key_span(span, lo, hi, Sk); /* its barriers publish garbage[0] */
@@ -1268,7 +1276,8 @@ attention_units(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T,
                 ss[place / 16 * UNITS_SS + nt * 16 + place % 16] = s[nt][i];
             }
         barrier(CLK_LOCAL_MEM_FENCE);
-        units_softmax(&p, b, h, first, Sq, Sk, j0, ss, tops, m, l, pt, rescale, flagged, seen);
+        units_softmax(&p, b, h, first, Sq, Sk, j0, plain, ss, tops, m, l, pt, rescale, flagged,
+                      seen);
         barrier(CLK_LOCAL_MEM_FENCE); /* the weights, their flags and the rescales */
         UNROLL for (int n = 0; n < UNITS_VT; ++n)
             UNROLL for (int i = 0; i < MMA_CV; ++i) acc[n][i] *= rescale[mma_c_at(lane, i) / 16];

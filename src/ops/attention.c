@@ -220,6 +220,21 @@ static uint64_t units_local_bytes(int64_t d, int64_t dv, int64_t keys, const cla
            ATTENTION_MMA_WARPS * per_subgroup + 16;
 }
 
+/* The variant runs on cl/mma.cl's products: attention_mma or attention_units. */
+static bool on_matrix_tiles(int variant) {
+    return variant == CLATTN__ATTENTION_MMA || variant == CLATTN__ATTENTION_UNITS;
+}
+
+/* Bytes of local memory the launch's matrix-unit variant declares with key tiles of `keys` and
+ * `queries` a warp (attention_units: always 16). */
+static uint64_t tiles_local_bytes(const attention_args *a, const attention_launch *l, int64_t keys,
+                                  int64_t queries) {
+    const int64_t d = a->q->shape[3], dv = a->v->shape[3];
+    return l->variant == CLATTN__ATTENTION_MMA
+               ? mma_local_bytes(d, dv, keys, queries)
+               : units_local_bytes(d, dv, keys, &l->tile, !l->on_unit);
+}
+
 /* attention_mma and attention_units take q, k and v of one 16-bit dtype and head dims of whole
  * tiles (16 along the products' k; along their n, mma's 8, units' 16). */
 static bool units_dtypes_take(const attention_args *a, int64_t n_multiple) {
@@ -231,27 +246,22 @@ static bool units_dtypes_take(const attention_args *a, int64_t n_multiple) {
 /* The group and local arrays (key tiles of 16) fit the device: attention_mma's 4 warps of 32,
  * attention_units' 4 subgroups of the tile's. */
 static bool units_fit(const attention_args *a, const attention_launch *l, cl_device_id device) {
-    const int64_t d = a->q->shape[3], dv = a->v->shape[3];
     const bool mma = l->variant == CLATTN__ATTENTION_MMA;
     const size_t group = ATTENTION_MMA_WARPS * (size_t)(mma ? 32 : l->tile.subgroup);
-    const uint64_t bytes =
-        mma ? mma_local_bytes(d, dv, 16, 16) : units_local_bytes(d, dv, 16, &l->tile, !l->on_unit);
-    return clattn__device_max_group(device) >= group && bytes <= clattn__device_local_bytes(device);
+    return clattn__device_max_group(device) >= group &&
+           tiles_local_bytes(a, l, 16, 16) <= clattn__device_local_bytes(device);
 }
 
 /* Key tiles of UNIT_KEYS (a multiple of 16) and UNIT_QUERIES a warp (mma: 16 or 32; units: 16),
  * lowered until the local arrays fit (units_fit checked 16 and 16). */
 static void fit_unit_tiles(const attention_args *a, attention_launch *l, cl_ulong local_bytes) {
-    const int64_t d = a->q->shape[3], dv = a->v->shape[3];
-    const bool mma = l->variant == CLATTN__ATTENTION_MMA;
     l->t.UNIT_KEYS = l->t.UNIT_KEYS / 16 * 16;
-    l->t.UNIT_QUERIES = mma ? l->t.UNIT_QUERIES / 16 * 16 : 16;
+    l->t.UNIT_QUERIES = l->variant == CLATTN__ATTENTION_MMA ? l->t.UNIT_QUERIES / 16 * 16 : 16;
     /* a warp's 16 queries before fewer keys: the key tiles are what each barrier amortizes */
-    if (mma && mma_local_bytes(d, dv, l->t.UNIT_KEYS, l->t.UNIT_QUERIES) > local_bytes)
+    if (tiles_local_bytes(a, l, l->t.UNIT_KEYS, l->t.UNIT_QUERIES) > local_bytes)
         l->t.UNIT_QUERIES = 16;
     while (l->t.UNIT_KEYS > 16 &&
-           (mma ? mma_local_bytes(d, dv, l->t.UNIT_KEYS, l->t.UNIT_QUERIES)
-                : units_local_bytes(d, dv, l->t.UNIT_KEYS, &l->tile, !l->on_unit)) > local_bytes)
+           tiles_local_bytes(a, l, l->t.UNIT_KEYS, l->t.UNIT_QUERIES) > local_bytes)
         l->t.UNIT_KEYS -= 16;
 }
 
@@ -263,7 +273,7 @@ static void fit_unit_tiles(const attention_args *a, attention_launch *l, cl_ulon
  * offered one to the row's PREFILL. */
 static int pick_units(const clattn__call *call, const attention_args *a, bool prefill,
                       attention_launch *l) {
-    const bool asked = l->variant == CLATTN__ATTENTION_MMA || l->variant == CLATTN__ATTENTION_UNITS;
+    const bool asked = on_matrix_tiles(l->variant);
     const bool offered =
         prefill && l->t.UNITS && clattn__hook_value(CLATTN__HOOK_ATTENTION_VARIANT) < 0;
     if (!asked && !offered) return CLATTN_SUCCESS;
@@ -316,9 +326,7 @@ static int pick_launch(const clattn__call *call, const attention_args *a, attent
         l->t.TK /= 2;
     if (l->variant == CLATTN__ATTENTION_MICRO) fit_micro(l, device, d, dv, local_bytes);
     status = pick_units(call, a, prefill, l);
-    if (status != CLATTN_SUCCESS || l->variant == CLATTN__ATTENTION_MMA ||
-        l->variant == CLATTN__ATTENTION_UNITS)
-        return status;
+    if (status != CLATTN_SUCCESS || on_matrix_tiles(l->variant)) return status;
     pick_splits(l, device, a);
     return CLATTN_SUCCESS;
 }
@@ -332,8 +340,7 @@ static bool kv_rows_aligned(const attention_args *a, const attention_launch *l,
                             cl_device_id device) {
     const bool vector_loads =
         l->variant == CLATTN__ATTENTION_KEYS || l->variant == CLATTN__ATTENTION_TILES;
-    const bool units = l->variant == CLATTN__ATTENTION_MMA || l->variant == CLATTN__ATTENTION_UNITS;
-    const int64_t vec = units ? 8 : vector_loads ? l->t.LANES : 1;
+    const int64_t vec = on_matrix_tiles(l->variant) ? 8 : vector_loads ? l->t.LANES : 1;
     return clattn__rows_vector_aligned(a->k, a->v, vec, device);
 }
 
@@ -467,8 +474,7 @@ static int enqueue_attention(const attention_args *a, const attention_launch *la
                                                      (size_t)clattn__narrow_index_limit();
     char options[1024];
     attention_options(a, &l, wide, call->device, options, sizeof options);
-    const bool on_tiles =
-        l.variant == CLATTN__ATTENTION_MMA || l.variant == CLATTN__ATTENTION_UNITS;
+    const bool on_tiles = on_matrix_tiles(l.variant);
     if (on_tiles) mma_options(a, &l, options, sizeof options);
     cl_kernel kernel = NULL;
     int status = clattn__create_kernel(call->context, call->device, "attention.cl", options,
