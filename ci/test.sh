@@ -426,16 +426,16 @@ lane_tools() {
   done
 }
 
-# ptx_rebuilds LANE KERNEL PTX PROGRAM|SED...: each dumped PROGRAM (its .options; SED edits
-# them) rebuilt for sm_80 with the instruction (MMA_PTX=1, or on the subgroup tile
-# MMA_NATIVE=1 of its NVIDIA unit) into PTX must carry mma.sync and ldmatrix; one pass
-# when every one did (and there was one), else one failure.
+# ptx_rebuilds LANE KERNEL PTX PROGRAM|SED[|TEXT]...: each dumped PROGRAM (its .options; SED
+# edits them) rebuilt for sm_80 with the instruction (MMA_PTX=1, or on the subgroup tile
+# MMA_NATIVE=1 of its NVIDIA unit) into PTX must carry mma.sync and ldmatrix (and TEXT, where
+# given); one pass when every one did (and there was one), else one failure.
 ptx_rebuilds() {
-  local name=$1 kernel=$2 ptx=$3 entry program options count=0 built=0
+  local name=$1 kernel=$2 ptx=$3 entry program edit also options count=0 built=0
   shift 3
   for entry in "$@"; do
-    program=${entry%%|*}
-    options=$(sed "s/-DMMA_PTX=0/-DMMA_PTX=1/; s/-DMMA_NATIVE=0/-DMMA_NATIVE=1/; ${entry#*|}" \
+    IFS='|' read -r program edit also <<<"$entry"
+    options=$(sed "s/-DMMA_PTX=0/-DMMA_PTX=1/; s/-DMMA_NATIVE=0/-DMMA_NATIVE=1/; $edit" \
       "$program")
     count=$((count + 1))
     # shellcheck disable=SC2086 # the options are a list of arguments
@@ -444,7 +444,8 @@ ptx_rebuilds() {
       -Xclang /usr/lib/clc/nvptx64--nvidiacl.bc $options -DMMA_ASM=__asm__ -S \
       "${program%.options}.cl" -o "$ptx" 2>>"$logs/$name-$kernel.log" &&
       grep -q "mma.sync.aligned.m16n8k16" "$ptx" &&
-      grep -q "ldmatrix.sync.aligned.m8n8.x4" "$ptx" && built=$((built + 1))
+      grep -q "ldmatrix.sync.aligned.m8n8.x4" "$ptx" &&
+      grep -q -- "${also:-mma.sync}" "$ptx" && built=$((built + 1))
   done
   if [ "$count" -gt 0 ] && [ "$built" -eq "$count" ]; then
     lane_p=$((lane_p + 1))
@@ -517,7 +518,8 @@ lane_compile() {
       -target nvptx64-unknown-nvidiacl -march=sm_80 -I "$root/cl" -DMMA_PROBE=1 -DMMA_PTX=1 \
       -DMMA_ASM=__asm__ -DMMA_T=$type -S "$root/cl/mma.cl" -o "$planted.ptx" \
       2>"$logs/$name-mma-$type.log" &&
-      grep -q "mma.sync.aligned.m16n8k16.row.col.f32.$type.$type.f32" "$planted.ptx"; then
+      grep -q "mma.sync.aligned.m16n8k16.row.col.f32.$type.$type.f32" "$planted.ptx" &&
+      grep -q "cp.async.cg.shared.global" "$planted.ptx"; then
       lane_p=$((lane_p + 1))
     else
       echo "[$name] FAIL the $type mma probe's PTX lacks its instruction;" \
@@ -527,12 +529,17 @@ lane_compile() {
   done
   # attention_mma and matmul_mma as a GPU with the unit builds them (the dump holds their
   # emulated builds): every program of each rebuilt with MMA_PTX=1 must carry the instruction
-  # and the fragment loads, attention_mma's with its tiles fetched at the tile and a tile ahead
-  # (the test shapes' head dims take one), matmul_mma's with b n-major (MHA's) and k-major
+  # and the fragment loads, attention_mma's with its tiles copied into two buffers (then with
+  # cp.async too), fetched into registers at the tile and a tile ahead (the test shapes' head
+  # dims take one), matmul_mma's with b n-major (MHA's) and k-major
   local program ahead
   local -a attention=() matmul=()
   for program in $(grep -l -- '-DVARIANT=5 ' "$dump"/attention-*.options 2>/dev/null); do
-    for ahead in 0 1; do attention+=("$program|s/-DMMA_AHEAD=[01]/-DMMA_AHEAD=$ahead/"); done
+    # (copies need aligned rows: an unaligned program is rebuilt as if its rows were aligned)
+    attention+=("$program|s/-DMMA_ASYNC=[01]/-DMMA_ASYNC=1/; s/-DALIGNED=0/-DALIGNED=1/|cp.async")
+    for ahead in 0 1; do
+      attention+=("$program|s/-DMMA_ASYNC=1/-DMMA_ASYNC=0/; s/-DMMA_AHEAD=[01]/-DMMA_AHEAD=$ahead/")
+    done
   done
   for program in $(grep -l -- '-DMATMUL_MMA=1 .*-DMMA_UNIT=1 ' "$dump"/matmul-*.options \
     2>/dev/null); do

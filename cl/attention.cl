@@ -662,7 +662,8 @@ attention_lanes(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T,
  * of MMA_SG work-items, MMA_WQ queries a subgroup, key tiles of MMA_KT keys fetched from global
  * memory into registers (a tile ahead with MMA_AHEAD, 16-byte loads when the host proved K's and
  * V's rows ALIGNED) and staged in local memory as raw 16-bit rows, V's NaN and Inf as 0, as the
- * group's q rows are at the start. */
+ * group's q rows are at the start (attention_mma with MMA_ASYNC copies them into local memory
+ * instead: mma_copy_tile below). */
 #ifndef MMA_WARPS
 #define MMA_WARPS 4
 #endif
@@ -707,6 +708,15 @@ inline uint mma_finite_word(uint w, int *bad) {
     return (lo ? 0u : w & 0xffffu) | (hi ? 0u : w & 0xffff0000u);
 }
 
+/* Any of the eight 16-bit values of x is NaN or Inf: per half, its exponent bits plus the
+ * exponent's lowest bit carry into the half's top bit only when they are all ones. */
+inline bool mma_any_not_finite(uint4 x) {
+    const uint exponent = MMA_T_IS_BF16 ? 0x7f807f80u : 0x7c007c00u;
+    const uint lowest = MMA_T_IS_BF16 ? 0x00800080u : 0x04000400u;
+    const uint4 carried = (x & exponent) + lowest;
+    return ((carried.s0 | carried.s1 | carried.s2 | carried.s3) & 0x80008000u) != 0u;
+}
+
 /* The rows of one (batch, head) of a [B, H, S, n] tensor of 16-bit values: value d of row j
  * at p[at + j * row + d * step]. */
 typedef struct mma_matrix {
@@ -723,7 +733,8 @@ MMA_INLINE mma_matrix mma_matrix_at(__global const ushort *p, IDX at, IDX row, I
 
 /* A tile's K and V in 8-value chunks (uint4), MMA_KREGS and MMA_VREGS a work-item: fetched from
  * global memory into registers, a tile ahead with MMA_AHEAD (the loads fly while the last tile
- * is computed, in registers held throughout) or at the tile, then staged into local memory. */
+ * is computed, in registers held throughout) or at the tile, then staged into local memory (or,
+ * with MMA_ASYNC, copied there: the same chunks, no register). */
 #define MMA_THREADS (MMA_WARPS * MMA_SG)
 #define MMA_KREGS   ((MMA_KT * HEAD_DIM / 8 + MMA_THREADS - 1) / MMA_THREADS)
 #define MMA_VREGS   ((MMA_KT * VALUE_DIM / 8 + MMA_THREADS - 1) / MMA_THREADS)
@@ -826,10 +837,11 @@ MMA_INLINE mask_row mma_row_mask(const mask_params *p, int b, int h, int row, in
  * work-group of MMA_WARPS warps takes MMA_WQ * MMA_WARPS queries of one (batch, query head), a
  * warp MMA_WQ of them as MMA_MT m-tiles of 16; each lane holds rows g and g + 8 of each m-tile
  * (g = lane / 4, t = lane % 4), in the fragment layouts of cl/mma.cl, so a K or V fragment read
- * from local memory feeds MMA_MT products. Per tile of MMA_KT keys (K and V fetched into
- * registers, a tile ahead with MMA_AHEAD, 16-byte loads when the host proved their rows ALIGNED,
- * then staged in local memory as raw 16-bit rows, as the group's q rows are at the start, from
- * which cl/mma.cl's mma_load_blocks, ldmatrix on the units, reads the fragments): S = q k^T as
+ * from local memory feeds MMA_MT products. Per tile of MMA_KT keys (K and V copied into one of
+ * two local buffers during the last tile with MMA_ASYNC, else fetched into registers, a tile
+ * ahead with MMA_AHEAD, and staged in local memory; 16-byte loads or copies when the host proved
+ * their rows ALIGNED; raw 16-bit rows, as the group's q rows are at the start, from which
+ * cl/mma.cl's mma_load_blocks, ldmatrix on the units, reads the fragments): S = q k^T as
  * MMA_KB blocks of 16 x 8 products per 16 head dims and m-tile, the mask and the online softmax
  * in f32 (a row's max combined across the four lanes that hold it: cl/mma.cl's quad reduction),
  * then the weights, rounded to MMA_T, re-packed in registers as the A fragments of P V (the C
@@ -837,15 +849,15 @@ MMA_INLINE mask_row mma_row_mask(const mask_params *p, int b, int h, int row, in
  * VALUE_DIM / 8 accumulator fragments per m-tile.
  * Everything the other variants promise holds (masks, GQA, lse, empty rows, bottom-right): the
  * mask is cl/mask.cl's, element by element except in tiles that it leaves whole (then the scale
- * alone, the same bits). The weights are exp2((s - m) log2(e)): the base-2 exponential is the
- * cheaper instruction (FlashAttention folds m log2(e) into one FMA, which overflows for
- * |m| > 2.3e38). Key tiles start at multiples of MMA_KT, whatever the group's span. A zero
- * weight cannot skip its V row inside a product (0 * Inf is NaN), so NaN and Inf values enter
- * the products as 0, and a tile that holds one (a flag set while loading) adds them afterwards
- * to the outputs whose weight for them is not 0 (w * x is x's infinity or NaN for any w > 0, so
- * only the weight's being 0 matters): a hidden one changes no bit. A NaN score makes its row's
- * sum NaN, which is how the end finds NaN rows. Needs HEAD_DIM a multiple of 16 and VALUE_DIM of
- * 8 (the host checks), and no key split. */
+ * alone, the same bits). The weights are exp2((s - m) log2(e)) (mma_weight): the base-2
+ * exponential is the cheaper instruction (FlashAttention folds m log2(e) into one FMA, which
+ * overflows for |m| > 2.3e38). Key tiles start at multiples of MMA_KT, whatever the group's
+ * span. A zero weight cannot skip its V row inside a product (0 * Inf is NaN), so NaN and Inf
+ * values enter the products as 0, and a tile that holds one (a flag set while staging) adds
+ * them afterwards to the outputs whose weight for them is not 0 (w * x is x's infinity or NaN
+ * for any w > 0, so only the weight's being 0 matters): a hidden one changes no bit. A NaN score
+ * makes its row's sum NaN, which is how the end finds NaN rows. Needs HEAD_DIM a multiple of 16
+ * and VALUE_DIM of 8 (the host checks), and no key split. */
 #define MMA_MT    (MMA_WQ / 16)           /* m-tiles a warp */
 #define MMA_ROWS  (2 * MMA_MT)            /* rows a lane: row a is g + 8 (a % 2) of m-tile a / 2 */
 #define MMA_KB    (MMA_KT / 8)            /* 8-key blocks of S */
@@ -912,6 +924,24 @@ MMA_INLINE void mma_mask(const mask_params *p, int b, int h, const int rows[MMA_
     }
 }
 
+/* A weight, exp2(x) for x <= 0. On NVIDIA's units with f16 weights in a tile that holds no NaN
+ * or Inf value: ex2.approx.ftz, the instruction that exp2 is built on there, without exp2's
+ * steps for results below 2^-126: those weights round to 0 in f16 anyway, and each moves a
+ * row's sum (at least 1 in the end: its max's weight) by less than 2^-126, far below its
+ * rounding (the same bits but for a tie contrived at that depth). bf16 holds such weights, and
+ * the non-finite values' test asks whether a weight is 0, so those keep exp2. */
+MMA_INLINE float mma_weight(float x, bool flagged) {
+#if MMA_PTX && !MMA_T_IS_BF16
+    if (!flagged) {
+        float w;
+        MMA_ASM("ex2.approx.ftz.f32 %0, %1;" : "=f"(w) : "f"(x));
+        return w;
+    }
+#endif
+    (void)flagged;
+    return exp2(x);
+}
+
 /* The online-softmax step over the tile's masked scores s: each row's max m (natural units)
  * and sum l updated and acc rescaled; the weights, rounded to MMA_T, returned as P's A
  * fragments pa[mt][c] (keys 16c .. 16c + 15: the C fragments of 8-key blocks 2c and 2c + 1 are
@@ -948,7 +978,7 @@ MMA_INLINE void mma_softmax(const float s[MMA_MT][MMA_KB][4], float m[MMA_ROWS],
                 const int a = 2 * mt + h;
                 float w[2];
                 UNROLL for (int e = 0; e < 2; ++e) {
-                    w[e] = exp2((s[mt][kb][h * 2 + e] - base[a]) * M_LOG2E_F);
+                    w[e] = mma_weight((s[mt][kb][h * 2 + e] - base[a]) * M_LOG2E_F, flagged);
                     l[a] += w[e];
                     if (flagged) seen[mma_lane_row(a) * MMA_KT + kb * 8 + 2 * t + e] = w[e] != 0.0f;
                 }
@@ -1001,20 +1031,73 @@ MMA_INLINE void mma_add_non_finite(const mma_matrix *v, int j0, int hi, const __
     }
 }
 
+#ifndef MMA_ASYNC
+#define MMA_ASYNC 0
+#endif
+/* MMA_ASYNC 1: key tiles double-buffered in local memory and copied there by mma_copy16 (cp.async
+ * on the units) a tile ahead, with no register holding them: the next tile's copies fly while
+ * this one is computed, and one barrier a tile serves both. */
+#define MMA_BUFFERS (MMA_ASYNC ? 2 : 1)
+
+/* Keys j0 .. j0 + MMA_KT - 1 of K and V (0 at or past hi) copied into kt and vt, the work-item's
+ * chunks as mma_fetch takes them: 16-byte copies where the host proved the rows ALIGNED. */
+MMA_INLINE void mma_copy_tile(const mma_matrix *k, const mma_matrix *v, int j0, int hi,
+                              __local uint *kt, __local uint *vt) {
+    const int lid = (int)get_local_id(0);
+    UNROLL for (int i = 0; i < MMA_KREGS; ++i) {
+        const int e = lid + i * MMA_THREADS, jj = e / (HEAD_DIM / 8), d = e % (HEAD_DIM / 8) * 8;
+        if (e >= MMA_KT * HEAD_DIM / 8) continue;
+        __local uint *to = kt + jj * MMA_KS + d / 2;
+        if (ALIGNED && j0 + jj < hi)
+            mma_copy16(to, k->p + k->at + (IDX)(j0 + jj) * k->row + (IDX)d);
+        else
+            *(__local uint4 *)to = mma_chunk_by_value(k, j0 + jj, d, hi);
+    }
+    UNROLL for (int i = 0; i < MMA_VREGS; ++i) {
+        const int e = lid + i * MMA_THREADS, jj = e / (VALUE_DIM / 8), d = e % (VALUE_DIM / 8) * 8;
+        if (e >= MMA_KT * VALUE_DIM / 8) continue;
+        __local uint *to = vt + jj * MMA_VS + d / 2;
+        if (ALIGNED && j0 + jj < hi)
+            mma_copy16(to, v->p + v->at + (IDX)(j0 + jj) * v->row + (IDX)d);
+        else
+            *(__local uint4 *)to = mma_chunk_by_value(v, j0 + jj, d, hi);
+    }
+    mma_copy_commit();
+}
+
+/* Once the work-item's copies into vt landed: its chunks' NaN and Inf values as 0, `garbage`
+ * set when there was one (mma_stage's rule, applied in place). */
+MMA_INLINE void mma_clean_tile(__local uint *vt, __local int *garbage) {
+    const int lid = (int)get_local_id(0);
+    int bad = 0;
+    mma_copy_wait();
+    UNROLL for (int i = 0; i < MMA_VREGS; ++i) {
+        const int e = lid + i * MMA_THREADS, jj = e / (VALUE_DIM / 8), d = e % (VALUE_DIM / 8) * 8;
+        if (e >= MMA_KT * VALUE_DIM / 8) continue;
+        __local uint4 *chunk = (__local uint4 *)(vt + jj * MMA_VS + d / 2);
+        const uint4 x = *chunk;
+        if (mma_any_not_finite(x))
+            *chunk = (uint4)(mma_finite_word(x.s0, &bad), mma_finite_word(x.s1, &bad),
+                             mma_finite_word(x.s2, &bad), mma_finite_word(x.s3, &bad));
+    }
+    if (bad) atomic_or(garbage, 1);
+}
+
 __kernel __attribute__((reqd_work_group_size(MMA_WARPS * MMA_WARP, 1, 1))) void
 attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v),
               __global CAT(storage_, O_T) * o, IDX o_off, IDX o_s0, IDX o_s1, IDX o_s2, IDX o_s3,
               int B, int Hq, int Hkv, int Sq, int Sk LSE_PARAMS, MASK_PARAMS) {
     __local float scratch[MMA_WARPS * MMA_SCRATCH_FLOATS];
     __local float xs[MMA_WARPS * MMA_EXCHANGE_FLOATS];
-    /* a key tile and its values, row-major, two values a word (uint4: the aligned loads store
-     * 16 bytes, the fragment loads read 16-byte rows); V's NaN and Inf as 0 */
-    __local uint4 kt4[MMA_KT * MMA_KS / 4], vt4[MMA_KT * MMA_VS / 4];
+    /* a key tile and its values (two of each with MMA_ASYNC), row-major, two values a word (uint4:
+     * the aligned loads store 16 bytes, the fragment loads read 16-byte rows); V's NaN and Inf
+     * as 0 */
+    __local uint4 kt4[MMA_BUFFERS * MMA_KT * MMA_KS / 4], vt4[MMA_BUFFERS * MMA_KT * MMA_VS / 4];
     __local uint4 qt4[MMA_BQ * MMA_KS / 4]; /* the group's q rows, as K's */
     __local uchar seen[MMA_WARPS * MMA_WQ * MMA_KT]; /* weight != 0, for the non-finite values */
     __local int span[2];
-    __local int garbage[2]; /* a tile's flag, by the tile's parity (one is reset while the other
-                               is in use) */
+    __local int garbage[3]; /* a tile's flag, by the tile's number mod 2 (mod 3 with MMA_ASYNC,
+                               which sets the next tile's while this one's is read) */
     __local uint *kt = (__local uint *)kt4, *vt = (__local uint *)vt4, *qt = (__local uint *)qt4;
     const int lid = (int)get_local_id(0), warp = lid / MMA_WARP;
     const int blocks = (Sq + MMA_BQ - 1) / MMA_BQ, group = (int)get_group_id(0);
@@ -1031,8 +1114,8 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
         const int2 mine = mask_plain_keys(&r);
         if (rows[a] < Sq) plain = (int2)(max(plain.x, mine.x), min(plain.y, mine.y));
     }
-    if (lid == 0) garbage[0] = 0;
-    const int2 keys = group_key_span(span, lo, hi, Sk); /* its barriers publish garbage[0] */
+    if (lid == 0) garbage[0] = garbage[1] = 0;
+    const int2 keys = group_key_span(span, lo, hi, Sk); /* its barriers publish the flags */
 
     mma_stage_q(&qm, (group % blocks) * MMA_BQ, Sq, qt); /* the first tile's barrier publishes it */
     float acc[MMA_MT][MMA_VB][4], m[MMA_ROWS], l[MMA_ROWS];
@@ -1042,24 +1125,47 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
             UNROLL for (int f = 0; f < 4; ++f) acc[mt][n][f] = 0.0f;
 
     __local uchar *warp_seen = seen + warp * MMA_WQ * MMA_KT;
-    uint4 kr[MMA_KREGS], vr[MMA_VREGS];
     /* tiles start at multiples of MMA_KT, so that they are the same whatever the group's
      * size (UNIT_QUERIES): the keys before the span are hidden from every row */
     const int first = keys.x / MMA_KT * MMA_KT;
+#if MMA_ASYNC
+    if (keys.x < keys.y) {
+        mma_copy_tile(&km, &vm, first, keys.y, kt, vt);
+        mma_clean_tile(vt, &garbage[0]);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int j0 = first, tile = 0; j0 < keys.y; j0 += MMA_KT, ++tile) {
+        /* this tile's flag was set before the last barrier; the one two tiles ahead is reset now
+         * (everyone read it, a tile ago) and set after the next barrier */
+        const bool flagged = garbage[tile % 3] != 0, more = j0 + MMA_KT < keys.y;
+        if (lid == 0) garbage[(tile + 2) % 3] = 0;
+        __local uint *kt_next = kt + ((tile + 1) & 1) * MMA_KT * MMA_KS;
+        __local uint *vt_next = vt + ((tile + 1) & 1) * MMA_KT * MMA_VS;
+        if (more) mma_copy_tile(&km, &vm, j0 + MMA_KT, keys.y, kt_next, vt_next);
+        const __local uint *kt_now = kt + (tile & 1) * MMA_KT * MMA_KS;
+        const __local uint *vt_now = vt + (tile & 1) * MMA_KT * MMA_VS;
+#else
+    uint4 kr[MMA_KREGS], vr[MMA_VREGS];
     if (MMA_AHEAD && keys.x < keys.y) mma_fetch(&km, &vm, first, keys.y, kr, vr);
     for (int j0 = first, tile = 0; j0 < keys.y; j0 += MMA_KT, tile ^= 1) {
         const bool flagged = mma_next_tile(&km, &vm, j0, keys.y, tile, kr, vr, kt, vt, garbage);
+        const __local uint *kt_now = kt, *vt_now = vt;
+#endif
 
         float s[MMA_MT][MMA_KB][4];
         uint pa[MMA_MT][MMA_KB / 2][4];
-        mma_scores(qt + warp * MMA_WQ * MMA_KS, kt, s, scratch);
+        mma_scores(qt + warp * MMA_WQ * MMA_KS, kt_now, s, scratch);
         mma_mask(&p, b, h, rows, Sq, Sk, j0, j0 >= plain.x && j0 + MMA_KT <= plain.y, s);
         mma_softmax(s, m, l, acc, pa, flagged, warp_seen, xs);
-        mma_values(pa, vt, acc, scratch);
+        mma_values(pa, vt_now, acc, scratch);
         if (flagged) {
             barrier(CLK_LOCAL_MEM_FENCE); /* seen complete */
             mma_add_non_finite(&vm, j0, keys.y, warp_seen, acc);
         }
+#if MMA_ASYNC
+        if (more) mma_clean_tile(vt_next, &garbage[(tile + 1) % 3]);
+        barrier(CLK_LOCAL_MEM_FENCE); /* the next tile landed; everyone is done with this one */
+#endif
     }
 
     UNROLL for (int mt = 0; mt < MMA_MT; ++mt) mma_quad_reduce(l + 2 * mt, 0, xs);
@@ -1253,8 +1359,8 @@ attention_units(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T,
         if (r.lo < r.hi) lo = min(lo, r.lo), hi = max(hi, r.hi);
         plain[a] = mask_plain_keys(&r);
     }
-    if (lid == 0) garbage[0] = 0;
-    const int2 keys = group_key_span(span, lo, hi, Sk); /* its barriers publish garbage[0] */
+    if (lid == 0) garbage[0] = garbage[1] = 0;
+    const int2 keys = group_key_span(span, lo, hi, Sk); /* its barriers publish the flags */
 
     mma_stage_q(&qm, (group % blocks) * MMA_BQ, Sq, qt); /* the first tile's barrier publishes it */
     float acc[UNITS_VT][MMA_CV], m[UNITS_ROWS], l[UNITS_ROWS];

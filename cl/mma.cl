@@ -166,6 +166,35 @@ MMA_INLINE void mma_load_blocks(uint r[4], __local const ushort *b0, __local con
 #endif
 }
 
+/* 16 bytes from global to local memory (both 16-byte aligned): the PTX build's cp.async
+ * (asynchronous, through no register: the copy lands while the warp computes), the emulation's
+ * plain copy. A copy is complete, and visible to the work-item that made it, after
+ * mma_copy_commit and mma_copy_wait; to the group after a barrier that follows those. */
+MMA_INLINE void mma_copy16(__local uint *dst, __global const ushort *src) {
+#if MMA_PTX
+    MMA_ASM volatile("cp.async.cg.shared.global [%0], [%1], 16;"
+                     :
+                     : "r"((uint)(size_t)dst), "l"((ulong)(size_t)src)
+                     : "memory");
+#else
+    *(__local uint4 *)dst = *(__global const uint4 *)src;
+#endif
+}
+
+/* The work-item's copies since the last commit form a group; the wait returns once every
+ * committed group has landed. */
+MMA_INLINE void mma_copy_commit(void) {
+#if MMA_PTX
+    MMA_ASM volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+
+MMA_INLINE void mma_copy_wait(void) {
+#if MMA_PTX
+    MMA_ASM volatile("cp.async.wait_group 0;" ::: "memory");
+#endif
+}
+
 /* The value v of lane (lane ^ mask) of the warp: shfl.sync.bfly, or through `xs`
  * (MMA_EXCHANGE_FLOATS per warp of the group; all work-items of the group call it together). */
 inline float mma_lane_xor(float v, int mask, __local float *xs) {
@@ -455,11 +484,12 @@ MMA_INLINE void mma_tile(float d[MMA_CV], const uint a[MMA_AW], const uint b[MMA
 
 #if MMA_PROBE && MMA_UNIT == MMA_NV
 /* The probe: one warp multiplies A (16 x 16, row-major 16-bit values) by B (16 x 8, row-major)
- * and adds C (16 x 8 floats) into D. A and B are staged in local memory and loaded as fragments
- * by mma_load_blocks (A's four blocks plain, B's two transposed), so the loads are probed with
- * the product. The host gives values whose products and sums are exact in f32, so a correct unit
- * returns exactly the host's product. Each lane stores the fragment of lane ^ 3 (two exchanges,
- * as the quad reductions make them), so the exchange is probed too. */
+ * and adds C (16 x 8 floats) into D. A and B are staged in local memory by mma_copy16 and
+ * loaded as fragments by mma_load_blocks (A's four blocks plain, B's two transposed), so the
+ * copies and the loads are probed with the product. The host gives values whose products and
+ * sums are exact in f32, so a correct unit returns exactly the host's product. Each lane stores
+ * the fragment of lane ^ 3 (two exchanges, as the quad reductions make them), so the exchange is
+ * probed too. */
 __kernel __attribute__((reqd_work_group_size(MMA_WARP, 1, 1))) void
 matrix_probe(__global const ushort *a, __global const ushort *b, __global const float *c,
              __global float *d) {
@@ -467,8 +497,11 @@ matrix_probe(__global const ushort *a, __global const ushort *b, __global const 
     __local uint4 staged[(16 * 16 + 16 * 8) / 8]; /* A then B, rows 16-byte aligned */
     __local ushort *sa = (__local ushort *)staged, *sb = sa + 16 * 16;
     const int lane = (int)get_local_id(0), g = lane / 4, t = lane % 4, u = t ^ 3;
-    for (int i = lane; i < 16 * 16; i += MMA_WARP) sa[i] = a[i];
-    for (int i = lane; i < 16 * 8; i += MMA_WARP) sb[i] = b[i];
+    /* A's 32 and B's 16 chunks of 16 bytes, a lane each, copied as kernels stage their tiles */
+    mma_copy16((__local uint *)staged + 4 * lane, a + 8 * lane);
+    if (lane < 16) mma_copy16((__local uint *)staged + 4 * (32 + lane), b + 8 * lane);
+    mma_copy_commit();
+    mma_copy_wait();
     barrier(CLK_LOCAL_MEM_FENCE);
     uint fa[4], fb[4];
     float fc[4], fd[4];

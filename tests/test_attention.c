@@ -536,15 +536,15 @@ static void units_on_every_tile(test_ctx *t) {
     if (!ran) test_skip(t, "groups capped below every emulated tile's 4 subgroups");
 }
 
-/* attention_mma with two m-tiles a warp (UNIT_QUERIES=32) and its tiles fetched a tile ahead
- * (UNIT_AHEAD=0) gives the bits of one m-tile fetching at the tile (the defaults at these head
- * dims): a row's products, reductions and key tiles are the same (tiles start at multiples of
- * their size, wherever the larger group's span starts), and a tile that the larger group adds
- * is hidden from the row, which keeps it exactly. 100 queries: two groups of 16-query warps,
- * one of 32-query warps with rows past Sq; causal with a left window of 20, so tiles are cut,
- * whole and hidden, and the groups' spans start apart; lse; NaN and Inf values in V that only
- * some rows of an m-tile see (the non-finite fallback reads its rows' flags). (The default's
- * results against the reference: matrix_unit_cases_in_16_bits,
+/* attention_mma with two m-tiles a warp (UNIT_QUERIES=32) and its tiles fetched into registers
+ * a tile ahead (UNIT_AHEAD=0, UNIT_ASYNC=0) gives the bits of one m-tile copying its tiles into
+ * two local buffers (the defaults at these head dims): a row's products, reductions and key tiles
+ * are the same (tiles start at multiples of their size, wherever the larger group's span starts),
+ * and a tile that the larger group adds is hidden from the row, which keeps it exactly. 100
+ * queries: two groups of 16-query warps, one of 32-query warps with rows past Sq; causal with a
+ * left window of 20, so tiles are cut, whole and hidden, and the groups' spans start apart; lse;
+ * NaN and Inf values in V that only some rows of an m-tile see (the non-finite fallback reads its
+ * rows' flags). (The default's results against the reference: matrix_unit_cases_in_16_bits,
  * hidden_keys_inside_the_span_change_nothing.) */
 static void two_m_tiles_a_warp_give_the_same_bits(test_ctx *t) {
     if (!mma_runs_here(t)) return;
@@ -562,7 +562,8 @@ static void two_m_tiles_a_warp_give_the_same_bits(test_ctx *t) {
         /* 16-key tiles in both: with 32, two m-tiles do not fit Oclgrind's 32 KiB, and the
          * launch would take 16 queries a warp */
         CHECK_OK(t, clattn_tuning_override("attention",
-                                           i ? "UNIT_QUERIES=32,UNIT_AHEAD=0,UNIT_KEYS=16"
+                                           i ? "UNIT_QUERIES=32,UNIT_AHEAD=0,UNIT_KEYS=16,"
+                                               "UNIT_ASYNC=0"
                                              : "UNIT_QUERIES=16,UNIT_AHEAD=128,UNIT_KEYS=16"));
         ok = !t->failed && run_variant(t, &s, &d, CLATTN__ATTENTION_MMA, &out[i], &lse[i]);
     }

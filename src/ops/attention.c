@@ -195,14 +195,14 @@ static uint64_t mma_stride(int64_t n) {
 }
 
 /* Bytes of local memory attention_mma declares (cl/attention.cl) with key tiles of `keys` and
- * `queries` a warp: the padded K and V tiles, the group's q rows, the weights' flags, its
- * emulation's scratch and exchanges (taken as the larger, the emulation's), the span and the
- * flags. */
-static uint64_t mma_local_bytes(int64_t d, int64_t dv, int64_t keys, int64_t queries) {
+ * `queries` a warp, `buffers` of them (2: UNIT_ASYNC): the padded K and V tiles, the group's q
+ * rows, the weights' flags, its emulation's scratch and exchanges (taken as the larger, the
+ * emulation's), the span and the flags. */
+static uint64_t mma_local_bytes(int64_t d, int64_t dv, int64_t keys, int64_t queries, int buffers) {
     const uint64_t warps = ATTENTION_MMA_WARPS, n = (uint64_t)keys;
-    return n * (mma_stride(d) + mma_stride(dv)) * 4 +
+    return (uint64_t)buffers * n * (mma_stride(d) + mma_stride(dv)) * 4 +
            warps * (uint64_t)queries * (mma_stride(d) * 4 + n) +
-           warps * (16 * 16 + 16 * 8 + 16 * 4) * 4 + 16;
+           warps * (16 * 16 + 16 * 8 + 16 * 4) * 4 + 20;
 }
 
 /* Bytes of local memory attention_units declares with key tiles of `keys` on `tile` (native or
@@ -226,12 +226,12 @@ static bool on_matrix_tiles(int variant) {
 }
 
 /* Bytes of local memory the launch's matrix-unit variant declares with key tiles of `keys` and
- * `queries` a warp (attention_units: always 16). */
+ * `queries` a warp (attention_units: always 16), its tiles double-buffered or not (async). */
 static uint64_t tiles_local_bytes(const attention_args *a, const attention_launch *l, int64_t keys,
-                                  int64_t queries) {
+                                  int64_t queries, bool async) {
     const int64_t d = a->q->shape[3], dv = a->v->shape[3];
     return l->variant == CLATTN__ATTENTION_MMA
-               ? mma_local_bytes(d, dv, keys, queries)
+               ? mma_local_bytes(d, dv, keys, queries, async ? 2 : 1)
                : units_local_bytes(d, dv, keys, &l->tile, !l->on_unit);
 }
 
@@ -249,20 +249,23 @@ static bool units_fit(const attention_args *a, const attention_launch *l, cl_dev
     const bool mma = l->variant == CLATTN__ATTENTION_MMA;
     const size_t group = ATTENTION_MMA_WARPS * (size_t)(mma ? 32 : l->tile.subgroup);
     return clattn__device_max_group(device) >= group &&
-           tiles_local_bytes(a, l, 16, 16) <= clattn__device_local_bytes(device);
+           tiles_local_bytes(a, l, 16, 16, false) <= clattn__device_local_bytes(device);
 }
 
 /* Key tiles of UNIT_KEYS (a multiple of 16) and UNIT_QUERIES a warp (mma: 16 or 32; units: 16),
- * lowered until the local arrays fit (units_fit checked 16 and 16). */
+ * lowered until the local arrays fit (units_fit checked 16 and 16); then double-buffered
+ * (UNIT_ASYNC, attention_mma) where two such tiles fit: the tiles' size comes first. */
 static void fit_unit_tiles(const attention_args *a, attention_launch *l, cl_ulong local_bytes) {
     l->t.UNIT_KEYS = l->t.UNIT_KEYS / 16 * 16;
     l->t.UNIT_QUERIES = l->variant == CLATTN__ATTENTION_MMA ? l->t.UNIT_QUERIES / 16 * 16 : 16;
     /* a warp's 16 queries before fewer keys: the key tiles are what each barrier amortizes */
-    if (tiles_local_bytes(a, l, l->t.UNIT_KEYS, l->t.UNIT_QUERIES) > local_bytes)
+    if (tiles_local_bytes(a, l, l->t.UNIT_KEYS, l->t.UNIT_QUERIES, false) > local_bytes)
         l->t.UNIT_QUERIES = 16;
     while (l->t.UNIT_KEYS > 16 &&
-           tiles_local_bytes(a, l, l->t.UNIT_KEYS, l->t.UNIT_QUERIES) > local_bytes)
+           tiles_local_bytes(a, l, l->t.UNIT_KEYS, l->t.UNIT_QUERIES, false) > local_bytes)
         l->t.UNIT_KEYS -= 16;
+    l->async = l->variant == CLATTN__ATTENTION_MMA && l->t.UNIT_ASYNC &&
+               tiles_local_bytes(a, l, l->t.UNIT_KEYS, l->t.UNIT_QUERIES, true) <= local_bytes;
 }
 
 /* The matrix-unit variants, for a prefill whose dtype's subgroup tile the device's probes found
@@ -347,7 +350,7 @@ static bool kv_rows_aligned(const attention_args *a, const attention_launch *l,
 /* attention_mma's and attention_units' build: the matrix-unit instruction where the device's
  * probe passed for the dtype (the launch's on_unit), else its emulation (mma: NVIDIA's warp
  * primitives, MMA_PTX; units: the launch's subgroup tile, MMA_UNIT and MMA_NATIVE); tiles
- * fetched ahead or not (the launch's ahead). */
+ * fetched ahead or not (the launch's ahead), or double-buffered (its async). */
 static void mma_options(const attention_args *a, const attention_launch *l, char *options,
                         size_t size) {
     const size_t used = strlen(options);
@@ -357,8 +360,10 @@ static void mma_options(const attention_args *a, const attention_launch *l, char
         snprintf(unit, sizeof unit, "-DMMA_PTX=%d", native);
     else
         snprintf(unit, sizeof unit, "-DMMA_UNIT=%d -DMMA_NATIVE=%d", l->tile.unit, native);
-    snprintf(options + used, size - used, " -DMMA_T=%s %s -DMMA_WARPS=%d -DMMA_AHEAD=%d",
-             clattn_dtype_name(a->q->dtype), unit, ATTENTION_MMA_WARPS, l->ahead ? 1 : 0);
+    snprintf(options + used, size - used,
+             " -DMMA_T=%s %s -DMMA_WARPS=%d -DMMA_AHEAD=%d -DMMA_ASYNC=%d",
+             clattn_dtype_name(a->q->dtype), unit, ATTENTION_MMA_WARPS,
+             l->ahead && !l->async ? 1 : 0, l->async ? 1 : 0);
 }
 
 static void attention_options(const attention_args *a, const attention_launch *l, bool wide,

@@ -31,6 +31,7 @@ typedef struct clattn__attention_launch {
     bool on_unit;      /* mma, units: on the matrix-unit instruction (else its emulation) */
     clattn__tile tile; /* units: the subgroup tile's mechanism (cl/mma.cl's MMA_UNIT, MMA_SG) */
     bool ahead;        /* mma: the next key tile fetched into registers during this one */
+    bool async;        /* mma: key tiles double-buffered, the next copied during this one */
 } clattn__attention_launch;
 
 /* What a call runs, decided once. */

@@ -62,7 +62,10 @@
  * 16 where 32 do not fit the local memory with UNIT_KEYS, as at D=128 in 48 KiB; attention_units
  * takes 16 a subgroup); UNIT_AHEAD: attention_mma and attention_units fetch the next key tile
  * into registers while they compute one when the head dims (D + Dv) exceed UNIT_AHEAD, else at
- * the tile (0: always ahead; the registers it holds can cost a work-group a multiprocessor).
+ * the tile (0: always ahead; the registers it holds can cost a work-group a multiprocessor);
+ * UNIT_ASYNC 1: attention_mma double-buffers its key tiles in local memory and copies the next
+ * one there during this one (cp.async on NVIDIA's units: no register holds it; UNIT_AHEAD then
+ * has no part), where the two tiles fit the local memory beside the rest.
  * Default: PoCL on AVX-512: blocks at 16 lanes (the tiles variant's one query per work-item ran
  * far slower there), clattn-bench --op attention_causal. */
 #define CLATTN__TUNING_ATTENTION(X)                                                                \
@@ -80,7 +83,8 @@
     X(UNITS, 1, 0, 1, HOST)                                                                        \
     X(UNIT_KEYS, 32, 16, 64, MMA_KT)                                                               \
     X(UNIT_QUERIES, 16, 16, 32, MMA_WQ)                                                            \
-    X(UNIT_AHEAD, 128, 0, 1 << 20, HOST)
+    X(UNIT_AHEAD, 128, 0, 1 << 20, HOST)                                                           \
+    X(UNIT_ASYNC, 1, 0, 1, HOST)
 
 /* Linear attention. LANES: head-dim vector width (narrowed at launch to divide the head dims);
  * ROWS: state rows per linear_states work-item, BM: queries per linear_outputs work-item (0:
