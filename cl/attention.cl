@@ -857,7 +857,8 @@ MMA_INLINE mask_row mma_row_mask(const mask_params *p, int b, int h, int row, in
  * them afterwards to the outputs whose weight for them is not 0 (w * x is x's infinity or NaN
  * for any w > 0, so only the weight's being 0 matters): a hidden one changes no bit. A NaN score
  * makes its row's sum NaN, which is how the end finds NaN rows. Needs HEAD_DIM a multiple of 16
- * and VALUE_DIM of 8 (the host checks), and no key split. */
+ * and VALUE_DIM of 8 (the host checks). With SPLITS, each group takes a chunk of the keys (the
+ * rows' masks clipped to it) and leaves its rows' shares for attention_merge. */
 #define MMA_MT    (MMA_WQ / 16)           /* m-tiles a warp */
 #define MMA_ROWS  (2 * MMA_MT)            /* rows a lane: row a is g + 8 (a % 2) of m-tile a / 2 */
 #define MMA_KB    (MMA_KT / 8)            /* 8-key blocks of S */
@@ -900,10 +901,11 @@ MMA_INLINE void mma_scores(const __local uint *qt, const __local uint *kt,
 
 
 /* The tile's scores masked in place: the scale alone where each of the lane's rows sees the whole
- * tile plainly (`plain`), else key by key (-INFINITY outside a row's [lo, hi)), with the rows'
- * masks made again here: kept from the start, they held registers through every tile. */
+ * tile plainly (`plain`), else key by key (-INFINITY outside a row's [lo, hi) and, with SPLITS,
+ * outside the group's split_keys), with the rows' masks made again here: kept from the start,
+ * they held registers through every tile. */
 MMA_INLINE void mma_mask(const mask_params *p, int b, int h, const int rows[MMA_ROWS], int Sq,
-                         int Sk, int j0, bool plain, float s[MMA_MT][MMA_KB][4]) {
+                         int Sk, int2 split_keys, int j0, bool plain, float s[MMA_MT][MMA_KB][4]) {
     const int t = (int)get_local_id(0) % 4;
     if (plain) {
         UNROLL for (int mt = 0; mt < MMA_MT; ++mt)
@@ -912,7 +914,10 @@ MMA_INLINE void mma_mask(const mask_params *p, int b, int h, const int rows[MMA_
         return;
     }
     UNROLL for (int a = 0; a < MMA_ROWS; ++a) {
-        const mask_row r = mma_row_mask(p, b, h, rows[a], Sq, Sk);
+        mask_row r = mma_row_mask(p, b, h, rows[a], Sq, Sk);
+#if SPLITS > 1
+        mask_row_clip(&r, split_keys.x, split_keys.y);
+#endif
         const int mt = a / 2, lower = a % 2; /* row g or g + 8 of m-tile mt */
         UNROLL for (int kb = 0; kb < MMA_KB; ++kb)
             UNROLL for (int e = 0; e < 2; ++e) {
@@ -1086,7 +1091,7 @@ MMA_INLINE void mma_clean_tile(__local uint *vt, __local int *garbage) {
 __kernel __attribute__((reqd_work_group_size(MMA_WARPS * MMA_WARP, 1, 1))) void
 attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v),
               __global CAT(storage_, O_T) * o, IDX o_off, IDX o_s0, IDX o_s1, IDX o_s2, IDX o_s3,
-              int B, int Hq, int Hkv, int Sq, int Sk LSE_PARAMS, MASK_PARAMS) {
+              int B, int Hq, int Hkv, int Sq, int Sk LSE_PARAMS PART_PARAMS, MASK_PARAMS) {
     __local float scratch[MMA_WARPS * MMA_SCRATCH_FLOATS];
     __local float xs[MMA_WARPS * MMA_EXCHANGE_FLOATS];
     /* a key tile and its values (two of each with MMA_ASYNC), row-major, two values a word (uint4:
@@ -1100,16 +1105,26 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
                                which sets the next tile's while this one's is read) */
     __local uint *kt = (__local uint *)kt4, *vt = (__local uint *)vt4, *qt = (__local uint *)qt4;
     const int lid = (int)get_local_id(0), warp = lid / MMA_WARP;
-    const int blocks = (Sq + MMA_BQ - 1) / MMA_BQ, group = (int)get_group_id(0);
+    const int blocks = (Sq + MMA_BQ - 1) / MMA_BQ;
+    /* with SPLITS, SPLITS groups take a block's queries, each its chunk of the keys */
+    const int split = (int)get_group_id(0) % SPLITS, group = (int)get_group_id(0) / SPLITS;
     const int bh = group / blocks, h = bh % Hq, b = bh / Hq, hk = h / (Hq / Hkv);
     const mma_matrix qm = MMA_MATRIX(q, b, h), km = MMA_MATRIX(k, b, hk), vm = MMA_MATRIX(v, b, hk);
+#if SPLITS > 1
+    const int2 split_keys = (int2)(split * chunk, split * chunk + chunk);
+#else
+    const int2 split_keys = (int2)(0, Sk);
+#endif
     MASK_PACK(p);
     int rows[MMA_ROWS];
     int lo = Sk, hi = 0;
     int2 plain = (int2)(0, Sk); /* the keys that each of the lane's rows sees plainly */
     UNROLL for (int a = 0; a < MMA_ROWS; ++a) {
         rows[a] = (group % blocks) * MMA_BQ + warp * MMA_WQ + mma_lane_row(a);
-        const mask_row r = mma_row_mask(&p, b, h, rows[a], Sq, Sk);
+        mask_row r = mma_row_mask(&p, b, h, rows[a], Sq, Sk);
+#if SPLITS > 1
+        mask_row_clip(&r, split_keys.x, split_keys.y);
+#endif
         if (r.lo < r.hi) lo = min(lo, r.lo), hi = max(hi, r.hi);
         const int2 mine = mask_plain_keys(&r);
         if (rows[a] < Sq) plain = (int2)(max(plain.x, mine.x), min(plain.y, mine.y));
@@ -1155,7 +1170,8 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
         float s[MMA_MT][MMA_KB][4];
         uint pa[MMA_MT][MMA_KB / 2][4];
         mma_scores(qt + warp * MMA_WQ * MMA_KS, kt_now, s, scratch);
-        mma_mask(&p, b, h, rows, Sq, Sk, j0, j0 >= plain.x && j0 + MMA_KT <= plain.y, s);
+        mma_mask(&p, b, h, rows, Sq, Sk, split_keys, j0, j0 >= plain.x && j0 + MMA_KT <= plain.y,
+                 s);
         mma_softmax(s, m, l, acc, pa, flagged, warp_seen, xs);
         mma_values(pa, vt_now, acc, scratch);
         if (flagged) {
@@ -1173,6 +1189,14 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
     UNROLL for (int a = 0; a < MMA_ROWS; ++a) {
         const int i = rows[a];
         if (i >= Sq) continue;
+#if SPLITS > 1
+        /* the split's share for attention_merge: its max (NaN for a NaN row), sum and outputs */
+        __global float *at = part + ((IDX)(bh * Sq + i) * SPLITS + split) * (VALUE_DIM + 2);
+        if (t == 0) at[0] = isnan(l[a]) ? NAN : m[a], at[1] = l[a];
+        UNROLL for (int n = 0; n < MMA_VB; ++n)
+            UNROLL for (int e = 0; e < 2; ++e)
+                at[2 + n * 8 + 2 * t + e] = acc[a / 2][n][(a % 2) * 2 + e];
+#else
         /* a NaN row's sum is NaN, which makes its outputs and lse NaN below */
         const bool empty = m[a] == -INFINITY && !isnan(l[a]);
         const float inv = 1.0f / l[a];
@@ -1183,6 +1207,7 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
                 CAT(store_, O_T)(o, AT(o, b, h, i, n * 8 + 2 * t + e), value);
             }
         if (t == 0) STORE_LSE(i, empty ? -INFINITY : m[a] + log(l[a]));
+#endif
     }
 }
 #endif /* BUILDS(5) && MMA_T */

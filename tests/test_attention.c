@@ -380,7 +380,8 @@ static void storage_and_layouts(test_ctx *t) {
 /* The fused variant the library plans for s on the test's device when `asked` for one (-1: its
  * own choice), or -1 for no plan: the plan reads shapes, dtypes and strides alone, so the views
  * need no buffers. */
-static int planned_variant(test_ctx *t, const at_spec *s, int asked) {
+static bool planned_launch(test_ctx *t, const at_spec *s, int asked,
+                           clattn__attention_launch *launch) {
     clattn_tensor q = clattn_tensor_4d(NULL, s->dt, s->B, s->Hq, s->Sq, s->D),
                   k = clattn_tensor_4d(NULL, s->dt, s->B, s->Hkv, s->Sk, s->D),
                   v = clattn_tensor_4d(NULL, s->dt, s->B, s->Hkv, s->Sk, s->Dv),
@@ -393,7 +394,13 @@ static int planned_variant(test_ctx *t, const at_spec *s, int asked) {
         clattn__begin_call(&call, clattn_env_queue(t->env), 0, NULL, NULL) == CLATTN_SUCCESS &&
         clattn__attention_plan(&a, CLATTN_PATH_FUSED, &call, &plan) == CLATTN_SUCCESS;
     clattn__hook_set(CLATTN__HOOK_ATTENTION_VARIANT, -1);
-    return ok ? plan.launch.variant : -1;
+    if (ok) *launch = plan.launch;
+    return ok;
+}
+
+static int planned_variant(test_ctx *t, const at_spec *s, int asked) {
+    clattn__attention_launch launch;
+    return planned_launch(t, s, asked, &launch) ? launch.variant : -1;
 }
 
 /* One variant on one case (check_case runs them all); the units' variants must be the ones that
@@ -457,6 +464,37 @@ static bool mma_runs_here(test_ctx *t) {
         return false;
     }
     return true;
+}
+
+/* attention_mma with its keys split (UNIT_SPLIT: chunks of two 16-key tiles, a group each) and
+ * merged: the reference's outputs and lse within the rounding rule, on a causal bottom-right case
+ * with key lengths 90 and 41 (a split wholly hidden from some rows, rows that see nothing, splits
+ * that rows see whole and cut), GQA, rows past Sq, and an Inf value of V at key 0 that every row
+ * that sees a key weighs (its split's share rescaled by the merge). */
+static void mma_key_splits_merge_to_the_reference(test_ctx *t) {
+    if (!mma_runs_here(t)) return;
+    static const int32_t klen[2] = {90, 41};
+    at_spec s = base(2, 2, 1, 70, 90, 16);
+    s.dt = CLATTN_F16;
+    s.causal = 1, s.bottom_right = 1, s.klen = klen;
+    s.lse = 1;
+    at_data d;
+    float *out = NULL, *lse = NULL;
+    bool ok = prepare(t, &s, &d);
+    const double rounding = ok ? storage_rounding(&s, &d) : 0.0; /* of the finite values */
+    for (int64_t bh = 0; ok && bh < s.B * s.Hkv; ++bh) d.v[bh * s.Sk * s.Dv + 11] = INFINITY;
+    CHECK_OK(t, clattn_tuning_override("attention", "UNIT_SPLIT=20,UNIT_KEYS=16"));
+    clattn__attention_launch launch;
+    if (!t->failed && planned_launch(t, &s, CLATTN__ATTENTION_MMA, &launch))
+        CHECK(t,
+              launch.variant == CLATTN__ATTENTION_MMA && launch.splits == 3 && launch.chunk == 32,
+              "the library plans variant %d in %d splits of %d keys", launch.variant, launch.splits,
+              launch.chunk);
+    ok = ok && !t->failed && run_variant(t, &s, &d, CLATTN__ATTENTION_MMA, &out, &lse);
+    clattn_tuning_override("attention", NULL);
+    if (ok) check_outputs(t, &s, &d, out, lse, rounding, 11, "f16 causal, keys split 3 ways");
+    free(out), free(lse);
+    free_data(&d);
 }
 
 /* The same floats, NaN matching any NaN (which payload a NaN gets is no promise). */
@@ -1059,6 +1097,7 @@ static const test_case cases[] = {
     {"units_on_every_tile", units_on_every_tile},
     {"sixteen_bit_prefill_takes_the_units_found", sixteen_bit_prefill_takes_the_units_found},
     {"two_m_tiles_a_warp_give_the_same_bits", two_m_tiles_a_warp_give_the_same_bits},
+    {"mma_key_splits_merge_to_the_reference", mma_key_splits_merge_to_the_reference},
     {"causality_is_bit_exact", causality_is_bit_exact, TAG_SMOKE},
     {"padded_keys_holding_nan_change_nothing", padded_keys_holding_nan_change_nothing},
     {"hidden_keys_inside_the_span_change_nothing", hidden_keys_inside_the_span_change_nothing},

@@ -268,6 +268,21 @@ static void fit_unit_tiles(const attention_args *a, attention_launch *l, cl_ulon
                tiles_local_bytes(a, l, l->t.UNIT_KEYS, l->t.UNIT_QUERIES, true) <= local_bytes;
 }
 
+/* attention_mma's keys in chunks of UNIT_SPLIT (whole key tiles, at most ATTENTION_SPLIT_MAX of
+ * them), a group each, merged after; none where UNIT_SPLIT is 0 or covers the keys. */
+static void mma_splits(const attention_args *a, attention_launch *l) {
+    const int64_t Sk = a->k->shape[2], tile = l->t.UNIT_KEYS;
+    l->splits = 1, l->chunk = (int)Sk;
+    if (l->variant != CLATTN__ATTENTION_MMA || l->t.UNIT_SPLIT <= 0) return;
+    int64_t chunk = (l->t.UNIT_SPLIT + tile - 1) / tile * tile;
+    if ((Sk + chunk - 1) / chunk > ATTENTION_SPLIT_MAX)
+        chunk = (Sk + ATTENTION_SPLIT_MAX - 1) / ATTENTION_SPLIT_MAX;
+    chunk = (chunk + tile - 1) / tile * tile;
+    if (chunk >= Sk) return;
+    l->chunk = (int)chunk;
+    l->splits = (int)((Sk + chunk - 1) / chunk);
+}
+
 /* The matrix-unit variants, for a prefill whose dtype's subgroup tile the device's probes found
  * (UNITS=1): attention_mma on NVIDIA's, attention_units on the others'; or where PREFILL (or the
  * test hook) asks for one (without a tile found: the emulation, of NVIDIA's tile for units). On
@@ -302,7 +317,7 @@ static int pick_units(const clattn__call *call, const attention_args *a, bool pr
     l->ahead = a->q->shape[3] + a->v->shape[3] > l->t.UNIT_AHEAD;
     fit_unit_tiles(a, l, clattn__device_local_bytes(call->device));
     l->t.GROUP = ATTENTION_MMA_WARPS * (mma ? 32 : l->tile.subgroup);
-    l->splits = 1, l->chunk = (int)a->k->shape[2];
+    mma_splits(a, l);
     return CLATTN_SUCCESS;
 }
 
@@ -400,7 +415,7 @@ static size_t attention_items(const attention_args *a, const attention_launch *l
     case CLATTN__ATTENTION_MMA:
     case CLATTN__ATTENTION_UNITS: {
         const size_t block = (size_t)l->t.UNIT_QUERIES * ATTENTION_MMA_WARPS;
-        return rows * ((sq + block - 1) / block) * group;
+        return rows * ((sq + block - 1) / block) * (size_t)l->splits * group;
     }
     case CLATTN__ATTENTION_MICRO: {
         const size_t block = group / (size_t)(l->t.TK / l->t.MK) * (size_t)l->t.MQ;

@@ -65,7 +65,9 @@
  * the tile (0: always ahead; the registers it holds can cost a work-group a multiprocessor);
  * UNIT_ASYNC 1: attention_mma double-buffers its key tiles in local memory and copies the next
  * one there during this one (cp.async on NVIDIA's units: no register holds it; UNIT_AHEAD then
- * has no part), where the two tiles fit the local memory beside the rest.
+ * has no part), where the two tiles fit the local memory beside the rest; UNIT_SPLIT: attention_mma
+ * splits the keys into chunks of UNIT_SPLIT (rounded up to whole key tiles), a group each, merged
+ * after (0: no split; a causal launch's longest rows, which see every key, set its time).
  * Default: PoCL on AVX-512: blocks at 16 lanes (the tiles variant's one query per work-item ran
  * far slower there), clattn-bench --op attention_causal. */
 #define CLATTN__TUNING_ATTENTION(X)                                                                \
@@ -84,7 +86,8 @@
     X(UNIT_KEYS, 32, 16, 64, MMA_KT)                                                               \
     X(UNIT_QUERIES, 16, 16, 32, MMA_WQ)                                                            \
     X(UNIT_AHEAD, 128, 0, 1 << 20, HOST)                                                           \
-    X(UNIT_ASYNC, 1, 0, 1, HOST)
+    X(UNIT_ASYNC, 1, 0, 1, HOST)                                                                   \
+    X(UNIT_SPLIT, 0, 0, 1 << 30, HOST)
 
 /* Linear attention. LANES: head-dim vector width (narrowed at launch to divide the head dims);
  * ROWS: state rows per linear_states work-item, BM: queries per linear_outputs work-item (0:
