@@ -38,10 +38,12 @@
  *                     which pass through local memory. A row's running max is combined across
  *                     its COLS work-items through local memory once a tile; its sum is kept
  *                     per work-item and combined at the end.
- *   attention_merge   with SPLITS > 1 (decoding: few queries, long keys), either kernel above
- *                     takes one of SPLITS chunks of the keys per work-item or group and writes a
- *                     partial (max, sum, acc) to scratch; this kernel merges the partials by
- *                     their log-sum-exp.
+ *   attention_mma     f16/bf16 prefill on NVIDIA's matrix units (cl/mma.cl), and
+ *   attention_units   the same on the subgroup tile of any vendor's: described at each kernel.
+ *   attention_merge   with SPLITS > 1 (decoding: few queries, long keys; attention_mma with
+ *                     UNIT_SPLIT), a kernel above takes one of SPLITS chunks of the keys per
+ *                     work-item or group and writes a partial (max, sum, acc) to scratch; this
+ *                     kernel merges the partials by their log-sum-exp.
  *
  * Query head h reads key/value head h / (Hq / Hkv): MHA, GQA and MQA are one code path.
  * A query with no visible key gets 0 (NaN with EMPTY_NAN) and log-sum-exp -inf; a NaN visible
@@ -51,7 +53,7 @@
  * (head-dim lanes), BM, BN (blocks), TK (tiles, micro), MQ, MK, ROWS (micro), ALIGNED (keys,
  * tiles: K and V rows start VEC-aligned), SPLITS, IDX,
  * EMPTY_NAN, the mask's, and VARIANT (0 blocks, 1 tiles, 2 keys, 3 lanes with its pack, 4
- * micro): the one variant kernel the program
+ * micro, 5 mma, 6 units; their MMA_* options at each): the one variant kernel the program
  * holds, beside the merge. A device then compiles only the variants its calls run (the lanes
  * kernel alone was more than half of the whole file's build time for Intel GPUs); without
  * VARIANT every kernel is built.
@@ -78,8 +80,9 @@
 #ifndef TK
 #define TK 16
 #endif
-/* Splits of the key axis (1: none): each work-item (blocks) or group (tiles) takes one chunk of
- * `chunk` keys and writes a partial result, and attention_merge combines them. */
+/* Splits of the key axis (1: none): each work-item (blocks) or group (tiles, keys, micro, mma)
+ * takes one chunk of `chunk` keys and writes a partial result, and attention_merge combines
+ * them. */
 #ifndef SPLITS
 #define SPLITS 1
 #endif

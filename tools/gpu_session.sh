@@ -17,7 +17,8 @@
 # the kernels beside this one in the same call). Without ROWs it runs DEFAULT_ROWS below: the
 # default rows of the issues' targets, attention_mma's and matmul_mma's tilings beside their
 # defaults, attention_units (the attention AMD's units take) on NVIDIA's tile beside
-# attention_mma's default, and attention_mma's causal rows with their keys split (UNIT_SPLIT).
+# attention_mma's default, and attention_mma's causal rows with their keys split (UNIT_SPLIT; not
+# with GPU_QUICK, whose S=256 holds a single chunk).
 # GPU_TESTS holds clattn-tests' arguments, several runs separated by ';' (default: none, the
 # whole suite; "skip" skips it); GPU_QUICK=1 passes --quick to the benchmark. Each step has a
 # time limit (a bench row 120 s: rows took 1-42 s, and a kernel that NVIDIA's compiler chews on
