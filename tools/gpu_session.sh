@@ -15,10 +15,10 @@
 # more of clattn-bench's options ("attention --only f16 --time-wrong"), the tune part may be
 # empty, NAME=VALUE is set for that row alone (CLATTN_KERNEL_DIR=dir times another version of
 # the kernels beside this one in the same call). Without ROWs it runs DEFAULT_ROWS below: the
-# default rows of the issues' targets, attention_mma's and matmul_mma's tilings beside their
-# defaults, attention_units (the attention AMD's units take) on NVIDIA's tile beside
-# attention_mma's default, and attention_mma's causal rows with their keys split (UNIT_SPLIT; not
-# with GPU_QUICK, whose S=256 holds a single chunk).
+# default rows of the issues' targets, first the causal f16 row with attention_mma's keys split
+# (UNIT_SPLIT, issue 24's open target; not with GPU_QUICK, whose S=256 holds a single chunk)
+# between two runs of the default, then attention_units (the attention AMD's units take) on
+# NVIDIA's tile, and attention_mma's and matmul_mma's tilings beside their defaults.
 # GPU_TESTS holds clattn-tests' arguments, several runs separated by ';' (default: none, the
 # whole suite; "skip" skips it); GPU_QUICK=1 passes --quick to the benchmark. Each step has a
 # time limit (a bench row 120 s: rows took 1-42 s, and a kernel that NVIDIA's compiler chews on
@@ -31,19 +31,20 @@ cd "$(dirname "$0")/.."
 DEFAULT_ROWS=( # most wanted first: rows past the budget are skipped
   "default|attention|"
   "default|attention_causal|"
+  "split512|attention_causal --only f16 --no-peers|attention:UNIT_SPLIT=512"
+  "split256|attention_causal --only f16 --no-peers|attention:UNIT_SPLIT=256"
+  "again|attention_causal --only f16|"
   "default|attention_decode|"
   "default|mha|"
   "default|gemm --only f16|"
   "default|softmax|"
   "default|split_heads|"
   "default|linear_attention|"
-  "q32|attention --only f16 --no-peers|attention:UNIT_QUERIES=32"
-  "keys64|attention --only f16 --no-peers|attention:UNIT_KEYS=64"
   "units|attention --only f16 --no-peers|attention:PREFILL=6"
-  "split512|attention_causal --only f16 --no-peers|attention:UNIT_SPLIT=512"
-  "split256|attention_causal --only f16 --no-peers|attention:UNIT_SPLIT=256"
   "mm-n64|gemm --only f16 --no-peers|matmul:UNIT_N=64"
   "mm-at-slice|gemm --only f16 --no-peers|matmul:UNIT_AHEAD=0"
+  "q32|attention --only f16 --no-peers|attention:UNIT_QUERIES=32"
+  "keys64|attention --only f16 --no-peers|attention:UNIT_KEYS=64"
 )
 
 DEBS=(ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-c-headers opencl-clhpp-headers libclblast1
