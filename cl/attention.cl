@@ -1047,29 +1047,28 @@ MMA_INLINE void mma_add_non_finite(const mma_matrix *v, int j0, int hi, const __
  * this one is computed, and one barrier a tile serves both. */
 #define MMA_BUFFERS (MMA_ASYNC ? 2 : 1)
 
-/* Keys j0 .. j0 + MMA_KT - 1 of K and V (0 at or past hi) copied into kt and vt, the work-item's
- * chunks as mma_fetch takes them: 16-byte copies where the host proved the rows ALIGNED. */
+/* Keys j0 .. j0 + MMA_KT - 1 of x's rows of n values (0 at or past hi) copied into `to`, rows
+ * `stride` words apart, the work-item's chunks as mma_fetch takes them: 16-byte copies where the
+ * host proved the rows ALIGNED. n and stride are constants, so the loop unrolls as mma_fetch's. */
+MMA_INLINE void mma_copy_rows(const mma_matrix *x, const int n, const int stride, int j0, int hi,
+                              __local uint *to) {
+    const int lid = (int)get_local_id(0), chunks = MMA_KT * n / 8;
+    UNROLL for (int i = 0; i < (chunks + MMA_THREADS - 1) / MMA_THREADS; ++i) {
+        const int e = lid + i * MMA_THREADS, jj = e / (n / 8), d = e % (n / 8) * 8;
+        if (e >= chunks) continue;
+        __local uint *at = to + jj * stride + d / 2;
+        if (ALIGNED && j0 + jj < hi)
+            mma_copy16(at, x->p + x->at + (IDX)(j0 + jj) * x->row + (IDX)d);
+        else
+            *(__local uint4 *)at = mma_chunk_by_value(x, j0 + jj, d, hi);
+    }
+}
+
+/* Keys j0 .. j0 + MMA_KT - 1 of K and V copied into kt and vt, committed as one group. */
 MMA_INLINE void mma_copy_tile(const mma_matrix *k, const mma_matrix *v, int j0, int hi,
                               __local uint *kt, __local uint *vt) {
-    const int lid = (int)get_local_id(0);
-    UNROLL for (int i = 0; i < MMA_KREGS; ++i) {
-        const int e = lid + i * MMA_THREADS, jj = e / (HEAD_DIM / 8), d = e % (HEAD_DIM / 8) * 8;
-        if (e >= MMA_KT * HEAD_DIM / 8) continue;
-        __local uint *to = kt + jj * MMA_KS + d / 2;
-        if (ALIGNED && j0 + jj < hi)
-            mma_copy16(to, k->p + k->at + (IDX)(j0 + jj) * k->row + (IDX)d);
-        else
-            *(__local uint4 *)to = mma_chunk_by_value(k, j0 + jj, d, hi);
-    }
-    UNROLL for (int i = 0; i < MMA_VREGS; ++i) {
-        const int e = lid + i * MMA_THREADS, jj = e / (VALUE_DIM / 8), d = e % (VALUE_DIM / 8) * 8;
-        if (e >= MMA_KT * VALUE_DIM / 8) continue;
-        __local uint *to = vt + jj * MMA_VS + d / 2;
-        if (ALIGNED && j0 + jj < hi)
-            mma_copy16(to, v->p + v->at + (IDX)(j0 + jj) * v->row + (IDX)d);
-        else
-            *(__local uint4 *)to = mma_chunk_by_value(v, j0 + jj, d, hi);
-    }
+    mma_copy_rows(k, HEAD_DIM, MMA_KS, j0, hi, kt);
+    mma_copy_rows(v, VALUE_DIM, MMA_VS, j0, hi, vt);
     mma_copy_commit();
 }
 
@@ -1387,8 +1386,8 @@ attention_units(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T,
         if (r.lo < r.hi) lo = min(lo, r.lo), hi = max(hi, r.hi);
         plain[a] = mask_plain_keys(&r);
     }
-    if (lid == 0) garbage[0] = garbage[1] = 0;
-    const int2 keys = group_key_span(span, lo, hi, Sk); /* its barriers publish the flags */
+    if (lid == 0) garbage[0] = 0;
+    const int2 keys = group_key_span(span, lo, hi, Sk); /* its barriers publish garbage[0] */
 
     mma_stage_q(&qm, (group % blocks) * MMA_BQ, Sq, qt); /* the first tile's barrier publishes it */
     float acc[UNITS_VT][MMA_CV], m[UNITS_ROWS], l[UNITS_ROWS];

@@ -274,9 +274,8 @@ static void mma_splits(const attention_args *a, attention_launch *l) {
     const int64_t Sk = a->k->shape[2], tile = l->t.UNIT_KEYS;
     l->splits = 1, l->chunk = (int)Sk;
     if (l->variant != CLATTN__ATTENTION_MMA || l->t.UNIT_SPLIT <= 0) return;
-    int64_t chunk = (l->t.UNIT_SPLIT + tile - 1) / tile * tile;
-    if ((Sk + chunk - 1) / chunk > ATTENTION_SPLIT_MAX)
-        chunk = (Sk + ATTENTION_SPLIT_MAX - 1) / ATTENTION_SPLIT_MAX;
+    const int64_t fewest = (Sk + ATTENTION_SPLIT_MAX - 1) / ATTENTION_SPLIT_MAX; /* keys a chunk */
+    int64_t chunk = l->t.UNIT_SPLIT > fewest ? l->t.UNIT_SPLIT : fewest;
     chunk = (chunk + tile - 1) / tile * tile;
     if (chunk >= Sk) return;
     l->chunk = (int)chunk;
