@@ -83,9 +83,22 @@ inline ushortV CAT(CAT(bits, VEC), _bf16)(floatV v) {
     return CAT(convert_ushort, VEC)(select(rounded, quiet_nan, isnan(v)));
 }
 
-/* f32 -> f16 bits, round to nearest even, in integer lanes (exact on every device, no
- * cl_khr_fp16). NaN becomes the quiet NaN 0x7e00 with its sign. */
+/* f32 -> f16 bits, round to nearest even, exact on every device without cl_khr_fp16, two ways
+ * (an op's tuning picks, HALF_CVT):
+ *   1  vstore_halfN into private memory: the device's own conversion (clang's NVPTX: one
+ *      cvt.rn.f16.f32 a value, no local memory); on PoCL (AVX-512, vcvtps2ph) softmax_rows ran
+ *      1.2x slower than with 0
+ *   0  rounding in integer lanes, about fifteen instructions a value; NaN becomes the quiet
+ *      NaN 0x7e00 with its sign */
+#ifndef HALF_CVT
+#define HALF_CVT 0
+#endif
 inline ushortV CAT(CAT(bits, VEC), _f16)(floatV v) {
+#if HALF_CVT
+    ushortV half_bits;
+    CAT(vstore_half, VEC)(v, 0, (__private half *)&half_bits);
+    return half_bits;
+#else
     uintV x = CAT(as_uint, VEC)(v);
     uintV sign = (x >> 16) & (uintV)0x8000u;
     uintV a = x & (uintV)0x7fffffffu;
@@ -97,10 +110,11 @@ inline ushortV CAT(CAT(bits, VEC), _f16)(floatV v) {
     bits = select(bits, (uintV)0x7c00u, a >= (uintV)0x477ff000u);
     bits = select(bits, (uintV)0x7e00u, a > (uintV)0x7f800000u);
     return CAT(convert_ushort, VEC)(bits | sign);
+#endif
 }
 
-/* vstore_halfN would do, but PoCL 3.1 crashed on it in the softmax kernel; the integer
- * conversion is exact everywhere. */
+/* vstore_halfN straight to global memory crashed PoCL 3.1 in the softmax kernel (an 8-wide
+ * store of a constant vector): the bits go through bitsN_f16. */
 inline void CAT(CAT(store, VEC), _f16)(__global half *p, IDX i, floatV v) {
     CAT(vstore, VEC)(CAT(CAT(bits, VEC), _f16)(v), 0, (__global ushort *)(p + i));
 }

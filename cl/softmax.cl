@@ -8,18 +8,20 @@
  *                  tree reductions in local memory: what a GPU wants. With ALIGNED (the host
  *                  proved every row starts VEC-aligned and Sk is a multiple of VEC) each
  *                  work-item takes VEC-key chunks with one vector access each (8 or 16 bytes),
- *                  else one key at a time.
+ *                  else one key at a time. With HELD too (the row fits GROUP * HELD chunks),
+ *                  each work-item keeps its chunks in registers: one read of the row.
  *
  * Both handle any row length (Sk up to INT_MAX) in three streaming passes over the keys that
  * can be visible (mask_row's [lo, hi)): the maximum, the sum of exponentials, then the output,
  * which also writes exact zeros everywhere else. Nothing is kept per row, so long rows need no
- * local memory and no second kernel.
+ * local memory and no second kernel. Rows that fit (HELD, SCRATCH) skip the re-reads.
  *
  * A row whose visible scores are all -inf (no visible key) is empty: its outputs are 0, or NaN
  * with EMPTY_NAN, and its log-sum-exp is -inf. A NaN or +inf visible score makes a NaN row.
  *
  * Build options: X_T, Y_T (f32|f16|bf16), LSE_T and HAS_LSE, CONTIG (the key stride of x and y
- * is 1), VEC, GROUP, IDX, EMPTY_NAN, and the mask's (cl/mask.cl).
+ * is 1), VEC, GROUP, ALIGNED, HELD, SCRATCH and ROWS, IDX, EMPTY_NAN, and the mask's
+ * (cl/mask.cl).
  */
 #ifndef CLATTN_COMMON_CL
 #include "common.cl"
@@ -54,6 +56,9 @@
 #endif
 #ifndef ALIGNED
 #define ALIGNED 0
+#endif
+#ifndef HELD
+#define HELD 0
 #endif
 
 #define X_STORAGE CAT(storage_, X_T)
@@ -309,6 +314,7 @@ inline row_stats group_stats(float max, float sum) {
 #if GROUP_VECTORS
 #define LOAD_XA(j) CAT(CAT(load_aligned, VEC), CAT(_, X_T))(x, xr + (IDX)(j))
 #define SCORE_XA(j) mask_score_vec(p, r, j, LOAD_XA(j))
+#define STORE_YA(j, v) CAT(CAT(store_aligned, VEC), CAT(_, Y_T))(y, yr + (IDX)(j), v)
 
 /* The chunks [first, last) hold the keys of [lo, hi). */
 inline int first_chunk(const mask_row *r) {
@@ -335,9 +341,37 @@ inline void group_store_row(__global const X_STORAGE *x, IDX xr, __global Y_STOR
     const int lid = (int)get_local_id(0), first = first_chunk(r), last = last_chunk(r);
     for (int c = lid; c < Sk / VEC; c += GROUP) {
         floatV v = c < first || c >= last ? (floatV)outside : prob_vec(SCORE_XA(c * VEC), st, inv);
-        CAT(CAT(store_aligned, VEC), CAT(_, Y_T))(y, yr + (IDX)(c * VEC), v);
+        STORE_YA(c * VEC, v);
     }
 }
+
+/* HELD > 0 (the host proved the row's Sk / VEC chunks fit GROUP * HELD): one read and one
+ * exponential a key. A work-item holds chunks c = lid + t * GROUP (t < HELD) in registers from
+ * the load to the store, exponentials in place of scores once the max is known; the two passes
+ * above read each key twice more and take two exponentials. An invisible key's exponential is
+ * held as -0.0f, which exp never returns, so the store tells it apart without keeping the score:
+ * 0 even in a NaN row, where 1 / sum is NaN (as prob_vec). The held array stays in the kernel:
+ * passed to a helper that a compiler keeps as a call, it would live on the stack (clang's PTX). */
+#if HELD > 0
+#define HELD_CHUNK(t) ((int)get_local_id(0) + (t)*GROUP)
+
+/* The scores of this work-item's chunk t, -inf outside the chunks that hold [lo, hi). */
+inline floatV held_scores(__global const X_STORAGE *x, IDX xr, const mask_params *p,
+                          const mask_row *r, int t) {
+    const int c = HELD_CHUNK(t);
+    return c >= first_chunk(r) && c < last_chunk(r) ? SCORE_XA(c * VEC) : (floatV)(-INFINITY);
+}
+
+inline floatV held_exp(floatV s, float base) {
+    return select(exp(s - base), (floatV)(-0.0f), s == (floatV)(-INFINITY));
+}
+
+/* Chunks outside [first, last) hold -0.0f: they get `outside`. */
+inline floatV held_prob(floatV e, const row_stats *st, float inv) {
+    if (row_is_empty(st)) return (floatV)empty_value();
+    return select(e * inv, (floatV)0.0f, CAT(as_int, VEC)(e) == (intV)INT_MIN);
+}
+#endif
 #else
 #define SCORE_X(j) mask_score(p, r, j, LOAD_X(xr + (IDX)(j)*xs3))
 
@@ -371,7 +405,13 @@ __kernel __attribute__((reqd_work_group_size(GROUP, 1, 1))) void softmax_group(S
     const mask_row r = mask_row_start(&p, b, h, i, Sq, Sk);
     const IDX xr = x_off + (IDX)b * xs0 + (IDX)h * xs1 + (IDX)i * xs2;
     const IDX yr = y_off + (IDX)b * ys0 + (IDX)h * ys1 + (IDX)i * ys2;
-#if GROUP_VECTORS
+#if HELD > 0
+    floatV e[HELD], m = (floatV)(-INFINITY), sum = (floatV)0.0f;
+    UNROLL for (int t = 0; t < HELD; ++t) m = fmax(m, e[t] = held_scores(x, xr, &p, &r, t));
+    const float max = group_max(scratch, hmax(m)), base = group_base(max);
+    UNROLL for (int t = 0; t < HELD; ++t) sum += e[t] = held_exp(e[t], base);
+    const row_stats st = group_stats(max, group_sum(scratch, hsum(sum)));
+#elif GROUP_VECTORS
     const row_stats st = group_row_stats(x, xr, scratch, &p, &r);
 #else
     const row_stats st = group_row_stats(x, xr, xs3, scratch, &p, &r);
@@ -379,14 +419,19 @@ __kernel __attribute__((reqd_work_group_size(GROUP, 1, 1))) void softmax_group(S
     if (get_local_id(0) == 0) STORE_LSE(b, h, i, row_lse(&st));
 
     const float inv = 1.0f / st.sum;
-    const float outside = row_is_empty(&st) ? empty_value() : 0.0f;
     /* in place (y over x), a key read above by one work-item (from r.lo) may be written below
      * by another (from 0): the reductions' barriers fence local memory only */
     barrier(CLK_GLOBAL_MEM_FENCE);
+#if HELD > 0
+    UNROLL for (int t = 0; t < HELD; ++t)
+        if (HELD_CHUNK(t) < Sk / VEC) STORE_YA(HELD_CHUNK(t) * VEC, held_prob(e[t], &st, inv));
+#else
+    const float outside = row_is_empty(&st) ? empty_value() : 0.0f;
 #if GROUP_VECTORS
     group_store_row(x, xr, y, yr, Sk, &p, &r, &st, inv, outside);
 #else
     group_store_row(x, xr, xs3, y, yr, ys3, Sk, &p, &r, &st, inv, outside);
+#endif
 #endif
 }
 

@@ -542,19 +542,50 @@ static void check_group_case(test_ctx *t, const sm_spec *s, const char *what) {
     free_data(&d);
 }
 
-/* Rows of 16-key multiples at aligned offsets: the group variant's vector chunks (ALIGNED) at
- * every vector width (the rows variant has no aligned build), with chunks that straddle the
- * visible span's ends (lengths, causality, windows), every mask part, each dtype as input and as
- * output, in place, and the edge rows. */
-static void aligned_rows_take_vector_chunks(test_ctx *t) {
+/* The aligned cases that reach every branch of a row's statistics and store: chunks that
+ * straddle the visible span's ends, every mask part, NaN and empty rows. */
+static void aligned_edge_cases(test_ctx *t, const char *how) {
     static const int32_t klen[3] = {0, 48, 17}, qlen[3] = {9, 0, 4};
+    char what[96];
     sm_spec s = base(3, 2, 9, 48);
     s.klen = klen;
     s.qlen = qlen;
     s.causal = 1;
     s.bottom_right = 1;
-    check_group_case(t, &s, "aligned: lengths + bottom-right causal");
-    s = base(1, test_large_shapes(t) ? 2 : 1, 64, 64); /* one head under small shapes */
+    snprintf(what, sizeof what, "aligned%s: lengths + bottom-right causal", how);
+    check_group_case(t, &s, what);
+    static const int32_t klen2[2] = {30, 21}, qlen2[2] = {9, 6};
+    s = base(2, 2, 9, 32);
+    s.scale = 0.5f, s.causal = 1, s.bottom_right = 1, s.window = 1, s.left = 6, s.right = 1;
+    s.global_stride = 8, s.klen = klen2, s.qlen = qlen2, s.keep = BCAST_PER_KEY;
+    s.bias = BCAST_FULL, s.alibi = 1, s.softcap = 5.0f, s.lse = 1, s.empty_nan = 1;
+    snprintf(what, sizeof what, "aligned%s: all parts + lse, empty rows NaN", how);
+    check_group_case(t, &s, what);
+    static const int32_t three[1] = {3};
+    s = base(1, 1, 7, 16); /* 3 visible keys: the edge values, in a chunk that straddles hi */
+    s.klen = three;
+    s.row_values = &edge_row_values[0][0];
+    s.row_count = 7;
+    s.lse = 1;
+    snprintf(what, sizeof what, "aligned%s: edge rows", how);
+    check_group_case(t, &s, what);
+}
+
+/* Rows of 16-key multiples at aligned offsets: the group variant's vector chunks (ALIGNED) at
+ * every vector width (the rows variant has no aligned build), with every mask part, each dtype
+ * as input and as output, in place, and the edge rows. Rows this short are held in registers
+ * (HOLD) on the CI devices' rows; the edge cases run again with HOLD=0, three passes. */
+static void aligned_rows_take_vector_chunks(test_ctx *t) {
+    aligned_edge_cases(t, "");
+    /* SCRATCH=0: an override must fit the device, and rusticl's 32 KiB of local memory do not
+     * hold the CPU row's scratch (without an override that row is skipped) */
+    if (clattn_tuning_override("softmax", "HOLD=0,SCRATCH=0") == CLATTN_SUCCESS) {
+        aligned_edge_cases(t, ", three passes");
+        clattn_tuning_override("softmax", NULL);
+    } else {
+        test_fail_at(t, __FILE__, __LINE__, "HOLD=0: %s", clattn_last_error());
+    }
+    sm_spec s = base(1, test_large_shapes(t) ? 2 : 1, 64, 64); /* one head under small shapes */
     s.causal = 1;
     check_group_case(t, &s, "aligned: causal");
     s.causal = 0;
@@ -563,27 +594,12 @@ static void aligned_rows_take_vector_chunks(test_ctx *t) {
     s.in_place = 1;
     s.global_stride = 0;
     check_group_case(t, &s, "aligned: in place, window (3, 1)");
-    static const int32_t klen2[2] = {30, 21}, qlen2[2] = {9, 6};
-    s = base(2, 2, 9, 32);
-    s.scale = 0.5f, s.causal = 1, s.bottom_right = 1, s.window = 1, s.left = 6, s.right = 1;
-    s.global_stride = 8, s.klen = klen2, s.qlen = qlen2, s.keep = BCAST_PER_KEY;
-    s.bias = BCAST_FULL, s.alibi = 1, s.softcap = 5.0f, s.lse = 1;
-    check_group_case(t, &s, "aligned: all parts + lse");
-    s.empty_nan = 1;
-    check_group_case(t, &s, "aligned: all parts, empty rows NaN");
     static const clattn_dtype dts[3] = {CLATTN_F32, CLATTN_F16, CLATTN_BF16};
     for (int a = 0; a < 3; ++a) {
         s = base(1, 2, 5, 80);
         s.xt = dts[a], s.yt = dts[(a + 1) % 3], s.causal = 1;
         check_group_case(t, &s, "aligned: dtypes");
     }
-    static const int32_t three[1] = {3};
-    s = base(1, 1, 7, 16); /* 3 visible keys: the edge values, in a chunk that straddles hi */
-    s.klen = three;
-    s.row_values = &edge_row_values[0][0];
-    s.row_count = 7;
-    s.lse = 1;
-    check_group_case(t, &s, "aligned: edge rows");
 }
 
 /* Puts `value` in x and bias wherever a key is invisible (value 0: the original data back). */
@@ -638,6 +654,63 @@ static void invisible_garbage_changes_nothing(test_ctx *t) {
     }
     free(x_clean);
     free_data(&d);
+}
+
+/* True when two f16 outputs are the same bits, or both NaN (the conversions may differ in a
+ * NaN's payload). */
+static bool same_half(uint16_t a, uint16_t b) {
+    const bool a_nan = (a & 0x7c00u) == 0x7c00u && (a & 0x3ffu);
+    const bool b_nan = (b & 0x7c00u) == 0x7c00u && (b & 0x3ffu);
+    return a == b || (a_nan && b_nan);
+}
+
+/* Runs both variants with f16 outputs rounded each way (HALF_CVT 0 and 1), each checked against
+ * the reference; the two ways must give the same bits. */
+static void check_half_conversions(test_ctx *t, const sm_spec *s, const char *what) {
+    sm_data d;
+    if (!prepare(t, s, &d)) return free_data(&d);
+    for (int variant = 0; variant < 2 && !t->failed; ++variant) {
+        uint16_t *y[2] = {NULL, NULL};
+        for (int cvt = 0; cvt < 2 && !t->failed; ++cvt) {
+            float *lse = NULL;
+            char label[128];
+            snprintf(label, sizeof label, "%s [%s, HALF_CVT=%d]", what, variant ? "group" : "rows",
+                     cvt);
+            /* SCRATCH=0 fits every device (see aligned_rows_take_vector_chunks) */
+            int status = clattn_tuning_override("softmax", cvt ? "HALF_CVT=1,SCRATCH=0"
+                                                               : "HALF_CVT=0,SCRATCH=0");
+            if (status != CLATTN_SUCCESS)
+                test_fail_at(t, __FILE__, __LINE__, "%s: %s", label, clattn_last_error());
+            else if (run_variant(t, s, &d, variant, (void **)&y[cvt], &lse))
+                check_result(t, s, &d, y[cvt], lse, label);
+            clattn_tuning_override("softmax", NULL);
+            free(lse);
+        }
+        for (size_t k = 0; y[0] && y[1] && k < d.n && !t->failed; ++k)
+            if (!same_half(y[0][k], y[1][k]))
+                test_fail_at(t, __FILE__, __LINE__, "%s [%s]: element %zu: 0x%04x, 0x%04x", what,
+                             variant ? "group" : "rows", k, y[0][k], y[1][k]);
+        free(y[0]);
+        free(y[1]);
+    }
+    free_data(&d);
+}
+
+/* f16 outputs through the device's conversion (the GPU row's HALF_CVT=1, forced here) and
+ * through integer rounding: subnormal probabilities (scores spread over 18 units), empty rows,
+ * and NaN rows. */
+static void half_conversions_agree(test_ctx *t) {
+    static const int32_t klen[2] = {80, 0};
+    sm_spec s = base(2, 1, 9, 80);
+    s.yt = CLATTN_F16, s.scale = 9.0f, s.causal = 1, s.bottom_right = 1, s.klen = klen;
+    s.lse = 1;
+    check_half_conversions(t, &s, "f16 outputs, wide scores");
+    s = base(1, 1, 7, 16);
+    s.yt = CLATTN_F16;
+    s.row_values = &edge_row_values[0][0];
+    s.row_count = 7;
+    s.empty_nan = 1;
+    check_half_conversions(t, &s, "f16 outputs, edge rows");
 }
 
 /* ---- backward ---- */
@@ -794,6 +867,7 @@ static const test_case cases[] = {
     {"edge_rows", edge_rows},
     {"aligned_rows_take_vector_chunks", aligned_rows_take_vector_chunks},
     {"invisible_garbage_changes_nothing", invisible_garbage_changes_nothing},
+    {"half_conversions_agree", half_conversions_agree},
     {"backward_matches_reference", backward_matches_reference},
     {"bad_arguments_are_rejected", bad_arguments_are_rejected, TAG_HOST},
 };

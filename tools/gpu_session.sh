@@ -17,8 +17,10 @@
 # the kernels beside this one in the same call). Without ROWs it runs DEFAULT_ROWS below: the
 # default rows of the issues' targets, first the causal f16 row with attention_mma's keys split
 # (UNIT_SPLIT, issue 24's open target; not with GPU_QUICK, whose S=256 holds a single chunk)
-# between two runs of the default, then attention_units (the attention AMD's units take) on
-# NVIDIA's tile, and attention_mma's and matmul_mma's tilings beside their defaults.
+# between two runs of the default, softmax as it was before rows were held in registers
+# (HOLD=0) and f16 outputs converted by the device (HALF_CVT=1), f16 copies in 16-byte chunks,
+# then attention_units (the attention AMD's units take) on NVIDIA's tile, and attention_mma's
+# and matmul_mma's tilings beside their defaults.
 # GPU_TESTS holds clattn-tests' arguments, several runs separated by ';' (default: none, the
 # whole suite; "skip" skips it); GPU_QUICK=1 passes --quick to the benchmark. Each step has a
 # time limit (a bench row 120 s: rows took 1-42 s, and a kernel that NVIDIA's compiler chews on
@@ -38,7 +40,10 @@ DEFAULT_ROWS=( # most wanted first: rows past the budget are skipped
   "default|mha|"
   "default|gemm --only f16|"
   "default|softmax|"
+  "sm-3pass|softmax --no-peers|softmax:HOLD=0,HALF_CVT=0"
+  "sm-intcvt|softmax --only f16 --no-peers|softmax:HALF_CVT=0"
   "default|split_heads|"
+  "copy8|split_heads --only f16 --no-peers|copy:VEC=8,RUN=8"
   "default|linear_attention|"
   "units|attention --only f16 --no-peers|attention:PREFILL=6"
   "mm-n64|gemm --only f16 --no-peers|matmul:UNIT_N=64"

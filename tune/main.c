@@ -26,9 +26,10 @@ static void usage(FILE *out) {
             "  --quiet: print the rows only, not every candidate\n");
 }
 
-/* The softmax group variant ignores VEC and SCRATCH: one value of each stands for all. */
+/* The softmax group variant ignores SCRATCH and the rows variant HOLD: one value of each (0 and
+ * the default 8) stands for all. */
 static bool softmax_redundant(const long *v) {
-    return v[0] == 1 && (v[1] != 4 || v[3] != 0);
+    return (v[0] == 1 && v[3] != 0) || (v[0] == 0 && v[4] != 8);
 }
 
 /* BM shapes attention_blocks and attention_lanes, BN blocks only, MQ and MK micro only: while
@@ -54,7 +55,8 @@ static const tune_space spaces[] = {
      .stages = {"VEC=4|8|16 RUN=4|64|512|4096 GROUP=16|64|256"},
      .cases = tune_copy_cases},
     {.spec = &clattn__tuning_softmax,
-     .stages = {"VARIANT=0|1 VEC=4|8|16 GROUP=4|16|64|128|256 SCRATCH=0|4096|8192"},
+     .stages = {"VARIANT=0|1 VEC=4|8|16 GROUP=4|16|64|128|256 SCRATCH=0|4096|8192",
+                "HOLD=0|2|4|8|16"},
      .redundant = softmax_redundant,
      .cases = tune_softmax_cases},
     {.spec = &clattn__tuning_attention,

@@ -23,15 +23,30 @@ int clattn__softmax_plan(cl_device_id device, clattn_dtype dtype, softmax_params
     return CLATTN_SUCCESS;
 }
 
+/* The VEC-key chunks each work-item of softmax_group keeps in registers (cl/softmax.cl HELD)
+ * for a row of `aligned_keys` keys (0: the rows are not aligned): the power of two that covers
+ * the row, at most HOLD; 0 (three passes) for a row longer than GROUP * HOLD chunks. Powers of
+ * two keep the programs a device builds to a few. */
+static long held_chunks(const softmax_params *p, int64_t aligned_keys) {
+    if (p->VARIANT != CLATTN__SOFTMAX_GROUP || aligned_keys <= 0 || p->HOLD <= 0) return 0;
+    const int64_t per_chunk_row = (int64_t)p->GROUP * p->VEC;
+    const int64_t need = (aligned_keys + per_chunk_row - 1) / per_chunk_row;
+    if (need > p->HOLD) return 0;
+    long held = 1;
+    while (held < need) held *= 2;
+    return held < p->HOLD ? held : p->HOLD;
+}
+
 /* Builds the variant's kernel. A group variant whose GROUP the built kernel cannot run (its
  * CL_KERNEL_WORK_GROUP_SIZE is smaller: registers, local memory) is rebuilt with the largest
- * power of two it can. */
-static int build_kernel(const clattn__call *call, const char *base_options, softmax_params *params,
-                        const char *name, cl_kernel *kernel) {
+ * power of two it can (and the chunks held for that group). */
+static int build_kernel(const clattn__call *call, const char *base_options, int64_t aligned_keys,
+                        softmax_params *params, const char *name, cl_kernel *kernel) {
     for (;;) {
         char options[1024];
         /* a group of the rows variant holds GROUP rows */
-        snprintf(options, sizeof options, "%s -DROWS=%ld", base_options, params->GROUP);
+        snprintf(options, sizeof options, "%s -DROWS=%ld -DHELD=%ld", base_options, params->GROUP,
+                 held_chunks(params, aligned_keys));
         clattn__softmax_tuning_options(params, options, sizeof options);
         int status =
             clattn__create_kernel(call->context, call->device, "softmax.cl", options, name, kernel);
@@ -145,19 +160,19 @@ int clattn__softmax_enqueue(const softmax_args *a, const softmax_params *plan,
                             const clattn__call *call) {
     softmax_params params = *plan; /* build_kernel may narrow its group */
     bool wide = softmax_needs_wide_index(a);
+    const bool aligned = group_rows_aligned(a, &params, call->device);
     char options[768];
     snprintf(options, sizeof options,
              "-cl-std=CL1.2 -DX_T=%s -DY_T=%s -DHAS_LSE=%d -DLSE_T=%s -DCONTIG=%d -DALIGNED=%d "
              "-DIDX=%s -DEMPTY_NAN=%d",
              clattn_dtype_name(a->x->dtype), clattn_dtype_name(a->y->dtype), a->lse != NULL,
              clattn_dtype_name(a->lse ? a->lse->dtype : CLATTN_F32),
-             a->x->strides[3] == 1 && a->y->strides[3] == 1,
-             group_rows_aligned(a, &params, call->device), wide ? "ulong" : "uint",
+             a->x->strides[3] == 1 && a->y->strides[3] == 1, aligned, wide ? "ulong" : "uint",
              a->mask.empty_rows_nan);
     clattn__mask_options(&a->mask, options, sizeof options);
     const char *name = params.VARIANT == CLATTN__SOFTMAX_GROUP ? "softmax_group" : "softmax_rows";
     cl_kernel kernel = NULL;
-    int status = build_kernel(call, options, &params, name, &kernel);
+    int status = build_kernel(call, options, aligned ? a->x->shape[3] : 0, &params, name, &kernel);
     if (status == CLATTN_SUCCESS) status = set_softmax_args(kernel, a, wide);
     if (status == CLATTN_SUCCESS)
         status = enqueue_rows(call, kernel, &params,
@@ -216,7 +231,7 @@ int clattn__softmax_backward_enqueue(const clattn_tensor *y, const clattn_tensor
     const char *name = params.VARIANT == CLATTN__SOFTMAX_GROUP ? "softmax_backward_group"
                                                                : "softmax_backward_rows";
     cl_kernel kernel = NULL;
-    status = build_kernel(call, options, &params, name, &kernel);
+    status = build_kernel(call, options, 0, &params, name, &kernel);
     cl_uint arg = 0;
     for (int v = 0; v < 3 && status == CLATTN_SUCCESS; ++v)
         status = clattn__set_view_args(kernel, &arg, views[v], 0, wide);

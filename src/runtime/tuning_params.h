@@ -28,16 +28,24 @@
     X(GROUP, 64, 1, 1024, HOST)
 
 /* Softmax. VARIANT 0: softmax_rows (a work-item per row, VEC-wide vectors, GROUP rows a group,
- * SCRATCH floats of local memory per row keep the exponentials); 1: softmax_group (a group of
- * GROUP per row, local tree reductions; VEC keys a chunk on aligned rows, else one key a step;
- * SCRATCH unused).
+ * SCRATCH floats of local memory per row keep the exponentials; HOLD unused); 1: softmax_group
+ * (a group of GROUP per row, local tree reductions; VEC keys a chunk on aligned rows, else one
+ * key a step; SCRATCH unused). HOLD: on aligned rows of at most GROUP * HOLD chunks each
+ * work-item of softmax_group keeps its chunks in registers (HOLD * VEC floats), one read of the
+ * row and one exponential a key instead of three reads and two; 0: always three passes.
+ * HALF_CVT: f16 outputs by the device's conversion (1) or rounded in integer lanes (0), both
+ * exact (cl/common.cl).
  * Default: PoCL on AVX-512 (2 cores): VEC 16 reached 43% of the copy bandwidth on an unmasked
- * 2048-key row against 27% at 8 (clattn-bench --op softmax). */
+ * 2048-key row against 27% at 8 (clattn-bench --op softmax), HALF_CVT 0 ran f16 rows 1.2x
+ * faster than 1. HOLD 8: a GPU's 128 work-items of float4 hold rows up to 4096 keys in 32
+ * registers each (not yet timed on a GPU). */
 #define CLATTN__TUNING_SOFTMAX(X)                                                                  \
     X(VARIANT, 0, 0, 1, HOST)                                                                      \
     X(VEC, 16, 1, 16, VEC)                                                                         \
     X(GROUP, 16, 1, 1024, GROUP)                                                                   \
-    X(SCRATCH, 4096, 0, 65536, SCRATCH)
+    X(SCRATCH, 4096, 0, 65536, SCRATCH)                                                            \
+    X(HOLD, 8, 0, 16, HOST)                                                                        \
+    X(HALF_CVT, 0, 0, 1, HALF_CVT)
 
 /* Fused attention. PREFILL: the variant for Sq > 8, DECODE: for Sq <= 8 (0 attention_blocks, BM
  * queries a work-item against BN-key tiles; 1 attention_tiles, a query a work-item, groups sharing
