@@ -268,13 +268,21 @@ static void fit_unit_tiles(const attention_args *a, attention_launch *l, cl_ulon
                tiles_local_bytes(a, l, l->t.UNIT_KEYS, l->t.UNIT_QUERIES, true) <= local_bytes;
 }
 
-/* attention_mma's keys in chunks of UNIT_SPLIT (whole key tiles, at most ATTENTION_SPLIT_MAX of
- * them), a group each, merged after; none where UNIT_SPLIT is 0 or covers the keys. */
-static void mma_splits(const attention_args *a, attention_launch *l) {
+/* attention_mma's keys in chunks of UNIT_SPLIT (whole key tiles), a group each, merged after;
+ * none where UNIT_SPLIT is 0 or covers the keys. As pick_splits, only a launch of fewer groups
+ * than SPLIT_TARGET a compute unit splits, into at most as many chunks as make up for that
+ * (and ATTENTION_SPLIT_MAX): a long prefill fills the device without them, and the partials,
+ * B * Hq * Sq * splits * (Dv + 2) floats, stay within about twice that many groups' rows. */
+static void mma_splits(const attention_args *a, attention_launch *l, cl_uint units) {
     const int64_t Sk = a->k->shape[2], tile = l->t.UNIT_KEYS;
     l->splits = 1, l->chunk = (int)Sk;
     if (l->variant != CLATTN__ATTENTION_MMA || l->t.UNIT_SPLIT <= 0) return;
-    const int64_t fewest = (Sk + ATTENTION_SPLIT_MAX - 1) / ATTENTION_SPLIT_MAX; /* keys a chunk */
+    const int64_t block = l->t.UNIT_QUERIES * ATTENTION_MMA_WARPS;
+    const int64_t groups = a->q->shape[0] * a->q->shape[1] * ((a->q->shape[2] + block - 1) / block);
+    int64_t most = ((int64_t)units * l->t.SPLIT_TARGET + groups - 1) / groups;
+    if (most > ATTENTION_SPLIT_MAX) most = ATTENTION_SPLIT_MAX;
+    if (most < 2) return;
+    const int64_t fewest = (Sk + most - 1) / most; /* keys a chunk */
     int64_t chunk = l->t.UNIT_SPLIT > fewest ? l->t.UNIT_SPLIT : fewest;
     chunk = (chunk + tile - 1) / tile * tile;
     if (chunk >= Sk) return;
@@ -316,7 +324,7 @@ static int pick_units(const clattn__call *call, const attention_args *a, bool pr
     l->ahead = a->q->shape[3] + a->v->shape[3] > l->t.UNIT_AHEAD;
     fit_unit_tiles(a, l, clattn__device_local_bytes(call->device));
     l->t.GROUP = ATTENTION_MMA_WARPS * (mma ? 32 : l->tile.subgroup);
-    mma_splits(a, l);
+    mma_splits(a, l, clattn__device_compute_units(call->device));
     return CLATTN_SUCCESS;
 }
 

@@ -75,9 +75,10 @@
  * one there during this one (cp.async on NVIDIA's units: no register holds it; UNIT_AHEAD then
  * has no part), where the two tiles fit the local memory beside the rest; UNIT_SPLIT: attention_mma
  * splits the keys into chunks of UNIT_SPLIT (rounded up to whole key tiles), a group each, merged
- * after (0: no split; a causal launch's longest rows, which see every key, set its time; the
- * partials take B * Hq * Sq * splits * (Dv + 2) floats of workspace, rows that see none of a
- * chunk included: a default must bound them).
+ * after (0: no split; a causal launch's longest rows, which see every key, set its time), only
+ * in a launch of fewer groups than SPLIT_TARGET a compute unit and in at most as many chunks as
+ * make up for that, which bounds the partials (B * Hq * Sq * splits * (Dv + 2) floats of
+ * workspace, rows that see none of a chunk included).
  * Default: PoCL on AVX-512: blocks at 16 lanes (the tiles variant's one query per work-item ran
  * far slower there), clattn-bench --op attention_causal. */
 #define CLATTN__TUNING_ATTENTION(X)                                                                \
