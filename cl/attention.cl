@@ -96,6 +96,8 @@
 #ifndef EMPTY_NAN
 #define EMPTY_NAN 0
 #endif
+/* The outputs of a row with no visible key, in every variant and the merge. */
+#define EMPTY_VALUE (EMPTY_NAN ? NAN : 0.0f)
 /* VEC, the lanes of the head-dim vectors (1: scalar code), must divide HEAD_DIM and VALUE_DIM;
  * rows.cl holds its default and the dtype and head-dim defaults. */
 #ifndef CLATTN_ROWS_CL
@@ -132,7 +134,7 @@
         const bool empty_ = (m) == -INFINITY && !(nan_seen);                                       \
         const float inv_ = (nan_seen) ? NAN : 1.0f / (l);                                          \
         for (int c = 0; c < LANES(VALUE_DIM); ++c) {                                               \
-            lane_t value_ = empty_ ? (lane_t)(EMPTY_NAN ? NAN : 0.0f) : (acc)[c] * inv_;           \
+            lane_t value_ = empty_ ? (lane_t)EMPTY_VALUE : (acc)[c] * inv_;                        \
             STORE_LANES(i, c, value_)                                                              \
         }                                                                                          \
         STORE_LSE(i, empty_ ? -INFINITY : (nan_seen) ? NAN : (m) + log(l));                        \
@@ -491,7 +493,7 @@ __kernel void attention_keys(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSO
         if (e == 0) at[0] = nan_seen ? NAN : m, at[1] = l;
 #else
         const bool empty = m == -INFINITY && !nan_seen;
-        const float value = empty ? (EMPTY_NAN ? NAN : 0.0f) : nan_seen ? NAN : acc / l;
+        const float value = empty ? EMPTY_VALUE : nan_seen ? NAN : acc / l;
         CAT(store_, O_T)(o, AT(o, b, h, i, e), value);
         if (e == 0) STORE_LSE(i, empty ? -INFINITY : nan_seen ? NAN : m + log(l));
 #endif
@@ -1205,7 +1207,7 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
         UNROLL for (int n = 0; n < MMA_VB; ++n)
             UNROLL for (int e = 0; e < 2; ++e) {
                 const float x = acc[a / 2][n][(a % 2) * 2 + e];
-                const float value = empty ? (EMPTY_NAN ? NAN : 0.0f) : x * inv;
+                const float value = empty ? EMPTY_VALUE : x * inv;
                 CAT(store_, O_T)(o, AT(o, b, h, i, n * 8 + 2 * t + e), value);
             }
         if (t == 0) STORE_LSE(i, empty ? -INFINITY : m[a] + log(l[a]));
@@ -1440,7 +1442,7 @@ attention_units(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T,
         const bool empty = maxima[row] == -INFINITY && !isnan(sums[row]);
         const float inv = 1.0f / sums[row];
         UNROLL for (int n = 0; n < UNITS_VT; ++n) {
-            const float value = empty ? (EMPTY_NAN ? NAN : 0.0f) : acc[n][i] * inv;
+            const float value = empty ? EMPTY_VALUE : acc[n][i] * inv;
             CAT(store_, O_T)(o, AT(o, b, h, qi, n * 16 + place % 16), value);
         }
     }
@@ -1609,7 +1611,7 @@ __kernel void attention_micro(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENS
             const int e = tx + c * COLS;
             if (e < VALUE_DIM)
                 CAT(store_, O_T)(o, AT(o, b, h, i, e),
-                                 empty ? (EMPTY_NAN ? NAN : 0.0f) : acc[a][c] * inv);
+                                 empty ? EMPTY_VALUE : acc[a][c] * inv);
         }
         if (tx == 0) STORE_LSE(i, empty ? -INFINITY : nan_row ? NAN : m[a] + log(total));
 #endif
@@ -1644,7 +1646,7 @@ __kernel void attention_merge(__global const float *part, __global CAT(storage_,
         acc = fma(w, split[2 + e], acc);
     }
     const bool empty = m == -INFINITY && !nan_seen;
-    const float value = empty ? (EMPTY_NAN ? NAN : 0.0f) : nan_seen ? NAN : acc / l;
+    const float value = empty ? EMPTY_VALUE : nan_seen ? NAN : acc / l;
     CAT(store_, O_T)(o, AT(o, b, h, i, e), value);
     if (e == 0) STORE_LSE(i, empty ? -INFINITY : nan_seen ? NAN : m + log(l));
 }
