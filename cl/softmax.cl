@@ -311,6 +311,8 @@ inline row_stats group_stats(float max, float sum) {
  * hold keys of [lo, hi) in passes 1 and 2, every chunk of the row in pass 3. A chunk's lanes
  * outside [lo, hi) are keys of the same row, which mask_score_vec hides (-inf: exp gives 0). */
 #define GROUP_VECTORS (ALIGNED && CONTIG && VEC >= 4)
+/* The t-th chunk a work-item holds (HELD) */
+#define HELD_CHUNK(t) ((int)get_local_id(0) + (t)*GROUP)
 #if GROUP_VECTORS
 #define LOAD_XA(j) CAT(CAT(load_aligned, VEC), CAT(_, X_T))(x, xr + (IDX)(j))
 #define SCORE_XA(j) mask_score_vec(p, r, j, LOAD_XA(j))
@@ -353,8 +355,6 @@ inline void group_store_row(__global const X_STORAGE *x, IDX xr, __global Y_STOR
  * 0 even in a NaN row, where 1 / sum is NaN (as prob_vec). The held array stays in the kernel:
  * passed to a helper that a compiler keeps as a call, it would live on the stack (clang's PTX). */
 #if HELD > 0
-#define HELD_CHUNK(t) ((int)get_local_id(0) + (t)*GROUP)
-
 /* The scores of this work-item's chunk t, -inf outside the chunks that hold [lo, hi). */
 inline floatV held_scores(__global const X_STORAGE *x, IDX xr, const mask_params *p,
                           const mask_row *r, int t) {
@@ -478,13 +478,51 @@ __kernel void softmax_backward_rows(BACKWARD_PARAMS) {
     for (int j = 0; j < Sk; ++j) STORE_DZ(j, grad_value(Y_AT(j), DY_AT(j), dot, scale));
 }
 
+/* With ALIGNED (every row of y, dy and dz starts VEC-aligned, Sk a multiple of VEC) the group
+ * variant takes VEC-key chunks, one vector access each, and with HELD keeps them in registers
+ * (y and dy read once), as the forward group variant does. */
+#if GROUP_VECTORS
+#define Y_ATV(c) CAT(CAT(load_aligned, VEC), CAT(_, Y_T))(y, yr + (IDX)(c)*VEC)
+#define DY_ATV(c) CAT(CAT(load_aligned, VEC), CAT(_, DY_T))(dy, dr + (IDX)(c)*VEC)
+#define STORE_DZV(c, v) CAT(CAT(store_aligned, VEC), CAT(_, DZ_T))(dz, zr + (IDX)(c)*VEC, v)
+
+inline floatV grad_term_vec(floatV yv, floatV dyv) {
+    return select(yv * dyv, (floatV)0.0f, yv == (floatV)0.0f);
+}
+
+inline floatV grad_value_vec(floatV yv, floatV dyv, float dot, float scale) {
+    return select(scale * yv * (dyv - dot), (floatV)0.0f, yv == (floatV)0.0f);
+}
+#endif
+
 __kernel __attribute__((reqd_work_group_size(GROUP, 1, 1))) void
 softmax_backward_group(BACKWARD_PARAMS) {
     __local float scratch[GROUP];
-    const int lid = (int)get_local_id(0);
     BACKWARD_ROW_START((int)get_group_id(0));
+#if GROUP_VECTORS && HELD > 0
+    floatV yh[HELD], dyh[HELD], part = (floatV)0.0f;
+    UNROLL for (int t = 0; t < HELD; ++t) {
+        const bool in_row = HELD_CHUNK(t) < Sk / VEC;
+        yh[t] = in_row ? Y_ATV(HELD_CHUNK(t)) : (floatV)0.0f;
+        dyh[t] = in_row ? DY_ATV(HELD_CHUNK(t)) : (floatV)0.0f;
+        part += grad_term_vec(yh[t], dyh[t]);
+    }
+    const float dot = group_sum(scratch, hsum(part));
+    UNROLL for (int t = 0; t < HELD; ++t)
+        if (HELD_CHUNK(t) < Sk / VEC)
+            STORE_DZV(HELD_CHUNK(t), grad_value_vec(yh[t], dyh[t], dot, scale));
+#elif GROUP_VECTORS
+    const int lid = (int)get_local_id(0);
+    floatV part = (floatV)0.0f;
+    for (int c = lid; c < Sk / VEC; c += GROUP) part += grad_term_vec(Y_ATV(c), DY_ATV(c));
+    const float dot = group_sum(scratch, hsum(part));
+    for (int c = lid; c < Sk / VEC; c += GROUP)
+        STORE_DZV(c, grad_value_vec(Y_ATV(c), DY_ATV(c), dot, scale));
+#else
+    const int lid = (int)get_local_id(0);
     float part = 0.0f;
     for (int j = lid; j < Sk; j += GROUP) part += grad_term(Y_AT(j), DY_AT(j));
     const float dot = group_sum(scratch, part);
     for (int j = lid; j < Sk; j += GROUP) STORE_DZ(j, grad_value(Y_AT(j), DY_AT(j), dot, scale));
+#endif
 }

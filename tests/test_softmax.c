@@ -715,59 +715,57 @@ static void half_conversions_agree(test_ctx *t) {
 
 /* ---- backward ---- */
 
-/* dz = scale * y * (dy - sum(dy * y)) for y from a masked forward pass, with NaN in dy where y is
- * 0; on both variants, out of place and in place (dz = dy). */
-static void backward_matches_reference(test_ctx *t) {
-    static const int32_t klen[2] = {29, 13};
-    sm_spec s = base(2, 2, 7, 33);
-    s.causal = 1;
-    s.klen = klen;
+/* dz = scale * y * (dy - sum(dy * y)) for y (f32) from the case's masked forward pass, with NaN
+ * in dy where y is 0, dy and dz stored as `dt`; on both variants, out of place and in place
+ * (dz = dy). */
+static void check_backward(test_ctx *t, const sm_spec *s, clattn_dtype dt, const char *what) {
     sm_data d;
-    if (!prepare(t, &s, &d)) return free_data(&d);
+    if (!prepare(t, s, &d)) return free_data(&d);
     const float scale = 0.125f;
-    size_t n = d.n, bytes = n * sizeof(float);
-    float *y = malloc(bytes), *dy = malloc(bytes), *got = malloc(bytes);
+    const size_t n = d.n, bytes = n * sizeof(float), dt_bytes = n * clattn_dtype_size(dt);
+    float *y = malloc(bytes);
+    void *dy = malloc(dt_bytes), *got = malloc(dt_bytes);
     double *want = malloc(n * sizeof(double));
     uint64_t rng = 99;
     for (size_t k = 0; k < n; ++k) {
         y[k] = (float)d.ref[k];
-        dy[k] = y[k] == 0.0f ? NAN : test_rand_uniform(&rng, -1.0f, 1.0f);
+        ref_store(dy, dt, k, y[k] == 0.0f ? NAN : test_rand_uniform(&rng, -1.0f, 1.0f));
     }
-    for (size_t row = 0; row < n / (size_t)s.Sk; ++row) {
+    for (size_t row = 0; row < n / (size_t)s->Sk; ++row) {
+        const size_t at = row * (size_t)s->Sk;
         double dot = 0;
-        for (int64_t j = 0; j < s.Sk; ++j) {
-            size_t k = row * (size_t)s.Sk + (size_t)j;
-            if (y[k] != 0.0f) dot += (double)y[k] * dy[k];
-        }
-        for (int64_t j = 0; j < s.Sk; ++j) {
-            size_t k = row * (size_t)s.Sk + (size_t)j;
-            want[k] = y[k] == 0.0f ? 0.0 : scale * (double)y[k] * (dy[k] - dot);
-        }
+        for (size_t k = at; k < at + (size_t)s->Sk; ++k)
+            if (y[k] != 0.0f) dot += (double)y[k] * ref_load(dy, dt, k);
+        for (size_t k = at; k < at + (size_t)s->Sk; ++k)
+            want[k] = y[k] == 0.0f ? 0.0 : scale * (double)y[k] * (ref_load(dy, dt, k) - dot);
     }
+    const double rtol = 1e-5 + (dt == CLATTN_F16 ? 4.9e-4 : dt == CLATTN_BF16 ? 3.9e-3 : 0.0);
     cl_command_queue q = clattn_env_queue(t->env);
     for (int variant = 0; variant < 2 && !t->failed; ++variant)
         for (int in_place = 0; in_place < 2 && !t->failed; ++in_place) {
             clattn_tensor yt =
-                clattn_tensor_4d(upload(t, y, bytes), CLATTN_F32, s.B, s.H, s.Sq, s.Sk);
+                clattn_tensor_4d(upload(t, y, bytes), CLATTN_F32, s->B, s->H, s->Sq, s->Sk);
             clattn_tensor dyt =
-                clattn_tensor_4d(upload(t, dy, bytes), CLATTN_F32, s.B, s.H, s.Sq, s.Sk);
-            clattn_tensor dzt = in_place ? dyt
-                                         : clattn_tensor_4d(test_buffer(t, bytes), CLATTN_F32, s.B,
-                                                            s.H, s.Sq, s.Sk);
+                clattn_tensor_4d(upload(t, dy, dt_bytes), dt, s->B, s->H, s->Sq, s->Sk);
+            clattn_tensor dzt =
+                in_place ? dyt
+                         : clattn_tensor_4d(test_buffer(t, dt_bytes), dt, s->B, s->H, s->Sq, s->Sk);
             clattn__hook_set(CLATTN__HOOK_SOFTMAX_VARIANT, variant);
             int status = clattn_softmax_backward(&yt, &dyt, scale, &dzt, q, 0, NULL, NULL);
             clattn__hook_set(CLATTN__HOOK_SOFTMAX_VARIANT, -1);
-            bool ok = status == CLATTN_SUCCESS && test_read(t, dzt.buffer, got, bytes);
+            bool ok = status == CLATTN_SUCCESS && test_read(t, dzt.buffer, got, dt_bytes);
             if (status != CLATTN_SUCCESS)
-                test_fail_at(t, __FILE__, __LINE__, "backward -> %s: %s",
+                test_fail_at(t, __FILE__, __LINE__, "%s: backward -> %s: %s", what,
                              clattn_status_name(status), clattn_last_error());
-            for (size_t k = 0; ok && k < n; ++k)
-                if (!close_enough(got[k], want[k], 1e-5) || (want[k] == 0.0 && got[k] != 0.0f)) {
-                    test_fail_at(t, __FILE__, __LINE__, "%s%s: dz[%zu] = %.9g, expected %.9g",
-                                 variant ? "group" : "rows", in_place ? " in place" : "", k, got[k],
-                                 want[k]);
+            for (size_t k = 0; ok && k < n; ++k) {
+                const float g = ref_load(got, dt, k);
+                if (!close_enough(g, want[k], rtol) || (want[k] == 0.0 && g != 0.0f)) {
+                    test_fail_at(t, __FILE__, __LINE__, "%s [%s%s]: dz[%zu] = %.9g, expected %.9g",
+                                 what, variant ? "group" : "rows", in_place ? ", in place" : "", k,
+                                 g, want[k]);
                     ok = false;
                 }
+            }
             clReleaseMemObject(yt.buffer);
             clReleaseMemObject(dyt.buffer);
             if (!in_place) clReleaseMemObject(dzt.buffer);
@@ -779,7 +777,25 @@ static void backward_matches_reference(test_ctx *t) {
     free_data(&d);
 }
 
-/* ---- invalid input ---- */
+/* Rows of 33 keys (one key a step), of 48 (aligned: VEC-key chunks, held in registers on the CI
+ * devices' rows, and with HOLD=0 streamed twice), and 16-bit gradients. */
+static void backward_matches_reference(test_ctx *t) {
+    static const int32_t klen[2] = {29, 13};
+    sm_spec s = base(2, 2, 7, 33);
+    s.causal = 1;
+    s.klen = klen;
+    check_backward(t, &s, CLATTN_F32, "33 keys");
+    s.Sk = 48;
+    check_backward(t, &s, CLATTN_F32, "48 keys");
+    check_backward(t, &s, CLATTN_F16, "48 keys, f16 gradients");
+    /* SCRATCH=0: an override must fit the device (see aligned_rows_take_vector_chunks) */
+    if (clattn_tuning_override("softmax", "HOLD=0,SCRATCH=0") == CLATTN_SUCCESS) {
+        check_backward(t, &s, CLATTN_BF16, "48 keys, bf16 gradients, two passes");
+        clattn_tuning_override("softmax", NULL);
+    } else {
+        test_fail_at(t, __FILE__, __LINE__, "HOLD=0: %s", clattn_last_error());
+    }
+}
 
 static void bad_arguments_are_rejected(test_ctx *t) {
     cl_command_queue q = clattn_env_queue(t->env);

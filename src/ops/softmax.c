@@ -147,20 +147,22 @@ static int set_softmax_args(cl_kernel kernel, const softmax_args *a, bool wide) 
     return status;
 }
 
-/* The group variant moves whole VEC-key chunks when every row of x and y starts VEC-aligned and
- * the rows are whole chunks (cl/softmax.cl, ALIGNED). */
-static bool group_rows_aligned(const softmax_args *a, const softmax_params *params,
-                               cl_device_id device) {
+/* The group variant moves whole VEC-key chunks when every row of its tensors starts VEC-aligned
+ * and the rows are whole chunks (cl/softmax.cl, ALIGNED). `c` may repeat `b`. */
+static bool group_rows_aligned(const softmax_params *params, cl_device_id device,
+                               const clattn_tensor *a, const clattn_tensor *b,
+                               const clattn_tensor *c) {
     if (params->VARIANT != CLATTN__SOFTMAX_GROUP || params->VEC < 4) return false;
-    return a->x->shape[3] % params->VEC == 0 &&
-           clattn__rows_vector_aligned(a->x, a->y, params->VEC, device);
+    return a->shape[3] % params->VEC == 0 &&
+           clattn__rows_vector_aligned(a, b, params->VEC, device) &&
+           clattn__rows_vector_aligned(c, c, params->VEC, device);
 }
 
 int clattn__softmax_enqueue(const softmax_args *a, const softmax_params *plan,
                             const clattn__call *call) {
     softmax_params params = *plan; /* build_kernel may narrow its group */
     bool wide = softmax_needs_wide_index(a);
-    const bool aligned = group_rows_aligned(a, &params, call->device);
+    const bool aligned = group_rows_aligned(&params, call->device, a->x, a->y, a->y);
     char options[768];
     snprintf(options, sizeof options,
              "-cl-std=CL1.2 -DX_T=%s -DY_T=%s -DHAS_LSE=%d -DLSE_T=%s -DCONTIG=%d -DALIGNED=%d "
@@ -224,14 +226,16 @@ int clattn__softmax_backward_enqueue(const clattn_tensor *y, const clattn_tensor
     if (status != CLATTN_SUCCESS) return status;
     const clattn_tensor *views[3] = {a->y, a->dy, a->dz};
     bool wide = clattn__needs_wide_index(views, 3);
+    const bool aligned = group_rows_aligned(&params, call->device, a->y, a->dy, a->dz);
     char options[256];
-    snprintf(options, sizeof options, "-cl-std=CL1.2 -DY_T=%s -DDY_T=%s -DDZ_T=%s -DIDX=%s",
+    snprintf(options, sizeof options,
+             "-cl-std=CL1.2 -DY_T=%s -DDY_T=%s -DDZ_T=%s -DIDX=%s -DALIGNED=%d",
              clattn_dtype_name(a->y->dtype), clattn_dtype_name(a->dy->dtype),
-             clattn_dtype_name(a->dz->dtype), wide ? "ulong" : "uint");
+             clattn_dtype_name(a->dz->dtype), wide ? "ulong" : "uint", aligned);
     const char *name = params.VARIANT == CLATTN__SOFTMAX_GROUP ? "softmax_backward_group"
                                                                : "softmax_backward_rows";
     cl_kernel kernel = NULL;
-    status = build_kernel(call, options, 0, &params, name, &kernel);
+    status = build_kernel(call, options, aligned ? a->y->shape[3] : 0, &params, name, &kernel);
     cl_uint arg = 0;
     for (int v = 0; v < 3 && status == CLATTN_SUCCESS; ++v)
         status = clattn__set_view_args(kernel, &arg, views[v], 0, wide);
