@@ -83,11 +83,13 @@ inline ushortV CAT(CAT(bits, VEC), _bf16)(floatV v) {
     return CAT(convert_ushort, VEC)(select(rounded, quiet_nan, isnan(v)));
 }
 
-/* f32 -> f16 bits, round to nearest even, exact on every device without cl_khr_fp16, two ways
- * (an op's tuning picks, HALF_CVT):
- *   1  vstore_halfN into private memory: the device's own conversion (clang's NVPTX: one
- *      cvt.rn.f16.f32 a value, no local memory); on PoCL (AVX-512, vcvtps2ph) softmax_rows ran
- *      1.2x slower than with 0
+/* f32 -> f16 bits, round to nearest even, without cl_khr_fp16, two ways (an op's tuning picks,
+ * HALF_CVT):
+ *   1  vstore_halfN into private memory: the device's own conversion in its default rounding
+ *      mode, to nearest even on a full profile (the host takes 0 on an embedded one, which may
+ *      round toward zero); clang's NVPTX: one cvt.rn.f16.f32 a value, no local memory (the
+ *      explicit vstore_halfN_rte is about 80 instructions in libclc); on PoCL (AVX-512,
+ *      vcvtps2ph) softmax_rows ran 1.2-1.4x slower than with 0
  *   0  rounding in integer lanes, about fifteen instructions a value; NaN becomes the quiet
  *      NaN 0x7e00 with its sign */
 #ifndef HALF_CVT

@@ -313,6 +313,9 @@ inline row_stats group_stats(float max, float sum) {
 #define GROUP_VECTORS (ALIGNED && CONTIG && VEC >= 4)
 /* The t-th chunk a work-item holds (HELD) */
 #define HELD_CHUNK(t) ((int)get_local_id(0) + (t)*GROUP)
+#if HELD > 0 && !GROUP_VECTORS
+#error "HELD needs ALIGNED, CONTIG and VEC >= 4 (the host sets it only for aligned rows)"
+#endif
 #if GROUP_VECTORS
 #define LOAD_XA(j) CAT(CAT(load_aligned, VEC), CAT(_, X_T))(x, xr + (IDX)(j))
 #define SCORE_XA(j) mask_score_vec(p, r, j, LOAD_XA(j))

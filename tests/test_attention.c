@@ -483,15 +483,17 @@ static void mma_key_splits_merge_to_the_reference(test_ctx *t) {
     bool ok = prepare(t, &s, &d);
     const double rounding = ok ? storage_rounding(&s, &d) : 0.0; /* of the finite values */
     for (int64_t bh = 0; ok && bh < s.B * s.Hkv; ++bh) d.v[bh * s.Sk * s.Dv + 11] = INFINITY;
-    /* 8 groups: a device of fewer than 8 compute units splits at SPLIT_TARGET=1 */
-    CHECK_OK(t, clattn_tuning_override("attention", "UNIT_SPLIT=20,UNIT_KEYS=16,SPLIT_TARGET=1"));
+    /* 8 groups of 64 queries (UNIT_QUERIES=16, 4 warps): on a device of fewer than 8 compute
+     * units SPLIT_TARGET=1 asks for no split */
+    CHECK_OK(t, clattn_tuning_override(
+                    "attention", "UNIT_SPLIT=20,UNIT_KEYS=16,UNIT_QUERIES=16,SPLIT_TARGET=1"));
     clattn__attention_launch launch;
     const cl_uint units = clattn__device_compute_units(clattn_env_device(t->env));
     if (!t->failed && units < 8 && planned_launch(t, &s, CLATTN__ATTENTION_MMA, &launch))
         CHECK(t, launch.splits == 1, "%u compute units, 8 groups, SPLIT_TARGET=1: %d splits", units,
               launch.splits);
-    CHECK_OK(t,
-             clattn_tuning_override("attention", "UNIT_SPLIT=20,UNIT_KEYS=16,SPLIT_TARGET=1024"));
+    CHECK_OK(t, clattn_tuning_override(
+                    "attention", "UNIT_SPLIT=20,UNIT_KEYS=16,UNIT_QUERIES=16,SPLIT_TARGET=1024"));
     if (!t->failed && planned_launch(t, &s, CLATTN__ATTENTION_MMA, &launch))
         CHECK(t,
               launch.variant == CLATTN__ATTENTION_MMA && launch.splits == 3 && launch.chunk == 32,

@@ -579,12 +579,17 @@ static void aligned_rows_take_vector_chunks(test_ctx *t) {
     aligned_edge_cases(t, "");
     /* SCRATCH=0: an override must fit the device, and rusticl's 32 KiB of local memory do not
      * hold the CPU row's scratch (without an override that row is skipped) */
-    if (clattn_tuning_override("softmax", "HOLD=0,SCRATCH=0") == CLATTN_SUCCESS) {
+    if (clattn_tuning_override("softmax", "HOLD=0,SCRATCH=0") == CLATTN_SUCCESS)
         aligned_edge_cases(t, ", three passes");
-        clattn_tuning_override("softmax", NULL);
-    } else {
+    else
         test_fail_at(t, __FILE__, __LINE__, "HOLD=0: %s", clattn_last_error());
-    }
+    /* 4-key chunks in groups of 4 hold the 48-key rows in 3 chunks a work-item (HOLD=3: not a
+     * power of two, the CI rows hold 1 or 2) */
+    if (clattn_tuning_override("softmax", "VEC=4,GROUP=4,HOLD=3,SCRATCH=0") == CLATTN_SUCCESS)
+        aligned_edge_cases(t, ", three chunks held");
+    else
+        test_fail_at(t, __FILE__, __LINE__, "HOLD=3: %s", clattn_last_error());
+    clattn_tuning_override("softmax", NULL);
     sm_spec s = base(1, test_large_shapes(t) ? 2 : 1, 64, 64); /* one head under small shapes */
     s.causal = 1;
     check_group_case(t, &s, "aligned: causal");
@@ -600,6 +605,8 @@ static void aligned_rows_take_vector_chunks(test_ctx *t) {
         s.xt = dts[a], s.yt = dts[(a + 1) % 3], s.causal = 1;
         check_group_case(t, &s, "aligned: dtypes");
     }
+    s.xt = s.yt = CLATTN_F16, s.in_place = 1;
+    check_group_case(t, &s, "aligned: f16 in place");
 }
 
 /* Puts `value` in x and bias wherever a key is invisible (value 0: the original data back). */

@@ -16,8 +16,9 @@
 # empty, NAME=VALUE is set for that row alone (CLATTN_KERNEL_DIR=dir times another version of
 # the kernels beside this one in the same call). Without ROWs it runs DEFAULT_ROWS below: the
 # default rows of the issues' targets, first the causal f16 row with attention_mma's keys split
-# (UNIT_SPLIT, issue 24's open target; not with GPU_QUICK, whose S=256 holds a single chunk)
-# between two runs of the default, softmax as it was before rows were held in registers
+# (UNIT_SPLIT, issue 24's open target; on an H200 at B=4 H=8 S=1024 the launch's 512 groups
+# allow 3 chunks: split512 runs 2 of 512 keys, split256 3 of 352; not with GPU_QUICK, whose
+# S=256 holds a single chunk) between two runs of the default, softmax as it was before rows were held in registers
 # (HOLD=0) and f16 outputs converted by the device (HALF_CVT=1), f16 copies in 16-byte chunks,
 # then attention_units (the attention AMD's units take) on NVIDIA's tile, and attention_mma's
 # and matmul_mma's tilings beside their defaults.

@@ -18,6 +18,8 @@ int clattn__softmax_plan(cl_device_id device, clattn_dtype dtype, softmax_params
     /* a default row too large for this device's local memory recomputes the exponentials */
     if ((cl_ulong)p->GROUP * (cl_ulong)p->SCRATCH * 4 * 2 > clattn__device_local_bytes(device))
         p->SCRATCH = 0;
+    /* the device's conversion rounds to nearest even only on a full profile */
+    if (!clattn__device_full_profile(device)) p->HALF_CVT = 0;
     const int forced = clattn__hook_value(CLATTN__HOOK_SOFTMAX_VARIANT);
     if (forced >= 0) p->VARIANT = forced;
     return CLATTN_SUCCESS;
@@ -38,15 +40,18 @@ static long held_chunks(const softmax_params *p, int64_t aligned_keys) {
 }
 
 /* Builds the variant's kernel. A group variant whose GROUP the built kernel cannot run (its
- * CL_KERNEL_WORK_GROUP_SIZE is smaller: registers, local memory) is rebuilt with the largest
- * power of two it can (and the chunks held for that group). */
+ * CL_KERNEL_WORK_GROUP_SIZE is smaller: registers, local memory) is rebuilt without holding its
+ * row in registers, and if that does not fit either, with the largest power of two it can (and
+ * HOLD again). */
 static int build_kernel(const clattn__call *call, const char *base_options, int64_t aligned_keys,
                         softmax_params *params, const char *name, cl_kernel *kernel) {
+    const long hold = params->HOLD;
     for (;;) {
         char options[1024];
+        const long held = held_chunks(params, aligned_keys);
         /* a group of the rows variant holds GROUP rows */
         snprintf(options, sizeof options, "%s -DROWS=%ld -DHELD=%ld", base_options, params->GROUP,
-                 held_chunks(params, aligned_keys));
+                 held);
         clattn__softmax_tuning_options(params, options, sizeof options);
         int status =
             clattn__create_kernel(call->context, call->device, "softmax.cl", options, name, kernel);
@@ -58,11 +63,19 @@ static int build_kernel(const clattn__call *call, const char *base_options, int6
             return status;
         clReleaseKernel(*kernel);
         *kernel = NULL;
+        if (held > 0) {
+            clattn__warn("softmax: GROUP %ld exceeds the work-group limit %zu of the kernel that "
+                         "holds rows in registers; streaming them",
+                         params->GROUP, max_group);
+            params->HOLD = 0;
+            continue;
+        }
         size_t smaller = 1;
         while (smaller * 2 <= max_group) smaller *= 2;
         clattn__warn("softmax: GROUP %ld exceeds this kernel's work-group limit %zu; using %zu",
                      params->GROUP, max_group, smaller);
         params->GROUP = (long)smaller;
+        params->HOLD = hold;
     }
 }
 

@@ -37,6 +37,12 @@ cl_uint clattn__device_base_align_bytes(cl_device_id device) {
     return bits / 8 ? bits / 8 : 1;
 }
 
+bool clattn__device_full_profile(cl_device_id device) {
+    char profile[32] = "";
+    clGetDeviceInfo(device, CL_DEVICE_PROFILE, sizeof profile - 1, profile, NULL);
+    return strcmp(profile, "FULL_PROFILE") == 0;
+}
+
 /* "OpenCL 3.0 ..." or "OpenCL C 1.2 ..." -> "3.0", "1.2": the word after `prefix`. */
 static void version_of(const char *text, const char *prefix, char *out, size_t capacity) {
     const size_t n = strlen(prefix);

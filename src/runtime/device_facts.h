@@ -20,6 +20,9 @@ cl_ulong clattn__device_local_bytes(cl_device_id device);
 cl_uint clattn__device_compute_units(cl_device_id device);
 /* CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes: every buffer and sub-buffer starts on a multiple. */
 cl_uint clattn__device_base_align_bytes(cl_device_id device);
+/* CL_DEVICE_PROFILE is FULL_PROFILE: vstore_half's default rounding is to nearest even (an
+ * embedded profile may round toward zero). */
+bool clattn__device_full_profile(cl_device_id device);
 
 /* Every fact at once, for reports (clattn_device_facts) and for the capability probes of
  * optional features: what the driver says, never a vendor name. */

@@ -33,10 +33,10 @@
  * key a step; SCRATCH unused). HOLD: on aligned rows of at most GROUP * HOLD chunks each
  * work-item of softmax_group keeps its chunks in registers (HOLD * VEC floats), one read of the
  * row and one exponential a key instead of three reads and two; 0: always three passes.
- * HALF_CVT: f16 outputs by the device's conversion (1) or rounded in integer lanes (0), both
- * exact (cl/common.cl).
+ * HALF_CVT: f16 outputs by the device's conversion (1; full-profile devices only, whose default
+ * rounding is to nearest even) or rounded in integer lanes (0): the same bits (cl/common.cl).
  * Default: PoCL on AVX-512 (2 cores): VEC 16 reached 43% of the copy bandwidth on an unmasked
- * 2048-key row against 27% at 8 (clattn-bench --op softmax), HALF_CVT 0 ran f16 rows 1.2x
+ * 2048-key row against 27% at 8 (clattn-bench --op softmax), HALF_CVT 0 ran f16 rows 1.2-1.4x
  * faster than 1. HOLD 8: a GPU's 128 work-items of float4 hold rows up to 4096 keys in 32
  * registers each (not yet timed on a GPU). */
 #define CLATTN__TUNING_SOFTMAX(X)                                                                  \
