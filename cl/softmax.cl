@@ -311,8 +311,9 @@ inline row_stats group_stats(float max, float sum) {
  * hold keys of [lo, hi) in passes 1 and 2, every chunk of the row in pass 3. A chunk's lanes
  * outside [lo, hi) are keys of the same row, which mask_score_vec hides (-inf: exp gives 0). */
 #define GROUP_VECTORS (ALIGNED && CONTIG && VEC >= 4)
-/* The t-th chunk a work-item holds (HELD) */
+/* The t-th chunk a work-item holds (HELD), and whether the row has it */
 #define HELD_CHUNK(t) ((int)get_local_id(0) + (t)*GROUP)
+#define HELD_IN_ROW(t) (HELD_CHUNK(t) < Sk / VEC)
 #if HELD > 0 && !GROUP_VECTORS
 #error "HELD needs ALIGNED, CONTIG and VEC >= 4 (the host sets it only for aligned rows)"
 #endif
@@ -427,7 +428,7 @@ __kernel __attribute__((reqd_work_group_size(GROUP, 1, 1))) void softmax_group(S
     barrier(CLK_GLOBAL_MEM_FENCE);
 #if HELD > 0
     UNROLL for (int t = 0; t < HELD; ++t)
-        if (HELD_CHUNK(t) < Sk / VEC) STORE_YA(HELD_CHUNK(t) * VEC, held_prob(e[t], &st, inv));
+        if (HELD_IN_ROW(t)) STORE_YA(HELD_CHUNK(t) * VEC, held_prob(e[t], &st, inv));
 #else
     const float outside = row_is_empty(&st) ? empty_value() : 0.0f;
 #if GROUP_VECTORS
@@ -505,15 +506,13 @@ softmax_backward_group(BACKWARD_PARAMS) {
 #if GROUP_VECTORS && HELD > 0
     floatV yh[HELD], dyh[HELD], part = (floatV)0.0f;
     UNROLL for (int t = 0; t < HELD; ++t) {
-        const bool in_row = HELD_CHUNK(t) < Sk / VEC;
-        yh[t] = in_row ? Y_ATV(HELD_CHUNK(t)) : (floatV)0.0f;
-        dyh[t] = in_row ? DY_ATV(HELD_CHUNK(t)) : (floatV)0.0f;
+        yh[t] = HELD_IN_ROW(t) ? Y_ATV(HELD_CHUNK(t)) : (floatV)0.0f;
+        dyh[t] = HELD_IN_ROW(t) ? DY_ATV(HELD_CHUNK(t)) : (floatV)0.0f;
         part += grad_term_vec(yh[t], dyh[t]);
     }
     const float dot = group_sum(scratch, hsum(part));
     UNROLL for (int t = 0; t < HELD; ++t)
-        if (HELD_CHUNK(t) < Sk / VEC)
-            STORE_DZV(HELD_CHUNK(t), grad_value_vec(yh[t], dyh[t], dot, scale));
+        if (HELD_IN_ROW(t)) STORE_DZV(HELD_CHUNK(t), grad_value_vec(yh[t], dyh[t], dot, scale));
 #elif GROUP_VECTORS
     const int lid = (int)get_local_id(0);
     floatV part = (floatV)0.0f;

@@ -579,16 +579,12 @@ static void aligned_rows_take_vector_chunks(test_ctx *t) {
     aligned_edge_cases(t, "");
     /* SCRATCH=0: an override must fit the device, and rusticl's 32 KiB of local memory do not
      * hold the CPU row's scratch (without an override that row is skipped) */
-    if (clattn_tuning_override("softmax", "HOLD=0,SCRATCH=0") == CLATTN_SUCCESS)
-        aligned_edge_cases(t, ", three passes");
-    else
-        test_fail_at(t, __FILE__, __LINE__, "HOLD=0: %s", clattn_last_error());
+    CHECK_OK(t, clattn_tuning_override("softmax", "HOLD=0,SCRATCH=0"));
+    aligned_edge_cases(t, ", three passes");
     /* 4-key chunks in groups of 4 hold the 48-key rows in 3 chunks a work-item (HOLD=3: not a
      * power of two, the CI rows hold 1 or 2) */
-    if (clattn_tuning_override("softmax", "VEC=4,GROUP=4,HOLD=3,SCRATCH=0") == CLATTN_SUCCESS)
-        aligned_edge_cases(t, ", three chunks held");
-    else
-        test_fail_at(t, __FILE__, __LINE__, "HOLD=3: %s", clattn_last_error());
+    CHECK_OK(t, clattn_tuning_override("softmax", "VEC=4,GROUP=4,HOLD=3,SCRATCH=0"));
+    aligned_edge_cases(t, ", three chunks held");
     clattn_tuning_override("softmax", NULL);
     sm_spec s = base(1, test_large_shapes(t) ? 2 : 1, 64, 64); /* one head under small shapes */
     s.causal = 1;
@@ -796,12 +792,9 @@ static void backward_matches_reference(test_ctx *t) {
     check_backward(t, &s, CLATTN_F32, "48 keys");
     check_backward(t, &s, CLATTN_F16, "48 keys, f16 gradients");
     /* SCRATCH=0: an override must fit the device (see aligned_rows_take_vector_chunks) */
-    if (clattn_tuning_override("softmax", "HOLD=0,SCRATCH=0") == CLATTN_SUCCESS) {
-        check_backward(t, &s, CLATTN_BF16, "48 keys, bf16 gradients, two passes");
-        clattn_tuning_override("softmax", NULL);
-    } else {
-        test_fail_at(t, __FILE__, __LINE__, "HOLD=0: %s", clattn_last_error());
-    }
+    CHECK_OK(t, clattn_tuning_override("softmax", "HOLD=0,SCRATCH=0"));
+    check_backward(t, &s, CLATTN_BF16, "48 keys, bf16 gradients, two passes");
+    clattn_tuning_override("softmax", NULL);
 }
 
 static void bad_arguments_are_rejected(test_ctx *t) {

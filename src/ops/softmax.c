@@ -160,22 +160,24 @@ static int set_softmax_args(cl_kernel kernel, const softmax_args *a, bool wide) 
     return status;
 }
 
-/* The group variant moves whole VEC-key chunks when every row of its tensors starts VEC-aligned
- * and the rows are whole chunks (cl/softmax.cl, ALIGNED). `c` may repeat `b`. */
+/* The group variant moves whole VEC-key chunks when every row of its `n` tensors starts
+ * VEC-aligned and the rows are whole chunks (cl/softmax.cl, ALIGNED). */
 static bool group_rows_aligned(const softmax_params *params, cl_device_id device,
-                               const clattn_tensor *a, const clattn_tensor *b,
-                               const clattn_tensor *c) {
-    if (params->VARIANT != CLATTN__SOFTMAX_GROUP || params->VEC < 4) return false;
-    return a->shape[3] % params->VEC == 0 &&
-           clattn__rows_vector_aligned(a, b, params->VEC, device) &&
-           clattn__rows_vector_aligned(c, c, params->VEC, device);
+                               const clattn_tensor *const *views, int n) {
+    if (params->VARIANT != CLATTN__SOFTMAX_GROUP || params->VEC < 4 ||
+        views[0]->shape[3] % params->VEC != 0)
+        return false;
+    for (int i = 0; i < n; ++i)
+        if (!clattn__rows_vector_aligned(views[i], views[i], params->VEC, device)) return false;
+    return true;
 }
 
 int clattn__softmax_enqueue(const softmax_args *a, const softmax_params *plan,
                             const clattn__call *call) {
     softmax_params params = *plan; /* build_kernel may narrow its group */
     bool wide = softmax_needs_wide_index(a);
-    const bool aligned = group_rows_aligned(&params, call->device, a->x, a->y, a->y);
+    const clattn_tensor *views[2] = {a->x, a->y};
+    const bool aligned = group_rows_aligned(&params, call->device, views, 2);
     char options[768];
     snprintf(options, sizeof options,
              "-cl-std=CL1.2 -DX_T=%s -DY_T=%s -DHAS_LSE=%d -DLSE_T=%s -DCONTIG=%d -DALIGNED=%d "
@@ -239,7 +241,7 @@ int clattn__softmax_backward_enqueue(const clattn_tensor *y, const clattn_tensor
     if (status != CLATTN_SUCCESS) return status;
     const clattn_tensor *views[3] = {a->y, a->dy, a->dz};
     bool wide = clattn__needs_wide_index(views, 3);
-    const bool aligned = group_rows_aligned(&params, call->device, a->y, a->dy, a->dz);
+    const bool aligned = group_rows_aligned(&params, call->device, views, 3);
     char options[256];
     snprintf(options, sizeof options,
              "-cl-std=CL1.2 -DY_T=%s -DDY_T=%s -DDZ_T=%s -DIDX=%s -DALIGNED=%d",
