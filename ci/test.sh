@@ -428,23 +428,27 @@ lane_tools() {
 
 # ptx_rebuilds LANE KERNEL PTX PROGRAM|SED[|TEXT]...: each dumped PROGRAM (its .options; SED
 # edits them) rebuilt for sm_80 with the instruction (MMA_PTX=1, or on the subgroup tile
-# MMA_NATIVE=1 of its NVIDIA unit) into PTX must carry mma.sync and ldmatrix (and TEXT, where
-# given); one pass when every one did (and there was one), else one failure.
+# MMA_NATIVE=1 of its NVIDIA unit) into PTX must carry mma.sync and ldmatrix, or with f32
+# (attention_mma's 3xTF32) the tf32 mma.sync (and TEXT, where given); one pass when every one
+# did (and there was one), else one failure.
 ptx_rebuilds() {
-  local name=$1 kernel=$2 ptx=$3 entry program edit also options count=0 built=0
+  local name=$1 kernel=$2 ptx=$3 entry program edit also options count=0 built=0 mma fragments
   shift 3
   for entry in "$@"; do
     IFS='|' read -r program edit also <<<"$entry"
     options=$(sed "s/-DMMA_PTX=0/-DMMA_PTX=1/; s/-DMMA_NATIVE=0/-DMMA_NATIVE=1/; $edit" \
       "$program")
+    mma="mma.sync.aligned.m16n8k16" fragments="ldmatrix.sync.aligned.m8n8.x4"
+    if [[ "$options" == *-DMMA_T=f32* ]]; then
+      mma="mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" fragments=$mma
+    fi
     count=$((count + 1))
     # shellcheck disable=SC2086 # the options are a list of arguments
     clang-15 -x cl -cl-std=CL1.2 -nogpulib -O2 -Xclang -finclude-default-header \
       -target nvptx64-unknown-nvidiacl -march=sm_80 -Xclang -mlink-builtin-bitcode \
       -Xclang /usr/lib/clc/nvptx64--nvidiacl.bc $options -DMMA_ASM=__asm__ -S \
       "${program%.options}.cl" -o "$ptx" 2>>"$logs/$name-$kernel.log" &&
-      grep -q "mma.sync.aligned.m16n8k16" "$ptx" &&
-      grep -q "ldmatrix.sync.aligned.m8n8.x4" "$ptx" &&
+      grep -q "$mma" "$ptx" && grep -q "$fragments" "$ptx" &&
       grep -q -- "${also:-mma.sync}" "$ptx" && built=$((built + 1))
   done
   if [ "$count" -gt 0 ] && [ "$built" -eq "$count" ]; then
@@ -508,18 +512,21 @@ lane_compile() {
     echo "[$name] FAIL the planted double was not refused; see $logs/$name-planted.log"
     lane_f=$((lane_f + 1))
   fi
-  # The matrix-unit probe's PTX build (cl/mma.cl with MMA_PTX), which no CPU lane builds: clang
-  # must emit the tensor-core instruction for sm_80. Its operands are checked on a GPU, by the
-  # probe itself (no ptxas in Debian).
-  local type
-  for type in f16 bf16; do
+  # The matrix-unit probes' PTX builds (cl/mma.cl with MMA_PTX), which no CPU lane builds: clang
+  # must emit the tensor-core instruction for sm_80 (f16 and bf16 with cp.async, f32's 3xTF32
+  # with the lane exchange). Their operands are checked on a GPU, by the probe itself (no ptxas
+  # in Debian).
+  local type instruction copies
+  for type in f16 bf16 f32; do
+    instruction="m16n8k16.row.col.f32.$type.$type" copies="cp.async.cg.shared.global"
+    [ "$type" = f32 ] && instruction="m16n8k8.row.col.f32.tf32.tf32" copies="shfl.sync.bfly"
     # (to a file: grep -q would stop reading early, and pipefail count clang's SIGPIPE)
     if clang-15 -x cl -cl-std=CL1.2 -nogpulib -O2 -Xclang -finclude-default-header \
       -target nvptx64-unknown-nvidiacl -march=sm_80 -I "$root/cl" -DMMA_PROBE=1 -DMMA_PTX=1 \
       -DMMA_ASM=__asm__ -DMMA_T=$type -S "$root/cl/mma.cl" -o "$planted.ptx" \
       2>"$logs/$name-mma-$type.log" &&
-      grep -q "mma.sync.aligned.m16n8k16.row.col.f32.$type.$type.f32" "$planted.ptx" &&
-      grep -q "cp.async.cg.shared.global" "$planted.ptx"; then
+      grep -q "mma.sync.aligned.$instruction.f32" "$planted.ptx" &&
+      grep -q "$copies" "$planted.ptx"; then
       lane_p=$((lane_p + 1))
     else
       echo "[$name] FAIL the $type mma probe's PTX lacks its instruction;" \

@@ -38,7 +38,8 @@
  *                     which pass through local memory. A row's running max is combined across
  *                     its COLS work-items through local memory once a tile; its sum is kept
  *                     per work-item and combined at the end.
- *   attention_mma     f16/bf16 prefill on NVIDIA's matrix units (cl/mma.cl), and
+ *   attention_mma     f16/bf16 prefill on NVIDIA's matrix units (cl/mma.cl), f32 on its tf32
+ *                     unit as three products a product (3xTF32), and
  *   attention_units   the same on the subgroup tile of any vendor's: described at each kernel.
  *   attention_merge   with SPLITS > 1 (decoding: few queries, long keys; attention_mma with
  *                     UNIT_SPLIT), a kernel above takes one of SPLITS chunks of the keys per
@@ -682,13 +683,30 @@ attention_lanes(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T,
 #define MMA_AHEAD 1 /* 1: the next tile fetched into registers during this one; 0: at the tile */
 #endif
 #define MMA_BQ    (MMA_WQ * MMA_WARPS)    /* queries a group */
+/* q, k and v as raw bits: 16-bit values, or with MMA_T f32 (attention_mma's 3xTF32 products)
+ * 32-bit ones; MMA_PER_WORD values a 32-bit word of the local tiles, MMA_CHUNK a 16-byte chunk of
+ * the loads and copies. */
+#if MMA_T_IS_F32
+typedef uint mma_raw;
+#define MMA_PER_WORD 1
+#else
+typedef ushort mma_raw;
+#define MMA_PER_WORD 2
+#endif
+#define MMA_CHUNK  (4 * MMA_PER_WORD)
+#define MMA_RAW(p) ((__global const mma_raw *)(p))
 /* Row strides, in 32-bit words, of the local tiles of K and V (both row-major, a row a key):
  * 4 mod 32, so that the eight 16-byte rows of an 8 x 8 block that a fragment load reads hit
- * distinct banks, and rows stay 16-byte aligned for the loads and the stores. */
+ * distinct banks, and rows stay 16-byte aligned for the loads and the stores. f32 (n a multiple
+ * of 8): 4 mod 8 is enough for the 32 words of a tf32 fragment (8 rows g by 4 columns t, or V's
+ * 4 rows 2t by 8 columns g) to hit 32 banks, and pads less. */
+#if MMA_T_IS_F32
+#define MMA_STRIDE(n) ((n) / 8 * 8 + 4)
+#else
 #define MMA_STRIDE(n) (((n) / 2 + 31) / 32 * 32 + 4)
+#endif
 #define MMA_KS        MMA_STRIDE(HEAD_DIM)
 #define MMA_VS        MMA_STRIDE(VALUE_DIM)
-#define MMA_RAW(p) ((__global const ushort *)(p))
 
 /* The 16-bit bits of v in MMA_T, rounded to nearest even. */
 inline uint mma_bits(float v) {
@@ -701,57 +719,83 @@ inline uint mma_bits(float v) {
 #endif
 }
 
-/* A 16-bit value is NaN or Inf: its exponent bits are all ones. */
+/* A raw value is NaN or Inf: its exponent bits are all ones. */
 inline bool mma_not_finite(uint bits) {
-    return MMA_T_IS_BF16 ? (bits & 0x7f80u) == 0x7f80u : (bits & 0x7c00u) == 0x7c00u;
+    return MMA_T_IS_F32    ? (bits & 0x7f800000u) == 0x7f800000u
+           : MMA_T_IS_BF16 ? (bits & 0x7f80u) == 0x7f80u
+                           : (bits & 0x7c00u) == 0x7c00u;
 }
 
-/* A word of two 16-bit values with NaN and Inf as 0; `bad` set when it held one. */
+/* A raw value as a float. */
+inline float mma_raw_value(uint bits) {
+#if MMA_T_IS_F32
+    return as_float(bits);
+#else
+    return mma_half_value(bits, 0);
+#endif
+}
+
+/* A word of two 16-bit values (one f32) with NaN and Inf as 0; `bad` set when it held one. */
 inline uint mma_finite_word(uint w, int *bad) {
+#if MMA_T_IS_F32
+    *bad |= mma_not_finite(w);
+    return mma_not_finite(w) ? 0u : w;
+#else
     const bool lo = mma_not_finite(w & 0xffffu), hi = mma_not_finite(w >> 16);
     *bad |= lo || hi;
     return (lo ? 0u : w & 0xffffu) | (hi ? 0u : w & 0xffff0000u);
+#endif
 }
 
-/* Any of the eight 16-bit values of x is NaN or Inf: per half, its exponent bits plus the
- * exponent's lowest bit carry into the half's top bit only when they are all ones. */
+/* Any of the values of x is NaN or Inf: per value, its exponent bits plus the exponent's lowest
+ * bit carry into the value's top bit only when they are all ones. */
 inline bool mma_any_not_finite(uint4 x) {
-    const uint exponent = MMA_T_IS_BF16 ? 0x7f807f80u : 0x7c007c00u;
-    const uint lowest = MMA_T_IS_BF16 ? 0x00800080u : 0x04000400u;
+    const uint exponent = MMA_T_IS_F32 ? 0x7f800000u : MMA_T_IS_BF16 ? 0x7f807f80u : 0x7c007c00u;
+    const uint lowest = MMA_T_IS_F32 ? 0x00800000u : MMA_T_IS_BF16 ? 0x00800080u : 0x04000400u;
+    const uint top = MMA_T_IS_F32 ? 0x80000000u : 0x80008000u;
     const uint4 carried = (x & exponent) + lowest;
-    return ((carried.s0 | carried.s1 | carried.s2 | carried.s3) & 0x80008000u) != 0u;
+    return ((carried.s0 | carried.s1 | carried.s2 | carried.s3) & top) != 0u;
 }
 
 /* The rows of one (batch, head) of a [B, H, S, n] tensor of 16-bit values: value d of row j
  * at p[at + j * row + d * step]. */
 typedef struct mma_matrix {
-    __global const ushort *p;
+    __global const mma_raw *p;
     IDX at, row, step;
 } mma_matrix;
 
 #define MMA_MATRIX(x, b, h) mma_matrix_at(MMA_RAW(x), AT(x, b, h, 0, 0), x##_s2, x##_s3)
-MMA_INLINE mma_matrix mma_matrix_at(__global const ushort *p, IDX at, IDX row, IDX step) {
+MMA_INLINE mma_matrix mma_matrix_at(__global const mma_raw *p, IDX at, IDX row, IDX step) {
     mma_matrix m;
     m.p = p, m.at = at, m.row = row, m.step = step;
     return m;
 }
 
-/* A tile's K and V in 8-value chunks (uint4), MMA_KREGS and MMA_VREGS a work-item: fetched from
+/* A tile's K and V in 16-byte chunks (uint4), MMA_KREGS and MMA_VREGS a work-item: fetched from
  * global memory into registers, a tile ahead with MMA_AHEAD (the loads fly while the last tile
  * is computed, in registers held throughout) or at the tile, then staged into local memory (or,
  * with MMA_ASYNC, copied there: the same chunks, no register). */
 #define MMA_THREADS (MMA_WARPS * MMA_SG)
-#define MMA_KREGS   ((MMA_KT * HEAD_DIM / 8 + MMA_THREADS - 1) / MMA_THREADS)
-#define MMA_VREGS   ((MMA_KT * VALUE_DIM / 8 + MMA_THREADS - 1) / MMA_THREADS)
+#define MMA_KCHUNKS (MMA_KT * HEAD_DIM / MMA_CHUNK)
+#define MMA_VCHUNKS (MMA_KT * VALUE_DIM / MMA_CHUNK)
+#define MMA_KREGS   ((MMA_KCHUNKS + MMA_THREADS - 1) / MMA_THREADS)
+#define MMA_VREGS   ((MMA_VCHUNKS + MMA_THREADS - 1) / MMA_THREADS)
+/* Chunk e of a tile of rows of n values: its row and first value. */
+#define MMA_CHUNK_ROW(e, n) ((e) / ((n) / MMA_CHUNK))
+#define MMA_CHUNK_AT(e, n)  ((e) % ((n) / MMA_CHUNK) * MMA_CHUNK)
 
-/* Values d .. d + 7 of row j of x (0 at or past hi), value by value. */
+/* Values d .. d + MMA_CHUNK - 1 of row j of x (0 at or past hi), value by value. */
 MMA_INLINE uint4 mma_chunk_by_value(const mma_matrix *x, int j, int d, int hi) {
     if (j >= hi) return (uint4)0u;
     const IDX at = x->at + (IDX)j * x->row + (IDX)d * x->step;
     uint w[4];
     UNROLL for (int i = 0; i < 4; ++i)
+#if MMA_T_IS_F32
+        w[i] = x->p[at + (IDX)i * x->step];
+#else
         w[i] = (uint)x->p[at + (IDX)(2 * i) * x->step] |
                (uint)x->p[at + (IDX)(2 * i + 1) * x->step] << 16;
+#endif
     return (uint4)(w[0], w[1], w[2], w[3]);
 }
 
@@ -771,32 +815,33 @@ MMA_INLINE void mma_fetch(const mma_matrix *k, const mma_matrix *v, int j0, int 
     const int lid = (int)get_local_id(0);
     UNROLL for (int i = 0; i < MMA_KREGS; ++i) {
         const int e = lid + i * MMA_THREADS;
-        if (e < MMA_KT * HEAD_DIM / 8)
-            kr[i] = mma_chunk(k, j0 + e / (HEAD_DIM / 8), e % (HEAD_DIM / 8) * 8, hi);
+        if (e < MMA_KCHUNKS)
+            kr[i] = mma_chunk(k, j0 + MMA_CHUNK_ROW(e, HEAD_DIM), MMA_CHUNK_AT(e, HEAD_DIM), hi);
     }
     UNROLL for (int i = 0; i < MMA_VREGS; ++i) {
         const int e = lid + i * MMA_THREADS;
-        if (e < MMA_KT * VALUE_DIM / 8)
-            vr[i] = mma_chunk(v, j0 + e / (VALUE_DIM / 8), e % (VALUE_DIM / 8) * 8, hi);
+        if (e < MMA_VCHUNKS)
+            vr[i] = mma_chunk(v, j0 + MMA_CHUNK_ROW(e, VALUE_DIM), MMA_CHUNK_AT(e, VALUE_DIM), hi);
     }
 }
 
-/* The fetched chunks into kt and vt (row-major, two values a word; V's NaN and Inf as 0);
- * `garbage` set when a value was one. */
+/* The fetched chunks into kt and vt (row-major, MMA_PER_WORD values a word; V's NaN and Inf as
+ * 0); `garbage` set when a value was one. */
 MMA_INLINE void mma_stage(const uint4 kr[MMA_KREGS], const uint4 vr[MMA_VREGS], __local uint *kt,
                           __local uint *vt, __local int *garbage) {
     const int lid = (int)get_local_id(0);
     int bad = 0;
     UNROLL for (int i = 0; i < MMA_KREGS; ++i) {
-        const int e = lid + i * MMA_THREADS, jj = e / (HEAD_DIM / 8), d = e % (HEAD_DIM / 8) * 8;
-        if (e < MMA_KT * HEAD_DIM / 8) *(__local uint4 *)(kt + jj * MMA_KS + d / 2) = kr[i];
+        const int e = lid + i * MMA_THREADS, jj = MMA_CHUNK_ROW(e, HEAD_DIM);
+        if (e < MMA_KCHUNKS)
+            *(__local uint4 *)(kt + jj * MMA_KS + MMA_CHUNK_AT(e, HEAD_DIM) / MMA_PER_WORD) = kr[i];
     }
     UNROLL for (int i = 0; i < MMA_VREGS; ++i) {
-        const int e = lid + i * MMA_THREADS, jj = e / (VALUE_DIM / 8), d = e % (VALUE_DIM / 8) * 8;
-        if (e >= MMA_KT * VALUE_DIM / 8) continue;
+        const int e = lid + i * MMA_THREADS, jj = MMA_CHUNK_ROW(e, VALUE_DIM);
+        if (e >= MMA_VCHUNKS) continue;
         const uint4 x = (uint4)(mma_finite_word(vr[i].s0, &bad), mma_finite_word(vr[i].s1, &bad),
                                 mma_finite_word(vr[i].s2, &bad), mma_finite_word(vr[i].s3, &bad));
-        *(__local uint4 *)(vt + jj * MMA_VS + d / 2) = x;
+        *(__local uint4 *)(vt + jj * MMA_VS + MMA_CHUNK_AT(e, VALUE_DIM) / MMA_PER_WORD) = x;
     }
     if (bad) atomic_or(garbage, 1);
 }
@@ -822,9 +867,10 @@ MMA_INLINE bool mma_next_tile(const mma_matrix *k, const mma_matrix *v, int j0, 
  * there, not in registers: a warp reads its A fragments again for each tile, and the registers
  * they would hold let more groups share a multiprocessor. */
 MMA_INLINE void mma_stage_q(const mma_matrix *q, int first, int Sq, __local uint *qt) {
-    for (int e = (int)get_local_id(0); e < MMA_BQ * HEAD_DIM / 8; e += MMA_THREADS) {
-        const int i = e / (HEAD_DIM / 8), d = e % (HEAD_DIM / 8) * 8;
-        *(__local uint4 *)(qt + i * MMA_KS + d / 2) = mma_chunk_by_value(q, first + i, d, Sq);
+    for (int e = (int)get_local_id(0); e < MMA_BQ * HEAD_DIM / MMA_CHUNK; e += MMA_THREADS) {
+        const int i = MMA_CHUNK_ROW(e, HEAD_DIM), d = MMA_CHUNK_AT(e, HEAD_DIM);
+        *(__local uint4 *)(qt + i * MMA_KS + d / MMA_PER_WORD) =
+            mma_chunk_by_value(q, first + i, d, Sq);
     }
 }
 
@@ -838,7 +884,8 @@ MMA_INLINE mask_row mma_row_mask(const mask_params *p, int b, int h, int row, in
 #endif /* (BUILDS(5) || BUILDS(6)) && MMA_T */
 
 #if BUILDS(5) && defined(MMA_T)
-/* attention_mma: q, k and v in MMA_T (f16 or bf16), products on cl/mma.cl's mma_m16n8k16. A
+/* attention_mma: q, k and v in MMA_T (f16 or bf16), products on cl/mma.cl's mma_m16n8k16 (MMA_T
+ * f32: its mma_m16n8k8x3, 3xTF32, with the differences told at mma_scores and mma_values). A
  * work-group of MMA_WARPS warps takes MMA_WQ * MMA_WARPS queries of one (batch, query head), a
  * warp MMA_WQ of them as MMA_MT m-tiles of 16; each lane holds rows g and g + 8 of each m-tile
  * (g = lane / 4, t = lane % 4), in the fragment layouts of cl/mma.cl, so a K or V fragment read
@@ -867,7 +914,7 @@ MMA_INLINE mask_row mma_row_mask(const mask_params *p, int b, int h, int row, in
 #define MMA_MT    (MMA_WQ / 16)           /* m-tiles a warp */
 #define MMA_ROWS  (2 * MMA_MT)            /* rows a lane: row a is g + 8 (a % 2) of m-tile a / 2 */
 #define MMA_KB    (MMA_KT / 8)            /* 8-key blocks of S */
-#define MMA_QC    (HEAD_DIM / 16)         /* 16-dim A fragments of q, per m-tile */
+#define MMA_QC    (HEAD_DIM / 16)         /* 16-dim A fragments of q, per m-tile (16-bit) */
 #define MMA_VB        (VALUE_DIM / 8) /* 8-column blocks of the output */
 
 /* The warp's row (0 .. MMA_WQ - 1) that is the lane's row a: g + 8 (a % 2) of m-tile a / 2. */
@@ -875,6 +922,55 @@ inline int mma_lane_row(int a) {
     return 16 * (a / 2) + 8 * (a % 2) + (int)get_local_id(0) % MMA_WARP / 4;
 }
 
+#if MMA_T_IS_F32
+/* The score of the warp's q row `row` and key `key` of the staged tile in plain f32 FMAs. */
+MMA_INLINE float mma_score_plain(const __local uint *qt, const __local uint *kt, int row, int key) {
+    const __local float *x = (const __local float *)qt + row * MMA_KS;
+    const __local float *y = (const __local float *)kt + key * MMA_KS;
+    float dot = 0.0f;
+    for (int d = 0; d < HEAD_DIM; ++d) dot = fma(x[d], y[d], dot);
+    return dot;
+}
+
+/* S = q k^T over the staged tile (s as below) in 3xTF32 products, 8 head dims at a time: the
+ * warp's q rows give an A fragment per m-tile, K's rows a B fragment per 8-key block (K stored
+ * n-major: b[r] = K[8 kb + g][d + t + 4r]), each split once and read once for the warp's MMA_MT
+ * m-tiles. A score with an operand the split cannot take (NaN, Inf, or within 2^-12 of f32's
+ * largest, whose big part rounds past it) comes out NaN or Inf, and so does
+ * one that overflows f32: each of those is taken again in plain f32, which gives what the other
+ * variants give (an Inf times a small part of 0 would make NaN where f32 makes Inf), and the
+ * tile's other scores keep their bits. */
+MMA_INLINE void mma_scores(const __local uint *qt, const __local uint *kt,
+                           float s[MMA_MT][MMA_KB][4], __local float *scratch) {
+    const int lane = (int)get_local_id(0) % MMA_WARP, g = lane / 4, t = lane % 4;
+    UNROLL for (int mt = 0; mt < MMA_MT; ++mt)
+        UNROLL for (int kb = 0; kb < MMA_KB; ++kb)
+            UNROLL for (int f = 0; f < 4; ++f) s[mt][kb][f] = 0.0f;
+    MMA_UNROLL for (int d = 0; d < HEAD_DIM; d += 8) {
+        uint q_big[MMA_MT][4], q_small[MMA_MT][4];
+        UNROLL for (int mt = 0; mt < MMA_MT; ++mt)
+            UNROLL for (int r = 0; r < 4; ++r) {
+                const int row = 16 * mt + g + (r & 1) * 8, col = d + t + (r >> 1) * 4;
+                mma_tf32_split(as_float(qt[row * MMA_KS + col]), &q_big[mt][r], &q_small[mt][r], 1);
+            }
+        MMA_UNROLL for (int kb = 0; kb < MMA_KB; ++kb) {
+            uint k_big[2], k_small[2];
+            UNROLL for (int r = 0; r < 2; ++r)
+                mma_tf32_split(as_float(kt[(8 * kb + g) * MMA_KS + d + t + 4 * r]), &k_big[r],
+                               &k_small[r], 1);
+            MMA_UNROLL for (int mt = 0; mt < MMA_MT; ++mt)
+                mma_m16n8k8x3(s[mt][kb], q_big[mt], q_small[mt], k_big, k_small, s[mt][kb],
+                              scratch);
+        }
+    }
+    UNROLL for (int mt = 0; mt < MMA_MT; ++mt)
+        UNROLL for (int kb = 0; kb < MMA_KB; ++kb)
+            UNROLL for (int f = 0; f < 4; ++f)
+                if (!isfinite(s[mt][kb][f]))
+                    s[mt][kb][f] = mma_score_plain(qt, kt, 16 * mt + g + (f >> 1) * 8,
+                                                   8 * kb + 2 * t + (f & 1));
+}
+#else
 /* S = q k^T over the staged tile: s[mt][kb][f] is row 2 mt + (f >> 1)'s score of key
  * 8 kb + 2t + (f & 1). The warp's q rows (qt: its MMA_WQ rows) give A fragments of four 8 x 8
  * blocks; K's B fragments for 8-key blocks kb and kb + 1 and 16 head dims are one load of four
@@ -903,6 +999,8 @@ MMA_INLINE void mma_scores(const __local uint *qt, const __local uint *kt,
         }
     }
 }
+#endif
+
 
 
 /* The tile's scores masked in place: the scale alone where each of the lane's rows sees the whole
@@ -941,7 +1039,7 @@ MMA_INLINE void mma_mask(const mask_params *p, int b, int h, const int rows[MMA_
  * rounding (the same bits but for a tie contrived at that depth). bf16 holds such weights, and
  * the non-finite values' test asks whether a weight is 0, so those keep exp2. */
 MMA_INLINE float mma_weight(float x, bool flagged) {
-#if MMA_PTX && !MMA_T_IS_BF16
+#if MMA_PTX && !MMA_T_IS_BF16 && !MMA_T_IS_F32
     if (!flagged) {
         float w;
         MMA_ASM("ex2.approx.ftz.f32 %0, %1;" : "=f"(w) : "f"(x));
@@ -952,14 +1050,12 @@ MMA_INLINE float mma_weight(float x, bool flagged) {
     return exp2(x);
 }
 
-/* The online-softmax step over the tile's masked scores s: each row's max m (natural units)
- * and sum l updated and acc rescaled; the weights, rounded to MMA_T, returned as P's A
- * fragments pa[mt][c] (keys 16c .. 16c + 15: the C fragments of 8-key blocks 2c and 2c + 1 are
- * its halves). Where the tile holds NaN or Inf values (`flagged`), seen[row * MMA_KT + key]
- * records which weights are not 0. */
-MMA_INLINE void mma_softmax(const float s[MMA_MT][MMA_KB][4], float m[MMA_ROWS], float l[MMA_ROWS],
-                            float acc[MMA_MT][MMA_VB][4], uint pa[MMA_MT][MMA_KB / 2][4],
-                            bool flagged, __local uchar *seen, __local float *xs) {
+/* The online-softmax step over the tile's masked scores s, which become the weights, in place:
+ * each row's max m (natural units) and sum l updated and acc rescaled. Where the tile holds NaN
+ * or Inf values (`flagged`), seen[row * MMA_KT + key] records which weights are not 0. */
+MMA_INLINE void mma_softmax(float s[MMA_MT][MMA_KB][4], float m[MMA_ROWS], float l[MMA_ROWS],
+                            float acc[MMA_MT][MMA_VB][4], bool flagged, __local uchar *seen,
+                            __local float *xs) {
     const int t = (int)get_local_id(0) % 4;
     float base[MMA_ROWS], top[MMA_ROWS];
     UNROLL for (int a = 0; a < MMA_ROWS; ++a) top[a] = -INFINITY;
@@ -984,23 +1080,54 @@ MMA_INLINE void mma_softmax(const float s[MMA_MT][MMA_KB][4], float m[MMA_ROWS],
     }
     UNROLL for (int mt = 0; mt < MMA_MT; ++mt)
         UNROLL for (int kb = 0; kb < MMA_KB; ++kb)
-            UNROLL for (int h = 0; h < 2; ++h) {
-                const int a = 2 * mt + h;
-                float w[2];
-                UNROLL for (int e = 0; e < 2; ++e) {
-                    w[e] = mma_weight((s[mt][kb][h * 2 + e] - base[a]) * M_LOG2E_F, flagged);
-                    l[a] += w[e];
-                    if (flagged) seen[mma_lane_row(a) * MMA_KT + kb * 8 + 2 * t + e] = w[e] != 0.0f;
-                }
-                pa[mt][kb / 2][(kb % 2) * 2 + h] = mma_bits(w[0]) | mma_bits(w[1]) << 16;
+            UNROLL for (int f = 0; f < 4; ++f) {
+                const int a = 2 * mt + (f >> 1);
+                const float w = mma_weight((s[mt][kb][f] - base[a]) * M_LOG2E_F, flagged);
+                l[a] += w;
+                if (flagged) seen[mma_lane_row(a) * MMA_KT + kb * 8 + 2 * t + (f & 1)] = w != 0.0f;
+                s[mt][kb][f] = w;
             }
 }
 
-/* acc += P V over the staged tile. V's B fragments for 16 keys and 8-column blocks n and n + 1
- * are one load of four 8 x 8 blocks (V stored k-major: transposed; an odd last block loads its
- * own two twice), each read once for the warp's MMA_MT m-tiles. */
-MMA_INLINE void mma_values(const uint pa[MMA_MT][MMA_KB / 2][4], const __local uint *vt,
+#if MMA_T_IS_F32
+/* acc += P V over the staged tile in 3xTF32 products, 8 keys at a time. The weights' C fragments
+ * hold keys 2t and 2t + 1 of a block where an A fragment holds columns t and t + 4: the A
+ * fragment takes them as they are, its column t being key 2t and t + 4 key 2t + 1, and V's B
+ * fragments follow (b[r] = V[8 c + 2t + r][8 n + g], V stored k-major), so nothing moves between
+ * lanes. V splits truncated: its values are any finite ones (NaN and Inf were staged as 0). */
+MMA_INLINE void mma_values(const float w[MMA_MT][MMA_KB][4], const __local uint *vt,
                            float acc[MMA_MT][MMA_VB][4], __local float *scratch) {
+    const int lane = (int)get_local_id(0) % MMA_WARP, g = lane / 4, t = lane % 4;
+    MMA_UNROLL for (int c = 0; c < MMA_KB; ++c) {
+        uint p_big[MMA_MT][4], p_small[MMA_MT][4];
+        UNROLL for (int mt = 0; mt < MMA_MT; ++mt)
+            UNROLL for (int r = 0; r < 4; ++r) /* a[r]: row g + 8 (r & 1), key 2t + (r >> 1) */
+                mma_tf32_split(w[mt][c][(r & 1) * 2 + (r >> 1)], &p_big[mt][r], &p_small[mt][r], 1);
+        MMA_UNROLL for (int n = 0; n < MMA_VB; ++n) {
+            uint v_big[2], v_small[2];
+            UNROLL for (int r = 0; r < 2; ++r)
+                mma_tf32_split(as_float(vt[(8 * c + 2 * t + r) * MMA_VS + 8 * n + g]), &v_big[r],
+                               &v_small[r], 0);
+            MMA_UNROLL for (int mt = 0; mt < MMA_MT; ++mt)
+                mma_m16n8k8x3(acc[mt][n], p_big[mt], p_small[mt], v_big, v_small, acc[mt][n],
+                              scratch);
+        }
+    }
+}
+#else
+/* acc += P V over the staged tile, the weights w rounded to MMA_T and re-packed as P's A
+ * fragments (keys 16c .. 16c + 15: the C fragments of 8-key blocks 2c and 2c + 1 are its
+ * halves). V's B fragments for 16 keys and 8-column blocks n and n + 1 are one load of four 8 x 8
+ * blocks (V stored k-major: transposed; an odd last block loads its own two twice), each read
+ * once for the warp's MMA_MT m-tiles. */
+MMA_INLINE void mma_values(const float w[MMA_MT][MMA_KB][4], const __local uint *vt,
+                           float acc[MMA_MT][MMA_VB][4], __local float *scratch) {
+    uint pa[MMA_MT][MMA_KB / 2][4];
+    UNROLL for (int mt = 0; mt < MMA_MT; ++mt)
+        UNROLL for (int kb = 0; kb < MMA_KB; ++kb)
+            UNROLL for (int h = 0; h < 2; ++h)
+                pa[mt][kb / 2][(kb % 2) * 2 + h] =
+                    mma_bits(w[mt][kb][h * 2]) | mma_bits(w[mt][kb][h * 2 + 1]) << 16;
     const __local ushort *v16 = (const __local ushort *)vt;
     UNROLL for (int c = 0; c < MMA_KB / 2; ++c)
         UNROLL for (int n = 0; n < MMA_VB; n += 2) {
@@ -1015,6 +1142,7 @@ MMA_INLINE void mma_values(const uint pa[MMA_MT][MMA_KB / 2][4], const __local u
             }
         }
 }
+#endif
 
 /* The NaN and Inf values of keys j0 .. (below hi) went into the products as 0: each lane adds
  * those its own outputs weigh (seen, the warp's rows), read again from V (a key's values once
@@ -1034,7 +1162,7 @@ MMA_INLINE void mma_add_non_finite(const mma_matrix *v, int j0, int hi, const __
             UNROLL for (int e = 0; e < 2; ++e) {
                 const uint bits = v->p[at + (IDX)(n * 8 + 2 * t + e) * v->step];
                 if (!mma_not_finite(bits)) continue;
-                const float x = mma_half_value(bits, 0);
+                const float x = mma_raw_value(bits);
                 UNROLL for (int a = 0; a < MMA_ROWS; ++a)
                     if (weighs[a]) acc[a / 2][n][(a % 2) * 2 + e] += x;
             }
@@ -1051,14 +1179,15 @@ MMA_INLINE void mma_add_non_finite(const mma_matrix *v, int j0, int hi, const __
 
 /* Keys j0 .. j0 + MMA_KT - 1 of x's rows of n values (0 at or past hi) copied into `to`, rows
  * `stride` words apart, the work-item's chunks as mma_fetch takes them: 16-byte copies where the
- * host proved the rows ALIGNED. n and stride are constants, so the loop unrolls as mma_fetch's. */
+ * host proved the rows ALIGNED. n and stride are constants, so the loop unrolls as mma_fetch's
+ * on the units (PoCL's optimizer, given the emulation's f32 build, could not and said so). */
 MMA_INLINE void mma_copy_rows(const mma_matrix *x, const int n, const int stride, int j0, int hi,
                               __local uint *to) {
-    const int lid = (int)get_local_id(0), chunks = MMA_KT * n / 8;
-    UNROLL for (int i = 0; i < (chunks + MMA_THREADS - 1) / MMA_THREADS; ++i) {
-        const int e = lid + i * MMA_THREADS, jj = e / (n / 8), d = e % (n / 8) * 8;
+    const int lid = (int)get_local_id(0), chunks = MMA_KT * n / MMA_CHUNK;
+    MMA_UNROLL for (int i = 0; i < (chunks + MMA_THREADS - 1) / MMA_THREADS; ++i) {
+        const int e = lid + i * MMA_THREADS, jj = MMA_CHUNK_ROW(e, n), d = MMA_CHUNK_AT(e, n);
         if (e >= chunks) continue;
-        __local uint *at = to + jj * stride + d / 2;
+        __local uint *at = to + jj * stride + d / MMA_PER_WORD;
         if (ALIGNED && j0 + jj < hi)
             mma_copy16(at, x->p + x->at + (IDX)(j0 + jj) * x->row + (IDX)d);
         else
@@ -1081,9 +1210,10 @@ MMA_INLINE void mma_clean_tile(__local uint *vt, __local int *garbage) {
     int bad = 0;
     mma_copy_wait();
     UNROLL for (int i = 0; i < MMA_VREGS; ++i) {
-        const int e = lid + i * MMA_THREADS, jj = e / (VALUE_DIM / 8), d = e % (VALUE_DIM / 8) * 8;
-        if (e >= MMA_KT * VALUE_DIM / 8) continue;
-        __local uint4 *chunk = (__local uint4 *)(vt + jj * MMA_VS + d / 2);
+        const int e = lid + i * MMA_THREADS, jj = MMA_CHUNK_ROW(e, VALUE_DIM);
+        if (e >= MMA_VCHUNKS) continue;
+        __local uint4 *chunk =
+            (__local uint4 *)(vt + jj * MMA_VS + MMA_CHUNK_AT(e, VALUE_DIM) / MMA_PER_WORD);
         const uint4 x = *chunk;
         if (mma_any_not_finite(x))
             *chunk = (uint4)(mma_finite_word(x.s0, &bad), mma_finite_word(x.s1, &bad),
@@ -1171,13 +1301,12 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
         const __local uint *kt_now = kt, *vt_now = vt;
 #endif
 
-        float s[MMA_MT][MMA_KB][4];
-        uint pa[MMA_MT][MMA_KB / 2][4];
+        float s[MMA_MT][MMA_KB][4]; /* the scores, then the weights */
         mma_scores(qt + warp * MMA_WQ * MMA_KS, kt_now, s, scratch);
         mma_mask(&p, b, h, rows, Sq, Sk, split_keys, j0, j0 >= plain.x && j0 + MMA_KT <= plain.y,
                  s);
-        mma_softmax(s, m, l, acc, pa, flagged, warp_seen, xs);
-        mma_values(pa, vt_now, acc, scratch);
+        mma_softmax(s, m, l, acc, flagged, warp_seen, xs);
+        mma_values(s, vt_now, acc, scratch);
         if (flagged) {
             barrier(CLK_LOCAL_MEM_FENCE); /* seen complete */
             mma_add_non_finite(&vm, j0, keys.y, warp_seen, acc);
@@ -1216,7 +1345,7 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
 }
 #endif /* BUILDS(5) && MMA_T */
 
-#if BUILDS(6) && defined(MMA_T)
+#if BUILDS(6) && defined(MMA_T) && !MMA_T_IS_F32
 /* attention_units: attention_mma's work on cl/mma.cl's subgroup tile (16 x 16 x 16 products), so
  * that it runs on every mechanism the tile has (MMA_UNIT: AMD's WMMA and MFMA, Intel's dpas,
  * NVIDIA's mma.sync), whose register layouts differ: nothing here depends on one, since every

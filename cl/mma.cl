@@ -20,11 +20,13 @@
  *   B, 16 x 8 (k x n):   b[0] = B[2t, 2t+1][g]   b[1] = B[2t+8, 2t+9][g]
  *   C, D, 16 x 8 (f32):  c[0], c[1] = C[g][2t, 2t+1]   c[2], c[3] = C[g+8][2t, 2t+1]
  *
- * Build options: MMA_T (f16 | bf16, the inputs' type), MMA_PTX, MMA_ASM, MMA_UNIT and MMA_NATIVE
- * (the subgroup tile below), MMA_PROBE (1: the probe kernels, matrix_probe with MMA_UNIT MMA_NV and
- * tile_probe; the host prepends this file to the programs that use the primitives),
+ * Build options: MMA_T (f16 | bf16, the inputs' type; f32 for the 3xTF32 products of the tf32
+ * unit, below), MMA_PTX, MMA_ASM, MMA_UNIT and MMA_NATIVE (the subgroup tile below), MMA_PROBE (1:
+ * the probe kernels, matrix_probe with MMA_UNIT MMA_NV and tile_probe, or with MMA_T f32
+ * tf32_probe; the host prepends this file to the programs that use the primitives),
  * MMA_PROBE_BREAK (the probe's negative tests: 1, one lane's result off by one; 2, an exchange
- * that returns a lane's own value; 3, B's fragments loaded untransposed).
+ * that returns a lane's own value; 3, B's fragments loaded untransposed, tf32_probe's small
+ * products left out).
  */
 #ifndef CLATTN_MMA_CL
 #define CLATTN_MMA_CL
@@ -67,9 +69,16 @@
 
 #define MMA_IS_BF16_f16 0
 #define MMA_IS_BF16_bf16 1
+#define MMA_IS_BF16_f32 0
 #define MMA_T_IS_BF16 CAT(MMA_IS_BF16_, MMA_T)
+/* MMA_T f32: f32 values on the tf32 unit, three products each (3xTF32, below) */
+#define MMA_IS_F32_f16 0
+#define MMA_IS_F32_bf16 0
+#define MMA_IS_F32_f32 1
+#define MMA_T_IS_F32 CAT(MMA_IS_F32_, MMA_T)
 #define MMA_PTX_TYPE_f16 "f16"
 #define MMA_PTX_TYPE_bf16 "bf16"
+#define MMA_PTX_TYPE_f32 "f16" /* m16n8k16 takes no tf32; f32 builds use m16n8k8 */
 #define MMA_PTX_TYPE CAT(MMA_PTX_TYPE_, MMA_T)
 
 #define MMA_WARP 32
@@ -170,7 +179,7 @@ MMA_INLINE void mma_load_blocks(uint r[4], __local const ushort *b0, __local con
  * (asynchronous, through no register: the copy lands while the warp computes), the emulation's
  * plain copy. A copy is complete, and visible to the work-item that made it, after
  * mma_copy_commit and mma_copy_wait; to the group after a barrier that follows those. */
-MMA_INLINE void mma_copy16(__local uint *dst, __global const ushort *src) {
+MMA_INLINE void mma_copy16(__local uint *dst, __global const void *src) {
 #if MMA_PTX
     MMA_ASM volatile("cp.async.cg.shared.global [%0], [%1], 16;"
                      :
@@ -241,6 +250,91 @@ inline void mma_quad_reduce(float v[2], int is_max, __local float *xs) {
     barrier(CLK_LOCAL_MEM_FENCE);
 #endif
 }
+
+/* ---- f32 products on the tf32 unit (3xTF32) -------------------------------------------------
+ * mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 multiplies tf32 values (f32's sign and
+ * exponent with 10 mantissa bits) exactly and adds in f32. An f32 product takes three of them, as
+ * CUTLASS's 3xTF32 (OpMultiplyAddFastF32, which PyTorch's f32 attention runs on these GPUs): each
+ * value is split into big, its top 11 significant bits (rounded to nearest, ties away), and small,
+ * the next 11 of the rest, and a b = a_small b_big + a_big b_small + a_big b_big. What is dropped,
+ * a_small b_small and the bits below small, is at most about 2^-21 of |a b| (f32's own rounding:
+ * 2^-24 an operation).
+ * Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k8", .tf32), g = lane / 4, t = lane % 4, a
+ * uint holding one tf32 value:
+ *   A, 16 x 8 (m x k):  a[0] = A[g][t]  a[1] = A[g+8][t]  a[2] = A[g][t+4]  a[3] = A[g+8][t+4]
+ *   B, 8 x 8 (k x n):   b[0] = B[t][g]  b[1] = B[t+4][g]
+ *   C, D, 16 x 8:       as m16n8k16's. */
+#define MMA_TF32_MASK 0xffffe000u /* a tf32 value's bits within an f32 */
+
+/* x as big + small (above), both as tf32 bits; `round` (a constant) 1: big rounded to nearest
+ * (for |x| within 2^-12 of f32's largest it rounds to Inf, and a NaN or Inf x gives a NaN small
+ * part: products of such parts come out NaN or Inf), 0: truncated (any finite x gives finite
+ * parts; small then takes up to 13 bits, of which it keeps 11, and the split drops about 2^-20
+ * of |x|). */
+inline void mma_tf32_split(float x, uint *big, uint *small, const int round) {
+    *big = (as_uint(x) + (round ? 0x1000u : 0u)) & MMA_TF32_MASK;
+    *small = as_uint(x - as_float(*big)) & MMA_TF32_MASK;
+}
+
+#if MMA_PTX
+/* d = a b + c on tf32 fragments (the layouts above). */
+inline void mma_m16n8k8_tf32(float d[4], const uint a[4], const uint b[2], const float c[4]) {
+    MMA_ASM volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, "
+                     "{%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
+                     : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]),
+                       "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+}
+#endif
+
+/* d = a b + c in f32 from split fragments: the small products first, so that they meet c before
+ * the big one. `scratch` holds MMA_SCRATCH_FLOATS per warp of the group: the emulation's parts of
+ * A and B, which it reads as the unit does (their tf32 bits), all three products between one
+ * pair of barriers (each barrier splits PoCL's work-item loops: three pairs a product made its
+ * attention kernel take minutes to compile). */
+MMA_INLINE void mma_m16n8k8x3(float d[4], const uint a_big[4], const uint a_small[4],
+                              const uint b_big[2], const uint b_small[2], const float c[4],
+                              __local float *scratch) {
+#if MMA_PTX
+    (void)scratch;
+    mma_m16n8k8_tf32(d, a_small, b_big, c);
+    mma_m16n8k8_tf32(d, a_big, b_small, d);
+    mma_m16n8k8_tf32(d, a_big, b_big, d);
+#else
+    const int lid = (int)get_local_id(0), lane = lid % MMA_WARP, g = lane / 4, t = lane % 4;
+    /* A's big and small parts (16 x 8 each), then B's (8 x 8 each) */
+    __local float *sa = scratch + (lid / MMA_WARP) * MMA_SCRATCH_FLOATS, *sb = sa + 2 * 16 * 8;
+    for (int r = 0; r < 4; ++r) {
+        const int at = (g + (r & 1) * 8) * 8 + t + (r >> 1) * 4;
+        sa[at] = as_float(a_big[r] & MMA_TF32_MASK);
+        sa[16 * 8 + at] = as_float(a_small[r] & MMA_TF32_MASK);
+    }
+    for (int r = 0; r < 2; ++r) {
+        sb[(t + r * 4) * 8 + g] = as_float(b_big[r] & MMA_TF32_MASK);
+        sb[8 * 8 + (t + r * 4) * 8 + g] = as_float(b_small[r] & MMA_TF32_MASK);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int i = 0; i < 4; ++i) {
+        const int row = g + (i >> 1) * 8, col = 2 * t + (i & 1);
+        float acc = c[i];
+        for (int p = 0; p < 3; ++p) { /* small big, big small, big big */
+            const __local float *x = sa + (p == 0 ? 16 * 8 : 0) + row * 8;
+            const __local float *y = sb + (p == 1 ? 8 * 8 : 0) + col;
+            for (int k = 0; k < 8; ++k) acc = fma(x[k], y[k * 8], acc);
+        }
+        d[i] = acc;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE); /* the scratch is free for the next product */
+#endif
+}
+
+/* The loops around products: unrolled for the instruction, so that fragment arrays stay in
+ * registers; rolled for the emulation, for its barriers' sake (above). */
+#if MMA_PTX
+#define MMA_UNROLL UNROLL
+#else
+#define MMA_UNROLL _Pragma("unroll 1")
+#endif
 
 /* ---- The subgroup tile: D (16 x 16, f32) += A (16 x 16) B (16 x 16) ----------------------------
  * One product shape on every mechanism clattn drives, so that a kernel written on it (matmul_mma)
@@ -482,7 +576,7 @@ MMA_INLINE void mma_tile(float d[MMA_CV], const uint a[MMA_AW], const uint b[MMA
 #endif
 }
 
-#if MMA_PROBE && MMA_UNIT == MMA_NV
+#if MMA_PROBE && MMA_UNIT == MMA_NV && !MMA_T_IS_F32
 /* The probe: one warp multiplies A (16 x 16, row-major 16-bit values) by B (16 x 8, row-major)
  * and adds C (16 x 8 floats) into D. A and B are staged in local memory by mma_copy16 and
  * loaded as fragments by mma_load_blocks (A's four blocks plain, B's two transposed), so the
@@ -515,9 +609,43 @@ matrix_probe(__global const ushort *a, __global const ushort *b, __global const 
             mma_lane_xor(mma_lane_xor(mine, 1, xs), MMA_PROBE_BREAK == 2 ? 1 : 2, xs);
     }
 }
-#endif /* MMA_PROBE && MMA_UNIT == MMA_NV */
+#endif /* MMA_PROBE && MMA_UNIT == MMA_NV && !MMA_T_IS_F32 */
 
-#if MMA_PROBE
+#if MMA_PROBE && MMA_UNIT == MMA_NV && MMA_T_IS_F32
+/* The 3xTF32 probe: one warp computes D = A B + C (A 16 x 8, B 8 x 8, C 16 x 8, row-major
+ * floats) twice, from a and b (d) and from a2 and b2 (d + 128), by split fragments and
+ * mma_m16n8k8x3, each lane storing the fragment of lane ^ 3 as matrix_probe does. The host's A
+ * holds integers of up to 16 bits and its B of 2 (B2 and A2 the other way round), so that each
+ * product's small parts matter, every product and sum is exact in f32, and a correct unit
+ * returns the host's D exactly. MMA_PROBE_BREAK 1: one lane's result off by one; 3: the
+ * small products left out. */
+__kernel __attribute__((reqd_work_group_size(MMA_WARP, 1, 1))) void
+tf32_probe(__global const float *a, __global const float *b, __global const float *a2,
+           __global const float *b2, __global const float *c, __global float *d) {
+    __local float scratch[MMA_SCRATCH_FLOATS], xs[MMA_EXCHANGE_FLOATS];
+    const int lane = (int)get_local_id(0), g = lane / 4, t = lane % 4, u = t ^ 3;
+    for (int p = 0; p < 2; ++p) {
+        __global const float *x = p ? a2 : a, *y = p ? b2 : b;
+        uint a_big[4], a_small[4], b_big[2], b_small[2];
+        float fc[4], fd[4];
+        for (int r = 0; r < 4; ++r)
+            mma_tf32_split(x[(g + (r & 1) * 8) * 8 + t + (r >> 1) * 4], &a_big[r], &a_small[r], 1);
+        for (int r = 0; r < 2; ++r)
+            mma_tf32_split(y[(t + r * 4) * 8 + g], &b_big[r], &b_small[r], 1);
+        if (MMA_PROBE_BREAK == 3) /* the small products left out */
+            for (int r = 0; r < 4; ++r) a_small[r] = b_small[r % 2] = 0u;
+        for (int i = 0; i < 4; ++i) fc[i] = c[(g + (i >> 1) * 8) * 8 + 2 * t + (i & 1)];
+        mma_m16n8k8x3(fd, a_big, a_small, b_big, b_small, fc, scratch);
+        for (int i = 0; i < 4; ++i) {
+            const float mine = fd[i] + (MMA_PROBE_BREAK == 1 && lane == 5 && i == 0 ? 1.0f : 0.0f);
+            d[p * 128 + (g + (i >> 1) * 8) * 8 + 2 * u + (i & 1)] =
+                mma_lane_xor(mma_lane_xor(mine, 1, xs), 2, xs);
+        }
+    }
+}
+#endif /* MMA_PROBE && MMA_UNIT == MMA_NV && MMA_T_IS_F32 */
+
+#if MMA_PROBE && !MMA_T_IS_F32
 /* The subgroup tile's probe: one subgroup computes D = A B + C (16 x 16 each; A, B row-major
  * 16-bit values, C floats) twice, B loaded k-major (d) and n-major (d + 256, from a transposed
  * copy), each lane storing its places of D. As matrix_probe's, the values make the product exact,
@@ -551,6 +679,6 @@ tile_probe(__global const ushort *a, __global const ushort *b, __global const fl
                 fd[i] + (MMA_PROBE_BREAK == 1 && lane == 5 && i == 0 ? 1.0f : 0.0f);
     }
 }
-#endif /* MMA_PROBE */
+#endif /* MMA_PROBE && !MMA_T_IS_F32 */
 
 #endif /* CLATTN_MMA_CL */

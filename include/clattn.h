@@ -193,7 +193,8 @@ CLATTN_API int clattn_device_facts(cl_device_id device, char *text, size_t capac
  * for NVIDIA's mma.sync; cl_amd_device_attribute_query and a device named for an architecture
  * that has the builtin, gfx11 for WMMA, gfx90a, gfx94 or gfx95 for MFMA;
  * cl_intel_subgroup_matrix_multiply_accumulate for Intel's dpas). Cached until
- * clattn_cache_clear(context). 0 on CPUs, PoCL and Oclgrind. Statuses: CLATTN_SUCCESS,
+ * clattn_cache_clear(context) (mma-tf32's known product: 16 x 8 by 8 x 8). 0 on CPUs, PoCL and
+ * Oclgrind. Statuses: CLATTN_SUCCESS,
  * CLATTN_ERR_INVALID_ARGUMENT, OpenCL's (a probe that does not build is not an error: that unit
  * is absent). f16 or bf16 inputs, f32 accumulators: */
 #define CLATTN_MATRIX_MMA_F16   1u   /* NVIDIA mma.sync.m16n8k16 (sm_80 on), f16 */
@@ -204,9 +205,12 @@ CLATTN_API int clattn_device_facts(cl_device_id device, char *text, size_t capac
 #define CLATTN_MATRIX_MFMA_BF16 32u  /* the same with bf16 */
 #define CLATTN_MATRIX_DPAS_F16  64u  /* Intel dpas (Xe-HPG, Xe-HPC, Xe2: subgroups of 8 or 16) */
 #define CLATTN_MATRIX_DPAS_BF16 128u /* the same with bf16 */
+/* f32 inputs as three tf32 products each (3xTF32: about f32's accuracy), f32 accumulators: */
+#define CLATTN_MATRIX_MMA_TF32 256u /* NVIDIA mma.sync.m16n8k8 .tf32 (sm_80 on) */
 CLATTN_API int clattn_matrix_units(cl_command_queue queue, unsigned *units);
 /* The name of one CLATTN_MATRIX_* bit, as the benchmark and `python -m clattn devices` print it
- * ("mma-f16", "wmma-bf16", "mfma-f16", "dpas-bf16", ...); NULL for anything but one such bit. */
+ * ("mma-f16", "wmma-bf16", "mfma-f16", "dpas-bf16", "mma-tf32", ...); NULL for anything but one
+ * such bit. */
 CLATTN_API const char *clattn_matrix_unit_name(unsigned unit);
 
 /* Allocates a contiguous tensor of `dtype` and shape {d0,d1,d2,d3} (read-write buffer). Release

@@ -198,16 +198,18 @@ static void check_weights(test_ctx *t, const at_spec *s, const at_data *d, const
 }
 
 /* attention_mma and attention_units run q, k, v of one 16-bit dtype with head dims of whole
- * tiles (16 along their k; along n, mma's 8, units' 16), else the library takes attention_tiles,
- * which the list runs already. */
+ * tiles (16 along their k; along n, mma's 8, units' 16), attention_mma f32 too (3xTF32: 8 along
+ * k), else the library takes attention_tiles, which the list runs already. */
 static bool variant_applies(const at_spec *s, int variant) {
-    const int n = variants[variant] == CLATTN__ATTENTION_MMA ? 8 : 16;
-    return !on_matrix_tiles(variant) || (s->dt != CLATTN_F32 && s->D % 16 == 0 && s->Dv % n == 0);
+    const bool mma = variants[variant] == CLATTN__ATTENTION_MMA;
+    if (!on_matrix_tiles(variant)) return true;
+    if (s->dt == CLATTN_F32) return mma && s->D % 8 == 0 && s->Dv % 8 == 0;
+    return s->D % 16 == 0 && s->Dv % (mma ? 8 : 16) == 0;
 }
 
-/* The units' variants round the weights to the storage type before p v (as FlashAttention does):
- * each output moves by at most u max|v| more, u the unit roundoff of f16 (2^-11) or bf16
- * (2^-8). */
+/* The units' variants round 16-bit weights to the storage type before p v (as FlashAttention
+ * does): each output moves by at most u max|v| more, u the unit roundoff of f16 (2^-11) or bf16
+ * (2^-8). f32's 3xTF32 products keep f32's tolerance. */
 static double storage_rounding(const at_spec *s, const at_data *d) {
     double vmax = 0.0;
     for (size_t i = 0; i < (size_t)(s->B * s->Hkv * s->Sk * s->Dv); ++i)
@@ -216,7 +218,7 @@ static double storage_rounding(const at_spec *s, const at_data *d) {
 }
 
 static double weights_rounding(const at_spec *s, const at_data *d, int variant) {
-    return on_matrix_tiles(variant) ? storage_rounding(s, d) : 0.0;
+    return on_matrix_tiles(variant) && s->dt != CLATTN_F32 ? storage_rounding(s, d) : 0.0;
 }
 
 /* out and lse against the reference, each output within `rounding` more than the dtype's
@@ -261,12 +263,19 @@ static void check_variant(test_ctx *t, const at_spec *s, const at_data *d, int v
     free(lse);
 }
 
+/* The case lists run every variant that applies, but f32 on attention_mma (3xTF32): each of its
+ * emulated programs takes PoCL about 10 s to build, so its f32 cases are its own list's
+ * (matrix_unit_cases_in_f32) and the NaN and Inf tests'. */
+static bool variant_in_lists(const at_spec *s, int variant) {
+    return variant_applies(s, variant) && !(s->dt == CLATTN_F32 && on_matrix_tiles(variant));
+}
+
 static void check_case(test_ctx *t, const at_spec *s, const char *what) {
     if (t->failed) return;
     at_data d;
     if (prepare(t, s, &d))
         for (int variant = 0; variant < VARIANTS && !t->failed; ++variant)
-            if (variant_runs(variant) && variant_applies(s, variant))
+            if (variant_runs(variant) && variant_in_lists(s, variant))
                 check_variant(t, s, &d, variant, what);
     free_data(&d);
 }
@@ -420,23 +429,25 @@ static void check_case_on(test_ctx *t, const at_spec *s, int kernel, const char 
     free_data(&d);
 }
 
-/* Cases attention_mma takes (16-bit q, k, v; head dims of whole fragments), on it alone (its
- * emulation is the slowest variant on a CPU; the others have their 16-bit cases, and
- * units_on_every_tile attention_units'): groups of 64
- * queries with rows past Sq, GQA, Dv != D, lse, every mask part, empty rows; tiles that the
- * mask leaves whole (the scale alone) beside cut ones under causality, key lengths and a window
- * wider than a tile with global positions; q in another layout than K and V. */
-static void matrix_unit_cases_in_16_bits(test_ctx *t) {
+/* Cases attention_mma takes (16-bit q, k, v, or f32 on 3xTF32; head dims of whole fragments), on
+ * it alone (its emulation is the slowest variant on a CPU; the others have their cases, and
+ * units_on_every_tile attention_units'): groups of 64 queries with rows past Sq, GQA, Dv != D,
+ * lse, every mask part, empty rows; tiles that the mask leaves whole (the scale alone) beside
+ * cut ones under causality, key lengths and a window wider than a tile with global positions; q
+ * in another layout than K and V. `f32`: the same cases in f32, and head dims of tf32's 8-wide
+ * steps (40: no 16-bit fragment takes it) with fewer keys than a tile (D=40 fits the 32 KiB of
+ * Oclgrind and rusticl; the f32 q rows at D=64 do not, beside the emulation's scratch). */
+static void matrix_unit_cases(test_ctx *t, bool f32) {
     if (clattn__device_max_group(clattn_env_device(t->env)) < 128)
         return test_skip(t, "groups capped below attention_mma's 128 (it falls back to tiles)");
     static const int32_t klen[2] = {0, 40};
-    at_spec s = base(1, 2, 1, 33, 47, 16); /* bf16: the last case */
-    s.dt = CLATTN_F16;
+    at_spec s = base(1, 2, 1, 33, 47, 16);
+    s.dt = f32 ? CLATTN_F32 : CLATTN_F16;
     s.lse = 1;
     s.alibi = 1, s.softcap = 4.0f, s.scale = 0.5f;
-    check_case_on(t, &s, CLATTN__ATTENTION_MMA, "f16 GQA D=16 + lse, alibi + softcap");
+    check_case_on(t, &s, CLATTN__ATTENTION_MMA, "GQA D=16 + lse, alibi + softcap");
     s = base(2, 2, 2, 9, 40, 32);
-    s.dt = CLATTN_F16;
+    s.dt = f32 ? CLATTN_F32 : CLATTN_F16;
     s.Dv = 24;
     s.causal = 1;
     s.bottom_right = 1;
@@ -444,11 +455,23 @@ static void matrix_unit_cases_in_16_bits(test_ctx *t) {
     s.lse = 1;
     s.q_strided = 1; /* beside contiguous K and V, which may take 16-byte loads: q may not */
     check_case_on(t, &s, CLATTN__ATTENTION_MMA,
-                  "f16 causal bottom-right, key lengths 0 and 40, Dv=24, q [B,H,D,S]");
+                  "causal bottom-right, key lengths 0 and 40, Dv=24, q [B,H,D,S]");
     s = base(1, 2, 2, 66, 40, 32);
-    s.dt = CLATTN_BF16;
+    s.dt = f32 ? CLATTN_F32 : CLATTN_BF16;
     s.window = 1, s.left = 40, s.right = 2, s.global_stride = 16;
-    check_case_on(t, &s, CLATTN__ATTENTION_MMA, "bf16 window + global, 66 queries");
+    check_case_on(t, &s, CLATTN__ATTENTION_MMA, "window + global, 66 queries");
+    if (!f32) return;
+    s = base(1, 2, 2, 33, 7, 40);
+    s.lse = 1;
+    check_case_on(t, &s, CLATTN__ATTENTION_MMA, "f32 D=40, 7 keys + lse");
+}
+
+static void matrix_unit_cases_in_16_bits(test_ctx *t) {
+    matrix_unit_cases(t, false);
+}
+
+static void matrix_unit_cases_in_f32(test_ctx *t) {
+    matrix_unit_cases(t, true);
 }
 
 /* Whether the tests that force attention_mma outside the case lists run here: its groups of 128
@@ -634,21 +657,23 @@ static bool outputs_of(test_ctx *t, const at_spec *s, const at_data *d, int vari
     return ok;
 }
 
-/* UNITS=1 (every row): prefill with 16-bit q, k and v takes attention_mma wherever the probe
- * found the unit for the dtype; f32 and decoding never do. The emulated units (the hook) give
- * every device both units, so there the library's own choice must give attention_mma's bits
- * for 16-bit prefill, and the same bits as without them for the others. */
-static void sixteen_bit_prefill_takes_the_units_found(test_ctx *t) {
+/* UNITS=1 and UNIT_F32=1 (every row): prefill takes attention_mma wherever the probe found the
+ * unit for the dtype (16-bit: the f16 or bf16 unit; f32: the tf32 unit, 3xTF32); decoding never
+ * does, nor f32 with UNIT_F32=0. The emulated units (the hook) give every device all three, so
+ * there the library's own choice must give attention_mma's bits for prefill, and the same bits
+ * as without them for the others. */
+static void prefill_takes_the_units_found(test_ctx *t) {
     if (!mma_runs_here(t)) return;
-    enum { CASES = 3 };
-    static const char *const what[CASES] = {"f16 prefill", "f32 prefill", "f16 decoding"};
+    enum { CASES = 4, TAKEN = 2 }; /* the first TAKEN take attention_mma */
+    static const char *const what[CASES] = {"f16 prefill", "f32 prefill", "f16 decoding",
+                                            "f32 prefill with UNIT_F32=0"};
     at_spec s[CASES];
     at_data d[CASES];
     float *offered[CASES] = {NULL}, *want[CASES] = {NULL};
     int prepared = 0;
     for (; prepared < CASES; ++prepared) {
         s[prepared] = base(1, 2, 1, prepared == 2 ? 4 : 40, 70, 32);
-        s[prepared].dt = prepared == 1 ? CLATTN_F32 : CLATTN_F16;
+        s[prepared].dt = prepared % 2 ? CLATTN_F32 : CLATTN_F16;
         s[prepared].causal = 1;
         if (!prepare(t, &s[prepared], &d[prepared])) break;
     }
@@ -656,16 +681,22 @@ static void sixteen_bit_prefill_takes_the_units_found(test_ctx *t) {
     cl_context context = clattn_env_context(t->env);
     clattn_cache_clear(context); /* the probe's answer goes with the cache */
     clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, 1);
-    for (int c = 0; c < CASES; ++c) ok = ok && outputs_of(t, &s[c], &d[c], -1, &offered[c]);
-    ok = ok && outputs_of(t, &s[0], &d[0], CLATTN__ATTENTION_MMA, &want[0]);
+    for (int c = 0; c < CASES; ++c) {
+        if (c == 3) ok = ok && clattn_tuning_override("attention", "UNIT_F32=0") == CLATTN_SUCCESS;
+        ok = ok && outputs_of(t, &s[c], &d[c], -1, &offered[c]);
+    }
+    clattn_tuning_override("attention", NULL);
+    for (int c = 0; c < TAKEN; ++c)
+        ok = ok && outputs_of(t, &s[c], &d[c], CLATTN__ATTENTION_MMA, &want[c]);
     clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, -1);
     clattn_cache_clear(context);
-    for (int c = 1; c < CASES; ++c) ok = ok && outputs_of(t, &s[c], &d[c], -1, &want[c]);
+    for (int c = TAKEN; c < CASES; ++c) ok = ok && outputs_of(t, &s[c], &d[c], -1, &want[c]);
+    CHECK(t, ok, "a run failed");
     for (int c = 0; c < CASES && ok; ++c) {
         const size_t bytes = (size_t)(s[c].B * s[c].Hq * s[c].Sq * s[c].Dv) * sizeof(float);
         CHECK(t, memcmp(offered[c], want[c], bytes) == 0,
               "%s: with the units offered, the library's choice %s", what[c],
-              c == 0 ? "is not attention_mma" : "changed");
+              c < TAKEN ? "is not attention_mma" : "changed");
     }
     for (int c = 0; c < CASES; ++c) {
         free(offered[c]);
@@ -799,19 +830,19 @@ static void hidden_keys_inside_the_span_change_nothing(test_ctx *t) {
 
 /* An Inf value of a key every row sees makes that column Inf and leaves the others as they were:
  * attention_mma adds it apart from its products, which take it as 0 (attention_tiles beside it,
- * as the variants that skip zero weights one by one). */
-static void a_visible_inf_value_reaches_its_column(test_ctx *t) {
+ * as the variants that skip zero weights one by one), in 16 bits and in f32. */
+static void inf_value_reaches_its_column(test_ctx *t, clattn_dtype dt) {
     at_spec s = base(1, 1, 1, 4, 16, 16);
-    s.dt = CLATTN_F16;
+    s.dt = dt;
     at_data d;
     if (!prepare(t, &s, &d)) return free_data(&d);
-    const double rounding = storage_rounding(&s, &d); /* of the finite values */
     d.v[3 * s.Dv + 5] = INFINITY; /* key 3, column 5; d.ref is the finite run's */
+    const double rtol = dt == CLATTN_F32 ? 2e-5 : 2e-3;
     for (int variant = 0; variant < VARIANTS && !t->failed; ++variant) {
         float *out = NULL, *lse = NULL;
         const bool wanted =
             on_matrix_tiles(variant) || variants[variant] == CLATTN__ATTENTION_TILES;
-        if (!wanted || !variant_runs(variant) ||
+        if (!wanted || !variant_runs(variant) || !variant_applies(&s, variant) ||
             !run_variant(t, &s, &d, variants[variant], &out, &lse)) {
             free(out), free(lse);
             continue;
@@ -819,15 +850,40 @@ static void a_visible_inf_value_reaches_its_column(test_ctx *t) {
         for (int64_t i = 0; i < s.Sq * s.Dv && !t->failed; ++i) {
             const bool inf_column = i % s.Dv == 5;
             CHECK(t,
-                  inf_column
-                      ? out[i] == INFINITY
-                      : fabs(out[i] - d.ref[i]) <= 1e-5 + 2e-3 * fabs(d.ref[i]) +
-                                                       (on_matrix_tiles(variant) ? rounding : 0.0),
+                  inf_column ? out[i] == INFINITY
+                             : fabs(out[i] - d.ref[i]) <=
+                                   1e-5 + rtol * fabs(d.ref[i]) + weights_rounding(&s, &d, variant),
                   "[%s] out[%lld] = %g, expected %g", variant_names[variant], (long long)i, out[i],
                   inf_column ? INFINITY : d.ref[i]);
         }
         free(out), free(lse);
     }
+    free_data(&d);
+}
+
+static void a_visible_inf_value_reaches_its_column(test_ctx *t) {
+    inf_value_reaches_its_column(t, CLATTN_F16);
+    inf_value_reaches_its_column(t, CLATTN_F32); /* attention_mma's 3xTF32 */
+}
+
+/* f32 on attention_mma's 3xTF32 products: keys the split cannot take score as plain f32 does (a
+ * value within 2^-12 of f32's largest, whose big part rounds to Inf; -Inf), and the tile's other
+ * scores as before. Causal rows 0-2 see neither key, rows 1- see key 1's -Inf score (weight 0),
+ * rows 3- key 3's score near 4e37 (its value alone); attention_tiles beside it. */
+static void unsplittable_keys_score_as_in_f32(test_ctx *t) {
+    at_spec s = base(1, 1, 1, 6, 6, 16);
+    s.causal = 1;
+    at_data d;
+    if (!prepare(t, &s, &d)) return free_data(&d);
+    for (int64_t i = 0; i < s.Sq; ++i) d.q[i * s.D] = d.q[i * s.D + 1] = 0.5f;
+    d.k[3 * s.D] = 3.4e38f;
+    d.k[1 * s.D + 1] = -INFINITY;
+    free(d.ref_p);
+    reference(&s, &d);
+    for (int variant = 0; variant < VARIANTS && !t->failed; ++variant)
+        if ((on_matrix_tiles(variant) || variants[variant] == CLATTN__ATTENTION_TILES) &&
+            variant_runs(variant) && variant_applies(&s, variant))
+            check_variant(t, &s, &d, variant, "f32 keys the 3xTF32 split cannot take");
     free_data(&d);
 }
 
@@ -1103,10 +1159,12 @@ static const test_case cases[] = {
     {"blocks_of_other_shapes", blocks_of_other_shapes},
     {"storage_and_layouts", storage_and_layouts},
     {"matrix_unit_cases_in_16_bits", matrix_unit_cases_in_16_bits},
+    {"matrix_unit_cases_in_f32", matrix_unit_cases_in_f32},
     {"units_on_every_tile", units_on_every_tile},
-    {"sixteen_bit_prefill_takes_the_units_found", sixteen_bit_prefill_takes_the_units_found},
+    {"prefill_takes_the_units_found", prefill_takes_the_units_found},
     {"two_m_tiles_a_warp_give_the_same_bits", two_m_tiles_a_warp_give_the_same_bits},
     {"mma_key_splits_merge_to_the_reference", mma_key_splits_merge_to_the_reference},
+    {"unsplittable_keys_score_as_in_f32", unsplittable_keys_score_as_in_f32},
     {"causality_is_bit_exact", causality_is_bit_exact, TAG_SMOKE},
     {"padded_keys_holding_nan_change_nothing", padded_keys_holding_nan_change_nothing},
     {"hidden_keys_inside_the_span_change_nothing", hidden_keys_inside_the_span_change_nothing},

@@ -27,12 +27,16 @@ static bool warps_fit(test_ctx *t) {
     return clattn__device_max_group(clattn_env_device(t->env)) >= 32;
 }
 
+static const char *const emulated_tf32 = "-cl-std=CL1.2 -DMMA_PROBE=1 -DMMA_PTX=0 -DMMA_T=f32";
+
 static void the_emulated_unit_passes_the_probe(test_ctx *t) {
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < 3; ++i) {
         bool exact = !warps_fit(t);
         const clattn__call call = probe_call(t);
-        CHECK_OK(t, clattn__matrix_probe(&call, emulated[i], &exact));
-        CHECK(t, exact == warps_fit(t), "%s: exact %d with groups of 32 %s", emulated[i], exact,
+        const char *options = i < 2 ? emulated[i] : emulated_tf32;
+        CHECK_OK(t, i < 2 ? clattn__matrix_probe(&call, options, &exact)
+                          : clattn__tf32_probe(&call, options, &exact));
+        CHECK(t, exact == warps_fit(t), "%s: exact %d with groups of 32 %s", options, exact,
               warps_fit(t) ? "allowed" : "refused");
     }
 }
@@ -41,19 +45,27 @@ static void the_emulated_unit_passes_the_probe(test_ctx *t) {
  * exchange, fragments loaded in the wrong layout, and a probe that does not build, count as no
  * unit, and none is an error of the call. */
 static void a_wrong_or_missing_unit_fails_the_probe(test_ctx *t) {
+    static const struct {
+        bool tf32;
+        const char *options, *what;
+    } broken[] = {
+        {false, "-DMMA_PROBE_BREAK=1", "a product off by one in one lane"},
+        {false, "-DMMA_PROBE_BREAK=2", "a lane exchange that returns the lane's own value"},
+        {false, "-DMMA_PROBE_BREAK=3", "B's fragments loaded untransposed"},
+        {true, "-DMMA_T=f32 -DMMA_PROBE_BREAK=1", "a tf32 product off by one in one lane"},
+        {true, "-DMMA_T=f32 -DMMA_PROBE_BREAK=3", "3xTF32 products without their small parts"},
+    };
     const clattn__call call = probe_call(t);
     bool exact = true;
-    CHECK_OK(t, clattn__matrix_probe(
-                    &call, "-cl-std=CL1.2 -DMMA_PROBE=1 -DMMA_PTX=0 -DMMA_PROBE_BREAK=1", &exact));
-    CHECK(t, !exact, "a product off by one in one lane passed the probe");
-    exact = true;
-    CHECK_OK(t, clattn__matrix_probe(
-                    &call, "-cl-std=CL1.2 -DMMA_PROBE=1 -DMMA_PTX=0 -DMMA_PROBE_BREAK=2", &exact));
-    CHECK(t, !exact, "a lane exchange that returns the lane's own value passed the probe");
-    exact = true;
-    CHECK_OK(t, clattn__matrix_probe(
-                    &call, "-cl-std=CL1.2 -DMMA_PROBE=1 -DMMA_PTX=0 -DMMA_PROBE_BREAK=3", &exact));
-    CHECK(t, !exact, "B's fragments loaded untransposed passed the probe");
+    for (size_t i = 0; i < sizeof broken / sizeof broken[0]; ++i) {
+        char options[160];
+        snprintf(options, sizeof options, "-cl-std=CL1.2 -DMMA_PROBE=1 -DMMA_PTX=0 %s",
+                 broken[i].options);
+        exact = true;
+        CHECK_OK(t, broken[i].tf32 ? clattn__tf32_probe(&call, options, &exact)
+                                   : clattn__matrix_probe(&call, options, &exact));
+        CHECK(t, !exact, "%s passed the probe", broken[i].what);
+    }
     exact = true;
     /* so that the probe builds: neither the program cache nor a disk cache has it */
     clattn_cache_clear(clattn_env_context(t->env));
@@ -67,15 +79,16 @@ static void a_wrong_or_missing_unit_fails_the_probe(test_ctx *t) {
 }
 
 /* Every mechanism's subgroup tile, emulated (the hook offers one to every device): its probe
- * passes in both dtypes where a group holds its subgroup, the units come back as its two bits,
- * and kernels get its tile; one lane off by one, or B's k-major fragments loaded n-major, fail
- * it. */
+ * passes in both dtypes where a group holds its subgroup, the units come back as its bits
+ * (NVIDIA's: f16, bf16 and the tf32 warp products), and kernels get its tile; one lane off by one,
+ * or B's k-major fragments loaded n-major, fail it. */
 static void every_tile_unit_passes_its_probe(test_ctx *t) {
     static const struct {
         int unit, subgroup;
         unsigned bits;
     } units[] = {
-        {CLATTN__TILE_NV, 32, CLATTN_MATRIX_MMA_F16 | CLATTN_MATRIX_MMA_BF16},
+        {CLATTN__TILE_NV, 32,
+         CLATTN_MATRIX_MMA_F16 | CLATTN_MATRIX_MMA_BF16 | CLATTN_MATRIX_MMA_TF32},
         {CLATTN__TILE_WMMA, 32, CLATTN_MATRIX_WMMA_F16 | CLATTN_MATRIX_WMMA_BF16},
         {CLATTN__TILE_MFMA, 64, CLATTN_MATRIX_MFMA_F16 | CLATTN_MATRIX_MFMA_BF16},
         {CLATTN__TILE_DPAS8, 8, CLATTN_MATRIX_DPAS_F16 | CLATTN_MATRIX_DPAS_BF16},
@@ -122,7 +135,7 @@ static void units_are_probed_once_per_device(test_ctx *t) {
     cl_context context = clattn_env_context(t->env);
     unsigned units = 999;
     CHECK_OK(t, clattn_matrix_units(queue, &units));
-    CHECK(t, units < 256u, "units %#x: a bit clattn.h does not define", units);
+    CHECK(t, units < 512u, "units %#x: a bit clattn.h does not define", units);
     const unsigned offered = clattn__matrix_offered(clattn_env_device(t->env));
     CHECK(t, (units & ~offered) == 0, "units %#x on a device offered %#x", units, offered);
 
@@ -136,8 +149,8 @@ static void units_are_probed_once_per_device(test_ctx *t) {
     clattn_cache_stats(NULL, NULL, &hits1);
     clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, -1);
     CHECK_OK(t, status);
-    const unsigned both = CLATTN_MATRIX_MMA_F16 | CLATTN_MATRIX_MMA_BF16;
-    CHECK(t, first == (warps_fit(t) ? both : 0u), "emulated: %#x", first);
+    const unsigned all = CLATTN_MATRIX_MMA_F16 | CLATTN_MATRIX_MMA_BF16 | CLATTN_MATRIX_MMA_TF32;
+    CHECK(t, first == (warps_fit(t) ? all : 0u), "emulated: %#x", first);
     CHECK(t, again == first && hits1 == hits0, "a second call probed again (%#x, hits %zu->%zu)",
           again, hits0, hits1);
     clattn_cache_clear(context);
@@ -173,9 +186,15 @@ static void a_device_offered_ptx_passes_its_probe(test_ctx *t) {
         CHECK_OK(t, clattn__matrix_probe(&call, ptx[i], &exact));
         CHECK(t, exact, "%s: the instruction's product differs from the host's", ptx[i]);
     }
+    bool exact = false;
+    const clattn__call call = probe_call(t);
+    CHECK_OK(t, clattn__tf32_probe(&call, "-cl-std=CL1.2 -DMMA_PROBE=1 -DMMA_PTX=1 -DMMA_T=f32",
+                                   &exact));
+    CHECK(t, exact, "3xTF32: the instruction's products differ from the host's");
     unsigned units = 0;
     CHECK_OK(t, clattn_matrix_units(clattn_env_queue(t->env), &units));
-    CHECK(t, units == (CLATTN_MATRIX_MMA_F16 | CLATTN_MATRIX_MMA_BF16), "units %#x", units);
+    CHECK(t, units == (CLATTN_MATRIX_MMA_F16 | CLATTN_MATRIX_MMA_BF16 | CLATTN_MATRIX_MMA_TF32),
+          "units %#x", units);
 }
 
 /* Every unit a device is offered must pass its probe there: on a GPU with one (NVIDIA's
@@ -200,13 +219,14 @@ static void every_unit_bit_has_its_name(test_ctx *t) {
     } names[] = {{CLATTN_MATRIX_MMA_F16, "mma-f16"},   {CLATTN_MATRIX_MMA_BF16, "mma-bf16"},
                  {CLATTN_MATRIX_WMMA_F16, "wmma-f16"}, {CLATTN_MATRIX_WMMA_BF16, "wmma-bf16"},
                  {CLATTN_MATRIX_MFMA_F16, "mfma-f16"}, {CLATTN_MATRIX_MFMA_BF16, "mfma-bf16"},
-                 {CLATTN_MATRIX_DPAS_F16, "dpas-f16"}, {CLATTN_MATRIX_DPAS_BF16, "dpas-bf16"}};
+                 {CLATTN_MATRIX_DPAS_F16, "dpas-f16"}, {CLATTN_MATRIX_DPAS_BF16, "dpas-bf16"},
+                 {CLATTN_MATRIX_MMA_TF32, "mma-tf32"}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i) {
         const char *name = clattn_matrix_unit_name(names[i].bit);
         CHECK(t, name && strcmp(name, names[i].name) == 0, "bit %#x: %s, expected %s", names[i].bit,
               name ? name : "NULL", names[i].name);
     }
-    const unsigned none[] = {0, CLATTN_MATRIX_MMA_F16 | CLATTN_MATRIX_MMA_BF16, 256, 1u << 31};
+    const unsigned none[] = {0, CLATTN_MATRIX_MMA_F16 | CLATTN_MATRIX_MMA_BF16, 512, 1u << 31};
     for (size_t i = 0; i < sizeof none / sizeof none[0]; ++i)
         CHECK(t, clattn_matrix_unit_name(none[i]) == NULL, "%#x has a name", none[i]);
 }

@@ -15,7 +15,10 @@
 # more of clattn-bench's options ("attention --only f16 --time-wrong"), the tune part may be
 # empty, NAME=VALUE is set for that row alone (CLATTN_KERNEL_DIR=dir times another version of
 # the kernels beside this one in the same call). Without ROWs it runs DEFAULT_ROWS below: the
-# default rows of the issues' targets, first the causal f16 row with attention_mma's keys split
+# default rows of the issues' targets, first f32 prefill on the tf32 unit (3xTF32, the default
+# where the probe passes, not yet timed) beside it on the FMA units as before (UNIT_F32=0),
+# with 16-key tiles (ptxas: 197 registers against 255) and with 32 queries a warp (each K and V
+# fragment split once for two m-tiles), then the causal f16 row with attention_mma's keys split
 # (UNIT_SPLIT, issue 24's open target; on an H200 at B=4 H=8 S=1024 the launch's 512 groups
 # allow 3 chunks: split512 runs 2 of 512 keys, split256 3 of 352; not with GPU_QUICK, whose
 # S=256 holds a single chunk) between two runs of the default, softmax as it was before rows were held in registers
@@ -33,7 +36,11 @@ cd "$(dirname "$0")/.."
 
 DEFAULT_ROWS=( # most wanted first: rows past the budget are skipped
   "default|attention|"
+  "fma-f32|attention --only f32 --no-peers|attention:UNIT_F32=0"
   "default|attention_causal|"
+  "fma-f32|attention_causal --only f32 --no-peers|attention:UNIT_F32=0"
+  "tf32-k16|attention --only f32 --no-peers|attention:UNIT_KEYS=16"
+  "tf32-q32|attention --only f32 --no-peers|attention:UNIT_KEYS=16,UNIT_QUERIES=32"
   "split512|attention_causal --only f16 --no-peers|attention:UNIT_SPLIT=512"
   "split256|attention_causal --only f16 --no-peers|attention:UNIT_SPLIT=256"
   "again|attention_causal --only f16|"

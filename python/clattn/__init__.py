@@ -404,8 +404,8 @@ class Context:
 
     def matrix_units(self):
         """The matrix units clattn can drive on this device (clattn_matrix_units): a list of
-        "mma-f16", "mma-bf16" (NVIDIA), "wmma-*", "mfma-*" (AMD), "dpas-*" (Intel), each probed
-        once on an exact product; [] on CPUs."""
+        "mma-f16", "mma-bf16", "mma-tf32" (NVIDIA; tf32: f32 attention as 3xTF32), "wmma-*",
+        "mfma-*" (AMD), "dpas-*" (Intel), each probed once on an exact product; [] on CPUs."""
         units = ctypes.c_uint(0)
         _check(self._lib.clattn_matrix_units(self._lib.clattn_env_queue(self._env),
                                              ctypes.byref(units)))

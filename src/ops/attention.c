@@ -189,20 +189,22 @@ static void fit_micro(attention_launch *l, cl_device_id device, int64_t d, int64
     l->rows = rows;
 }
 
-/* cl/attention.cl's MMA_STRIDE: 32-bit words a staged K or V row of n 16-bit values takes. */
-static uint64_t mma_stride(int64_t n) {
-    return (uint64_t)(n / 2 + 31) / 32 * 32 + 4;
+/* cl/attention.cl's MMA_STRIDE: 32-bit words a staged K or V row of n values of `bytes` (2, or 4
+ * for f32's 3xTF32, n a multiple of 8) takes. */
+static uint64_t mma_stride(int64_t n, size_t bytes) {
+    return bytes == 4 ? (uint64_t)n / 8 * 8 + 4 : (uint64_t)(n / 2 + 31) / 32 * 32 + 4;
 }
 
 /* Bytes of local memory attention_mma declares (cl/attention.cl) with key tiles of `keys` and
- * `queries` a warp, `buffers` of them (2: UNIT_ASYNC): the padded K and V tiles, the group's q
- * rows, the weights' flags, its emulation's scratch and exchanges (taken as the larger, the
- * emulation's), the span and the flags. */
-static uint64_t mma_local_bytes(int64_t d, int64_t dv, int64_t keys, int64_t queries, int buffers) {
+ * `queries` a warp, `buffers` of them (2: UNIT_ASYNC), values of `bytes`: the padded K and V
+ * tiles, the group's q rows, the weights' flags, its emulation's scratch and exchanges (taken as
+ * the larger, the emulation's), the span and the flags. */
+static uint64_t mma_local_bytes(int64_t d, int64_t dv, int64_t keys, int64_t queries, int buffers,
+                                size_t bytes) {
     const uint64_t warps = ATTENTION_MMA_WARPS, n = (uint64_t)keys;
-    return (uint64_t)buffers * n * (mma_stride(d) + mma_stride(dv)) * 4 +
-           warps * (uint64_t)queries * (mma_stride(d) * 4 + n) +
-           warps * (16 * 16 + 16 * 8 + 16 * 4) * 4 + 20;
+    return (uint64_t)buffers * n * (mma_stride(d, bytes) + mma_stride(dv, bytes)) * 4 +
+           warps * (uint64_t)queries * (mma_stride(d, bytes) * 4 + n) +
+           warps * (16 * 16 + 16 * 8 + 16 * 4) * 4 + 24;
 }
 
 /* Bytes of local memory attention_units declares with key tiles of `keys` on `tile` (native or
@@ -216,8 +218,9 @@ static uint64_t units_local_bytes(int64_t d, int64_t dv, int64_t keys, const cla
     const uint64_t per_subgroup = 16 * (n + 1) * 4 + 16 * parts * 4 + 16 * (n + 8) * 2 +
                                   2 * 16 * 4 + 16 * n +
                                   clattn__tile_scratch_floats(tile, emulated) * 4;
-    return n * (mma_stride(d) + mma_stride(dv)) * 4 + 16 * ATTENTION_MMA_WARPS * mma_stride(d) * 4 +
-           ATTENTION_MMA_WARPS * per_subgroup + 16;
+    return n * (mma_stride(d, 2) + mma_stride(dv, 2)) * 4 +
+           16 * ATTENTION_MMA_WARPS * mma_stride(d, 2) * 4 + ATTENTION_MMA_WARPS * per_subgroup +
+           16;
 }
 
 /* The variant runs on cl/mma.cl's products: attention_mma or attention_units. */
@@ -231,16 +234,31 @@ static uint64_t tiles_local_bytes(const attention_args *a, const attention_launc
                                   int64_t queries, bool async) {
     const int64_t d = a->q->shape[3], dv = a->v->shape[3];
     return l->variant == CLATTN__ATTENTION_MMA
-               ? mma_local_bytes(d, dv, keys, queries, async ? 2 : 1)
+               ? mma_local_bytes(d, dv, keys, queries, async ? 2 : 1,
+                                 clattn_dtype_size(a->q->dtype))
                : units_local_bytes(d, dv, keys, &l->tile, !l->on_unit);
 }
 
-/* attention_mma and attention_units take q, k and v of one 16-bit dtype and head dims of whole
- * tiles (16 along the products' k; along their n, mma's 8, units' 16). */
-static bool units_dtypes_take(const attention_args *a, int64_t n_multiple) {
+/* attention_mma (`mma`) and attention_units take q, k and v of one 16-bit dtype, attention_mma
+ * f32 too (3xTF32), and head dims of whole tiles (along the products' k, 16, 8 for tf32; along
+ * their n, mma's 8, units' 16). */
+static bool units_dtypes_take(const attention_args *a, bool mma) {
     const clattn_dtype dt = a->q->dtype;
-    return (dt == CLATTN_F16 || dt == CLATTN_BF16) && a->k->dtype == dt && a->v->dtype == dt &&
-           a->q->shape[3] % 16 == 0 && a->v->shape[3] % n_multiple == 0;
+    const bool f32 = dt == CLATTN_F32 && mma;
+    return (dt == CLATTN_F16 || dt == CLATTN_BF16 || f32) && a->k->dtype == dt &&
+           a->v->dtype == dt && a->q->shape[3] % (f32 ? 8 : 16) == 0 &&
+           a->v->shape[3] % (mma ? 8 : 16) == 0;
+}
+
+/* The unit the device's probes found for the call's dtype: the subgroup tile of 16-bit inputs,
+ * or NVIDIA's warp (3xTF32) for f32 where mma-tf32 passed; unit 0 where none. */
+static int found_unit(const clattn__call *call, clattn_dtype dtype, clattn__tile *found) {
+    if (dtype != CLATTN_F32) return clattn__matrix_tile(call, dtype, found);
+    unsigned units = 0;
+    const int status = clattn__matrix_units(call, &units);
+    *found = (units & CLATTN_MATRIX_MMA_TF32) ? (clattn__tile){CLATTN__TILE_NV, 32}
+                                              : (clattn__tile){0, 0};
+    return status;
 }
 
 /* The group and local arrays (key tiles of 16) fit the device: attention_mma's 4 warps of 32,
@@ -291,23 +309,24 @@ static void mma_splits(const attention_args *a, attention_launch *l, cl_uint uni
 }
 
 /* The matrix-unit variants, for a prefill whose dtype's subgroup tile the device's probes found
- * (UNITS=1): attention_mma on NVIDIA's, attention_units on the others'; or where PREFILL (or the
- * test hook) asks for one (without a tile found: the emulation, of NVIDIA's tile for units). On
- * the instruction where the probe found it (unless the units found are the emulated ones), else
- * on the emulation. A forced variant that cannot take the call leaves it to attention_tiles, an
- * offered one to the row's PREFILL. */
+ * (UNITS=1; f32, UNIT_F32=1: NVIDIA's tf32 unit): attention_mma on NVIDIA's, attention_units on
+ * the others'; or where PREFILL (or the test hook) asks for one (without a tile found: the
+ * emulation, of NVIDIA's tile for units). On the instruction where the probe found it (unless the
+ * units found are the emulated ones), else on the emulation. A forced variant that cannot take
+ * the call leaves it to attention_tiles, an offered one to the row's PREFILL. */
 static int pick_units(const clattn__call *call, const attention_args *a, bool prefill,
                       attention_launch *l) {
     const bool asked = on_matrix_tiles(l->variant);
-    const bool offered =
-        prefill && l->t.UNITS && clattn__hook_value(CLATTN__HOOK_ATTENTION_VARIANT) < 0;
+    const bool f32 = a->q->dtype == CLATTN_F32;
+    const bool offered = prefill && (f32 ? l->t.UNIT_F32 : l->t.UNITS) &&
+                         clattn__hook_value(CLATTN__HOOK_ATTENTION_VARIANT) < 0;
     if (!asked && !offered) return CLATTN_SUCCESS;
-    if (!units_dtypes_take(a, 8)) {
+    if (!units_dtypes_take(a, true)) {
         if (asked) l->variant = CLATTN__ATTENTION_TILES;
         return CLATTN_SUCCESS;
     }
     clattn__tile found;
-    const int status = clattn__matrix_tile(call, a->q->dtype, &found);
+    const int status = found_unit(call, a->q->dtype, &found);
     if (status != CLATTN_SUCCESS || (!asked && !found.unit)) return status;
     const int wanted = l->variant; /* PREFILL's, where the units do not take the call */
     if (!asked)
@@ -317,7 +336,7 @@ static int pick_units(const clattn__call *call, const attention_args *a, bool pr
     const bool emulated = clattn__matrix_units_emulated();
     l->tile = found.unit ? found : (clattn__tile){CLATTN__TILE_NV, 32};
     l->on_unit = found.unit && !emulated && (found.unit == CLATTN__TILE_NV || !mma);
-    if ((!mma && !units_dtypes_take(a, 16)) || !units_fit(a, l, call->device)) {
+    if (!units_dtypes_take(a, mma) || !units_fit(a, l, call->device)) {
         l->variant = asked ? CLATTN__ATTENTION_TILES : wanted; /* TK was fitted before */
         return status;
     }
@@ -358,14 +377,15 @@ static int pick_launch(const clattn__call *call, const attention_args *a, attent
 
 /* The keys and tiles variants read K and V rows as aligned vectors when every row starts
  * LANES-aligned (cl/rows.cl, ALIGNED), attention_mma and attention_units 16 bytes a load when
- * they start 8-aligned.
+ * they start 16-byte aligned.
  * The others load K and V element by element (micro: its K tile is transposed in local memory),
  * or pack K first (lanes). */
 static bool kv_rows_aligned(const attention_args *a, const attention_launch *l,
                             cl_device_id device) {
     const bool vector_loads =
         l->variant == CLATTN__ATTENTION_KEYS || l->variant == CLATTN__ATTENTION_TILES;
-    const int64_t vec = on_matrix_tiles(l->variant) ? 8 : vector_loads ? l->t.LANES : 1;
+    const int64_t chunk = 16 / (int64_t)clattn_dtype_size(a->k->dtype);
+    const int64_t vec = on_matrix_tiles(l->variant) ? chunk : vector_loads ? l->t.LANES : 1;
     return clattn__rows_vector_aligned(a->k, a->v, vec, device);
 }
 

@@ -49,51 +49,46 @@ static cl_ushort small_int_bits(float v, bool bf16) {
 }
 
 /* A probe kernel's problem: D = A B + C, A 16 x 16, B 16 x n (n 8: matrix_probe; 16: tile_probe,
- * which returns D twice, b loaded in each layout), the work-group one subgroup. */
+ * which returns D twice, b loaded in each layout), the work-group one subgroup; or tf32_probe's
+ * (probe_tf32 below). */
 typedef struct probe_shape {
     const char *kernel;
     int n, copies;
 } probe_shape;
 static const probe_shape matrix_probe_shape = {"matrix_probe", 8, 1},
-                         tile_probe_shape = {"tile_probe", 16, 2};
+                         tile_probe_shape = {"tile_probe", 16, 2},
+                         tf32_probe_shape = {"tf32_probe", 8, 2};
 
-/* Runs a probe kernel on one subgroup of `group` work-items and compares each copy of D with
- * the host's product. */
-static int run_probe(const clattn__call *call, cl_kernel kernel, const probe_shape *shape,
-                     size_t group, bool bf16, bool *exact) {
-    enum { N = 16, COPIES = 2 };
-    const int n = shape->n;
-    cl_ushort a[PROBE_M * PROBE_K], b[PROBE_K * N];
-    float c[PROBE_M * N], d[COPIES * PROBE_M * N], want[PROBE_M * N];
-    for (int i = 0; i < PROBE_M; ++i)
-        for (int k = 0; k < PROBE_K; ++k) a[i * PROBE_K + k] = small_int_bits(probe_a(i, k), bf16);
-    for (int k = 0; k < PROBE_K; ++k)
-        for (int j = 0; j < n; ++j) b[k * n + j] = small_int_bits(probe_b(k, j), bf16);
-    for (int i = 0; i < PROBE_M; ++i)
-        for (int j = 0; j < n; ++j) {
-            float sum = probe_c(i, j);
-            for (int k = 0; k < PROBE_K; ++k) sum += probe_a(i, k) * probe_b(k, j);
-            c[i * n + j] = probe_c(i, j);
-            want[i * n + j] = sum;
-        }
-    const size_t out = (size_t)shape->copies * PROBE_M * (size_t)n * sizeof(float);
+/* A probe's inputs (host arrays, in the kernel's argument order, before its output) and the
+ * outputs it must return exactly. */
+enum { PROBE_MAX_INPUTS = 5, PROBE_MAX_OUT = 2 * PROBE_M * 16 };
+typedef struct probe_problem {
+    const void *inputs[PROBE_MAX_INPUTS];
+    size_t bytes[PROBE_MAX_INPUTS];
+    int count, out;
+    float want[PROBE_MAX_OUT];
+} probe_problem;
+
+static void probe_input(probe_problem *p, const void *host, size_t bytes) {
+    p->inputs[p->count] = host, p->bytes[p->count] = bytes, ++p->count;
+}
+
+/* Runs a probe kernel on one subgroup of `group` work-items and compares its output with the
+ * problem's. */
+static int run_probe(const clattn__call *call, cl_kernel kernel, const probe_problem *p,
+                     size_t group, bool *exact) {
+    float d[PROBE_MAX_OUT];
+    const size_t out = (size_t)p->out * sizeof(float);
     cl_int err = CL_SUCCESS;
-    const cl_mem_flags in = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
-    const struct {
-        void *host;
-        size_t bytes;
-        cl_mem_flags flags;
-    } args[4] = {{a, sizeof a, in},
-                 {b, PROBE_K * (size_t)n * sizeof(cl_ushort), in},
-                 {c, PROBE_M * (size_t)n * sizeof(float), in},
-                 {NULL, out, CL_MEM_WRITE_ONLY}};
-    cl_mem buffers[4] = {NULL, NULL, NULL, NULL};
-    for (int i = 0; i < 4 && err == CL_SUCCESS; ++i)
-        buffers[i] =
-            clCreateBuffer(call->context, args[i].flags, args[i].bytes, args[i].host, &err);
+    cl_mem buffers[PROBE_MAX_INPUTS + 1] = {NULL};
+    for (int i = 0; i <= p->count && err == CL_SUCCESS; ++i)
+        buffers[i] = i < p->count
+                         ? clCreateBuffer(call->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                                          p->bytes[i], (void *)p->inputs[i], &err)
+                         : clCreateBuffer(call->context, CL_MEM_WRITE_ONLY, out, NULL, &err);
     int status = err == CL_SUCCESS ? CLATTN_SUCCESS : clattn__cl_fail(err, "probe buffers");
-    for (cl_uint i = 0; i < 4 && status == CLATTN_SUCCESS; ++i)
-        status = clattn__set_arg(kernel, i, sizeof(cl_mem), &buffers[i]);
+    for (int i = 0; i <= p->count && status == CLATTN_SUCCESS; ++i)
+        status = clattn__set_arg(kernel, (cl_uint)i, sizeof(cl_mem), &buffers[i]);
     cl_event done = NULL; /* the read waits for it: the caller's queue may be out of order */
     bool launched = false;
     if (status == CLATTN_SUCCESS) {
@@ -101,18 +96,77 @@ static int run_probe(const clattn__call *call, cl_kernel kernel, const probe_sha
          * run) means no unit, as a failed build does; a failed read is the queue's error */
         launched = clEnqueueNDRangeKernel(call->queue, kernel, 1, NULL, &group, &group, 0, NULL,
                                           &done) == CL_SUCCESS;
-        err = launched
-                  ? clEnqueueReadBuffer(call->queue, buffers[3], CL_TRUE, 0, out, d, 1, &done, NULL)
-                  : CL_SUCCESS;
+        err = launched ? clEnqueueReadBuffer(call->queue, buffers[p->count], CL_TRUE, 0, out, d, 1,
+                                             &done, NULL)
+                       : CL_SUCCESS;
         if (err != CL_SUCCESS) status = clattn__cl_fail(err, "reading the matrix-unit probe");
     }
     if (done) clReleaseEvent(done);
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i <= p->count; ++i)
         if (buffers[i]) clReleaseMemObject(buffers[i]);
     *exact = status == CLATTN_SUCCESS && launched;
-    for (int i = 0; i < shape->copies * PROBE_M * n && *exact; ++i)
-        *exact = d[i] == want[i % (PROBE_M * n)];
+    for (int i = 0; i < p->out && *exact; ++i) *exact = d[i] == p->want[i];
     return status;
+}
+
+/* The 16-bit probes' problem (matrix_probe, tile_probe): A and B as small integers in f16 or
+ * bf16, C as floats, D `shape->copies` times. The arrays live in `store`. */
+typedef struct probe_store {
+    cl_ushort a[PROBE_M * PROBE_K], b[PROBE_K * 16];
+    float fa[2][PROBE_M * 8], fb[2][8 * 8], c[PROBE_M * 16];
+} probe_store;
+
+static void probe_16bit(const probe_shape *shape, bool bf16, probe_store *st, probe_problem *p) {
+    const int n = shape->n;
+    for (int i = 0; i < PROBE_M; ++i)
+        for (int k = 0; k < PROBE_K; ++k)
+            st->a[i * PROBE_K + k] = small_int_bits(probe_a(i, k), bf16);
+    for (int k = 0; k < PROBE_K; ++k)
+        for (int j = 0; j < n; ++j) st->b[k * n + j] = small_int_bits(probe_b(k, j), bf16);
+    *p = (probe_problem){.out = shape->copies * PROBE_M * n};
+    for (int i = 0; i < PROBE_M; ++i)
+        for (int j = 0; j < n; ++j) {
+            float sum = probe_c(i, j);
+            for (int k = 0; k < PROBE_K; ++k) sum += probe_a(i, k) * probe_b(k, j);
+            st->c[i * n + j] = probe_c(i, j);
+            for (int copy = 0; copy < shape->copies; ++copy)
+                p->want[copy * PROBE_M * n + i * n + j] = sum;
+        }
+    probe_input(p, st->a, sizeof st->a);
+    probe_input(p, st->b, PROBE_K * (size_t)n * sizeof(cl_ushort));
+    probe_input(p, st->c, PROBE_M * (size_t)n * sizeof(float));
+}
+
+/* tf32_probe's problem (cl/mma.cl): D = A B + C (A 16 x 8, B 8 x 8) for A of integers of 14 to
+ * 16 bits and B of up to 2 bits (its small parts 0), then for A2 of up to 2 bits and B2 of up to
+ * 16, so that each product's small parts matter (11 bits are tf32's), and every product and sum
+ * is exact in f32. */
+static void probe_tf32(probe_store *st, probe_problem *p) {
+    *p = (probe_problem){.out = 2 * PROBE_M * 8};
+    for (int i = 0; i < PROBE_M; ++i)
+        for (int k = 0; k < 8; ++k) {
+            st->fa[0][i * 8 + k] = (float)(40961 + 1021 * i - 4093 * k); /* 14 to 16 bits */
+            st->fa[1][i * 8 + k] = probe_a(i, k);
+        }
+    for (int k = 0; k < 8; ++k)
+        for (int j = 0; j < 8; ++j) {
+            st->fb[0][k * 8 + j] = probe_b(k, j);
+            st->fb[1][k * 8 + j] = (float)(-65535 + 2049 * k + 4099 * j);
+        }
+    for (int copy = 0; copy < 2; ++copy)
+        for (int i = 0; i < PROBE_M; ++i)
+            for (int j = 0; j < 8; ++j) {
+                float sum = probe_c(i, j);
+                for (int k = 0; k < 8; ++k)
+                    sum += st->fa[copy][i * 8 + k] * st->fb[copy][k * 8 + j];
+                st->c[i * 8 + j] = probe_c(i, j);
+                p->want[copy * PROBE_M * 8 + i * 8 + j] = sum;
+            }
+    probe_input(p, st->fa[0], sizeof st->fa[0]);
+    probe_input(p, st->fb[0], sizeof st->fb[0]);
+    probe_input(p, st->fa[1], sizeof st->fa[1]);
+    probe_input(p, st->fb[1], sizeof st->fb[1]);
+    probe_input(p, st->c, PROBE_M * 8 * sizeof(float));
 }
 
 /* Builds the probe program with `options` (a build failure: not exact, no error) and runs the
@@ -127,8 +181,14 @@ static int probe_kernel(const clattn__call *call, const char *options, const pro
     if (status == CLATTN_ERR_BUILD_FAILED) return CLATTN_SUCCESS; /* not this mechanism */
     size_t max_group = 0; /* the subgroup must fit one group, under CLATTN_MAX_WORK_GROUP too */
     if (status == CLATTN_SUCCESS) status = clattn__kernel_max_group(kernel, device, &max_group);
+    probe_store store;
+    probe_problem problem;
+    if (shape == &tf32_probe_shape)
+        probe_tf32(&store, &problem);
+    else
+        probe_16bit(shape, strstr(options, "bf16") != NULL, &store, &problem);
     if (status == CLATTN_SUCCESS && max_group >= group)
-        status = run_probe(call, kernel, shape, group, strstr(options, "bf16") != NULL, exact);
+        status = run_probe(call, kernel, &problem, group, exact);
     if (kernel) clReleaseKernel(kernel);
     return status;
 }
@@ -139,6 +199,10 @@ int clattn__matrix_probe(const clattn__call *call, const char *options, bool *ex
 
 int clattn__tile_probe(const clattn__call *call, const char *options, int subgroup, bool *exact) {
     return probe_kernel(call, options, &tile_probe_shape, (size_t)subgroup, exact);
+}
+
+int clattn__tf32_probe(const clattn__call *call, const char *options, bool *exact) {
+    return probe_kernel(call, options, &tf32_probe_shape, 32, exact);
 }
 
 static bool has_extension(cl_device_id device, const char *name) {
@@ -224,6 +288,8 @@ static const struct mechanism {
     {CLATTN_MATRIX_DPAS_BF16, "dpas-bf16", CLATTN_BF16, {CLATTN__TILE_DPAS8, 8}, takes_dpas8},
     {CLATTN_MATRIX_DPAS_F16, "dpas-f16", CLATTN_F16, {CLATTN__TILE_DPAS16, 16}, takes_dpas16},
     {CLATTN_MATRIX_DPAS_BF16, "dpas-bf16", CLATTN_BF16, {CLATTN__TILE_DPAS16, 16}, takes_dpas16},
+    /* f32 on the tf32 unit: attention_mma's warp primitives only, no subgroup tile */
+    {CLATTN_MATRIX_MMA_TF32, "mma-tf32", CLATTN_F32, {CLATTN__TILE_NV, 32}, takes_ptx_mma},
 };
 #define MECHANISMS (sizeof mechanisms / sizeof mechanisms[0])
 
@@ -260,6 +326,7 @@ static int probe_mechanism(const clattn__call *call, const struct mechanism *m, 
     snprintf(options, sizeof options,
              "-cl-std=CL1.2 -DMMA_PROBE=1 -DMMA_NATIVE=%d -DMMA_UNIT=%d -DMMA_T=%s",
              emulated ? 0 : 1, m->tile.unit, clattn_dtype_name(m->type));
+    if (m->type == CLATTN_F32) return clattn__tf32_probe(call, options, exact);
     int status = clattn__tile_probe(call, options, m->tile.subgroup, exact);
     if (status == CLATTN_SUCCESS && *exact && m->tile.unit == CLATTN__TILE_NV)
         status = clattn__matrix_probe(call, options, exact);
@@ -347,7 +414,7 @@ int clattn__matrix_tile(const clattn__call *call, clattn_dtype type, clattn__til
     unsigned passed = 0;
     const int status = passed_mechanisms(call, &passed);
     *tile = (clattn__tile){0, 0};
-    for (size_t i = 0; i < MECHANISMS && !tile->unit; ++i)
+    for (size_t i = 0; i < MECHANISMS && !tile->unit && type != CLATTN_F32; ++i)
         if ((passed & (1u << i)) && mechanisms[i].type == type) *tile = mechanisms[i].tile;
     return status;
 }

@@ -25,7 +25,8 @@ typedef struct clattn__tile {
  * (context, device) and cached until clattn_cache_clear(context). */
 int clattn__matrix_units(const clattn__call *call, unsigned *units);
 /* The subgroup tile kernels on `type` (f16 or bf16) inputs use on the call's device: the first
- * mechanism of that type whose probes passed, or unit 0. */
+ * mechanism of that type whose probes passed, or unit 0 (always for f32: the tf32 unit has no
+ * subgroup tile, only attention_mma's warp primitives). */
 int clattn__matrix_tile(const clattn__call *call, clattn_dtype type, clattn__tile *tile);
 /* cl/mma.cl's MMA_TILE_SCRATCH: the local floats a subgroup's products take on `tile`, native or
  * emulated (NVIDIA's emulation A and B of one m16n8k16, the others' A and B of a tile, a native
@@ -46,5 +47,7 @@ void clattn__matrix_units_clear(cl_context context);
  * a subgroup of `subgroup` work-items. */
 int clattn__matrix_probe(const clattn__call *call, const char *options, bool *exact);
 int clattn__tile_probe(const clattn__call *call, const char *options, int subgroup, bool *exact);
+/* tf32_probe: the 3xTF32 products (MMA_T f32), a warp of 32. */
+int clattn__tf32_probe(const clattn__call *call, const char *options, bool *exact);
 
 #endif

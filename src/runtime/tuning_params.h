@@ -63,10 +63,12 @@
  * SPLIT_MIN; BM, BN: the blocks' queries per work-item and keys per tile; MQ, MK: micro's queries
  * and keys per work-item; UNITS 1: prefill with f16 or bf16 q, k, v takes attention_mma (NVIDIA's
  * unit) or attention_units (another's) wherever clattn_matrix_units found a unit for their
- * dtype, whatever PREFILL says (0: only PREFILL=5 or 6); UNIT_KEYS: attention_mma's and
- * attention_units' keys a tile (rounded down to a multiple of 16, then lowered by 16 until its
- * tiles fit the local memory); UNIT_QUERIES: attention_mma's queries a warp (16 or 32,
- * rounded down; 32 reads each K and V fragment once for two m-tiles of products, the same bits;
+ * dtype, whatever PREFILL says (0: only PREFILL=5 or 6); UNIT_F32 1: so does f32 prefill, on
+ * attention_mma's 3xTF32 products, where the probes found NVIDIA's tf32 unit (about f32's
+ * accuracy, as PyTorch's f32 SDPA on those GPUs; 0: f32 stays on the FMA units); UNIT_KEYS:
+ * attention_mma's and attention_units' keys a tile (rounded down to a multiple of 16, then lowered
+ * by 16 until its tiles fit the local memory); UNIT_QUERIES: attention_mma's queries a warp (16 or
+ * 32, rounded down; 32 reads each K and V fragment once for two m-tiles of products, the same bits;
  * 16 where 32 do not fit the local memory with UNIT_KEYS, as at D=128 in 48 KiB; attention_units
  * takes 16 a subgroup); UNIT_AHEAD: attention_mma and attention_units fetch the next key tile
  * into registers while they compute one when the head dims (D + Dv) exceed UNIT_AHEAD, else at
@@ -94,6 +96,7 @@
     X(MQ, 4, 1, 8, MQ)                                                                             \
     X(MK, 2, 1, 8, MK)                                                                             \
     X(UNITS, 1, 0, 1, HOST)                                                                        \
+    X(UNIT_F32, 1, 0, 1, HOST)                                                                     \
     X(UNIT_KEYS, 32, 16, 64, MMA_KT)                                                               \
     X(UNIT_QUERIES, 16, 16, 32, MMA_WQ)                                                            \
     X(UNIT_AHEAD, 128, 0, 1 << 20, HOST)                                                           \
