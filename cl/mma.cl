@@ -78,7 +78,7 @@
 #define MMA_T_IS_F32 CAT(MMA_IS_F32_, MMA_T)
 #define MMA_PTX_TYPE_f16 "f16"
 #define MMA_PTX_TYPE_bf16 "bf16"
-#define MMA_PTX_TYPE_f32 "f16" /* m16n8k16 takes no tf32; f32 builds use m16n8k8 */
+#define MMA_PTX_TYPE_f32 "f32" /* no such m16n8k16: f32 builds use m16n8k8 (ptxas refuses it) */
 #define MMA_PTX_TYPE CAT(MMA_PTX_TYPE_, MMA_T)
 
 #define MMA_WARP 32
@@ -617,8 +617,8 @@ matrix_probe(__global const ushort *a, __global const ushort *b, __global const 
  * mma_m16n8k8x3, each lane storing the fragment of lane ^ 3 as matrix_probe does. The host's A
  * holds integers of up to 16 bits and its B of 2 (B2 and A2 the other way round), so that each
  * product's small parts matter, every product and sum is exact in f32, and a correct unit
- * returns the host's D exactly. MMA_PROBE_BREAK 1: one lane's result off by one; 3: the
- * small products left out. */
+ * returns the host's D exactly. MMA_PROBE_BREAK 1: one lane's result off by one; 2: an exchange
+ * that returns a lane's own value; 3: the small products left out. */
 __kernel __attribute__((reqd_work_group_size(MMA_WARP, 1, 1))) void
 tf32_probe(__global const float *a, __global const float *b, __global const float *a2,
            __global const float *b2, __global const float *c, __global float *d) {
@@ -639,7 +639,7 @@ tf32_probe(__global const float *a, __global const float *b, __global const floa
         for (int i = 0; i < 4; ++i) {
             const float mine = fd[i] + (MMA_PROBE_BREAK == 1 && lane == 5 && i == 0 ? 1.0f : 0.0f);
             d[p * 128 + (g + (i >> 1) * 8) * 8 + 2 * u + (i & 1)] =
-                mma_lane_xor(mma_lane_xor(mine, 1, xs), 2, xs);
+                mma_lane_xor(mma_lane_xor(mine, 1, xs), MMA_PROBE_BREAK == 2 ? 1 : 2, xs);
         }
     }
 }

@@ -6,6 +6,7 @@
 #include "ops/attention.h"
 #include "ref.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -436,7 +437,8 @@ static void check_case_on(test_ctx *t, const at_spec *s, int kernel, const char 
  * cut ones under causality, key lengths and a window wider than a tile with global positions; q
  * in another layout than K and V. `f32`: the same cases in f32, and head dims of tf32's 8-wide
  * steps (40: no 16-bit fragment takes it) with fewer keys than a tile (D=40 fits the 32 KiB of
- * Oclgrind and rusticl; the f32 q rows at D=64 do not, beside the emulation's scratch). */
+ * Oclgrind and rusticl; the f32 q rows at D=64 do not, beside the emulation's scratch), and
+ * D=128 in groups of 2 warps where the device has 48 KiB. */
 static void matrix_unit_cases(test_ctx *t, bool f32) {
     if (clattn__device_max_group(clattn_env_device(t->env)) < 128)
         return test_skip(t, "groups capped below attention_mma's 128 (it falls back to tiles)");
@@ -464,6 +466,18 @@ static void matrix_unit_cases(test_ctx *t, bool f32) {
     s = base(1, 2, 2, 33, 7, 40);
     s.lse = 1;
     check_case_on(t, &s, CLATTN__ATTENTION_MMA, "f32 D=40, 7 keys + lse");
+    /* D=128 in 48 KiB: groups of 2 warps (4 warps' q rows do not fit beside the key tiles) */
+    test_saved_env cap = test_env_set("CLATTN_MAX_LOCAL_MEMORY", "49152");
+    s = base(1, 1, 1, 40, 24, 128);
+    s.causal = 1;
+    clattn__attention_launch launch;
+    if (clattn__device_local_bytes(clattn_env_device(t->env)) >= 49152 &&
+        planned_launch(t, &s, CLATTN__ATTENTION_MMA, &launch)) {
+        CHECK(t, launch.variant == CLATTN__ATTENTION_MMA && launch.warps == 2,
+              "f32 D=128 in 48 KiB: variant %d, %d warps", launch.variant, launch.warps);
+        check_case_on(t, &s, CLATTN__ATTENTION_MMA, "f32 D=128 causal, 2 warps a group");
+    }
+    test_env_restore(&cap);
 }
 
 static void matrix_unit_cases_in_16_bits(test_ctx *t) {
@@ -614,12 +628,11 @@ static void units_on_every_tile(test_ctx *t) {
  * queries: two groups of 16-query warps, one of 32-query warps with rows past Sq; causal with a
  * left window of 20, so tiles are cut, whole and hidden, and the groups' spans start apart; lse;
  * NaN and Inf values in V that only some rows of an m-tile see (the non-finite fallback reads its
- * rows' flags). (The default's results against the reference: matrix_unit_cases_in_16_bits,
- * hidden_keys_inside_the_span_change_nothing.) */
-static void two_m_tiles_a_warp_give_the_same_bits(test_ctx *t) {
-    if (!mma_runs_here(t)) return;
+ * rows' flags). In f16 and in f32 (3xTF32). (The default's results against the reference:
+ * matrix_unit_cases_in_16_bits and _in_f32, hidden_keys_inside_the_span_change_nothing.) */
+static void two_m_tiles_give_the_same_bits(test_ctx *t, clattn_dtype dt) {
     at_spec s = base(1, 2, 1, 100, 100, 16); /* small head dims: the builds are its cost */
-    s.dt = CLATTN_F16;
+    s.dt = dt;
     s.Dv = 16;
     s.causal = 1, s.window = 1, s.left = 20, s.right = 0;
     s.lse = 1;
@@ -641,12 +654,18 @@ static void two_m_tiles_a_warp_give_the_same_bits(test_ctx *t) {
     const size_t rows = (size_t)(s.B * s.Hq * s.Sq);
     if (ok) {
         CHECK(t, same_floats(out[0], out[1], rows * (size_t)s.Dv),
-              "two m-tiles a warp, fetched ahead, changed the outputs");
+              "%s: two m-tiles a warp, fetched ahead, changed the outputs", clattn_dtype_name(dt));
         CHECK(t, same_floats(lse[0], lse[1], rows),
-              "two m-tiles a warp, fetched ahead, changed the lse");
+              "%s: two m-tiles a warp, fetched ahead, changed the lse", clattn_dtype_name(dt));
     }
     for (int i = 0; i < 2; ++i) free(out[i]), free(lse[i]);
     free_data(&d);
+}
+
+static void two_m_tiles_a_warp_give_the_same_bits(test_ctx *t) {
+    if (!mma_runs_here(t)) return;
+    two_m_tiles_give_the_same_bits(t, CLATTN_F16);
+    two_m_tiles_give_the_same_bits(t, CLATTN_F32);
 }
 
 /* The outputs of s from `variant` (-1: the library's own choice), lse dropped. */
@@ -866,17 +885,17 @@ static void a_visible_inf_value_reaches_its_column(test_ctx *t) {
     inf_value_reaches_its_column(t, CLATTN_F32); /* attention_mma's 3xTF32 */
 }
 
-/* f32 on attention_mma's 3xTF32 products: keys the split cannot take score as plain f32 does (a
- * value within 2^-12 of f32's largest, whose big part rounds to Inf; -Inf), and the tile's other
- * scores as before. Causal rows 0-2 see neither key, rows 1- see key 1's -Inf score (weight 0),
- * rows 3- key 3's score near 4e37 (its value alone); attention_tiles beside it. */
+/* f32 on attention_mma's 3xTF32 products: keys the split cannot take score as plain f32 does
+ * (f32's largest value, whose big part rounds to Inf; -Inf), and the tile's other scores as
+ * before. Causal row i sees keys 0..i: rows 1 on see key 1's -Inf score (weight 0), rows 3 on
+ * key 3's, near 4e37, which makes its values theirs; attention_tiles beside it. */
 static void unsplittable_keys_score_as_in_f32(test_ctx *t) {
     at_spec s = base(1, 1, 1, 6, 6, 16);
     s.causal = 1;
     at_data d;
     if (!prepare(t, &s, &d)) return free_data(&d);
     for (int64_t i = 0; i < s.Sq; ++i) d.q[i * s.D] = d.q[i * s.D + 1] = 0.5f;
-    d.k[3 * s.D] = 3.4e38f;
+    d.k[3 * s.D] = FLT_MAX;
     d.k[1 * s.D + 1] = -INFINITY;
     free(d.ref_p);
     reference(&s, &d);
@@ -911,7 +930,7 @@ static void nan_query_on(test_ctx *t, const at_spec *s, int variant) {
 
 /* A NaN query makes its row NaN (softmax over NaN scores is NaN), not the empty row that a max
  * ignoring NaN would take it for. Every variant, on cases whose programs earlier tests built:
- * causality_is_bit_exact's, and attention_mma's on the f16 case above. */
+ * causality_is_bit_exact's (attention_mma's 3xTF32 too), and the units' on the f16 case above. */
 static void a_nan_query_makes_its_row_nan(test_ctx *t) {
     at_spec s32 = base(1, 2, 2, 17, 17, 16), s16 = base(1, 1, 1, 4, 16, 16);
     s32.causal = 1;
@@ -919,6 +938,8 @@ static void a_nan_query_makes_its_row_nan(test_ctx *t) {
     for (int variant = 0; variant < VARIANTS && !t->failed; ++variant) {
         const at_spec *s = on_matrix_tiles(variant) ? &s16 : &s32;
         if (variant_runs(variant) && variant_applies(s, variant)) nan_query_on(t, s, variant);
+        if (variants[variant] == CLATTN__ATTENTION_MMA && variant_runs(variant))
+            nan_query_on(t, &s32, variant);
     }
 }
 

@@ -53,6 +53,8 @@ static void a_wrong_or_missing_unit_fails_the_probe(test_ctx *t) {
         {false, "-DMMA_PROBE_BREAK=2", "a lane exchange that returns the lane's own value"},
         {false, "-DMMA_PROBE_BREAK=3", "B's fragments loaded untransposed"},
         {true, "-DMMA_T=f32 -DMMA_PROBE_BREAK=1", "a tf32 product off by one in one lane"},
+        {true, "-DMMA_T=f32 -DMMA_PROBE_BREAK=2",
+         "a tf32 lane exchange that returns the lane's own value"},
         {true, "-DMMA_T=f32 -DMMA_PROBE_BREAK=3", "3xTF32 products without their small parts"},
     };
     const clattn__call call = probe_call(t);

@@ -339,6 +339,14 @@ static void call_args(const mha_spec *s, mha_case *c, clattn_mha_params *p, clat
     o->average_attn_weights = s->weights == 1;
 }
 
+/* Offers every device the emulated tile unit `units` (0: none, as the device is). With it, f32
+ * attention (the f32 path's) stays on the FMA units: the emulated tf32 unit's 3xTF32 attention
+ * is the attention suite's, and here it would build its slow emulated programs for each case. */
+static void emulate_units(int units) {
+    clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, units ? units : -1);
+    clattn_tuning_override("attention", units ? "UNIT_F32=0" : NULL);
+}
+
 /* The workspace the case asks for, with the emulated tile unit `units` offered or none (0 on
  * failure). */
 static size_t workspace_bytes(test_ctx *t, const mha_spec *s, mha_case *c, int units) {
@@ -347,14 +355,14 @@ static size_t workspace_bytes(test_ctx *t, const mha_spec *s, mha_case *c, int u
     call_args(s, c, &p, &o);
     cl_context context = clattn_env_context(t->env);
     clattn_cache_clear(context); /* the probe's answer goes with the cache */
-    clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, units ? units : -1);
+    emulate_units(units);
     size_t bytes = 0;
     const int status = clattn_mha_workspace_size(&c->t_query, &c->t_key, &c->t_value, &p, &c->t_out,
                                                  &o, clattn_env_queue(t->env), &bytes);
     if (status != CLATTN_SUCCESS)
         test_fail_at(t, __FILE__, __LINE__, "clattn_mha_workspace_size -> %s: %s",
                      clattn_status_name(status), clattn_last_error());
-    clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, -1);
+    emulate_units(0);
     clattn_cache_clear(context);
     return bytes;
 }
@@ -470,11 +478,9 @@ static void check_case(test_ctx *t, const mha_spec *s) {
         ok = !t->failed;
     }
     cl_context context = clattn_env_context(t->env);
-    if (s->emulate)
-        clattn_cache_clear(context), clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, s->emulate);
+    if (s->emulate) clattn_cache_clear(context), emulate_units(s->emulate);
     int status = ok ? run_forward(t, s, &c) : CLATTN_SUCCESS;
-    if (s->emulate)
-        clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, -1), clattn_cache_clear(context);
+    if (s->emulate) emulate_units(0), clattn_cache_clear(context);
     if (status != CLATTN_SUCCESS)
         test_fail_at(t, __FILE__, __LINE__, "clattn_mha_forward -> %s: %s",
                      clattn_status_name(status), clattn_last_error());

@@ -188,8 +188,9 @@ def native_main(args, targets, found):
     targets = [t for t in targets if t in NATIVE]
     jobs = []
     for op in sorted(found):
+        # (f32's tf32 probe is NVIDIA's warp products, no subgroup tile: no other unit has it)
         eligible = {stem: o for stem, o in found[op].items()
-                    if "-DMMA_UNIT=1" in o and "-DMMA_NATIVE=0" in o}
+                    if "-DMMA_UNIT=1" in o and "-DMMA_NATIVE=0" in o and "-DMMA_T=f32" not in o}
         if not eligible:
             continue
         stems = sorted(eligible) if args.all else cover(eligible)

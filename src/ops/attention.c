@@ -23,6 +23,7 @@
 #define ATTENTION_KEYS_CHUNK 1024 /* = KEYS_CHUNK */
 #define KEYS_MAX_QUERIES     8
 #define ATTENTION_MMA_WARPS  4 /* attention_mma and attention_units: MMA_WARPS subgroups a group */
+#define ATTENTION_MMA_FEWEST 2 /* attention_mma's where 4 do not fit */
 #define ATTENTION_SPLIT_MAX  128
 
 typedef clattn__attention_launch attention_launch;
@@ -196,15 +197,15 @@ static uint64_t mma_stride(int64_t n, size_t bytes) {
 }
 
 /* Bytes of local memory attention_mma declares (cl/attention.cl) with key tiles of `keys` and
- * `queries` a warp, `buffers` of them (2: UNIT_ASYNC), values of `bytes`: the padded K and V
- * tiles, the group's q rows, the weights' flags, its emulation's scratch and exchanges (taken as
- * the larger, the emulation's), the span and the flags. */
+ * `queries` a warp, `buffers` of them (2: UNIT_ASYNC), values of `bytes`, `warps` a group: the
+ * padded K and V tiles, the group's q rows, the weights' flags, its emulation's scratch and
+ * exchanges (taken as the larger, the emulation's), the span and the flags. */
 static uint64_t mma_local_bytes(int64_t d, int64_t dv, int64_t keys, int64_t queries, int buffers,
-                                size_t bytes) {
-    const uint64_t warps = ATTENTION_MMA_WARPS, n = (uint64_t)keys;
+                                size_t bytes, int warps_a_group) {
+    const uint64_t warps = (uint64_t)warps_a_group, n = (uint64_t)keys;
     return (uint64_t)buffers * n * (mma_stride(d, bytes) + mma_stride(dv, bytes)) * 4 +
            warps * (uint64_t)queries * (mma_stride(d, bytes) * 4 + n) +
-           warps * (16 * 16 + 16 * 8 + 16 * 4) * 4 + 24;
+           warps * (16 * 16 + 16 * 8 + 16 * 4) * 4 + 20;
 }
 
 /* Bytes of local memory attention_units declares with key tiles of `keys` on `tile` (native or
@@ -235,7 +236,7 @@ static uint64_t tiles_local_bytes(const attention_args *a, const attention_launc
     const int64_t d = a->q->shape[3], dv = a->v->shape[3];
     return l->variant == CLATTN__ATTENTION_MMA
                ? mma_local_bytes(d, dv, keys, queries, async ? 2 : 1,
-                                 clattn_dtype_size(a->q->dtype))
+                                 clattn_dtype_size(a->q->dtype), l->warps)
                : units_local_bytes(d, dv, keys, &l->tile, !l->on_unit);
 }
 
@@ -251,23 +252,40 @@ static bool units_dtypes_take(const attention_args *a, bool mma) {
 }
 
 /* The unit the device's probes found for the call's dtype: the subgroup tile of 16-bit inputs,
- * or NVIDIA's warp (3xTF32) for f32 where mma-tf32 passed; unit 0 where none. */
+ * or NVIDIA's warp (3xTF32) for f32 where mma-tf32 passed; unit 0 where none. f32 probes only a
+ * device offered the tf32 unit (or every device, emulated, under the test hook): UNIT_F32 is 1
+ * in every row, and other devices' f32 calls should not build and run their probes. */
 static int found_unit(const clattn__call *call, clattn_dtype dtype, clattn__tile *found) {
     if (dtype != CLATTN_F32) return clattn__matrix_tile(call, dtype, found);
     unsigned units = 0;
+    *found = (clattn__tile){0, 0};
+    if (!(clattn__matrix_offered(call->device) & CLATTN_MATRIX_MMA_TF32) &&
+        !clattn__matrix_units_emulated())
+        return CLATTN_SUCCESS;
     const int status = clattn__matrix_units(call, &units);
     *found = (units & CLATTN_MATRIX_MMA_TF32) ? (clattn__tile){CLATTN__TILE_NV, 32}
                                               : (clattn__tile){0, 0};
     return status;
 }
 
-/* The group and local arrays (key tiles of 16) fit the device: attention_mma's 4 warps of 32,
- * attention_units' 4 subgroups of the tile's. */
+/* The group and local arrays (key tiles of 16) fit the device: attention_mma's warps of 32,
+ * attention_units' subgroups of the tile's, l->warps of them. */
 static bool units_fit(const attention_args *a, const attention_launch *l, cl_device_id device) {
     const bool mma = l->variant == CLATTN__ATTENTION_MMA;
-    const size_t group = ATTENTION_MMA_WARPS * (size_t)(mma ? 32 : l->tile.subgroup);
+    const size_t group = (size_t)l->warps * (size_t)(mma ? 32 : l->tile.subgroup);
     return clattn__device_max_group(device) >= group &&
            tiles_local_bytes(a, l, 16, 16, false) <= clattn__device_local_bytes(device);
+}
+
+/* Groups of 4 subgroups, or attention_mma's of 2 where the local arrays of 4 do not fit (f32 at
+ * D=128 in 48 KiB: the group's q rows take 33 KiB): half the queries a group, the same kernel.
+ * Whether either fits. */
+static bool fit_warps(const attention_args *a, attention_launch *l, cl_device_id device) {
+    l->warps = ATTENTION_MMA_WARPS;
+    if (units_fit(a, l, device)) return true;
+    if (l->variant != CLATTN__ATTENTION_MMA) return false;
+    l->warps = ATTENTION_MMA_FEWEST;
+    return units_fit(a, l, device);
 }
 
 /* Key tiles of UNIT_KEYS (a multiple of 16) and UNIT_QUERIES a warp (mma: 16 or 32; units: 16),
@@ -286,6 +304,17 @@ static void fit_unit_tiles(const attention_args *a, attention_launch *l, cl_ulon
                tiles_local_bytes(a, l, l->t.UNIT_KEYS, l->t.UNIT_QUERIES, true) <= local_bytes;
 }
 
+/* Whether the next key tile is fetched into registers during this one: where the head dims
+ * exceed UNIT_AHEAD (below, the registers cost a group a multiprocessor on an H100) and the tile
+ * takes at most 32 registers a work-item (f32 at D=128 in groups of 2 warps would take 64, on
+ * top of a kernel whose clang PTX ptxas already spills). */
+static bool fetch_ahead(const attention_args *a, const attention_launch *l) {
+    const int64_t dims = a->q->shape[3] + a->v->shape[3];
+    const int64_t items = (int64_t)l->warps * l->tile.subgroup;
+    const int64_t words = l->t.UNIT_KEYS * dims * (int64_t)clattn_dtype_size(a->q->dtype) / 4;
+    return dims > l->t.UNIT_AHEAD && words <= 32 * items;
+}
+
 /* attention_mma's keys in chunks of UNIT_SPLIT (whole key tiles), a group each, merged after;
  * none where UNIT_SPLIT is 0 or covers the keys. As pick_splits, only a launch of fewer groups
  * than SPLIT_TARGET a compute unit splits, into at most as many chunks as make up for that
@@ -295,7 +324,7 @@ static void mma_splits(const attention_args *a, attention_launch *l, cl_uint uni
     const int64_t Sk = a->k->shape[2], tile = l->t.UNIT_KEYS;
     l->splits = 1, l->chunk = (int)Sk;
     if (l->variant != CLATTN__ATTENTION_MMA || l->t.UNIT_SPLIT <= 0) return;
-    const int64_t block = l->t.UNIT_QUERIES * ATTENTION_MMA_WARPS;
+    const int64_t block = l->t.UNIT_QUERIES * l->warps;
     const int64_t groups = a->q->shape[0] * a->q->shape[1] * ((a->q->shape[2] + block - 1) / block);
     int64_t most = ((int64_t)units * l->t.SPLIT_TARGET + groups - 1) / groups;
     if (most > ATTENTION_SPLIT_MAX) most = ATTENTION_SPLIT_MAX;
@@ -306,73 +335,6 @@ static void mma_splits(const attention_args *a, attention_launch *l, cl_uint uni
     if (chunk >= Sk) return;
     l->chunk = (int)chunk;
     l->splits = (int)((Sk + chunk - 1) / chunk);
-}
-
-/* The matrix-unit variants, for a prefill whose dtype's subgroup tile the device's probes found
- * (UNITS=1; f32, UNIT_F32=1: NVIDIA's tf32 unit): attention_mma on NVIDIA's, attention_units on
- * the others'; or where PREFILL (or the test hook) asks for one (without a tile found: the
- * emulation, of NVIDIA's tile for units). On the instruction where the probe found it (unless the
- * units found are the emulated ones), else on the emulation. A forced variant that cannot take
- * the call leaves it to attention_tiles, an offered one to the row's PREFILL. */
-static int pick_units(const clattn__call *call, const attention_args *a, bool prefill,
-                      attention_launch *l) {
-    const bool asked = on_matrix_tiles(l->variant);
-    const bool f32 = a->q->dtype == CLATTN_F32;
-    const bool offered = prefill && (f32 ? l->t.UNIT_F32 : l->t.UNITS) &&
-                         clattn__hook_value(CLATTN__HOOK_ATTENTION_VARIANT) < 0;
-    if (!asked && !offered) return CLATTN_SUCCESS;
-    if (!units_dtypes_take(a, true)) {
-        if (asked) l->variant = CLATTN__ATTENTION_TILES;
-        return CLATTN_SUCCESS;
-    }
-    clattn__tile found;
-    const int status = found_unit(call, a->q->dtype, &found);
-    if (status != CLATTN_SUCCESS || (!asked && !found.unit)) return status;
-    const int wanted = l->variant; /* PREFILL's, where the units do not take the call */
-    if (!asked)
-        l->variant =
-            found.unit == CLATTN__TILE_NV ? CLATTN__ATTENTION_MMA : CLATTN__ATTENTION_UNITS;
-    const bool mma = l->variant == CLATTN__ATTENTION_MMA;
-    const bool emulated = clattn__matrix_units_emulated();
-    l->tile = found.unit ? found : (clattn__tile){CLATTN__TILE_NV, 32};
-    l->on_unit = found.unit && !emulated && (found.unit == CLATTN__TILE_NV || !mma);
-    if (!units_dtypes_take(a, mma) || !units_fit(a, l, call->device)) {
-        l->variant = asked ? CLATTN__ATTENTION_TILES : wanted; /* TK was fitted before */
-        return status;
-    }
-    l->ahead = a->q->shape[3] + a->v->shape[3] > l->t.UNIT_AHEAD;
-    fit_unit_tiles(a, l, clattn__device_local_bytes(call->device));
-    l->t.GROUP = ATTENTION_MMA_WARPS * (mma ? 32 : l->tile.subgroup);
-    mma_splits(a, l, clattn__device_compute_units(call->device));
-    return CLATTN_SUCCESS;
-}
-
-static int pick_launch(const clattn__call *call, const attention_args *a, attention_launch *l) {
-    cl_device_id device = call->device;
-    *l = (attention_launch){.splits = 1};
-    int status = clattn__attention_tuning_get(device, a->q->dtype, &l->t);
-    if (status != CLATTN_SUCCESS) return status;
-    const cl_ulong local_bytes = clattn__device_local_bytes(device);
-    const int64_t d = a->q->shape[3], dv = a->v->shape[3];
-    const bool prefill = a->q->shape[2] > KEYS_MAX_QUERIES;
-    l->variant = (int)(prefill ? l->t.PREFILL : l->t.DECODE);
-    l->t.LANES = clattn__head_lanes((cl_uint)l->t.LANES, d, dv);
-    const int forced = clattn__hook_value(CLATTN__HOOK_ATTENTION_VARIANT);
-    if (forced >= 0) l->variant = forced;
-    /* lanes needs vectors of at least 4 (hsum, hmax); head dims that allow no more take blocks */
-    if (l->variant == CLATTN__ATTENTION_LANES && l->t.LANES < 4)
-        l->variant = CLATTN__ATTENTION_BLOCKS;
-    if (l->variant == CLATTN__ATTENTION_KEYS) l->t.GROUP = ATTENTION_KEYS_SIZE;
-    if (l->variant == CLATTN__ATTENTION_LANES) l->t.GROUP = 1; /* its reqd_work_group_size */
-    /* the tiles variant's K and V tiles of TK rows take at most half the local memory */
-    while (l->variant != CLATTN__ATTENTION_MICRO && l->t.TK > 1 &&
-           (uint64_t)l->t.TK * (uint64_t)(d + dv) * 4 > local_bytes / 2)
-        l->t.TK /= 2;
-    if (l->variant == CLATTN__ATTENTION_MICRO) fit_micro(l, device, d, dv, local_bytes);
-    status = pick_units(call, a, prefill, l);
-    if (status != CLATTN_SUCCESS || on_matrix_tiles(l->variant)) return status;
-    pick_splits(l, device, a);
-    return CLATTN_SUCCESS;
 }
 
 /* The keys and tiles variants read K and V rows as aligned vectors when every row starts
@@ -404,8 +366,8 @@ static void mma_options(const attention_args *a, const attention_launch *l, char
         snprintf(unit, sizeof unit, "-DMMA_UNIT=%d -DMMA_NATIVE=%d", l->tile.unit, native);
     snprintf(options + used, size - used,
              " -DMMA_T=%s %s -DMMA_WARPS=%d -DMMA_AHEAD=%d -DMMA_ASYNC=%d",
-             clattn_dtype_name(a->q->dtype), unit, ATTENTION_MMA_WARPS,
-             l->ahead && !l->async ? 1 : 0, l->async ? 1 : 0);
+             clattn_dtype_name(a->q->dtype), unit, l->warps, l->ahead && !l->async ? 1 : 0,
+             l->async ? 1 : 0);
 }
 
 static void attention_options(const attention_args *a, const attention_launch *l, bool wide,
@@ -427,6 +389,107 @@ static void attention_options(const attention_args *a, const attention_launch *l
     clattn__mask_options(&a->mask, options, size);
 }
 
+/* The kernels, by variant. */
+static const char *const attention_kernels[CLATTN__ATTENTION_VARIANTS] = {
+    "attention_blocks", "attention_tiles", "attention_keys", "attention_lanes",
+    "attention_micro",  "attention_mma",   "attention_units"};
+
+/* The launch indexes with 64 bits: a view past 32 bits, or scratch past them. */
+static bool launch_wide(const attention_args *a, const attention_launch *l) {
+    return attention_needs_wide_index(a) ||
+           partial_floats(a, l) + packed_key_floats(a, l) >= (size_t)clattn__narrow_index_limit();
+}
+
+/* The widest group the launch's kernel takes on the call's device, built now (the program cache
+ * keeps it for the enqueue). */
+static int kernel_group_limit(const clattn__call *call, const attention_args *a,
+                              const attention_launch *l, size_t *most) {
+    char options[1024];
+    attention_options(a, l, launch_wide(a, l), call->device, options, sizeof options);
+    if (on_matrix_tiles(l->variant)) mma_options(a, l, options, sizeof options);
+    cl_kernel kernel = NULL;
+    int status = clattn__create_kernel(call->context, call->device, "attention.cl", options,
+                                       attention_kernels[l->variant], &kernel);
+    *most = 0;
+    if (status == CLATTN_SUCCESS) status = clattn__kernel_max_group(kernel, call->device, most);
+    if (kernel) clReleaseKernel(kernel);
+    return status;
+}
+
+/* The matrix-unit variants, for a prefill whose dtype's subgroup tile the device's probes found
+ * (UNITS=1; f32, UNIT_F32=1: NVIDIA's tf32 unit): attention_mma on NVIDIA's, attention_units on
+ * the others'; or where PREFILL (or the test hook) asks for one (without a tile found: the
+ * emulation, of NVIDIA's tile for units). On the instruction where the probe found it (unless the
+ * units found are the emulated ones), else on the emulation. A forced variant that cannot take
+ * the call leaves it to attention_tiles, an offered one to the row's PREFILL. */
+static int pick_units(const clattn__call *call, const attention_args *a, bool prefill,
+                      attention_launch *l) {
+    const bool asked = on_matrix_tiles(l->variant);
+    const bool f32 = a->q->dtype == CLATTN_F32;
+    const bool offered = prefill && (f32 ? l->t.UNIT_F32 : l->t.UNITS) &&
+                         clattn__hook_value(CLATTN__HOOK_ATTENTION_VARIANT) < 0;
+    if (!asked && !offered) return CLATTN_SUCCESS;
+    if (!units_dtypes_take(a, true)) {
+        if (asked) l->variant = CLATTN__ATTENTION_TILES;
+        return CLATTN_SUCCESS;
+    }
+    clattn__tile found;
+    const int status = found_unit(call, a->q->dtype, &found);
+    if (status != CLATTN_SUCCESS || (!asked && !found.unit)) return status;
+    const int wanted = l->variant; /* PREFILL's, where the units do not take the call */
+    if (!asked)
+        l->variant =
+            found.unit == CLATTN__TILE_NV ? CLATTN__ATTENTION_MMA : CLATTN__ATTENTION_UNITS;
+    const bool mma = l->variant == CLATTN__ATTENTION_MMA;
+    const bool emulated = clattn__matrix_units_emulated();
+    l->tile = found.unit ? found : (clattn__tile){CLATTN__TILE_NV, 32};
+    l->on_unit = found.unit && !emulated && (found.unit == CLATTN__TILE_NV || !mma);
+    if (!units_dtypes_take(a, mma) || !fit_warps(a, l, call->device)) {
+        l->variant = asked ? CLATTN__ATTENTION_TILES : wanted; /* TK was fitted before */
+        return status;
+    }
+    fit_unit_tiles(a, l, clattn__device_local_bytes(call->device));
+    l->ahead = fetch_ahead(a, l);
+    mma_splits(a, l, clattn__device_compute_units(call->device));
+    /* a kernel whose compiler cannot run its group (its registers, or a driver's own limit:
+     * rusticl's llvmpipe takes 32 work-items of these) cannot take the call either */
+    const int group = l->warps * (mma ? 32 : l->tile.subgroup);
+    size_t most = 0;
+    int built = kernel_group_limit(call, a, l, &most);
+    if (built == CLATTN_SUCCESS && most < (size_t)group)
+        l->variant = asked ? CLATTN__ATTENTION_TILES : wanted;
+    l->t.GROUP = on_matrix_tiles(l->variant) ? group : l->t.GROUP;
+    return built;
+}
+
+static int pick_launch(const clattn__call *call, const attention_args *a, attention_launch *l) {
+    cl_device_id device = call->device;
+    *l = (attention_launch){.splits = 1};
+    int status = clattn__attention_tuning_get(device, a->q->dtype, &l->t);
+    if (status != CLATTN_SUCCESS) return status;
+    const cl_ulong local_bytes = clattn__device_local_bytes(device);
+    const int64_t d = a->q->shape[3], dv = a->v->shape[3];
+    const bool prefill = a->q->shape[2] > KEYS_MAX_QUERIES;
+    l->variant = (int)(prefill ? l->t.PREFILL : l->t.DECODE);
+    l->t.LANES = clattn__head_lanes((cl_uint)l->t.LANES, d, dv);
+    const int forced = clattn__hook_value(CLATTN__HOOK_ATTENTION_VARIANT);
+    if (forced >= 0) l->variant = forced;
+    /* lanes needs vectors of at least 4 (hsum, hmax); head dims that allow no more take blocks */
+    if (l->variant == CLATTN__ATTENTION_LANES && l->t.LANES < 4)
+        l->variant = CLATTN__ATTENTION_BLOCKS;
+    if (l->variant == CLATTN__ATTENTION_KEYS) l->t.GROUP = ATTENTION_KEYS_SIZE;
+    if (l->variant == CLATTN__ATTENTION_LANES) l->t.GROUP = 1; /* its reqd_work_group_size */
+    /* the tiles variant's K and V tiles of TK rows take at most half the local memory */
+    while (l->variant != CLATTN__ATTENTION_MICRO && l->t.TK > 1 &&
+           (uint64_t)l->t.TK * (uint64_t)(d + dv) * 4 > local_bytes / 2)
+        l->t.TK /= 2;
+    if (l->variant == CLATTN__ATTENTION_MICRO) fit_micro(l, device, d, dv, local_bytes);
+    status = pick_units(call, a, prefill, l);
+    if (status != CLATTN_SUCCESS || on_matrix_tiles(l->variant)) return status;
+    pick_splits(l, device, a);
+    return CLATTN_SUCCESS;
+}
+
 /* Work-items (rounded up to whole groups) the variant launches: blocks and lanes, a work-item
  * per BM queries; tiles, a group per `group` queries of one (batch, head), the kernel reading its
  * group size back; micro, a group per group / (TK / MK) x MQ queries; mma and units, a group per
@@ -441,7 +504,7 @@ static size_t attention_items(const attention_args *a, const attention_launch *l
         return rows * ((sq + group - 1) / group) * (size_t)l->splits * group;
     case CLATTN__ATTENTION_MMA:
     case CLATTN__ATTENTION_UNITS: {
-        const size_t block = (size_t)l->t.UNIT_QUERIES * ATTENTION_MMA_WARPS;
+        const size_t block = (size_t)l->t.UNIT_QUERIES * (size_t)l->warps;
         return rows * ((sq + block - 1) / block) * (size_t)l->splits * group;
     }
     case CLATTN__ATTENTION_MICRO: {
@@ -513,12 +576,9 @@ static size_t micro_group(const attention_launch *l, size_t max_group) {
  * neither is needed). */
 static int enqueue_attention(const attention_args *a, const attention_launch *launch,
                              const clattn__call *call, cl_mem workspace) {
-    static const char *const kernels[CLATTN__ATTENTION_VARIANTS] = {
-        "attention_blocks", "attention_tiles", "attention_keys", "attention_lanes",
-        "attention_micro",  "attention_mma",   "attention_units"};
+    const char *const *kernels = attention_kernels;
     const attention_launch l = *launch;
-    bool wide = attention_needs_wide_index(a) || partial_floats(a, &l) + packed_key_floats(a, &l) >=
-                                                     (size_t)clattn__narrow_index_limit();
+    const bool wide = launch_wide(a, &l);
     char options[1024];
     attention_options(a, &l, wide, call->device, options, sizeof options);
     const bool on_tiles = on_matrix_tiles(l.variant);

@@ -32,6 +32,7 @@ typedef struct clattn__attention_launch {
     clattn__tile tile; /* units: the subgroup tile's mechanism (cl/mma.cl's MMA_UNIT, MMA_SG) */
     bool ahead;        /* mma: the next key tile fetched into registers during this one */
     bool async;        /* mma: key tiles double-buffered, the next copied during this one */
+    int warps;         /* mma, units: subgroups a group (4; mma: 2 where 4 do not fit) */
 } clattn__attention_launch;
 
 /* What a call runs, decided once. */
