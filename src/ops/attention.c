@@ -263,8 +263,7 @@ static int found_unit(const clattn__call *call, clattn_dtype dtype, clattn__tile
         !clattn__matrix_units_emulated())
         return CLATTN_SUCCESS;
     const int status = clattn__matrix_units(call, &units);
-    *found = (units & CLATTN_MATRIX_MMA_TF32) ? (clattn__tile){CLATTN__TILE_NV, 32}
-                                              : (clattn__tile){0, 0};
+    if (units & CLATTN_MATRIX_MMA_TF32) *found = (clattn__tile){CLATTN__TILE_NV, 32};
     return status;
 }
 
@@ -576,7 +575,6 @@ static size_t micro_group(const attention_launch *l, size_t max_group) {
  * neither is needed). */
 static int enqueue_attention(const attention_args *a, const attention_launch *launch,
                              const clattn__call *call, cl_mem workspace) {
-    const char *const *kernels = attention_kernels;
     const attention_launch l = *launch;
     const bool wide = launch_wide(a, &l);
     char options[1024];
@@ -585,7 +583,7 @@ static int enqueue_attention(const attention_args *a, const attention_launch *la
     if (on_tiles) mma_options(a, &l, options, sizeof options);
     cl_kernel kernel = NULL;
     int status = clattn__create_kernel(call->context, call->device, "attention.cl", options,
-                                       kernels[l.variant], &kernel);
+                                       attention_kernels[l.variant], &kernel);
     size_t max_group = 1;
     if (status == CLATTN_SUCCESS) status = set_attention_args(kernel, a, wide, &l, workspace);
     if (status == CLATTN_SUCCESS)
@@ -604,7 +602,7 @@ static int enqueue_attention(const attention_args *a, const attention_launch *la
             status = clattn__fail(CLATTN_ERR_DEVICE_LIMIT,
                                   "%s: the kernel's groups of %zu work-items are narrower than "
                                   "the %d it needs",
-                                  kernels[l.variant], max_group,
+                                  attention_kernels[l.variant], max_group,
                                   on_tiles ? (int)l.t.GROUP : (int)(l.t.TK / l.t.MK));
         if (status == CLATTN_SUCCESS)
             status = clattn__enqueue_link(call, kernel, attention_items(a, &l, local), local, &prev,
