@@ -106,6 +106,13 @@ inline float mma_half_value(uint word, int high) {
 #endif
 }
 
+/* The emulations' sums: acc + x[k] y[k * y_step] for k < n, in order of k. */
+inline float mma_emulated_dot(const __local float *x, const __local float *y, int y_step, int n,
+                              float acc) {
+    for (int k = 0; k < n; ++k) acc = fma(x[k], y[k * y_step], acc);
+    return acc;
+}
+
 /* d = a b + c for the warp's fragments (the layouts above). `scratch` holds MMA_SCRATCH_FLOATS
  * per warp of the group. */
 inline void mma_m16n8k16(float d[4], const uint a[4], const uint b[2], const float c[4],
@@ -131,12 +138,8 @@ inline void mma_m16n8k16(float d[4], const uint a[4], const uint b[2], const flo
         sb[(k + 1) * 8 + g] = mma_half_value(b[r], 1);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int i = 0; i < 4; ++i) {
-        const int row = g + (i >> 1) * 8, col = 2 * t + (i & 1);
-        float acc = c[i];
-        for (int k = 0; k < 16; ++k) acc = fma(sa[row * 16 + k], sb[k * 8 + col], acc);
-        d[i] = acc;
-    }
+    for (int i = 0; i < 4; ++i)
+        d[i] = mma_emulated_dot(sa + (g + (i >> 1) * 8) * 16, sb + 2 * t + (i & 1), 8, 16, c[i]);
     barrier(CLK_LOCAL_MEM_FENCE); /* the scratch is free for the next product */
 #endif
 }
@@ -317,11 +320,9 @@ MMA_INLINE void mma_m16n8k8x3(float d[4], const uint a_big[4], const uint a_smal
     for (int i = 0; i < 4; ++i) {
         const int row = g + (i >> 1) * 8, col = 2 * t + (i & 1);
         float acc = c[i];
-        for (int p = 0; p < 3; ++p) { /* small big, big small, big big */
-            const __local float *x = sa + (p == 0 ? 16 * 8 : 0) + row * 8;
-            const __local float *y = sb + (p == 1 ? 8 * 8 : 0) + col;
-            for (int k = 0; k < 8; ++k) acc = fma(x[k], y[k * 8], acc);
-        }
+        for (int p = 0; p < 3; ++p) /* small big, big small, big big */
+            acc = mma_emulated_dot(sa + (p == 0 ? 16 * 8 : 0) + row * 8,
+                                   sb + (p == 1 ? 8 * 8 : 0) + col, 8, 8, acc);
         d[i] = acc;
     }
     barrier(CLK_LOCAL_MEM_FENCE); /* the scratch is free for the next product */
@@ -513,10 +514,8 @@ inline void mma_tile_emulated(float d[MMA_CV], const uint a[MMA_AW], const uint 
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int i = 0; i < MMA_CV; ++i) {
-        const int at = mma_c_at(lane, i), row = at / 16, n = at % 16;
-        float acc = d[i];
-        for (int k = 0; k < 16; ++k) acc = fma(sa[row * 16 + k], sb[k * 16 + n], acc);
-        d[i] = acc;
+        const int at = mma_c_at(lane, i);
+        d[i] = mma_emulated_dot(sa + at / 16 * 16, sb + at % 16, 16, 16, d[i]);
     }
     barrier(CLK_LOCAL_MEM_FENCE); /* the scratch is free for the next product */
 }
