@@ -92,17 +92,18 @@ inline floatV feature_lanes(floatV x) {
 #define feature_lanes feature
 #endif
 
-/* Stores n (a multiple of VEC) floats of lane vectors to f32 scratch at `at`. */
+/* Stores n (a multiple of VEC) floats of lane vectors to f32 scratch at `at`. ROW_LANES and
+ * STORE_ROW_LANES: lane vector c of a float row, in any address space. */
 #if VEC > 1
 #define STORE_SCRATCH(p, at, n, in)                                                                \
     for (int c = 0; c < (n) / VEC; ++c) CAT(vstore, VEC)(in[c], 0, (p) + (at) + (IDX)(c * VEC))
-#define PRIVATE_LANES(row, c)        CAT(vload, VEC)(c, row)
-#define STORE_PRIVATE(row, c, value) CAT(vstore, VEC)(value, c, row)
+#define ROW_LANES(row, c)              CAT(vload, VEC)(c, row)
+#define STORE_ROW_LANES(row, c, value) CAT(vstore, VEC)(value, c, row)
 #else
 #define STORE_SCRATCH(p, at, n, in)                                                                \
     for (int c = 0; c < (n); ++c) (p)[(at) + (IDX)c] = in[c]
-#define PRIVATE_LANES(row, c)        (row)[c]
-#define STORE_PRIVATE(row, c, value) (row)[c] = (value)
+#define ROW_LANES(row, c)              (row)[c]
+#define STORE_ROW_LANES(row, c, value) (row)[c] = (value)
 #endif
 
 /* The two key-side kernels take one argument list (linear_features ignores v, states and the
@@ -157,6 +158,109 @@ __kernel void linear_states(KEY_SIDE_PARAMS) {
     for (int r = 0; r < ROWS; ++r) {
         STORE_SCRATCH(slot, (IDX)(d0 + r) * VALUE_DIM, VALUE_DIM, acc[r]);
         slot[HEAD_DIM * VALUE_DIM + d0 + r] = z[r];
+    }
+}
+
+/* Tiles (the host's TILES, for GPUs): the chunk states and the non-causal outputs as products
+ * of a group's block, BR rows by BC value columns, whose operands are staged TS keys (or head
+ * dims) a step in local memory; each work-item keeps a TR x TC tile of the block in registers,
+ * so a float it reads from local memory feeds TC (or TR) FMAs, where linear_states and
+ * linear_outputs read a value row from global memory for every state row or query. Every
+ * accumulator sums in the order of the row kernels (keys, then head dims, ascending), so the
+ * two give the same bits. Blocks past a head dim are padded with zeros in local memory and not
+ * stored. A group has (BR / TR) x (BC / TC) work-items, as the host launches it. */
+#ifndef TR
+#define TR 8
+#endif
+#ifndef TC
+#define TC 8
+#endif
+#ifndef TS
+#define TS 16
+#endif
+#ifndef BR
+#define BR 64
+#endif
+#ifndef BC
+#define BC 64
+#endif
+#define TILE_ITEMS ((BR / TR) * (BC / TC))
+
+/* The TR x TC tile of the work-item `lid`: its first row and column in the block. */
+#define TILE_ROW(lid) ((lid) / (BC / TC) * TR)
+#define TILE_COL(lid) ((lid) % (BC / TC) * TC)
+
+/* The tiles' local arrays are of lane vectors (so aligned for them: TS is a multiple of VEC)
+ * and read as floats: lane vector c of a row, and a work-item's TR floats of a row, as float4s
+ * where TR and the alignment allow (clang's PTX made four 4-byte loads of a vload4 from local
+ * memory, whose alignment it cannot know). */
+#define LANE_AT(p, c) (((__local const lane_t *)(p))[c])
+#if TR % 4 == 0 && VEC >= 4
+#define TILE_FLOATS(f, p)                                                                          \
+    UNROLL for (int q4 = 0; q4 < TR / 4; ++q4) vstore4(((__local const float4 *)(p))[q4], q4, f)
+#else
+#define TILE_FLOATS(f, p) UNROLL for (int q4 = 0; q4 < TR; ++q4)(f)[q4] = (p)[q4]
+#endif
+
+/* One step of a work-item's tile: acc += f row^T, f its TR floats of the local row `left`, row
+ * its TC of `right`. */
+inline void tile_product(lane_t acc[TR][TC / VEC], float f[TR], __local const float *left,
+                         __local const float *right) {
+    lane_t row[TC / VEC];
+    UNROLL for (int c = 0; c < TC / VEC; ++c) row[c] = LANE_AT(right, c);
+    TILE_FLOATS(f, left);
+    UNROLL for (int r = 0; r < TR; ++r) UNROLL for (int c = 0; c < TC / VEC; ++c)
+        acc[r][c] = fma((lane_t)f[r], row[c], acc[r][c]);
+}
+
+__kernel void linear_states_tiles(KEY_SIDE_PARAMS) {
+    __local lane_t keys_lanes[TS * BR / VEC], values_lanes[TS * BC / VEC];
+    __local float *keys = (__local float *)keys_lanes, *values = (__local float *)values_lanes;
+    const int lid = (int)get_local_id(0), row_blocks = (HEAD_DIM + BR - 1) / BR;
+    const int col_blocks = (VALUE_DIM + BC - 1) / BC;
+    const int group = (int)get_group_id(0), cb = group % col_blocks;
+    const int rb = group / col_blocks % row_blocks, unit = group / col_blocks / row_blocks;
+    const int part = unit % nchunks, bh = unit / nchunks, b = bh / H, h = bh % H;
+    MASK_PACK(p);
+    const int first = part * chunk, last = min(first + chunk, mask_key_length(&p, b, Sk));
+    const int d0 = rb * BR, c0 = cb * BC, tr = TILE_ROW(lid), tc = TILE_COL(lid);
+
+    lane_t acc[TR][TC / VEC];
+    float z[TR];
+    UNROLL for (int r = 0; r < TR; ++r) {
+        z[r] = 0.0f;
+        UNROLL for (int c = 0; c < TC / VEC; ++c) acc[r][c] = (lane_t)0.0f;
+    }
+    for (int j0 = first; j0 < last; j0 += TS) {
+        const int n = min(TS, last - j0);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int e = lid; e < n * BR; e += TILE_ITEMS) {
+            const int jj = e / BR, d = d0 + e % BR;
+            keys[e] = d < HEAD_DIM
+                          ? phik[phik_off + ((IDX)bh * (IDX)Sk + (IDX)(j0 + jj)) * HEAD_DIM + d]
+                          : 0.0f;
+        }
+        for (int e = lid; e < n * BC; e += TILE_ITEMS) {
+            const int jj = e / BC, c = c0 + e % BC;
+            values[e] = c < VALUE_DIM ? CAT(load_, V_T)(v, AT(v, b, h, j0 + jj, c)) : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int jj = 0; jj < n; ++jj) {
+            float f[TR];
+            tile_product(acc, f, keys + jj * BR + tr, values + jj * BC + tc);
+            UNROLL for (int r = 0; r < TR; ++r) z[r] += f[r];
+        }
+    }
+    __global float *slot = states + ((IDX)bh * (IDX)(nchunks + 1) + (IDX)(part + 1)) * SLOT;
+    UNROLL for (int r = 0; r < TR; ++r) {
+        const int d = d0 + tr + r;
+        if (d >= HEAD_DIM) break;
+        UNROLL for (int c = 0; c < TC / VEC; ++c) {
+            const int col = c0 + tc + c * VEC;
+            if (col < VALUE_DIM)
+                STORE_ROW_LANES(slot + (IDX)d * VALUE_DIM + (IDX)col, 0, acc[r][c]);
+        }
+        if (c0 + tc == 0) slot[HEAD_DIM * VALUE_DIM + d] = z[r];
     }
 }
 
@@ -232,7 +336,7 @@ __kernel void linear_outputs(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(V_T, v),
         for (int c = 0; c < LANES(HEAD_DIM); ++c) row[c] = (lane_t)0.0f;
         if (end[r] > 0) LOAD_ROW(Q_T, q, AT(q, b, h, i0 + r, 0), q_s3, HEAD_DIM, row);
 #pragma unroll
-        for (int c = 0; c < LANES(HEAD_DIM); ++c) STORE_PRIVATE(fq[r], c, feature_lanes(row[c]));
+        for (int c = 0; c < LANES(HEAD_DIM); ++c) STORE_ROW_LANES(fq[r], c, feature_lanes(row[c]));
     }
 
     /* the state of the whole chunks before the block's first visible key past them */
@@ -270,7 +374,7 @@ __kernel void linear_outputs(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(V_T, v),
             lane_t dot = (lane_t)0.0f;
 #pragma unroll
             for (int c = 0; c < LANES(HEAD_DIM); ++c)
-                dot = fma(PRIVATE_LANES(fq[r], c), key[c], dot);
+                dot = fma(ROW_LANES(fq[r], c), key[c], dot);
             const float weight = DOT_FINISH(dot);
             den[r] += weight;
 #pragma unroll
@@ -290,5 +394,73 @@ __kernel void linear_outputs(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(V_T, v),
         }
     }
 }
+
+#if !CAUSAL
+/* Tiles (above) of the non-causal outputs: a group's BR queries by BC value columns, phi(q)
+ * staged transposed (a work-item reads its TR queries of a head dim side by side) and the total
+ * state's rows beside it, TS head dims a step. */
+__kernel void linear_outputs_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(V_T, v),
+                                   __global CAT(storage_, O_T) * o, IDX o_off, IDX o_s0,
+                                   IDX o_s1, IDX o_s2, IDX o_s3, __global const float *states,
+                                   __global const float *phik, IDX phik_off, int B, int Hq,
+                                   int Hkv, int Sq, int Sk, int chunk, int nchunks, float eps,
+                                   MASK_PARAMS) {
+    __local lane_t queries_lanes[TS * BR / VEC], rows_lanes[TS * BC / VEC];
+    __local float *queries = (__local float *)queries_lanes, *rows = (__local float *)rows_lanes;
+    __local float sums[TS];
+    const int lid = (int)get_local_id(0), col_blocks = (VALUE_DIM + BC - 1) / BC;
+    const int blocks = (Sq + BR - 1) / BR, group = (int)get_group_id(0);
+    const int cb = group % col_blocks, qb = group / col_blocks % blocks;
+    const int bh = group / col_blocks / blocks, h = bh % Hq, b = bh / Hq;
+    const int bhk = b * Hkv + h / (Hq / Hkv);
+    const int i0 = qb * BR, c0 = cb * BC, tr = TILE_ROW(lid), tc = TILE_COL(lid);
+    MASK_PACK(p);
+    __global const float *state = states + ((IDX)bhk * (IDX)(nchunks + 1) + (IDX)nchunks) * SLOT;
+
+    lane_t acc[TR][TC / VEC];
+    float den[TR];
+    UNROLL for (int r = 0; r < TR; ++r) {
+        den[r] = 0.0f;
+        UNROLL for (int c = 0; c < TC / VEC; ++c) acc[r][c] = (lane_t)0.0f;
+    }
+    for (int d0 = 0; d0 < HEAD_DIM; d0 += TS) {
+        const int n = min(TS, HEAD_DIM - d0); /* both multiples of VEC */
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int e = lid; e < BR * (n / VEC); e += TILE_ITEMS) {
+            const int qi = e / (n / VEC), d = e % (n / VEC) * VEC, i = i0 + qi;
+            /* a query past Sq stages zeros; one past its query length is read and not stored */
+            lane_t x = (lane_t)0.0f;
+            if (i < Sq) x = LOAD_LANES(Q_T, q, AT(q, b, h, i, d0 + d), q_s3);
+            x = feature_lanes(x);
+            for (int l = 0; l < VEC; ++l) queries[(d + l) * BR + qi] = ((float *)&x)[l];
+        }
+        for (int e = lid; e < n * (BC / VEC); e += TILE_ITEMS) {
+            const int dd = e / (BC / VEC), c = e % (BC / VEC) * VEC, col = c0 + c;
+            lane_t x = (lane_t)0.0f;
+            if (col < VALUE_DIM) x = LOAD_LANES(f32, state, (IDX)(d0 + dd) * VALUE_DIM + col, 1);
+            STORE_ROW_LANES(rows + dd * BC, c / VEC, x);
+        }
+        for (int e = lid; e < n; e += TILE_ITEMS) sums[e] = state[HEAD_DIM * VALUE_DIM + d0 + e];
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int dd = 0; dd < n; ++dd) {
+            float f[TR];
+            tile_product(acc, f, queries + dd * BR + tr, rows + dd * BC + tc);
+            UNROLL for (int r = 0; r < TR; ++r) den[r] = fma(f[r], sums[dd], den[r]);
+        }
+    }
+    UNROLL for (int r = 0; r < TR; ++r) {
+        const int i = i0 + tr + r;
+        if (i >= Sq) break;
+        const int end = mask_row_start(&p, b, h, i, Sq, Sk).end;
+        const lane_t denominator = (lane_t)(den[r] + eps);
+        UNROLL for (int c = 0; c < TC / VEC; ++c) {
+            const int col = c0 + tc + c * VEC;
+            if (col >= VALUE_DIM) break;
+            lane_t value = end > 0 ? acc[r][c] / denominator : (lane_t)0.0f;
+            STORE_LANES(i, col / VEC, value)
+        }
+    }
+}
+#endif
 
 #endif /* CLATTN_LINEAR_ATTENTION_CL */

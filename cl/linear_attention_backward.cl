@@ -64,7 +64,7 @@ inline float feature_slope(float x) {
 
 /* A row of n floats in private memory, as lane vectors. */
 #define PRIVATE_ROW(row, n, out)                                                                   \
-    for (int c_ = 0; c_ < LANES(n); ++c_) out[c_] = PRIVATE_LANES(row, c_)
+    for (int c_ = 0; c_ < LANES(n); ++c_) out[c_] = ROW_LANES(row, c_)
 
 /* Stores a private float row of n to an output tensor row at `at` (element stride `stride`). */
 #define STORE_OUT_ROW(T, p, at, stride, n, row)                                                    \
@@ -151,7 +151,7 @@ __kernel void linear_query_grads(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(V_T, v),
         __global float *term = terms + terms_off + ((IDX)bh * (IDX)Sq + (IDX)(i0 + r)) * TERM;
         for (int d = 0; d < HEAD_DIM; ++d) term[d] = fq[r][d];
         float row[VALUE_DIM];
-        for (int c = 0; c < LANES(VALUE_DIM); ++c) STORE_PRIVATE(row, c, dnum[r][c]);
+        for (int c = 0; c < LANES(VALUE_DIM); ++c) STORE_ROW_LANES(row, c, dnum[r][c]);
         for (int e = 0; e < VALUE_DIM; ++e) term[HEAD_DIM + e] = row[e];
         term[HEAD_DIM + VALUE_DIM] = dden[r];
     }
@@ -179,7 +179,7 @@ __kernel void linear_query_grads(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(V_T, v),
             LANES_DOT(value, dnum[r], VALUE_DIM, w);
             w += dden[r];
             for (int c = 0; c < LANES(HEAD_DIM); ++c)
-                STORE_PRIVATE(g[r], c, fma((lane_t)w, key[c], PRIVATE_LANES(g[r], c)));
+                STORE_ROW_LANES(g[r], c, fma((lane_t)w, key[c], ROW_LANES(g[r], c)));
         }
     }
 #endif
@@ -224,7 +224,7 @@ __kernel void linear_term_states(__global const float *terms, IDX terms_off,
         qstates + qstates_off + ((IDX)bhk * (IDX)(qchunks + 1) + (IDX)part) * SLOT;
     for (int r = 0; r < ROWS; ++r) {
         float row[VALUE_DIM];
-        for (int c = 0; c < LANES(VALUE_DIM); ++c) STORE_PRIVATE(row, c, acc[r][c]);
+        for (int c = 0; c < LANES(VALUE_DIM); ++c) STORE_ROW_LANES(row, c, acc[r][c]);
         for (int e = 0; e < VALUE_DIM; ++e) slot[(IDX)(d0 + r) * VALUE_DIM + e] = row[e];
         slot[HEAD_DIM * VALUE_DIM + d0 + r] = a[r];
     }
@@ -334,7 +334,7 @@ __kernel void linear_key_grads(TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v), OUT
                 for (int c = 0; c < LANES(VALUE_DIM); ++c)
                     gv[r][c] = fma((lane_t)w, dn[c], gv[r][c]);
                 for (int c = 0; c < LANES(HEAD_DIM); ++c)
-                    STORE_PRIVATE(gk[r], c, fma((lane_t)c2, fq[c], PRIVATE_LANES(gk[r], c)));
+                    STORE_ROW_LANES(gk[r], c, fma((lane_t)c2, fq[c], ROW_LANES(gk[r], c)));
             }
         }
     for (int r = 0; r < BM && j0 + r < Sk; ++r) {
@@ -344,7 +344,7 @@ __kernel void linear_key_grads(TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v), OUT
         STORE_OUT_ROW(DK_T, dk, AT(dk, b, hk, j, 0), dk_s3, HEAD_DIM, gk[r]);
         float row[VALUE_DIM];
         for (int c = 0; c < LANES(VALUE_DIM); ++c)
-            STORE_PRIVATE(row, c, seen ? gv[r][c] : (lane_t)0.0f);
+            STORE_ROW_LANES(row, c, seen ? gv[r][c] : (lane_t)0.0f);
         STORE_OUT_ROW(DV_T, dv, AT(dv, b, hk, j, 0), dv_s3, VALUE_DIM, row);
     }
 }

@@ -98,6 +98,7 @@ DEFINE_LOAD_LANES(bf16)
         CAT(load_, T)(p, (at) + (IDX)c * (stride))
 #define LANES(n)      (n)
 typedef float lane_t;
+#define LOAD_LANES(T, p, at, stride) CAT(load_, T)(p, at)
 #define DOT_FINISH(v) (v)
 #endif
 

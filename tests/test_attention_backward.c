@@ -1092,6 +1092,12 @@ static void linear_gradients_of_masks_and_shapes(test_ctx *t) {
     check_linear(t, &s, "f16, [B,S,H,D] storage");
     s.dt = CLATTN_BF16, s.layout = 2, s.causal = 0;
     check_linear(t, &s, "bf16, [B,H,D,S] storage");
+    /* the chunk states by the forward's tiles (the GPU row's TILES=1: groups of 6 here) */
+    CHECK_OK(t, clattn_tuning_override("linear_attention", "TILES=1"));
+    s = lin(1, 2, 2, 150, 70, 20, 12);
+    s.causal = 1;
+    check_linear(t, &s, "causal top-left, Sq > Sk, the tiles' states");
+    clattn_tuning_override("linear_attention", NULL);
     if (test_large_shapes(t)) {
         s = lin(1, 2, 2, 300, 300, 128, 64);
         s.causal = 1;

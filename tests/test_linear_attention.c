@@ -5,6 +5,7 @@
 #include "harness.h"
 #include "runtime/runtime.h"
 #include "runtime/testing.h"
+#include "ops/linear_attention.h"
 #include "ref.h"
 
 #include <math.h>
@@ -498,6 +499,85 @@ static void both_launches(test_ctx *t) {
     clattn__hook_set(CLATTN__HOOK_LINEAR_LAUNCH, -1);
 }
 
+/* The launch a spec gets on the device under test (its mask's causality only). */
+static bool picked_launch(test_ctx *t, const la_spec *s, clattn__linear_launch *l) {
+    clattn_tensor q = clattn_tensor_4d(NULL, s->dt, s->B, s->Hq, s->Sq, s->D),
+                  k = clattn_tensor_4d(NULL, s->dt, s->B, s->Hkv, s->Sk, s->D),
+                  v = clattn_tensor_4d(NULL, s->dt, s->B, s->Hkv, s->Sk, s->Dv);
+    clattn__linear_args a = {&q,   &k,   &v, &q, NULL, NULL, false, NULL, CLATTN_FEATURE_ELU1,
+                             0.0f, NULL, {0}};
+    a.mask.causal = s->causal;
+    const int status = clattn__linear_pick_launch(clattn_env_device(t->env), &a, l);
+    if (status != CLATTN_SUCCESS)
+        test_fail_at(t, __FILE__, __LINE__, "clattn__linear_pick_launch -> %s: %s",
+                     clattn_status_name(status), clattn_last_error());
+    return status == CLATTN_SUCCESS;
+}
+
+/* The case under TILES=0 and TILES=1 (and `more` of the override in both: one program), the
+ * same bits; the tiles' output against the reference too, so that the two cannot agree on a
+ * wrong answer. */
+static void tiles_as_rows(test_ctx *t, const la_spec *s, const char *more, const char *what) {
+    la_data d;
+    char rows_only[96], tiles[96];
+    snprintf(rows_only, sizeof rows_only, "TILES=0%s", more);
+    snprintf(tiles, sizeof tiles, "TILES=1%s", more);
+    if (prepare(t, s, &d)) {
+        CHECK_OK(t, clattn_tuning_override("linear_attention", rows_only));
+        float *rows = t->failed ? NULL : run_with(t, s, &d, d.k, d.v), *tiled = NULL;
+        if (rows) CHECK_OK(t, clattn_tuning_override("linear_attention", tiles));
+        if (rows && !t->failed) tiled = run_with(t, s, &d, d.k, d.v);
+        const size_t n = (size_t)(s->B * s->Hq * s->Sq * s->Dv);
+        if (tiled && matches(t, s, d.ref, d.scale, tiled, what))
+            for (size_t i = 0; i < n && !t->failed; ++i)
+                CHECK(t, memcmp(&rows[i], &tiled[i], sizeof(float)) == 0,
+                      "%s: out[%zu] = %.9g by the tiles, %.9g by the rows", what, i, tiled[i],
+                      rows[i]);
+        free(rows);
+        free(tiled);
+    }
+    clattn_tuning_override("linear_attention", NULL);
+    free_data(&d);
+}
+
+/* TILES=1 (the states and the non-causal outputs as group tiles, the GPU row's) sums in the
+ * row kernels' order: the same bits. Blocks of 8 cut the head dims 20 and 12 into whole and
+ * partial blocks, with a last step of fewer keys than TILE_STEP (16), f16 q [B,H,D,S] read with
+ * a stride; D=7 Dv=5 takes one-lane rows; D=64 the GPU row's 64 x 64 blocks; the causal case
+ * the tiles' states only. Where the compiler's groups are smaller than the tiles' (a cap of 4
+ * against groups of 6) the call takes the row kernels, and where their staging does not fit
+ * local memory the launch takes none. */
+static void tiles_match_rows_bit_for_bit(test_ctx *t) {
+    static const int32_t klen[2] = {61, 9}, qlen[2] = {21, 13};
+    la_spec s = spec(2, 4, 2, 21, 20, 12);
+    s.dt = CLATTN_F16, s.klen = s.qlen = qlen, s.bshd = 2;
+    tiles_as_rows(t, &s, ",LANES=4,BLOCK=8", "f16 D=20 Dv=12 in blocks of 8, q [B,H,D,S]");
+    /* (under the uninitialized-value checker, at -O0, the rest took a minute) */
+    if (test_under_uninit_checker()) return;
+    s = spec(1, 2, 1, 37, 7, 5);
+    tiles_as_rows(t, &s, "", "D=7 Dv=5");
+    s = spec(1, 4, 2, 40, 64, 64);
+    tiles_as_rows(t, &s, ",LANES=4", "D=64 in groups of 64");
+    s = spec(2, 2, 1, 70, 16, 24);
+    s.causal = 1, s.klen = klen;
+    tiles_as_rows(t, &s, "", "causal, key lengths");
+    test_saved_env cap = test_env_set("CLATTN_MAX_WORK_GROUP", "4");
+    s.causal = 0;
+    tiles_as_rows(t, &s, ",LANES=8,GROUP=4", "groups of 4 (the tiles' take 6)");
+    test_env_restore(&cap);
+    clattn__linear_launch l;
+    cap = test_env_set("CLATTN_MAX_LOCAL_MEMORY", "2048");
+    clattn_tuning_override("linear_attention", "TILES=1,LANES=8");
+    if (picked_launch(t, &s, &l))
+        CHECK(t, !l.t.TILES, "16 x (16 + 24 + 1) floats staged in 2 KiB of local memory");
+    test_env_restore(&cap);
+    if (picked_launch(t, &s, &l))
+        CHECK(t, l.t.TILES && l.block_rows == 16 && l.block_cols == 24 && l.t.TILE_STEP == 16,
+              "tiles %ld of %d x %d, %ld a step", l.t.TILES, l.block_rows, l.block_cols,
+              l.t.TILE_STEP);
+    clattn_tuning_override("linear_attention", NULL);
+}
+
 /* ---- invalid arguments: each status, nothing enqueued, *event NULL ---- */
 
 typedef struct bad_call {
@@ -675,6 +755,7 @@ static const test_case cases[] = {
     {"step_equals_causal", step_equals_causal},
     {"uneven_steps_and_lengths", uneven_steps_and_lengths},
     {"both_launches", both_launches},
+    {"tiles_match_rows_bit_for_bit", tiles_match_rows_bit_for_bit},
     {"bad_arguments", bad_arguments},
     {"caller_workspace", caller_workspace},
 };

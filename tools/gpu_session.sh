@@ -17,7 +17,9 @@
 # the kernels beside this one in the same call). Without ROWs it runs DEFAULT_ROWS below: the
 # default rows of the issues' targets, first f32 prefill on the tf32 unit (3xTF32, the default
 # where the probe passes, not yet timed) beside it on the FMA units as before (UNIT_F32=0),
-# with 16-key tiles (ptxas: 197 registers against 255) and with 32 queries a warp (each K and V
+# then linear attention on its tiles (TILES=1, the GPU row's, not yet timed) beside its row
+# kernels (TILES=0) and with fewer, longer non-causal chunks (ITEMS=512), then 3xTF32 with
+# 16-key tiles (ptxas: 197 registers against 255) and with 32 queries a warp (each K and V
 # fragment split once for two m-tiles), then the causal f16 row with attention_mma's keys split
 # (UNIT_SPLIT, issue 24's open target; on an H200 at B=4 H=8 S=1024 the launch's 512 groups
 # allow 3 chunks: split512 runs 2 of 512 keys, split256 3 of 352; not with GPU_QUICK, whose
@@ -39,6 +41,9 @@ DEFAULT_ROWS=( # most wanted first: rows past the budget are skipped
   "fma-f32|attention --only f32 --no-peers|attention:UNIT_F32=0"
   "default|attention_causal|"
   "fma-f32|attention_causal --only f32 --no-peers|attention:UNIT_F32=0"
+  "default|linear_attention|"
+  "lin-rows|linear_attention --no-peers|linear_attention:TILES=0"
+  "lin-items512|linear_attention --no-peers|linear_attention:ITEMS=512"
   "tf32-k16|attention --only f32 --no-peers|attention:UNIT_KEYS=16"
   "tf32-q32|attention --only f32 --no-peers|attention:UNIT_KEYS=16,UNIT_QUERIES=32"
   "split512|attention_causal --only f16 --no-peers|attention:UNIT_SPLIT=512"
@@ -52,7 +57,6 @@ DEFAULT_ROWS=( # most wanted first: rows past the budget are skipped
   "sm-intcvt|softmax --only f16 --no-peers|softmax:HALF_CVT=0"
   "default|split_heads|"
   "copy4|split_heads --only f16 --no-peers|copy:VEC=4,RUN=4"
-  "default|linear_attention|"
   "units|attention --only f16 --no-peers|attention:PREFILL=6"
   "mm-n64|gemm --only f16 --no-peers|matmul:UNIT_N=64"
   "mm-at-slice|gemm --only f16 --no-peers|matmul:UNIT_AHEAD=0"

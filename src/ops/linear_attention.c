@@ -136,13 +136,56 @@ size_t clattn__linear_phik_floats(const linear_args *a) {
     return (size_t)(a->k->shape[0] * a->k->shape[1] * a->k->shape[2] * a->k->shape[3]);
 }
 
+static int64_t ceil_div(int64_t n, int64_t m) {
+    return (n + m - 1) / m;
+}
+
+/* The tiles' block and work-item tile for the head dims (resolved under TILES=0 too, so that
+ * the two build one program); TILES 0 where the staged operands do not fit the device's local
+ * memory. */
+static void pick_tiles(linear_launch *l, cl_device_id device, int64_t d, int64_t dv) {
+    const long lanes = l->t.LANES;
+    l->t.TILE_COLS = ceil_div(l->t.TILE_COLS, lanes) * lanes;
+    l->t.TILE_STEP = ceil_div(l->t.TILE_STEP, lanes) * lanes;
+    l->block_rows =
+        (int)(ceil_div(d < l->t.BLOCK ? d : l->t.BLOCK, l->t.TILE_ROWS) * l->t.TILE_ROWS);
+    l->block_cols =
+        (int)(ceil_div(dv < l->t.BLOCK ? dv : l->t.BLOCK, l->t.TILE_COLS) * l->t.TILE_COLS);
+    const cl_ulong floats =
+        (cl_ulong)l->t.TILE_STEP * (cl_ulong)(l->block_rows + l->block_cols + 1);
+    if (floats * sizeof(float) > clattn__device_local_bytes(device)) l->t.TILES = 0;
+}
+
+/* A tile kernel's group. */
+static size_t tile_items(const linear_launch *l) {
+    return (size_t)(l->block_rows / l->t.TILE_ROWS) * (size_t)(l->block_cols / l->t.TILE_COLS);
+}
+
+/* Work-items of the states of one chunk index, over the batch and heads (the tiles' or the row
+ * kernel's). */
+static int64_t state_items_per_chunk(const linear_args *a, const linear_launch *l, bool tiles) {
+    const int64_t heads = a->k->shape[0] * a->k->shape[1];
+    const int64_t d = a->k->shape[3], dv = a->v->shape[3];
+    if (!tiles) return heads * (d / l->t.ROWS);
+    return heads * ceil_div(d, l->block_rows) * ceil_div(dv, l->block_cols) *
+           (int64_t)tile_items(l);
+}
+
+/* Work-items of the outputs (likewise). */
+static int64_t output_items(const linear_args *a, const linear_launch *l, bool tiles) {
+    const int64_t heads = a->q->shape[0] * a->q->shape[1], Sq = a->q->shape[2];
+    if (!tiles) return heads * ceil_div(Sq, l->t.BM);
+    return heads * ceil_div(Sq, l->block_rows) * ceil_div(a->v->shape[3], l->block_cols) *
+           (int64_t)tile_items(l);
+}
+
 /* Chunks: the causal form's fixed size; the non-causal one as few as fill the device. */
 static void pick_chunks(linear_launch *l, cl_device_id device, const linear_args *a) {
     const int64_t Sk = a->k->shape[2];
     int64_t chunk = l->t.CHUNK;
     if (!l->causal) {
         const cl_uint units = clattn__device_compute_units(device);
-        const int64_t per_chunk = a->k->shape[0] * a->k->shape[1] * (a->k->shape[3] / l->t.ROWS);
+        const int64_t per_chunk = state_items_per_chunk(a, l, l->t.TILES);
         int64_t chunks = ((int64_t)units * (int64_t)l->t.ITEMS + per_chunk - 1) / per_chunk;
         const int64_t most = (Sk + LINEAR_MIN_CHUNK - 1) / LINEAR_MIN_CHUNK;
         const int64_t least = (Sk + LINEAR_MAX_CHUNK - 1) / LINEAR_MAX_CHUNK;
@@ -170,20 +213,26 @@ int clattn__linear_pick_launch(cl_device_id device, const linear_args *a, linear
     const int lanes = (int)l->t.LANES;
     if (l->t.ROWS == 0 || d % l->t.ROWS) l->t.ROWS = register_tile(d, dv, lanes);
     if (l->t.BM == 0) l->t.BM = register_tile(4, dv, lanes);
+    pick_tiles(l, device, d, dv);
     pick_chunks(l, device, a);
     return CLATTN_SUCCESS;
 }
 
-/* The kernels number work-items with int. */
+/* The kernels number work-items with int (the row kernels' counts too: a tile kernel the
+ * compiler cannot run falls back to them). */
 static int check_launch_size(const linear_args *a, const linear_launch *l) {
-    const int64_t B = a->q->shape[0], Hq = a->q->shape[1], Hkv = a->k->shape[1];
+    const int64_t B = a->q->shape[0], Hkv = a->k->shape[1];
     const int64_t D = a->q->shape[3], Dv = a->v->shape[3];
-    const int64_t outputs = B * Hq * ((a->q->shape[2] + l->t.BM - 1) / l->t.BM);
-    const int64_t states = B * Hkv * (int64_t)l->nchunks * (D / l->t.ROWS);
     const int64_t scan = B * Hkv * D * Dv, features = B * Hkv * a->k->shape[2];
-    int64_t most = outputs;
-    const int64_t others[3] = {states, scan, features};
-    for (int i = 0; i < 3; ++i) most = others[i] > most ? others[i] : most;
+    const bool tiles = l->t.TILES;
+    const int64_t counts[6] = {output_items(a, l, false),
+                               output_items(a, l, tiles),
+                               l->nchunks * state_items_per_chunk(a, l, false),
+                               l->nchunks * state_items_per_chunk(a, l, tiles),
+                               scan,
+                               features};
+    int64_t most = 0;
+    for (int i = 0; i < 6; ++i) most = counts[i] > most ? counts[i] : most;
     if (most > 0x7fffffff - 1024) /* rounded up to whole groups, the ids stay below 2^31 */
         return clattn__fail(CLATTN_ERR_DEVICE_LIMIT,
                             "the launch needs %lld work-items; at most 2^31 - 1", (long long)most);
@@ -218,13 +267,15 @@ void clattn__linear_options(const linear_args *a, const linear_launch *l, bool w
              (long long)a->q->shape[3], (long long)a->v->shape[3], (int)a->feature_map, l->causal,
              a->state != NULL, wide ? "ulong" : "uint");
     clattn__linear_attention_tuning_options(&l->t, options, size);
+    const size_t used = strlen(options);
+    snprintf(options + used, size - used, " -DBR=%d -DBC=%d", l->block_rows, l->block_cols);
     clattn__mask_options(&a->mask, options, size);
 }
 
-/* One of the four kernels: its name and work-items. */
+/* One of the four steps' kernels: its name, work-items and group cap. */
 typedef struct linear_step {
     const char *name;
-    size_t items;
+    size_t items, cap;
 } linear_step;
 
 static int set_int_args(cl_kernel kernel, cl_uint *arg, const cl_int *values, int count) {
@@ -310,26 +361,63 @@ static int set_step_args(cl_kernel kernel, int step, const linear_args *a, const
     }
 }
 
-int clattn__linear_prepare_steps(const linear_args *a, const linear_launch *l,
-                                 const clattn__call *call, cl_mem scratch, bool wide,
-                                 const char *op_file, const char *options, int count,
-                                 cl_kernel *kernels, size_t *items) {
+/* The row kernels of the four steps, and the tiles' kernels where the launch takes them (a
+ * NULL name where it does not). */
+static void list_steps(const linear_args *a, const linear_launch *l, linear_step rows[4],
+                       linear_step tiles[4]) {
     const int64_t B = a->k->shape[0], Hkv = a->k->shape[1], D = a->k->shape[3];
-    const int64_t blocks = (a->q->shape[2] + l->t.BM - 1) / l->t.BM;
     const int64_t Sk = a->k->shape[2];
+    const size_t group = (size_t)l->t.GROUP, tile = l->t.TILES ? tile_items(l) : 0;
     /* phi(k) goes to scratch first, in vectors: the states read it (a scalar feature map per
      * element there cost more than the FMAs it fed), and when causal the products within
      * chunks too */
-    const linear_step steps[4] = {
-        {"linear_features", (size_t)(B * Hkv * Sk)},
-        {"linear_states", (size_t)(B * Hkv * l->nchunks * (D / l->t.ROWS))},
-        {"linear_scan", (size_t)(B * Hkv * D * (a->v->shape[3] / l->t.LANES))},
-        {"linear_outputs", (size_t)(B * a->q->shape[1] * blocks)}};
+    rows[0] = (linear_step){"linear_features", (size_t)(B * Hkv * Sk), group};
+    rows[1] = (linear_step){"linear_states",
+                            (size_t)(l->nchunks * state_items_per_chunk(a, l, false)), group};
+    rows[2] =
+        (linear_step){"linear_scan", (size_t)(B * Hkv * D * (a->v->shape[3] / l->t.LANES)), 64};
+    rows[3] = (linear_step){"linear_outputs", (size_t)output_items(a, l, false), group};
+    for (int i = 0; i < 4; ++i) tiles[i] = (linear_step){NULL, 0, 0};
+    if (!l->t.TILES) return;
+    tiles[1] = (linear_step){"linear_states_tiles",
+                             (size_t)(l->nchunks * state_items_per_chunk(a, l, true)), tile};
+    if (!l->causal)
+        tiles[3] = (linear_step){"linear_outputs_tiles", (size_t)output_items(a, l, true), tile};
+}
+
+/* The tiles' kernel of a step, or (where the launch takes none, or the compiler cannot run its
+ * group: registers) the row kernel. */
+static int create_step(const clattn__call *call, const char *op_file, const char *options,
+                       const linear_step *tiles, const linear_step *rows, cl_kernel *kernel,
+                       linear_step *taken) {
+    *taken = *rows;
+    if (tiles->name) {
+        size_t most = 0;
+        int status = clattn__create_kernel(call->context, call->device, op_file, options,
+                                           tiles->name, kernel);
+        if (status == CLATTN_SUCCESS)
+            status = clattn__kernel_max_group(*kernel, call->device, &most);
+        if (status != CLATTN_SUCCESS || most >= tiles->cap) {
+            *taken = *tiles;
+            return status;
+        }
+        clReleaseKernel(*kernel);
+        *kernel = NULL;
+    }
+    return clattn__create_kernel(call->context, call->device, op_file, options, rows->name, kernel);
+}
+
+int clattn__linear_prepare_steps(const linear_args *a, const linear_launch *l,
+                                 const clattn__call *call, cl_mem scratch, bool wide,
+                                 const char *op_file, const char *options, int count,
+                                 cl_kernel *kernels, size_t *items, size_t *caps) {
+    linear_step rows[4], tiles[4];
+    list_steps(a, l, rows, tiles);
     int status = CLATTN_SUCCESS;
     for (int i = 0; i < count && status == CLATTN_SUCCESS; ++i) {
-        items[i] = steps[i].items;
-        status = clattn__create_kernel(call->context, call->device, op_file, options, steps[i].name,
-                                       &kernels[i]);
+        linear_step taken;
+        status = create_step(call, op_file, options, &tiles[i], &rows[i], &kernels[i], &taken);
+        items[i] = taken.items, caps[i] = taken.cap;
         if (status == CLATTN_SUCCESS) status = set_step_args(kernels[i], i, a, l, scratch, wide);
     }
     return status;
@@ -344,21 +432,16 @@ static int enqueue_linear(const linear_args *a, const linear_launch *l, const cl
     char options[1024];
     clattn__linear_options(a, l, wide, options, sizeof options);
     cl_kernel kernels[4] = {NULL, NULL, NULL, NULL};
-    size_t items[4];
+    size_t items[4], caps[4];
     int status = clattn__linear_prepare_steps(a, l, call, scratch, wide, "linear_attention.cl",
-                                              options, 4, kernels, items);
+                                              options, 4, kernels, items, caps);
     cl_event prev = NULL;
     for (int i = 0; i < 4 && status == CLATTN_SUCCESS; ++i)
-        status = clattn__enqueue_items(call, kernels[i], items[i], clattn__linear_step_group(l, i),
-                                       &prev, i == 3);
+        status = clattn__enqueue_items(call, kernels[i], items[i], caps[i], &prev, i == 3);
     if (prev) clReleaseEvent(prev);
     for (int i = 0; i < 4; ++i)
         if (kernels[i]) clReleaseKernel(kernels[i]);
     return status;
-}
-
-size_t clattn__linear_step_group(const linear_launch *l, int step) {
-    return step == 2 ? 64 : (size_t)l->t.GROUP;
 }
 
 /* The caller's workspace, checked against every tensor of the call, or a fresh one. */

@@ -26,6 +26,9 @@ typedef struct clattn__linear_launch {
     clattn__linear_attention_tuning t;
     int chunk, nchunks;
     bool causal;
+    /* TILES: a group's block (state rows or queries, value columns), TILE_ROWS and TILE_COLS
+     * resolved to divide it (TILE_COLS and TILE_STEP multiples of LANES) */
+    int block_rows, block_cols;
 } clattn__linear_launch;
 
 /* The options' feature map and eps into `a` (NULL: the defaults), checked. */
@@ -41,14 +44,14 @@ size_t clattn__linear_phik_floats(const clattn__linear_args *a);
 /* The build options of the call's programs, NUL-terminated into `options`. */
 void clattn__linear_options(const clattn__linear_args *a, const clattn__linear_launch *l, bool wide,
                             char *options, size_t size);
-/* The first `count` of the forward's four kernels (linear_features, linear_states,
- * linear_scan, linear_outputs), built from the program of `op_file` (linear_attention.cl, or a
- * file built after it) and given their arguments; items[i] is each one's work-items,
- * clattn__linear_step_group its group cap. The caller releases the kernels. */
+/* The first `count` of the forward's four steps (phi(k), the chunk states, their running sums,
+ * the outputs), built from the program of `op_file` (linear_attention.cl, or a file built after
+ * it) and given their arguments: the tiles' kernels where the launch takes them and the
+ * compiler runs their groups, else the row kernels. items[i] is each one's work-items, caps[i]
+ * its group cap (a tile kernel's group exactly). The caller releases the kernels. */
 int clattn__linear_prepare_steps(const clattn__linear_args *a, const clattn__linear_launch *l,
                                  const clattn__call *call, cl_mem scratch, bool wide,
                                  const char *op_file, const char *options, int count,
-                                 cl_kernel *kernels, size_t *items);
-size_t clattn__linear_step_group(const clattn__linear_launch *l, int step);
+                                 cl_kernel *kernels, size_t *items, size_t *caps);
 
 #endif

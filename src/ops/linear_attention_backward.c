@@ -233,12 +233,12 @@ static int enqueue_backward(const backward_args *a, const backward_launch *l,
              clattn_dtype_name(a->dout->dtype), clattn_dtype_name(a->dq->dtype),
              clattn_dtype_name(a->dk->dtype), clattn_dtype_name(a->dv->dtype));
     cl_kernel kernels[7] = {NULL};
-    size_t items[7];
+    size_t items[7], caps[3];
     /* the forward's kernels from the backward's own program (built after the forward's file),
      * so that a call builds one program, not two */
     int status =
         clattn__linear_prepare_steps(&a->f, &l->f, call, scratch, c.wide,
-                                     "linear_attention_backward.cl", more, 3, kernels, items);
+                                     "linear_attention_backward.cl", more, 3, kernels, items, caps);
     backward_items(a, l, items + 3);
     for (int i = 0; i < 4 && status == CLATTN_SUCCESS; ++i) {
         status = clattn__create_kernel(call->context, call->device, "linear_attention_backward.cl",
@@ -247,9 +247,7 @@ static int enqueue_backward(const backward_args *a, const backward_launch *l,
     }
     cl_event prev = NULL;
     for (int i = 0; i < 7 && status == CLATTN_SUCCESS; ++i) {
-        const size_t group = i < 3    ? clattn__linear_step_group(&l->f, i)
-                             : i == 5 ? 64
-                                      : (size_t)l->f.t.GROUP;
+        const size_t group = i < 3 ? caps[i] : i == 5 ? 64 : (size_t)l->f.t.GROUP;
         status = clattn__enqueue_items(call, kernels[i], items[i], group, &prev, i == 6);
     }
     if (prev) clReleaseEvent(prev);

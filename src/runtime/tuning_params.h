@@ -106,7 +106,12 @@
 /* Linear attention. LANES: head-dim vector width (narrowed at launch to divide the head dims);
  * ROWS: state rows per linear_states work-item, BM: queries per linear_outputs work-item (0:
  * as many as keep 16 vector accumulators); GROUP: work-group size; ITEMS: work-items per
- * compute unit the non-causal chunking aims for; CHUNK: keys per causal chunk.
+ * compute unit the non-causal chunking aims for; CHUNK: keys per causal chunk. TILES 1: the
+ * states and the non-causal outputs as group tiles (cl/linear_attention.cl, Tiles): a group's
+ * block of BLOCK x BLOCK outputs (less where a head dim is smaller), a work-item's TILE_ROWS x
+ * TILE_COLS of it (TILE_COLS widened to the lanes), TILE_STEP keys or head dims staged a step;
+ * the other parameters then size the row kernels of what the tiles do not take (phi(k), the
+ * scan, causal outputs).
  * Default: PoCL on AVX-512: 16 lanes, 16 accumulators, causal chunks of 64 (32 and 128 were
  * 1.2-1.8x slower at S=1024-8192, clattn-bench --op linear_attention_causal). */
 #define CLATTN__TUNING_LINEAR_ATTENTION(X)                                                         \
@@ -115,7 +120,12 @@
     X(BM, 0, 0, 8, BM)                                                                             \
     X(GROUP, 16, 1, 1024, HOST)                                                                    \
     X(ITEMS, 64, 1, 1 << 20, HOST)                                                                 \
-    X(CHUNK, 64, 1, 4096, HOST)
+    X(CHUNK, 64, 1, 4096, HOST)                                                                    \
+    X(TILES, 0, 0, 1, HOST)                                                                        \
+    X(TILE_ROWS, 8, 1, 8, TR)                                                                      \
+    X(TILE_COLS, 8, 1, 32, TC)                                                                     \
+    X(TILE_STEP, 16, 1, 64, TS)                                                                    \
+    X(BLOCK, 64, 8, 256, HOST)
 
 /* CLBlast's Xgemm kernel (its GEMMK=0 form, the one whose constraints tuning.c checks): MWG,
  * NWG, KWG tile sizes; MDIMC x NDIMC work-items a group; MDIMA, NDIMB the shapes A and B tiles
