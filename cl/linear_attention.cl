@@ -18,21 +18,26 @@
  *   linear_states   one work-item per ROWS state rows of one chunk: the chunk's own sums over
  *                   its keys below the key length, into slot c + 1, from `phik`.
  *   linear_scan     one work-item per VEC lanes of a state row: slot c becomes the sum of the
- * chunks before c (slot 0: zero, or the caller's state with HAS_STATE), and slot nchunks the total,
- * which HAS_STATE writes back to the caller's state. A serial walk over the nchunks slots, parallel
- * over everything else. linear_outputs  one work-item per BM consecutive queries of one (batch,
- * query head). Not CAUSAL: every query reads the total. CAUSAL: the block reads the state of the
- * whole chunks its first query sees (slot end / chunk), then adds the rest of its keys one by one,
- * each query its own ones (the masked quadratic product within a chunk): O(chunk) per query, so
- * O(S) per head in all.
+ *                   chunks before c (slot 0: zero, or the caller's state with HAS_STATE), and
+ *                   slot nchunks the total, which HAS_STATE writes back to the caller's state. A
+ *                   serial walk over the nchunks slots, parallel over everything else.
+ *   linear_outputs  one work-item per BM consecutive queries of one (batch, query head). Not
+ *                   CAUSAL: every query reads the total. CAUSAL: the block reads the state of
+ *                   the whole chunks its first query sees (slot end / chunk), then adds the rest
+ *                   of its keys one by one, each query its own ones (the masked quadratic
+ *                   product within a chunk): O(chunk) per query, so O(S) per head in all.
+ *
+ * On GPUs linear_states_tiles and linear_outputs_tiles (Tiles, below) take the places of
+ * linear_states and linear_outputs: the same sums as products of work-group blocks.
  *
  * Query head h reads kv head h / (Hq / Hkv) (MHA, GQA and MQA alike). Keys past a query's end
  * are never read for it, so whatever they hold (NaN, Inf) cannot reach its output, and changing
  * later keys changes no earlier output, bit for bit.
  *
  * Build options: Q_T, K_T, V_T, O_T (f32|f16|bf16), HEAD_DIM, VALUE_DIM, VEC (head-dim lanes),
- * ROWS (linear_states; divides HEAD_DIM), BM (linear_outputs), FEATURE (0 elu(x)+1, 1 relu,
- * 2 identity), CAUSAL, HAS_STATE, IDX, and the mask's (only the lengths are used).
+ * ROWS (linear_states; divides HEAD_DIM), BM (linear_outputs), TR, TC, TS, BR, BC, BQ (the
+ * tiles), FEATURE (0 elu(x)+1, 1 relu, 2 identity), CAUSAL, HAS_STATE, IDX, and the mask's (only
+ * the lengths are used).
  */
 #ifndef CLATTN_LINEAR_ATTENTION_CL
 #define CLATTN_LINEAR_ATTENTION_CL
@@ -161,14 +166,15 @@ __kernel void linear_states(KEY_SIDE_PARAMS) {
     }
 }
 
-/* Tiles (the host's TILES, for GPUs): the chunk states and the non-causal outputs as products
- * of a group's block, BR rows by BC value columns, whose operands are staged TS keys (or head
- * dims) a step in local memory; each work-item keeps a TR x TC tile of the block in registers,
- * so a float it reads from local memory feeds TC (or TR) FMAs, where linear_states and
- * linear_outputs read a value row from global memory for every state row or query. Every
- * accumulator sums in the order of the row kernels (keys, then head dims, ascending), so the
- * two give the same bits. Blocks past a head dim are padded with zeros in local memory and not
- * stored. A group has (BR / TR) x (BC / TC) work-items, as the host launches it. */
+/* Tiles (the host's TILES, for GPUs): the chunk states and the outputs as products of a group's
+ * block, BR state rows (BQ queries) by BC value columns, whose operands are staged TS keys (or
+ * head dims) a step in local memory; each work-item keeps a TR x TC tile of the block in
+ * registers, so a float it reads from local memory feeds TC (or TR) FMAs, where linear_states
+ * and linear_outputs read a value row from global memory for every state row or query. Every
+ * accumulator sums in the order of the row kernels (keys, then head dims, ascending): the states
+ * and the non-causal outputs come out the same bits. Blocks past a head dim are padded with zeros
+ * in local memory and not stored. A group has (BR / TR) x (BC / TC) work-items (the outputs'
+ * (BQ / TR) x (BC / TC)), as the host launches it. */
 #ifndef TR
 #define TR 8
 #endif
@@ -184,7 +190,11 @@ __kernel void linear_states(KEY_SIDE_PARAMS) {
 #ifndef BC
 #define BC 64
 #endif
-#define TILE_ITEMS ((BR / TR) * (BC / TC))
+#ifndef BQ
+#define BQ BR
+#endif
+#define TILE_ITEMS ((BR / TR) * (BC / TC))   /* linear_states_tiles' group */
+#define OUTPUT_ITEMS ((BQ / TR) * (BC / TC)) /* linear_outputs_tiles' */
 
 /* The TR x TC tile of the work-item `lid`: its first row and column in the block. */
 #define TILE_ROW(lid) ((lid) / (BC / TC) * TR)
@@ -202,13 +212,10 @@ __kernel void linear_states(KEY_SIDE_PARAMS) {
 #define TILE_FLOATS(f, p) UNROLL for (int q4 = 0; q4 < TR; ++q4)(f)[q4] = (p)[q4]
 #endif
 
-/* One step of a work-item's tile: acc += f row^T, f its TR floats of the local row `left`, row
- * its TC of `right`. */
-inline void tile_product(lane_t acc[TR][TC / VEC], float f[TR], __local const float *left,
-                         __local const float *right) {
+/* One step of a work-item's tile: acc += f row^T, row its TC floats of the local row `right`. */
+inline void tile_product(lane_t acc[TR][TC / VEC], const float f[TR], __local const float *right) {
     lane_t row[TC / VEC];
     UNROLL for (int c = 0; c < TC / VEC; ++c) row[c] = LANE_AT(right, c);
-    TILE_FLOATS(f, left);
     UNROLL for (int r = 0; r < TR; ++r) UNROLL for (int c = 0; c < TC / VEC; ++c)
         acc[r][c] = fma((lane_t)f[r], row[c], acc[r][c]);
 }
@@ -247,7 +254,8 @@ __kernel void linear_states_tiles(KEY_SIDE_PARAMS) {
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int jj = 0; jj < n; ++jj) {
             float f[TR];
-            tile_product(acc, f, keys + jj * BR + tr, values + jj * BC + tc);
+            TILE_FLOATS(f, keys + jj * BR + tr);
+            tile_product(acc, f, values + jj * BC + tc);
             UNROLL for (int r = 0; r < TR; ++r) z[r] += f[r];
         }
     }
@@ -395,27 +403,88 @@ __kernel void linear_outputs(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(V_T, v),
     }
 }
 
-#if !CAUSAL
-/* Tiles (above) of the non-causal outputs: a group's BR queries by BC value columns, phi(q)
- * staged transposed (a work-item reads its TR queries of a head dim side by side) and the total
- * state's rows beside it, TS head dims a step. */
+/* Tiles (above) of the outputs: a group's BQ queries by BC value columns. First phi(q) S over
+ * the head dims, TS a step: S the total state (not CAUSAL) or the state of the whole chunks
+ * before the block's smallest end (CAUSAL), its rows staged beside phi(q). Not CAUSAL, phi(q) is
+ * staged a step at a time, transposed (a work-item reads its TR queries of a head dim side by
+ * side); CAUSAL, the block's phi(q) rows are staged whole at the start (QS floats apart: rows a
+ * lane vector longer fall in other banks), since the keys after those chunks need them whole:
+ * TS keys a step, the group forms the weights phi(q_i) phi(k_j) of the block's queries (each as
+ * linear_outputs forms it), then each work-item adds its queries' weighted value rows, each query
+ * up to its own end, in the order linear_outputs adds them. */
+#define QS (HEAD_DIM + VEC)
+#define WS (TS + 1) /* the weights' row stride (likewise) */
+
+/* lane vector c of phi(q) from lane vector c of q's row i (0 past Sq: a query past its query
+ * length is read and not stored) */
+inline lane_t query_features(TENSOR_PARAMS(Q_T, q), int b, int h, int i, int Sq, int d) {
+    lane_t x = (lane_t)0.0f;
+    if (i < Sq) x = LOAD_LANES(Q_T, q, AT(q, b, h, i, d), q_s3);
+    return feature_lanes(x);
+}
+
+#if CAUSAL
+/* The weights of the block's queries against keys j0 .. j0 + n - 1 (staged in `keys`) into
+ * `weights`, 0 for a key at or past the query's end: a lane-vector dot product over the head
+ * dims, as linear_outputs takes it. */
+inline void block_weights(__local const float *queries, __local const float *keys,
+                          __local const int *ends, int j0, int n, __local float *weights) {
+    for (int e = (int)get_local_id(0); e < BQ * n; e += OUTPUT_ITEMS) {
+        const int qi = e / n, jj = e % n;
+        lane_t dot = (lane_t)0.0f;
+        if (j0 + jj < ends[qi])
+            for (int c = 0; c < LANES(HEAD_DIM); ++c)
+                dot = fma(LANE_AT(queries + qi * QS, c), LANE_AT(keys + jj * QS, c), dot);
+        weights[qi * WS + jj] = DOT_FINISH(dot);
+    }
+}
+#endif
+
 __kernel void linear_outputs_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(V_T, v),
                                    __global CAT(storage_, O_T) * o, IDX o_off, IDX o_s0,
                                    IDX o_s1, IDX o_s2, IDX o_s3, __global const float *states,
                                    __global const float *phik, IDX phik_off, int B, int Hq,
                                    int Hkv, int Sq, int Sk, int chunk, int nchunks, float eps,
                                    MASK_PARAMS) {
-    __local lane_t queries_lanes[TS * BR / VEC], rows_lanes[TS * BC / VEC];
-    __local float *queries = (__local float *)queries_lanes, *rows = (__local float *)rows_lanes;
+    __local lane_t rows_lanes[TS * BC / VEC];
+    __local float *rows = (__local float *)rows_lanes;
     __local float sums[TS];
+#if CAUSAL
+    __local lane_t queries_lanes[BQ * QS / VEC], keys_lanes[TS * QS / VEC];
+    __local float *keys = (__local float *)keys_lanes, weights[BQ * WS];
+    __local int ends[BQ];
+#else
+    __local lane_t queries_lanes[TS * BQ / VEC];
+#endif
+    __local float *queries = (__local float *)queries_lanes;
     const int lid = (int)get_local_id(0), col_blocks = (VALUE_DIM + BC - 1) / BC;
-    const int blocks = (Sq + BR - 1) / BR, group = (int)get_group_id(0);
+    const int blocks = (Sq + BQ - 1) / BQ, group = (int)get_group_id(0);
     const int cb = group % col_blocks, qb = group / col_blocks % blocks;
     const int bh = group / col_blocks / blocks, h = bh % Hq, b = bh / Hq;
     const int bhk = b * Hkv + h / (Hq / Hkv);
-    const int i0 = qb * BR, c0 = cb * BC, tr = TILE_ROW(lid), tc = TILE_COL(lid);
+    const int i0 = qb * BQ, c0 = cb * BC, tr = TILE_ROW(lid), tc = TILE_COL(lid);
     MASK_PACK(p);
-    __global const float *state = states + ((IDX)bhk * (IDX)(nchunks + 1) + (IDX)nchunks) * SLOT;
+#if CAUSAL
+    for (int e = lid; e < BQ; e += OUTPUT_ITEMS)
+        ends[e] = i0 + e < Sq ? mask_row_start(&p, b, h, i0 + e, Sq, Sk).end : 0;
+    for (int e = lid; e < BQ * LANES(HEAD_DIM); e += OUTPUT_ITEMS) {
+        const int qi = e / LANES(HEAD_DIM), c = e % LANES(HEAD_DIM);
+        STORE_ROW_LANES(queries + qi * QS, c, query_features(q, q_off, q_s0, q_s1, q_s2, q_s3, b,
+                                                             h, i0 + qi, Sq, c * VEC));
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    int lo = Sk, hi = 0; /* the smallest and largest of the ends that see any key */
+    for (int e = 0; e < BQ; ++e)
+        if (ends[e] > 0) lo = min(lo, ends[e]), hi = max(hi, ends[e]);
+    int end[TR]; /* the work-item's queries' */
+    UNROLL for (int r = 0; r < TR; ++r) end[r] = ends[tr + r];
+    const int whole = lo / chunk;
+#define TILE_ROW_END(r, i) end[r]
+#else
+    const int whole = nchunks;
+#define TILE_ROW_END(r, i) mask_row_start(&p, b, h, i, Sq, Sk).end
+#endif
+    __global const float *state = states + ((IDX)bhk * (IDX)(nchunks + 1) + (IDX)whole) * SLOT;
 
     lane_t acc[TR][TC / VEC];
     float den[TR];
@@ -426,41 +495,78 @@ __kernel void linear_outputs_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(V_T, v),
     for (int d0 = 0; d0 < HEAD_DIM; d0 += TS) {
         const int n = min(TS, HEAD_DIM - d0); /* both multiples of VEC */
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (int e = lid; e < BR * (n / VEC); e += TILE_ITEMS) {
-            const int qi = e / (n / VEC), d = e % (n / VEC) * VEC, i = i0 + qi;
-            /* a query past Sq stages zeros; one past its query length is read and not stored */
-            lane_t x = (lane_t)0.0f;
-            if (i < Sq) x = LOAD_LANES(Q_T, q, AT(q, b, h, i, d0 + d), q_s3);
-            x = feature_lanes(x);
-            for (int l = 0; l < VEC; ++l) queries[(d + l) * BR + qi] = ((float *)&x)[l];
+#if !CAUSAL
+        for (int e = lid; e < BQ * (n / VEC); e += OUTPUT_ITEMS) {
+            const int qi = e / (n / VEC), d = e % (n / VEC) * VEC;
+            const lane_t x =
+                query_features(q, q_off, q_s0, q_s1, q_s2, q_s3, b, h, i0 + qi, Sq, d0 + d);
+            for (int l = 0; l < VEC; ++l) queries[(d + l) * BQ + qi] = ((float *)&x)[l];
         }
-        for (int e = lid; e < n * (BC / VEC); e += TILE_ITEMS) {
+#endif
+        for (int e = lid; e < n * (BC / VEC); e += OUTPUT_ITEMS) {
             const int dd = e / (BC / VEC), c = e % (BC / VEC) * VEC, col = c0 + c;
             lane_t x = (lane_t)0.0f;
             if (col < VALUE_DIM) x = LOAD_LANES(f32, state, (IDX)(d0 + dd) * VALUE_DIM + col, 1);
             STORE_ROW_LANES(rows + dd * BC, c / VEC, x);
         }
-        for (int e = lid; e < n; e += TILE_ITEMS) sums[e] = state[HEAD_DIM * VALUE_DIM + d0 + e];
+        for (int e = lid; e < n; e += OUTPUT_ITEMS) sums[e] = state[HEAD_DIM * VALUE_DIM + d0 + e];
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int dd = 0; dd < n; ++dd) {
             float f[TR];
-            tile_product(acc, f, queries + dd * BR + tr, rows + dd * BC + tc);
+#if CAUSAL
+            UNROLL for (int r = 0; r < TR; ++r) f[r] = queries[(tr + r) * QS + d0 + dd];
+#else
+            TILE_FLOATS(f, queries + dd * BQ + tr);
+#endif
+            tile_product(acc, f, rows + dd * BC + tc);
             UNROLL for (int r = 0; r < TR; ++r) den[r] = fma(f[r], sums[dd], den[r]);
         }
     }
+#if CAUSAL
+    /* the keys from there on (rows reused for their values) */
+    const int hk = bhk % Hkv;
+    for (int j0 = whole * chunk; j0 < hi; j0 += TS) {
+        const int n = min(TS, hi - j0);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int e = lid; e < n * LANES(HEAD_DIM); e += OUTPUT_ITEMS) {
+            const int jj = e / LANES(HEAD_DIM), c = e % LANES(HEAD_DIM);
+            const IDX at = phik_off + ((IDX)bhk * (IDX)Sk + (IDX)(j0 + jj)) * HEAD_DIM;
+            STORE_ROW_LANES(keys + jj * QS, c, LOAD_LANES(f32, phik, at + (IDX)(c * VEC), 1));
+        }
+        for (int e = lid; e < n * (BC / VEC); e += OUTPUT_ITEMS) {
+            const int jj = e / (BC / VEC), c = e % (BC / VEC) * VEC, col = c0 + c;
+            lane_t x = (lane_t)0.0f;
+            if (col < VALUE_DIM) x = LOAD_LANES(V_T, v, AT(v, b, hk, j0 + jj, col), v_s3);
+            STORE_ROW_LANES(rows + jj * BC, c / VEC, x);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        block_weights(queries, keys, ends, j0, n, weights);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int jj = 0; jj < n; ++jj) {
+            lane_t row[TC / VEC];
+            UNROLL for (int c = 0; c < TC / VEC; ++c) row[c] = LANE_AT(rows + jj * BC + tc, c);
+            UNROLL for (int r = 0; r < TR; ++r) {
+                if (j0 + jj >= end[r]) continue;
+                const float weight = weights[(tr + r) * WS + jj];
+                den[r] += weight;
+                UNROLL for (int c = 0; c < TC / VEC; ++c)
+                    acc[r][c] = fma((lane_t)weight, row[c], acc[r][c]);
+            }
+        }
+    }
+#endif
     UNROLL for (int r = 0; r < TR; ++r) {
         const int i = i0 + tr + r;
         if (i >= Sq) break;
-        const int end = mask_row_start(&p, b, h, i, Sq, Sk).end;
+        const int row_end = TILE_ROW_END(r, i);
         const lane_t denominator = (lane_t)(den[r] + eps);
         UNROLL for (int c = 0; c < TC / VEC; ++c) {
             const int col = c0 + tc + c * VEC;
             if (col >= VALUE_DIM) break;
-            lane_t value = end > 0 ? acc[r][c] / denominator : (lane_t)0.0f;
+            lane_t value = row_end > 0 ? acc[r][c] / denominator : (lane_t)0.0f;
             STORE_LANES(i, col / VEC, value)
         }
     }
 }
-#endif
 
 #endif /* CLATTN_LINEAR_ATTENTION_CL */

@@ -514,10 +514,10 @@ static bool picked_launch(test_ctx *t, const la_spec *s, clattn__linear_launch *
     return status == CLATTN_SUCCESS;
 }
 
-/* The case under TILES=0 and TILES=1 (and `more` of the override in both: one program), the
- * same bits; the tiles' output against the reference too, so that the two cannot agree on a
- * wrong answer. */
-static void tiles_as_rows(test_ctx *t, const la_spec *s, const char *more, const char *what) {
+/* The case under TILES=0 and TILES=1 (and `more` of the override in both: one program): the
+ * tiles' output against the reference, and where `same_bits`, against the rows' bit for bit. */
+static void tiles_as_rows(test_ctx *t, const la_spec *s, const char *more, bool same_bits,
+                          const char *what) {
     la_data d;
     char rows_only[96], tiles[96];
     snprintf(rows_only, sizeof rows_only, "TILES=0%s", more);
@@ -528,7 +528,7 @@ static void tiles_as_rows(test_ctx *t, const la_spec *s, const char *more, const
         if (rows) CHECK_OK(t, clattn_tuning_override("linear_attention", tiles));
         if (rows && !t->failed) tiled = run_with(t, s, &d, d.k, d.v);
         const size_t n = (size_t)(s->B * s->Hq * s->Sq * s->Dv);
-        if (tiled && matches(t, s, d.ref, d.scale, tiled, what))
+        if (tiled && matches(t, s, d.ref, d.scale, tiled, what) && same_bits)
             for (size_t i = 0; i < n && !t->failed; ++i)
                 CHECK(t, memcmp(&rows[i], &tiled[i], sizeof(float)) == 0,
                       "%s: out[%zu] = %.9g by the tiles, %.9g by the rows", what, i, tiled[i],
@@ -540,30 +540,44 @@ static void tiles_as_rows(test_ctx *t, const la_spec *s, const char *more, const
     free_data(&d);
 }
 
-/* TILES=1 (the states and the non-causal outputs as group tiles, the GPU row's) sums in the
- * row kernels' order: the same bits. Blocks of 8 cut the head dims 20 and 12 into whole and
- * partial blocks, with a last step of fewer keys than TILE_STEP (16), f16 q [B,H,D,S] read with
- * a stride; D=7 Dv=5 takes one-lane rows; D=64 the GPU row's 64 x 64 blocks; the causal case
- * the tiles' states only. Where the compiler's groups are smaller than the tiles' (a cap of 4
- * against groups of 6) the call takes the row kernels, and where their staging does not fit
- * local memory the launch takes none. */
+/* TILES=1 (the GPU row's: states and outputs as group tiles) sums in the row kernels' order, so
+ * it gives their bits; not the causal outputs', whose blocks of 64 queries take the state of the
+ * whole chunks before their smallest end, the row kernels' blocks of at most 8 those before
+ * theirs (causal cases are checked against the reference). Blocks of 8 cut the head dims 20 and
+ * 12 into whole and partial blocks, with a last step of fewer keys than TILE_STEP (16), f16 q
+ * [B,H,D,S] read with a stride; D=7 Dv=5 takes one-lane rows; D=64 the GPU row's 64 x 64
+ * blocks; bottom-right blocks of 8 queries start in the middle of chunks. Where the compiler's
+ * groups are smaller than the tiles' (a cap of 4 against groups of 6) the call takes the row
+ * kernels; where causal phi(q) rows do not fit local memory the blocks take fewer queries, and
+ * where a step does not, the launch takes no tiles; a call of fewer queries than a block keeps
+ * the row kernel for its outputs. */
 static void tiles_match_rows_bit_for_bit(test_ctx *t) {
-    static const int32_t klen[2] = {61, 9}, qlen[2] = {21, 13};
+    static const int32_t klen[2] = {61, 9}, qlen[2] = {21, 13}, qlen30[2] = {30, 21};
     la_spec s = spec(2, 4, 2, 21, 20, 12);
     s.dt = CLATTN_F16, s.klen = s.qlen = qlen, s.bshd = 2;
-    tiles_as_rows(t, &s, ",LANES=4,BLOCK=8", "f16 D=20 Dv=12 in blocks of 8, q [B,H,D,S]");
+    tiles_as_rows(t, &s, ",LANES=4,BLOCK=8", true, "f16 D=20 Dv=12 in blocks of 8, q [B,H,D,S]");
+    s.causal = 1, s.bottom_right = 1, s.Sq = 30, s.Sk = 80, s.klen = NULL, s.qlen = qlen30;
+    tiles_as_rows(t, &s, ",LANES=4,BLOCK=8", false, "causal bottom-right Sq=30 Sk=80, f16");
     /* (under the uninitialized-value checker, at -O0, the rest took a minute) */
     if (test_under_uninit_checker()) return;
-    s = spec(1, 2, 1, 37, 7, 5);
-    tiles_as_rows(t, &s, "", "D=7 Dv=5");
-    s = spec(1, 4, 2, 40, 64, 64);
-    tiles_as_rows(t, &s, ",LANES=4", "D=64 in groups of 64");
+    for (int causal = 0; causal < 2; ++causal) {
+        s = spec(1, 2, 1, 37, 7, 5);
+        s.causal = causal;
+        tiles_as_rows(t, &s, ",BLOCK=32", !causal, causal ? "causal D=7 Dv=5" : "D=7 Dv=5");
+    }
+    s.Sq = s.Sk = 31;
+    tiles_as_rows(t, &s, ",BLOCK=32", true, "causal, 31 queries: the row kernel's outputs");
+    s = spec(1, 4, 2, 70, 64, 64);
+    tiles_as_rows(t, &s, ",LANES=4", true, "D=64 in groups of 64");
+    s = spec(1, 2, 1, 150, 64, 64);
+    s.causal = 1;
+    tiles_as_rows(t, &s, ",LANES=4", false, "causal D=64, 150 keys");
     s = spec(2, 2, 1, 70, 16, 24);
     s.causal = 1, s.klen = klen;
-    tiles_as_rows(t, &s, "", "causal, key lengths");
+    tiles_as_rows(t, &s, "", false, "causal, key lengths");
     test_saved_env cap = test_env_set("CLATTN_MAX_WORK_GROUP", "4");
     s.causal = 0;
-    tiles_as_rows(t, &s, ",LANES=8,GROUP=4", "groups of 4 (the tiles' take 6)");
+    tiles_as_rows(t, &s, ",LANES=8,GROUP=4", true, "groups of 4 (the tiles' take 6)");
     test_env_restore(&cap);
     clattn__linear_launch l;
     cap = test_env_set("CLATTN_MAX_LOCAL_MEMORY", "2048");
@@ -575,6 +589,28 @@ static void tiles_match_rows_bit_for_bit(test_ctx *t) {
         CHECK(t, l.t.TILES && l.block_rows == 16 && l.block_cols == 24 && l.t.TILE_STEP == 16,
               "tiles %ld of %d x %d, %ld a step", l.t.TILES, l.block_rows, l.block_cols,
               l.t.TILE_STEP);
+    /* causal D=128 in float4 lanes: 64 queries' phi(q) rows and the rest take 51008 bytes */
+    cap = test_env_set("CLATTN_MAX_LOCAL_MEMORY", "49152");
+    clattn_tuning_override("linear_attention", "TILES=1,LANES=4");
+    s = spec(1, 2, 1, 150, 128, 64);
+    s.causal = 1;
+    if (picked_launch(t, &s, &l))
+        CHECK(t, l.t.TILES && l.block_queries == 32, "causal D=128 in 48 KiB: %d queries a group",
+              l.block_queries);
+    test_env_restore(&cap);
+    clattn_tuning_override("linear_attention", NULL);
+}
+
+/* The tiles keep the row kernels' promises: changing keys from a position on changes no
+ * earlier output row, bit for bit, and keys past a key length (NaN, Inf) reach no output. */
+static void tiles_keep_causality_and_padding(test_ctx *t) {
+    if (test_under_uninit_checker()) { /* (8 s there; the tiles' reads are checked above) */
+        test_skip(t, "under the uninitialized-value checker");
+        return;
+    }
+    CHECK_OK(t, clattn_tuning_override("linear_attention", "TILES=1,BLOCK=32"));
+    causality_bit_exact(t);
+    padded_keys_never_read(t);
     clattn_tuning_override("linear_attention", NULL);
 }
 
@@ -756,6 +792,7 @@ static const test_case cases[] = {
     {"uneven_steps_and_lengths", uneven_steps_and_lengths},
     {"both_launches", both_launches},
     {"tiles_match_rows_bit_for_bit", tiles_match_rows_bit_for_bit},
+    {"tiles_keep_causality_and_padding", tiles_keep_causality_and_padding},
     {"bad_arguments", bad_arguments},
     {"caller_workspace", caller_workspace},
 };

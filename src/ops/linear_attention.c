@@ -140,25 +140,44 @@ static int64_t ceil_div(int64_t n, int64_t m) {
     return (n + m - 1) / m;
 }
 
-/* The tiles' block and work-item tile for the head dims (resolved under TILES=0 too, so that
- * the two build one program); TILES 0 where the staged operands do not fit the device's local
- * memory. */
-static void pick_tiles(linear_launch *l, cl_device_id device, int64_t d, int64_t dv) {
-    const long lanes = l->t.LANES;
-    l->t.TILE_COLS = ceil_div(l->t.TILE_COLS, lanes) * lanes;
-    l->t.TILE_STEP = ceil_div(l->t.TILE_STEP, lanes) * lanes;
-    l->block_rows =
-        (int)(ceil_div(d < l->t.BLOCK ? d : l->t.BLOCK, l->t.TILE_ROWS) * l->t.TILE_ROWS);
-    l->block_cols =
-        (int)(ceil_div(dv < l->t.BLOCK ? dv : l->t.BLOCK, l->t.TILE_COLS) * l->t.TILE_COLS);
-    const cl_ulong floats =
-        (cl_ulong)l->t.TILE_STEP * (cl_ulong)(l->block_rows + l->block_cols + 1);
-    if (floats * sizeof(float) > clattn__device_local_bytes(device)) l->t.TILES = 0;
+static int64_t round_up(int64_t n, int64_t m) {
+    return ceil_div(n, m) * m;
 }
 
-/* A tile kernel's group. */
-static size_t tile_items(const linear_launch *l) {
-    return (size_t)(l->block_rows / l->t.TILE_ROWS) * (size_t)(l->block_cols / l->t.TILE_COLS);
+/* Bytes of local memory of linear_outputs_tiles (cl/linear_attention.cl): a step of state rows
+ * and sums, and phi(q) a step at a time (not causal), or whole rows of it with a step of phi(k)
+ * rows and the weights (causal). linear_states_tiles' are step x (rows + columns). */
+static cl_ulong outputs_tile_bytes(const linear_launch *l, int64_t d) {
+    const int64_t step = l->t.TILE_STEP, row = d + l->t.LANES;
+    const int64_t floats =
+        step * (l->block_cols + 1) +
+        (l->causal ? (l->block_queries + step) * row + l->block_queries * (step + 2)
+                   : step * l->block_queries);
+    return (cl_ulong)floats * sizeof(float);
+}
+
+/* The tiles' blocks and work-item tile for the head dims (resolved under TILES=0 too, so that
+ * the two build one program); causal outputs take fewer queries a group where their phi(q)
+ * rows do not fit local memory with 64; TILES 0 where a step does not fit it. */
+static void pick_tiles(linear_launch *l, cl_device_id device, int64_t d, int64_t dv) {
+    const cl_ulong local = clattn__device_local_bytes(device);
+    const long lanes = l->t.LANES, rows = l->t.TILE_ROWS;
+    l->t.TILE_COLS = round_up(l->t.TILE_COLS, lanes);
+    l->t.TILE_STEP = round_up(l->t.TILE_STEP, lanes);
+    l->block_rows = (int)round_up(d < l->t.BLOCK ? d : l->t.BLOCK, rows);
+    l->block_cols = (int)round_up(dv < l->t.BLOCK ? dv : l->t.BLOCK, l->t.TILE_COLS);
+    l->block_queries = (int)round_up(l->t.BLOCK, rows);
+    while (l->block_queries > rows && outputs_tile_bytes(l, d) > local)
+        l->block_queries = (int)round_up(l->block_queries / 2, rows);
+    const cl_ulong states =
+        (cl_ulong)l->t.TILE_STEP * (cl_ulong)(l->block_rows + l->block_cols) * sizeof(float);
+    if (states > local || outputs_tile_bytes(l, d) > local) l->t.TILES = 0;
+}
+
+/* The groups of the tiles' kernels: block rows (or queries) over TILE_ROWS by block columns
+ * over TILE_COLS. */
+static size_t tile_items(const linear_launch *l, int rows) {
+    return (size_t)(rows / l->t.TILE_ROWS) * (size_t)(l->block_cols / l->t.TILE_COLS);
 }
 
 /* Work-items of the states of one chunk index, over the batch and heads (the tiles' or the row
@@ -168,15 +187,15 @@ static int64_t state_items_per_chunk(const linear_args *a, const linear_launch *
     const int64_t d = a->k->shape[3], dv = a->v->shape[3];
     if (!tiles) return heads * (d / l->t.ROWS);
     return heads * ceil_div(d, l->block_rows) * ceil_div(dv, l->block_cols) *
-           (int64_t)tile_items(l);
+           (int64_t)tile_items(l, l->block_rows);
 }
 
 /* Work-items of the outputs (likewise). */
 static int64_t output_items(const linear_args *a, const linear_launch *l, bool tiles) {
     const int64_t heads = a->q->shape[0] * a->q->shape[1], Sq = a->q->shape[2];
     if (!tiles) return heads * ceil_div(Sq, l->t.BM);
-    return heads * ceil_div(Sq, l->block_rows) * ceil_div(a->v->shape[3], l->block_cols) *
-           (int64_t)tile_items(l);
+    return heads * ceil_div(Sq, l->block_queries) * ceil_div(a->v->shape[3], l->block_cols) *
+           (int64_t)tile_items(l, l->block_queries);
 }
 
 /* Chunks: the causal form's fixed size; the non-causal one as few as fill the device. */
@@ -268,7 +287,8 @@ void clattn__linear_options(const linear_args *a, const linear_launch *l, bool w
              a->state != NULL, wide ? "ulong" : "uint");
     clattn__linear_attention_tuning_options(&l->t, options, size);
     const size_t used = strlen(options);
-    snprintf(options + used, size - used, " -DBR=%d -DBC=%d", l->block_rows, l->block_cols);
+    snprintf(options + used, size - used, " -DBR=%d -DBC=%d -DBQ=%d", l->block_rows, l->block_cols,
+             l->block_queries);
     clattn__mask_options(&a->mask, options, size);
 }
 
@@ -367,7 +387,7 @@ static void list_steps(const linear_args *a, const linear_launch *l, linear_step
                        linear_step tiles[4]) {
     const int64_t B = a->k->shape[0], Hkv = a->k->shape[1], D = a->k->shape[3];
     const int64_t Sk = a->k->shape[2];
-    const size_t group = (size_t)l->t.GROUP, tile = l->t.TILES ? tile_items(l) : 0;
+    const size_t group = (size_t)l->t.GROUP;
     /* phi(k) goes to scratch first, in vectors: the states read it (a scalar feature map per
      * element there cost more than the FMAs it fed), and when causal the products within
      * chunks too */
@@ -380,9 +400,13 @@ static void list_steps(const linear_args *a, const linear_launch *l, linear_step
     for (int i = 0; i < 4; ++i) tiles[i] = (linear_step){NULL, 0, 0};
     if (!l->t.TILES) return;
     tiles[1] = (linear_step){"linear_states_tiles",
-                             (size_t)(l->nchunks * state_items_per_chunk(a, l, true)), tile};
-    if (!l->causal)
-        tiles[3] = (linear_step){"linear_outputs_tiles", (size_t)output_items(a, l, true), tile};
+                             (size_t)(l->nchunks * state_items_per_chunk(a, l, true)),
+                             tile_items(l, l->block_rows)};
+    /* a block's queries fetch and weigh BLOCK queries: a call with fewer (a decoding step)
+     * keeps the row kernel */
+    if (a->q->shape[2] >= l->block_queries)
+        tiles[3] = (linear_step){"linear_outputs_tiles", (size_t)output_items(a, l, true),
+                                 tile_items(l, l->block_queries)};
 }
 
 /* The tiles' kernel of a step, or (where the launch takes none, or the compiler cannot run its

@@ -28,7 +28,7 @@ typedef struct clattn__linear_launch {
     bool causal;
     /* TILES: a group's block (state rows or queries, value columns), TILE_ROWS and TILE_COLS
      * resolved to divide it (TILE_COLS and TILE_STEP multiples of LANES) */
-    int block_rows, block_cols;
+    int block_rows, block_cols, block_queries;
 } clattn__linear_launch;
 
 /* The options' feature map and eps into `a` (NULL: the defaults), checked. */

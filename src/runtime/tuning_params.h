@@ -107,11 +107,11 @@
  * ROWS: state rows per linear_states work-item, BM: queries per linear_outputs work-item (0:
  * as many as keep 16 vector accumulators); GROUP: work-group size; ITEMS: work-items per
  * compute unit the non-causal chunking aims for; CHUNK: keys per causal chunk. TILES 1: the
- * states and the non-causal outputs as group tiles (cl/linear_attention.cl, Tiles): a group's
- * block of BLOCK x BLOCK outputs (less where a head dim is smaller), a work-item's TILE_ROWS x
- * TILE_COLS of it (TILE_COLS widened to the lanes), TILE_STEP keys or head dims staged a step;
- * the other parameters then size the row kernels of what the tiles do not take (phi(k), the
- * scan, causal outputs).
+ * states and the outputs as group tiles (cl/linear_attention.cl, Tiles): a group's block of
+ * BLOCK x BLOCK outputs (less where a head dim is smaller), a work-item's TILE_ROWS x TILE_COLS
+ * of it (TILE_COLS widened to the lanes), TILE_STEP keys or head dims staged a step; the other
+ * parameters then size the row kernels of what the tiles do not take (phi(k), the scan, the
+ * outputs of calls with fewer queries than a block).
  * Default: PoCL on AVX-512: 16 lanes, 16 accumulators, causal chunks of 64 (32 and 128 were
  * 1.2-1.8x slower at S=1024-8192, clattn-bench --op linear_attention_causal). */
 #define CLATTN__TUNING_LINEAR_ATTENTION(X)                                                         \
