@@ -28,7 +28,9 @@
  *                   product within a chunk): O(chunk) per query, so O(S) per head in all.
  *
  * On GPUs linear_states_tiles and linear_outputs_tiles (Tiles, below) take the places of
- * linear_states and linear_outputs: the same sums as products of work-group blocks.
+ * linear_states and linear_outputs (the host's TILES: not for the outputs of a call with fewer
+ * queries than a block, nor where the compiler cannot run a tile kernel's group): the same sums
+ * as products of work-group blocks.
  *
  * Query head h reads kv head h / (Hq / Hkv) (MHA, GQA and MQA alike). Keys past a query's end
  * are never read for it, so whatever they hold (NaN, Inf) cannot reach its output, and changing
@@ -415,8 +417,8 @@ __kernel void linear_outputs(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(V_T, v),
 #define QS (HEAD_DIM + VEC)
 #define WS (TS + 1) /* the weights' row stride (likewise) */
 
-/* lane vector c of phi(q) from lane vector c of q's row i (0 past Sq: a query past its query
- * length is read and not stored) */
+/* phi of the lane vector of q's row i from head dim d on (of zeros past Sq; a query past its
+ * query length is read, and its output not stored) */
 inline lane_t query_features(TENSOR_PARAMS(Q_T, q), int b, int h, int i, int Sq, int d) {
     lane_t x = (lane_t)0.0f;
     if (i < Sq) x = LOAD_LANES(Q_T, q, AT(q, b, h, i, d), q_s3);

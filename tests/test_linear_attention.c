@@ -499,19 +499,55 @@ static void both_launches(test_ctx *t) {
     clattn__hook_set(CLATTN__HOOK_LINEAR_LAUNCH, -1);
 }
 
-/* The launch a spec gets on the device under test (its mask's causality only). */
-static bool picked_launch(test_ctx *t, const la_spec *s, clattn__linear_launch *l) {
+/* The launch a spec gets on the device under test (its mask's causality only), and with
+ * `kernels` the names of the kernels the forward's four steps take (built, not run). */
+static bool picked_launch_and_kernels(test_ctx *t, const la_spec *s, clattn__linear_launch *l,
+                                      char (*kernels)[32]) {
     clattn_tensor q = clattn_tensor_4d(NULL, s->dt, s->B, s->Hq, s->Sq, s->D),
                   k = clattn_tensor_4d(NULL, s->dt, s->B, s->Hkv, s->Sk, s->D),
                   v = clattn_tensor_4d(NULL, s->dt, s->B, s->Hkv, s->Sk, s->Dv);
     clattn__linear_args a = {&q,   &k,   &v, &q, NULL, NULL, false, NULL, CLATTN_FEATURE_ELU1,
                              0.0f, NULL, {0}};
     a.mask.causal = s->causal;
-    const int status = clattn__linear_pick_launch(clattn_env_device(t->env), &a, l);
+    clattn__call call;
+    cl_kernel built[4] = {NULL, NULL, NULL, NULL};
+    size_t items[4], caps[4];
+    char options[1024];
+    int status = clattn__begin_call(&call, clattn_env_queue(t->env), 0, NULL, NULL);
+    if (status == CLATTN_SUCCESS) status = clattn__linear_pick_launch(call.device, &a, l);
+    if (status == CLATTN_SUCCESS && kernels) {
+        clattn__linear_options(&a, l, false, options, sizeof options);
+        status = clattn__linear_prepare_steps(&a, l, &call, NULL, false, "linear_attention.cl",
+                                              options, 4, built, items, caps);
+    }
+    for (int i = 0; i < 4; ++i) {
+        if (built[i] && clGetKernelInfo(built[i], CL_KERNEL_FUNCTION_NAME, sizeof kernels[i],
+                                        kernels[i], NULL) != CL_SUCCESS)
+            kernels[i][0] = '\0';
+        if (built[i]) clReleaseKernel(built[i]);
+    }
     if (status != CLATTN_SUCCESS)
-        test_fail_at(t, __FILE__, __LINE__, "clattn__linear_pick_launch -> %s: %s",
+        test_fail_at(t, __FILE__, __LINE__, "planning linear attention -> %s: %s",
                      clattn_status_name(status), clattn_last_error());
     return status == CLATTN_SUCCESS;
+}
+
+static bool picked_launch(test_ctx *t, const la_spec *s, clattn__linear_launch *l) {
+    return picked_launch_and_kernels(t, s, l, NULL);
+}
+
+/* The kernels of the states and the outputs a spec takes under `override` are `states` and
+ * `outputs`. */
+static void takes_kernels(test_ctx *t, const la_spec *s, const char *override, const char *states,
+                          const char *outputs) {
+    clattn__linear_launch l;
+    char kernels[4][32] = {"", "", "", ""};
+    CHECK_OK(t, clattn_tuning_override("linear_attention", override));
+    if (picked_launch_and_kernels(t, s, &l, kernels))
+        CHECK(t, strcmp(kernels[1], states) == 0 && strcmp(kernels[3], outputs) == 0,
+              "%s (S=%lld, causal %d): %s and %s, expected %s and %s", override, (long long)s->Sq,
+              s->causal, kernels[1], kernels[3], states, outputs);
+    clattn_tuning_override("linear_attention", NULL);
 }
 
 /* The case under TILES=0 and TILES=1 (and `more` of the override in both: one program): the
@@ -558,8 +594,9 @@ static void tiles_match_rows_bit_for_bit(test_ctx *t) {
     tiles_as_rows(t, &s, ",LANES=4,BLOCK=8", true, "f16 D=20 Dv=12 in blocks of 8, q [B,H,D,S]");
     s.causal = 1, s.bottom_right = 1, s.Sq = 30, s.Sk = 80, s.klen = NULL, s.qlen = qlen30;
     tiles_as_rows(t, &s, ",LANES=4,BLOCK=8", false, "causal bottom-right Sq=30 Sk=80, f16");
-    /* (under the uninitialized-value checker, at -O0, the rest took a minute) */
-    if (test_under_uninit_checker()) return;
+    /* the rest on the lane of large shapes (under the uninitialized-value checker, at -O0, it
+     * took a minute; PoCL built its programs in 12 s a lane) */
+    if (!test_large_shapes(t)) return;
     for (int causal = 0; causal < 2; ++causal) {
         s = spec(1, 2, 1, 37, 7, 5);
         s.causal = causal;
@@ -569,21 +606,33 @@ static void tiles_match_rows_bit_for_bit(test_ctx *t) {
     tiles_as_rows(t, &s, ",BLOCK=32", true, "causal, 31 queries: the row kernel's outputs");
     s = spec(1, 4, 2, 70, 64, 64);
     tiles_as_rows(t, &s, ",LANES=4", true, "D=64 in groups of 64");
+    s = spec(1, 2, 1, 40, 48, 32);
+    tiles_as_rows(t, &s, ",BLOCK=32,TILE_ROWS=3", true, "16 lanes, rows of 3, two row blocks");
     s = spec(1, 2, 1, 150, 64, 64);
     s.causal = 1;
     tiles_as_rows(t, &s, ",LANES=4", false, "causal D=64, 150 keys");
     s = spec(2, 2, 1, 70, 16, 24);
     s.causal = 1, s.klen = klen;
     tiles_as_rows(t, &s, "", false, "causal, key lengths");
-    test_saved_env cap = test_env_set("CLATTN_MAX_WORK_GROUP", "4");
+    takes_kernels(t, &s, "TILES=1", "linear_states_tiles", "linear_outputs_tiles");
     s.causal = 0;
+    takes_kernels(t, &s, "TILES=1", "linear_states_tiles", "linear_outputs_tiles");
+    s.Sq = 63;
+    takes_kernels(t, &s, "TILES=1", "linear_states_tiles", "linear_outputs");
+    s.Sq = 70;
+    test_saved_env cap = test_env_set("CLATTN_MAX_WORK_GROUP", "4");
+    takes_kernels(t, &s, "TILES=1,LANES=8,GROUP=4", "linear_states", "linear_outputs");
     tiles_as_rows(t, &s, ",LANES=8,GROUP=4", true, "groups of 4 (the tiles' take 6)");
     test_env_restore(&cap);
     clattn__linear_launch l;
-    cap = test_env_set("CLATTN_MAX_LOCAL_MEMORY", "2048");
+    /* the states' step, 16 x (16 + 24) floats, does not fit; the outputs' would, 8 queries a
+     * group (16 x (24 + 1 + 8)) */
+    cap = test_env_set("CLATTN_MAX_LOCAL_MEMORY", "2200");
     clattn_tuning_override("linear_attention", "TILES=1,LANES=8");
     if (picked_launch(t, &s, &l))
-        CHECK(t, !l.t.TILES, "16 x (16 + 24 + 1) floats staged in 2 KiB of local memory");
+        CHECK(t, !l.t.TILES && l.block_rows == 8 && l.block_queries == 8 && l.block_cols == 8,
+              "2200 bytes of local memory: tiles %ld, blocks %d, %d, %d", l.t.TILES, l.block_rows,
+              l.block_queries, l.block_cols);
     test_env_restore(&cap);
     if (picked_launch(t, &s, &l))
         CHECK(t, l.t.TILES && l.block_rows == 16 && l.block_cols == 24 && l.t.TILE_STEP == 16,
@@ -602,13 +651,15 @@ static void tiles_match_rows_bit_for_bit(test_ctx *t) {
 }
 
 /* The tiles keep the row kernels' promises: changing keys from a position on changes no
- * earlier output row, bit for bit, and keys past a key length (NaN, Inf) reach no output. */
+ * earlier output row, bit for bit, and keys past a key length (NaN, Inf) reach no output (40
+ * queries: the outputs' row kernel, the tiles' states). TILES is the host's, so the programs are
+ * those the two tests built before. */
 static void tiles_keep_causality_and_padding(test_ctx *t) {
     if (test_under_uninit_checker()) { /* (8 s there; the tiles' reads are checked above) */
         test_skip(t, "under the uninitialized-value checker");
         return;
     }
-    CHECK_OK(t, clattn_tuning_override("linear_attention", "TILES=1,BLOCK=32"));
+    CHECK_OK(t, clattn_tuning_override("linear_attention", "TILES=1"));
     causality_bit_exact(t);
     padded_keys_never_read(t);
     clattn_tuning_override("linear_attention", NULL);

@@ -158,20 +158,27 @@ static cl_ulong outputs_tile_bytes(const linear_launch *l, int64_t d) {
 
 /* The tiles' blocks and work-item tile for the head dims (resolved under TILES=0 too, so that
  * the two build one program); causal outputs take fewer queries a group where their phi(q)
- * rows do not fit local memory with 64; TILES 0 where a step does not fit it. */
+ * rows do not fit local memory with 64. Where a step does not fit it (with a margin for the
+ * compiler's alignment of the arrays), TILES 0 and blocks of one tile, whose arrays fit any
+ * device: a kernel's local arrays over the device's size fail the whole program's build on
+ * NVIDIA's and AMD's compilers, the row kernels with it. */
 static void pick_tiles(linear_launch *l, cl_device_id device, int64_t d, int64_t dv) {
-    const cl_ulong local = clattn__device_local_bytes(device);
+    const cl_ulong local = clattn__device_local_bytes(device), margin = 64;
     const long lanes = l->t.LANES, rows = l->t.TILE_ROWS;
     l->t.TILE_COLS = round_up(l->t.TILE_COLS, lanes);
     l->t.TILE_STEP = round_up(l->t.TILE_STEP, lanes);
     l->block_rows = (int)round_up(d < l->t.BLOCK ? d : l->t.BLOCK, rows);
     l->block_cols = (int)round_up(dv < l->t.BLOCK ? dv : l->t.BLOCK, l->t.TILE_COLS);
     l->block_queries = (int)round_up(l->t.BLOCK, rows);
-    while (l->block_queries > rows && outputs_tile_bytes(l, d) > local)
+    while (l->block_queries > rows && outputs_tile_bytes(l, d) + margin > local)
         l->block_queries = (int)round_up(l->block_queries / 2, rows);
     const cl_ulong states =
         (cl_ulong)l->t.TILE_STEP * (cl_ulong)(l->block_rows + l->block_cols) * sizeof(float);
-    if (states > local || outputs_tile_bytes(l, d) > local) l->t.TILES = 0;
+    if (states + margin <= local && outputs_tile_bytes(l, d) + margin <= local) return;
+    l->t.TILES = 0;
+    l->t.TILE_STEP = lanes;
+    l->block_rows = l->block_queries = (int)rows;
+    l->block_cols = (int)l->t.TILE_COLS;
 }
 
 /* The groups of the tiles' kernels: block rows (or queries) over TILE_ROWS by block columns
@@ -198,13 +205,14 @@ static int64_t output_items(const linear_args *a, const linear_launch *l, bool t
            (int64_t)tile_items(l, l->block_queries);
 }
 
-/* Chunks: the causal form's fixed size; the non-causal one as few as fill the device. */
+/* Chunks: the causal form's fixed size; the non-causal one as few as fill the device (with the
+ * row kernel's work-items, whichever kernel runs: the same chunks, so the same bits). */
 static void pick_chunks(linear_launch *l, cl_device_id device, const linear_args *a) {
     const int64_t Sk = a->k->shape[2];
     int64_t chunk = l->t.CHUNK;
     if (!l->causal) {
         const cl_uint units = clattn__device_compute_units(device);
-        const int64_t per_chunk = state_items_per_chunk(a, l, l->t.TILES);
+        const int64_t per_chunk = state_items_per_chunk(a, l, false);
         int64_t chunks = ((int64_t)units * (int64_t)l->t.ITEMS + per_chunk - 1) / per_chunk;
         const int64_t most = (Sk + LINEAR_MIN_CHUNK - 1) / LINEAR_MIN_CHUNK;
         const int64_t least = (Sk + LINEAR_MAX_CHUNK - 1) / LINEAR_MAX_CHUNK;
@@ -237,9 +245,7 @@ int clattn__linear_pick_launch(cl_device_id device, const linear_args *a, linear
     return CLATTN_SUCCESS;
 }
 
-/* The kernels number work-items with int (the row kernels' counts too: a tile kernel the
- * compiler cannot run falls back to them). */
-static int check_launch_size(const linear_args *a, const linear_launch *l) {
+int clattn__linear_check_launch_size(const linear_args *a, const linear_launch *l) {
     const int64_t B = a->q->shape[0], Hkv = a->k->shape[1];
     const int64_t D = a->q->shape[3], Dv = a->v->shape[3];
     const int64_t scan = B * Hkv * D * Dv, features = B * Hkv * a->k->shape[2];
@@ -266,7 +272,7 @@ static int plan_linear(linear_args *a, const clattn_linear_options *options,
     status = clattn__linear_pick_launch(call->device, a, l);
     if (status != CLATTN_SUCCESS) return status;
     *bytes = (clattn__linear_state_floats(a, l) + clattn__linear_phik_floats(a)) * sizeof(float);
-    return check_launch_size(a, l);
+    return clattn__linear_check_launch_size(a, l);
 }
 
 static bool linear_needs_wide_index(const linear_args *a, const linear_launch *l) {

@@ -38,6 +38,9 @@ int clattn__linear_check_mask_fields(const clattn_mask *m);
 /* The launch for a checked call (the tuning row, the chunks). */
 int clattn__linear_pick_launch(cl_device_id device, const clattn__linear_args *a,
                                clattn__linear_launch *l);
+/* CLATTN_ERR_DEVICE_LIMIT where a step's work-items reach 2^31 (the kernels number them with
+ * int; the row kernels' counts too, which a tile kernel the compiler cannot run falls back to). */
+int clattn__linear_check_launch_size(const clattn__linear_args *a, const clattn__linear_launch *l);
 /* Floats of scratch: the key-chunk states, then phi(k) [B,Hkv,Sk,D] after them. */
 size_t clattn__linear_state_floats(const clattn__linear_args *a, const clattn__linear_launch *l);
 size_t clattn__linear_phik_floats(const clattn__linear_args *a);

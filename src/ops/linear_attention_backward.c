@@ -104,12 +104,14 @@ static void backward_items(const backward_args *a, const backward_launch *l, siz
     items[3] = (size_t)(B * Hkv * ((a->f.k->shape[2] + bm - 1) / bm));
 }
 
+/* The backward's kernels, and the forward's steps it runs first. */
 static int check_launch_size(const backward_args *a, const backward_launch *l) {
     size_t items[4];
     backward_items(a, l, items);
-    const size_t forward = (size_t)(a->f.k->shape[0] * a->f.k->shape[1] * a->f.k->shape[2]);
-    size_t most = forward;
+    size_t most = 0;
     for (int i = 0; i < 4; ++i) most = items[i] > most ? items[i] : most;
+    const int status = clattn__linear_check_launch_size(&a->f, &l->f);
+    if (status != CLATTN_SUCCESS) return status;
     if (most > 0x7fffffff - 1024)
         return clattn__fail(CLATTN_ERR_DEVICE_LIMIT,
                             "the launch needs %zu work-items; at most 2^31 - 1", most);
