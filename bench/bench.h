@@ -18,9 +18,15 @@ typedef struct bench_options {
     const char *python;      /* interpreter for the peer script */
 } bench_options;
 
+#define BENCH_KERNELS 8
 typedef struct bench_timing {
     double first_ms; /* the first call: program build + first run */
     double min_ms, median_ms;
+    /* with CLATTN_BENCH_KERNELS=1, one more call's kernels, by name in the order of their first
+     * launch, and each one's device time (profiling events; those of a name summed) */
+    int kernels;
+    char kernel[BENCH_KERNELS][64]; /* as clattn__traced_kernel's names */
+    double kernel_ms[BENCH_KERNELS];
 } bench_timing;
 
 /* One measured op call: enqueue on `queue` and return a clattn status. */

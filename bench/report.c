@@ -42,7 +42,7 @@ static int add_row(bench_report *report, const clattn_env *env, const char *op, 
 
 int bench_add_wrong_row(bench_report *report, const clattn_env *env, const char *op,
                         const char *variant, clattn_dtype dtype, const char *shape) {
-    const bench_timing none = {0, 0, 0};
+    const bench_timing none = {0};
     snprintf(report->check, sizeof report->check, "wrong");
     return add_row(report, env, op, variant, dtype, shape, &none, "-", 0.0, 1.0, -1.0);
 }
@@ -86,6 +86,9 @@ void bench_print_record(FILE *out, const bench_record *r) {
     fprintf(out, "%-13s %-8s %-5s %-24s %-7s %9.3f %9.3f %9.1f %11s %11s %5.0f%% %9s %8s\n", r->op,
             r->variant, r->dtype, r->shape, r->check, r->timing.median_ms, r->timing.min_ms,
             r->timing.first_ms, value, ceiling, r->roofline_pct, torch, ratio);
+    for (int k = 0; k < r->timing.kernels; ++k)
+        fprintf(out, "%s%s %.3f ms%s", k ? ", " : "  kernels: ", r->timing.kernel[k],
+                r->timing.kernel_ms[k], k + 1 == r->timing.kernels ? "\n" : "");
     fflush(out);
 }
 
@@ -169,7 +172,14 @@ int bench_write_json(const char *path, const bench_report *report,
         if (r->torch_ms >= 0) fprintf(f, "\"torch\": %.4f", r->torch_ms / r->timing.median_ms);
         fprintf(f, "}, \"peer_ms\": {");
         if (r->torch_ms >= 0) fprintf(f, "\"torch\": %.6f", r->torch_ms);
-        fprintf(f, "}}");
+        fprintf(f, "}");
+        if (r->timing.kernels > 0) fprintf(f, ", \"kernels_ms\": {");
+        for (int k = 0; k < r->timing.kernels; ++k) {
+            fprintf(f, "%s", k ? ", " : "");
+            json_string(f, r->timing.kernel[k]);
+            fprintf(f, ": %.6f%s", r->timing.kernel_ms[k], k + 1 == r->timing.kernels ? "}" : "");
+        }
+        fprintf(f, "}");
     }
     fprintf(f, "\n  ]\n}\n");
     return fclose(f) == 0 ? 0 : -1;

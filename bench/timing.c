@@ -1,6 +1,7 @@
 /* Timing and the device's ceilings (bench/roofline.cl). */
 #include "bench.h"
 #include "runtime/sources.h"
+#include "runtime/testing.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,42 @@ static void summarize(double *times, int count, bench_timing *out) {
     out->median_ms = times[count / 2];
 }
 
+_Static_assert(sizeof((bench_timing *)0)->kernel[0] == sizeof((clattn__traced_kernel *)0)->name,
+               "a traced kernel's name is copied whole");
+
+/* A traced kernel's device time (0 where the queue keeps no profile). */
+static double kernel_ms(cl_event event) {
+    cl_ulong start = 0, end = 0;
+    clGetEventProfilingInfo(event, CL_PROFILING_COMMAND_START, sizeof start, &start, NULL);
+    clGetEventProfilingInfo(event, CL_PROFILING_COMMAND_END, sizeof end, &end, NULL);
+    return end > start ? (double)(end - start) / 1e6 : 0.0;
+}
+
+/* With CLATTN_BENCH_KERNELS=1: one more call of fn under the library's kernel trace, its
+ * kernels' device times into out (a breakdown of the calls of several kernels). */
+static int trace_kernels(bench_fn fn, void *ctx, cl_command_queue queue, bench_timing *out) {
+    const char *asked = getenv("CLATTN_BENCH_KERNELS");
+    out->kernels = 0;
+    if (!asked || strcmp(asked, "1") != 0) return CLATTN_SUCCESS;
+    clattn__trace_kernels(true);
+    const int status = run_once(fn, ctx, queue, NULL);
+    clattn__trace_kernels(false);
+    clattn__traced_kernel traced[64];
+    const size_t count = clattn__trace_take(traced, 64);
+    for (size_t i = 0; i < count; ++i) {
+        int k = 0;
+        while (k < out->kernels && strcmp(out->kernel[k], traced[i].name) != 0) ++k;
+        if (k == out->kernels && k < BENCH_KERNELS) {
+            memcpy(out->kernel[k], traced[i].name, sizeof out->kernel[k]);
+            out->kernel_ms[k] = 0.0;
+            out->kernels++;
+        }
+        if (k < out->kernels) out->kernel_ms[k] += kernel_ms(traced[i].event);
+        clReleaseEvent(traced[i].event);
+    }
+    return status;
+}
+
 int bench_time_beside(const bench_options *opt, bench_fn fn, void *ctx, bench_fn ref, void *ref_ctx,
                       cl_command_queue queue, bench_timing *out, bench_timing *ref_out) {
     int status = run_once(fn, ctx, queue, &out->first_ms);
@@ -58,7 +95,7 @@ int bench_time_beside(const bench_options *opt, bench_fn fn, void *ctx, bench_fn
         if (ref) summarize(ref_times, opt->repeats, ref_out);
     }
     free(times);
-    return status;
+    return status == CLATTN_SUCCESS ? trace_kernels(fn, ctx, queue, out) : status;
 }
 
 int bench_time(const bench_options *opt, bench_fn fn, void *ctx, cl_command_queue queue,

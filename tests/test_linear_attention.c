@@ -665,6 +665,45 @@ static void tiles_keep_causality_and_padding(test_ctx *t) {
     clattn_tuning_override("linear_attention", NULL);
 }
 
+/* The kernel trace (a benchmark's breakdown of a call, runtime/testing.h) records each of a
+ * call's kernels with an event that has a device time, and nothing once it is off. */
+static void trace_records_each_step(test_ctx *t) {
+    la_spec s = spec(1, 2, 1, 37, 16, 24);
+    la_data d;
+    static const char *const steps[4] = {"linear_features", "linear_states", "linear_scan",
+                                         "linear_outputs"};
+    clattn__traced_kernel traced[8];
+    size_t count = 0, after = 0;
+    if (prepare(t, &s, &d)) {
+        CHECK_OK(t, clattn_tuning_override("linear_attention", "TILES=0"));
+        clattn__trace_kernels(true);
+        float *out = t->failed ? NULL : run_with(t, &s, &d, d.k, d.v);
+        clattn__trace_kernels(false);
+        count = clattn__trace_take(traced, 8);
+        free(out);
+        out = t->failed ? NULL : run_with(t, &s, &d, d.k, d.v);
+        clattn__traced_kernel more[8];
+        after = clattn__trace_take(more, 8);
+        free(out);
+        clattn_tuning_override("linear_attention", NULL);
+    }
+    if (!t->failed && (count != 4 || after != 0))
+        test_fail_at(t, __FILE__, __LINE__, "%zu kernels traced, then %zu with the trace off",
+                     count, after);
+    for (size_t i = 0; i < count; ++i) {
+        cl_ulong start = 0, end = 0;
+        const bool timed = clGetEventProfilingInfo(traced[i].event, CL_PROFILING_COMMAND_START,
+                                                   sizeof start, &start, NULL) == CL_SUCCESS &&
+                           clGetEventProfilingInfo(traced[i].event, CL_PROFILING_COMMAND_END,
+                                                   sizeof end, &end, NULL) == CL_SUCCESS;
+        if (!t->failed && !(i < 4 && strcmp(traced[i].name, steps[i]) == 0 && timed))
+            test_fail_at(t, __FILE__, __LINE__, "step %zu: %s, %s", i, traced[i].name,
+                         timed ? "timed" : "no device time");
+        clReleaseEvent(traced[i].event);
+    }
+    free_data(&d);
+}
+
 /* ---- invalid arguments: each status, nothing enqueued, *event NULL ---- */
 
 typedef struct bad_call {
@@ -844,6 +883,7 @@ static const test_case cases[] = {
     {"both_launches", both_launches},
     {"tiles_match_rows_bit_for_bit", tiles_match_rows_bit_for_bit},
     {"tiles_keep_causality_and_padding", tiles_keep_causality_and_padding},
+    {"trace_records_each_step", trace_records_each_step},
     {"bad_arguments", bad_arguments},
     {"caller_workspace", caller_workspace},
 };

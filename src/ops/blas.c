@@ -87,17 +87,23 @@ int clattn__sgemm_batched(const clattn__call *call, bool trans_b, size_t m, size
     int applied = clattn__blas_prepare(call->device);
     if (applied != CLATTN_SUCCESS) return applied;
     const CLBlastTranspose tb = trans_b ? CLBlastTransposeYes : CLBlastTransposeNo;
+    /* the kernel trace (hooks.h) gets the event of CLBlast's last kernel of the GEMM */
+    cl_event traced = NULL, *event = clattn__tracing() ? &traced : NULL;
     /* one matrix takes CLBlast's plain GEMM, whose checks do not ask for batch strides */
     CLBlastStatusCode status =
         clattn__fault_hit(CLATTN__FAULT_GEMM) ? CLBlastUnexpectedError
         : batch == 1
             ? CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, tb, m, n, k, 1.0f, a->buffer,
                            a->offset, a->ld, b->buffer, b->offset, b->ld, beta, c->buffer,
-                           c->offset, c->ld, &queue, NULL)
+                           c->offset, c->ld, &queue, event)
             : CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, CLBlastTransposeNo, tb, m, n, k,
                                          1.0f, a->buffer, a->offset, a->ld, a->stride, b->buffer,
                                          b->offset, b->ld, b->stride, beta, c->buffer, c->offset,
-                                         c->ld, c->stride, batch, &queue, NULL);
+                                         c->ld, c->stride, batch, &queue, event);
+    if (traced) {
+        clattn__trace_record(batch == 1 ? "CLBlast Xgemm" : "CLBlast Xgemm batched", traced);
+        clReleaseEvent(traced);
+    }
     if (status == CLBlastSuccess) return CLATTN_SUCCESS;
     /* OpenCL's codes run from -1 to -72 (and extensions' below -1000 are not CLBlast's) */
     const char *what = batch == 1 ? "CLBlastSgemm" : "CLBlastSgemmStridedBatched";

@@ -2,6 +2,8 @@
 #ifndef CLATTN_RUNTIME_HOOKS_H
 #define CLATTN_RUNTIME_HOOKS_H
 
+#include "clattn.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -53,5 +55,11 @@ typedef enum clattn__fault_site {
 /* Counts one use of `site`: true when it is the armed one (which disarms it). Unarmed, a site
  * costs one atomic load. */
 bool clattn__fault_hit(clattn__fault_site site);
+
+/* The kernel trace (testing.h turns it on, for a benchmark's breakdown of a call): while it is
+ * on, the launches record each kernel they enqueue by name with its event. Off, clattn__tracing
+ * costs one atomic load. */
+bool clattn__tracing(void);
+void clattn__trace_record(const char *name, cl_event event);
 
 #endif

@@ -1,10 +1,14 @@
 /*
- * Test hooks (read through hooks.h, set through testing.h) and fault injection: a counter per site,
- * armed by a test, counted down by the library at that site. Not part of the public API.
+ * Test hooks (read through hooks.h, set through testing.h), fault injection (a counter per site,
+ * armed by a test, counted down by the library at that site) and the kernel trace. Not part of the
+ * public API.
  */
 #include "testing.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
 
 static atomic_int hooks[CLATTN__HOOKS] = {-1, -1, -1, -1, -1};
 static _Atomic uint64_t narrow_index_limit = (uint64_t)1 << 31;
@@ -36,4 +40,45 @@ bool clattn__fault_hit(clattn__fault_site site) {
     while (left > 0)
         if (atomic_compare_exchange_weak(&countdown[site], &left, left - 1)) return left == 1;
     return false;
+}
+
+/* The trace holds the kernels of one call or a few: a benchmark takes them after each. */
+#define TRACE_MOST 256
+static atomic_bool tracing;
+static pthread_mutex_t trace_lock = PTHREAD_MUTEX_INITIALIZER;
+static clattn__traced_kernel traced[TRACE_MOST];
+static size_t traced_count;
+
+bool clattn__tracing(void) {
+    return atomic_load(&tracing);
+}
+
+void clattn__trace_record(const char *name, cl_event event) {
+    pthread_mutex_lock(&trace_lock);
+    if (atomic_load(&tracing) && traced_count < TRACE_MOST && clRetainEvent(event) == CL_SUCCESS) {
+        snprintf(traced[traced_count].name, sizeof traced[0].name, "%s", name);
+        traced[traced_count++].event = event;
+    }
+    pthread_mutex_unlock(&trace_lock);
+}
+
+static void drop_traced(size_t from) {
+    for (size_t i = from; i < traced_count; ++i) clReleaseEvent(traced[i].event);
+    traced_count = 0;
+}
+
+void clattn__trace_kernels(bool on) {
+    pthread_mutex_lock(&trace_lock);
+    if (on) drop_traced(0);
+    atomic_store(&tracing, on);
+    pthread_mutex_unlock(&trace_lock);
+}
+
+size_t clattn__trace_take(clattn__traced_kernel *out, size_t capacity) {
+    pthread_mutex_lock(&trace_lock);
+    const size_t moved = traced_count < capacity ? traced_count : capacity;
+    memcpy(out, traced, moved * sizeof *out);
+    drop_traced(moved);
+    pthread_mutex_unlock(&trace_lock);
+    return moved;
 }

@@ -18,4 +18,15 @@ long clattn__scratch_live(void);
  * (or a NULL row) removes it. */
 void clattn__tuning_set_test_row(const char *const row[4]);
 
+/* A kernel the trace (hooks.h) recorded: its name, and its event, which the taker releases. */
+typedef struct clattn__traced_kernel {
+    char name[64];
+    cl_event event;
+} clattn__traced_kernel;
+/* Turns the kernel trace on (dropping what it held) or off. */
+void clattn__trace_kernels(bool on);
+/* Moves up to `capacity` recorded kernels into `out` in the order they were enqueued, drops the
+ * rest; returns how many it moved. */
+size_t clattn__trace_take(clattn__traced_kernel *out, size_t capacity);
+
 #endif
