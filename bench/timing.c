@@ -47,7 +47,8 @@ static double kernel_ms(cl_event event) {
 }
 
 /* With CLATTN_BENCH_KERNELS=1: one more call of fn under the library's kernel trace, its
- * kernels' device times into out (a breakdown of the calls of several kernels). */
+ * kernels' device times into out (a breakdown of the calls of several kernels: the first 64
+ * kernels of the call, the first BENCH_KERNELS names). */
 static int trace_kernels(bench_fn fn, void *ctx, cl_command_queue queue, bench_timing *out) {
     const char *asked = getenv("CLATTN_BENCH_KERNELS");
     out->kernels = 0;
@@ -73,6 +74,8 @@ static int trace_kernels(bench_fn fn, void *ctx, cl_command_queue queue, bench_t
 
 int bench_time_beside(const bench_options *opt, bench_fn fn, void *ctx, bench_fn ref, void *ref_ctx,
                       cl_command_queue queue, bench_timing *out, bench_timing *ref_out) {
+    *out = (bench_timing){0};
+    if (ref_out) *ref_out = (bench_timing){0}; /* (ref's first call is not timed apart) */
     int status = run_once(fn, ctx, queue, &out->first_ms);
     /* calls of seconds: the first warms up enough, and a few repeats tell enough (as the torch
      * peer does) */

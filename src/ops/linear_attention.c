@@ -146,13 +146,15 @@ static int64_t round_up(int64_t n, int64_t m) {
 
 /* Bytes of local memory of linear_outputs_tiles (cl/linear_attention.cl): a step of state rows
  * and sums, and phi(q) a step at a time (not causal), or whole rows of it with a step of phi(k)
- * rows and the weights (causal). linear_states_tiles' are step x (rows + columns). */
+ * rows and the weights and ends (causal); each array rounded up to a lane vector, as a
+ * compiler may align the next. linear_states_tiles' are step x (rows + columns). */
 static cl_ulong outputs_tile_bytes(const linear_launch *l, int64_t d) {
-    const int64_t step = l->t.TILE_STEP, row = d + l->t.LANES;
-    const int64_t floats =
-        step * (l->block_cols + 1) +
-        (l->causal ? (l->block_queries + step) * row + l->block_queries * (step + 2)
-                   : step * l->block_queries);
+    const int64_t step = l->t.TILE_STEP, row = d + l->t.LANES, queries = l->block_queries;
+    const int64_t arrays[5] = {step * l->block_cols, step,
+                               l->causal ? (queries + step) * row : step * queries,
+                               l->causal ? queries * (step + 1) : 0, l->causal ? queries : 0};
+    int64_t floats = 0;
+    for (int i = 0; i < 5; ++i) floats += round_up(arrays[i], l->t.LANES);
     return (cl_ulong)floats * sizeof(float);
 }
 

@@ -1,5 +1,5 @@
-/* What only tests call: hooks, fault injection, leak counters. The library never includes it. Not
- * installed. */
+/* What only tests (and the benchmark: the kernel trace) call: hooks, fault injection, leak
+ * counters, the kernel trace. Not installed. */
 #ifndef CLATTN_RUNTIME_TESTING_H
 #define CLATTN_RUNTIME_TESTING_H
 
