@@ -19,8 +19,9 @@
  *                   its keys below the key length, into slot c + 1, from `phik`.
  *   linear_scan     one work-item per VEC lanes of a state row: slot c becomes the sum of the
  *                   chunks before c (slot 0: zero, or the caller's state with HAS_STATE), and
- *                   slot nchunks the total, which HAS_STATE writes back to the caller's state. A
- *                   serial walk over the nchunks slots, parallel over everything else.
+ *                   slot nchunks the total, which HAS_STATE writes back to the caller's state
+ *                   (not CAUSAL: the total alone). A serial walk over the nchunks slots,
+ *                   parallel over everything else.
  *   linear_outputs  one work-item per BM consecutive queries of one (batch, query head). Not
  *                   CAUSAL: every query reads the total. CAUSAL: the block reads the state of
  *                   the whole chunks its first query sees (slot end / chunk), then adds the rest
@@ -303,15 +304,21 @@ __kernel void linear_scan(__global float *states, int BH, int nchunks STATE_PARA
     LOAD_ROW(f32, s, own_at, s_s3, VEC, run);
     if (c == 0) z_run = z[own_z]; /* the row's first work-item owns z (the others never read it) */
 #endif
-    STORE_SCRATCH(states, at, VEC, run);
-    if (c == 0) states[z_at] = z_run;
+    /* causal outputs read every running sum; non-causal ones (and their gradients) only the
+     * total, slot nchunks, so the others are not stored (a third of the scan's traffic) */
+    if (CAUSAL || nchunks == 0) {
+        STORE_SCRATCH(states, at, VEC, run);
+        if (c == 0) states[z_at] = z_run;
+    }
     for (int slot = 1; slot <= nchunks; ++slot) {
         at += SLOT, z_at += SLOT;
         lane_t part[1];
         LOAD_ROW(f32, states, at, 1, VEC, part);
         run[0] += part[0];
+        if (c == 0) z_run += states[z_at];
+        if (!CAUSAL && slot < nchunks) continue;
         STORE_SCRATCH(states, at, VEC, run);
-        if (c == 0) z_run += states[z_at], states[z_at] = z_run;
+        if (c == 0) states[z_at] = z_run;
     }
 #if HAS_STATE
     for (int e = 0; e < VEC; ++e) s[own_at + (IDX)e * s_s3] = ((float *)run)[e];
