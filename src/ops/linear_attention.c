@@ -140,8 +140,9 @@ static int64_t ceil_div(int64_t n, int64_t m) {
     return (n + m - 1) / m;
 }
 
+/* (launch.h's, for the int64 sizes of a launch plan) */
 static int64_t round_up(int64_t n, int64_t m) {
-    return ceil_div(n, m) * m;
+    return (int64_t)clattn__round_up((size_t)n, (size_t)m);
 }
 
 /* Bytes of local memory of linear_outputs_tiles (cl/linear_attention.cl): a step of state rows
@@ -215,9 +216,9 @@ static void pick_chunks(linear_launch *l, cl_device_id device, const linear_args
     if (!l->causal) {
         const cl_uint units = clattn__device_compute_units(device);
         const int64_t per_chunk = state_items_per_chunk(a, l, false);
-        int64_t chunks = ((int64_t)units * (int64_t)l->t.ITEMS + per_chunk - 1) / per_chunk;
-        const int64_t most = (Sk + LINEAR_MIN_CHUNK - 1) / LINEAR_MIN_CHUNK;
-        const int64_t least = (Sk + LINEAR_MAX_CHUNK - 1) / LINEAR_MAX_CHUNK;
+        int64_t chunks = ceil_div((int64_t)units * (int64_t)l->t.ITEMS, per_chunk);
+        const int64_t most = ceil_div(Sk, LINEAR_MIN_CHUNK);
+        const int64_t least = ceil_div(Sk, LINEAR_MAX_CHUNK);
         if (chunks > most) chunks = most;
         if (chunks < least) chunks = least;
         chunk = (Sk + chunks - 1) / chunks;

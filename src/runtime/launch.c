@@ -108,15 +108,16 @@ int clattn__kernel_max_group(cl_kernel kernel, cl_device_id device, size_t *size
 
 int clattn__enqueue(const clattn__call *call, cl_kernel kernel, cl_uint dims, const size_t *global,
                     const size_t *local) {
+    const bool traced = clattn__tracing();
     cl_event own = NULL; /* the trace's, where the call asks for no event */
-    cl_event *event = call->event || !clattn__tracing() ? call->event : &own;
+    cl_event *event = call->event || !traced ? call->event : &own;
     cl_int err = clEnqueueNDRangeKernel(call->queue, kernel, dims, NULL, global, local,
                                         call->num_wait, call->wait_list, event);
     if (err != CL_SUCCESS) {
         if (call->event) *call->event = NULL;
         return clattn__cl_fail(err, "clEnqueueNDRangeKernel");
     }
-    if (event && clattn__tracing()) {
+    if (traced) {
         char name[64] = "";
         clGetKernelInfo(kernel, CL_KERNEL_FUNCTION_NAME, sizeof name - 1, name, NULL);
         clattn__trace_record(name, *event);
