@@ -31,16 +31,18 @@
  * On GPUs linear_states_tiles and linear_outputs_tiles (Tiles, below) take the places of
  * linear_states and linear_outputs (the host's TILES: not for the outputs of a call with fewer
  * queries than a block, nor where the compiler cannot run a tile kernel's group): the same sums
- * as products of work-group blocks.
+ * as products of work-group blocks. They map k themselves as they stage it (MAP_KEYS), so
+ * linear_features runs only where a row kernel or the backward reads phik.
  *
  * Query head h reads kv head h / (Hq / Hkv) (MHA, GQA and MQA alike). Keys past a query's end
  * are never read for it, so whatever they hold (NaN, Inf) cannot reach its output, and changing
  * later keys changes no earlier output, bit for bit.
  *
  * Build options: Q_T, K_T, V_T, O_T (f32|f16|bf16), HEAD_DIM, VALUE_DIM, VEC (head-dim lanes),
- * ROWS (linear_states; divides HEAD_DIM), BM (linear_outputs), TR, TC, TS, BR, BC, BQ (the
- * tiles), FEATURE (0 elu(x)+1, 1 relu, 2 identity), CAUSAL, HAS_STATE, IDX, and the mask's (only
- * the lengths are used).
+ * ROWS (linear_states; divides HEAD_DIM), BM (linear_outputs), TR, TC, TS, BR, BC, BQ, MAP_KEYS,
+ * ALIGNED (the tiles; ALIGNED: every row they load as lane vectors starts on one), FEATURE (0
+ * elu(x)+1, 1 relu, 2 identity), CAUSAL, HAS_STATE, IDX, and the mask's (only the lengths are
+ * used).
  */
 #ifndef CLATTN_LINEAR_ATTENTION_CL
 #define CLATTN_LINEAR_ATTENTION_CL
@@ -196,6 +198,9 @@ __kernel void linear_states(KEY_SIDE_PARAMS) {
 #ifndef BQ
 #define BQ BR
 #endif
+#ifndef MAP_KEYS
+#define MAP_KEYS 0
+#endif
 #define TILE_ITEMS ((BR / TR) * (BC / TC))   /* linear_states_tiles' group */
 #define OUTPUT_ITEMS ((BQ / TR) * (BC / TC)) /* linear_outputs_tiles' */
 
@@ -204,16 +209,32 @@ __kernel void linear_states(KEY_SIDE_PARAMS) {
 #define TILE_COL(lid) ((lid) % (BC / TC) * TC)
 
 /* The tiles' local arrays are of lane vectors (so aligned for them: TS is a multiple of VEC)
- * and read as floats: lane vector c of a row, and a work-item's TR floats of a row, as float4s
- * where TR and the alignment allow (clang's PTX made four 4-byte loads of a vload4 from local
- * memory, whose alignment it cannot know). */
-#define LANE_AT(p, c) (((__local const lane_t *)(p))[c])
+ * and read as floats: lane vector c of a row (written by LANE_STORE; a row that starts on a
+ * lane vector), and a work-item's TR floats of a row, as float4s where TR and the alignment
+ * allow (clang's PTX made four 4-byte loads of a vload4 from local memory, whose alignment it
+ * cannot know). */
+#define LANE_AT(p, c)       (((__local const lane_t *)(p))[c])
+#define LANE_STORE(p, c, x) (((__local lane_t *)(p))[c] = (x))
 #if TR % 4 == 0 && VEC >= 4
 #define TILE_FLOATS(f, p)                                                                          \
     UNROLL for (int q4 = 0; q4 < TR / 4; ++q4) vstore4(((__local const float4 *)(p))[q4], q4, f)
 #else
 #define TILE_FLOATS(f, p) UNROLL for (int q4 = 0; q4 < TR; ++q4)(f)[q4] = (p)[q4]
 #endif
+
+/* The lane vector of phi(k_j) from head dim d on, kv head (b, h) (bh: its index over B x Hkv):
+ * with MAP_KEYS, the map of k's lane vector (the same map of the same lanes as
+ * linear_features', so the same bits, and neither phi(k)'s bytes nor their launch); without,
+ * what linear_features wrote (the host's MAP_KEYS: where a block of state rows is whole lane
+ * vectors, and no step that reads phik without it runs). */
+inline lane_t key_features(TENSOR_PARAMS(K_T, k), __global const float *phik, IDX phik_off,
+                           int b, int h, int bh, int Sk, int j, int d) {
+#if MAP_KEYS
+    return feature_lanes(LOAD_LANES(K_T, k, AT(k, b, h, j, d), k_s3));
+#else
+    return LOAD_LANES(f32, phik, phik_off + ((IDX)bh * (IDX)Sk + (IDX)j) * HEAD_DIM + (IDX)d, 1);
+#endif
+}
 
 /* One step of a work-item's tile: acc += f row^T, row its TC floats of the local row `right`. */
 inline void tile_product(lane_t acc[TR][TC / VEC], const float f[TR], __local const float *right) {
@@ -244,15 +265,28 @@ __kernel void linear_states_tiles(KEY_SIDE_PARAMS) {
     for (int j0 = first; j0 < last; j0 += TS) {
         const int n = min(TS, last - j0);
         barrier(CLK_LOCAL_MEM_FENCE);
+#if MAP_KEYS
+        for (int e = lid; e < n * (BR / VEC); e += TILE_ITEMS) {
+            const int jj = e / (BR / VEC), c = e % (BR / VEC), d = d0 + c * VEC;
+            lane_t x = (lane_t)0.0f;
+            if (d < HEAD_DIM)
+                x = key_features(k, k_off, k_s0, k_s1, k_s2, k_s3, phik, phik_off, b, h, bh, Sk,
+                                 j0 + jj, d);
+            LANE_STORE(keys + jj * BR, c, x);
+        }
+#else
         for (int e = lid; e < n * BR; e += TILE_ITEMS) {
             const int jj = e / BR, d = d0 + e % BR;
             keys[e] = d < HEAD_DIM
                           ? phik[phik_off + ((IDX)bh * (IDX)Sk + (IDX)(j0 + jj)) * HEAD_DIM + d]
                           : 0.0f;
         }
-        for (int e = lid; e < n * BC; e += TILE_ITEMS) {
-            const int jj = e / BC, c = c0 + e % BC;
-            values[e] = c < VALUE_DIM ? CAT(load_, V_T)(v, AT(v, b, h, j0 + jj, c)) : 0.0f;
+#endif
+        for (int e = lid; e < n * (BC / VEC); e += TILE_ITEMS) {
+            const int jj = e / (BC / VEC), c = e % (BC / VEC), col = c0 + c * VEC;
+            lane_t x = (lane_t)0.0f;
+            if (col < VALUE_DIM) x = LOAD_LANES(V_T, v, AT(v, b, h, j0 + jj, col), v_s3);
+            LANE_STORE(values + jj * BC, c, x);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int jj = 0; jj < n; ++jj) {
@@ -326,11 +360,15 @@ __kernel void linear_scan(__global float *states, int BH, int nchunks STATE_PARA
 #endif
 }
 
-__kernel void linear_outputs(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(V_T, v),
-                             __global CAT(storage_, O_T) * o, IDX o_off, IDX o_s0, IDX o_s1,
-                             IDX o_s2, IDX o_s3, __global const float *states,
-                             __global const float *phik, IDX phik_off, int B, int Hq, int Hkv,
-                             int Sq, int Sk, int chunk, int nchunks, float eps, MASK_PARAMS) {
+/* The two outputs kernels take one argument list (linear_outputs ignores k, the tiles phik where
+ * they map k themselves). */
+#define OUTPUT_SIDE_PARAMS                                                                         \
+    TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v),                           \
+        __global CAT(storage_, O_T) * o, IDX o_off, IDX o_s0, IDX o_s1, IDX o_s2, IDX o_s3,        \
+        __global const float *states, __global const float *phik, IDX phik_off, int B, int Hq,     \
+        int Hkv, int Sq, int Sk, int chunk, int nchunks, float eps, MASK_PARAMS
+
+__kernel void linear_outputs(OUTPUT_SIDE_PARAMS) {
     const int blocks = (Sq + BM - 1) / BM;
     const int item = (int)get_global_id(0);
     if (item >= B * Hq * blocks) return;
@@ -449,12 +487,7 @@ inline void block_weights(__local const float *queries, __local const float *key
 }
 #endif
 
-__kernel void linear_outputs_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(V_T, v),
-                                   __global CAT(storage_, O_T) * o, IDX o_off, IDX o_s0,
-                                   IDX o_s1, IDX o_s2, IDX o_s3, __global const float *states,
-                                   __global const float *phik, IDX phik_off, int B, int Hq,
-                                   int Hkv, int Sq, int Sk, int chunk, int nchunks, float eps,
-                                   MASK_PARAMS) {
+__kernel void linear_outputs_tiles(OUTPUT_SIDE_PARAMS) {
     __local lane_t rows_lanes[TS * BC / VEC];
     __local float *rows = (__local float *)rows_lanes;
     __local float sums[TS];
@@ -478,8 +511,8 @@ __kernel void linear_outputs_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(V_T, v),
         ends[e] = i0 + e < Sq ? mask_row_start(&p, b, h, i0 + e, Sq, Sk).end : 0;
     for (int e = lid; e < BQ * LANES(HEAD_DIM); e += OUTPUT_ITEMS) {
         const int qi = e / LANES(HEAD_DIM), c = e % LANES(HEAD_DIM);
-        STORE_ROW_LANES(queries + qi * QS, c, query_features(q, q_off, q_s0, q_s1, q_s2, q_s3, b,
-                                                             h, i0 + qi, Sq, c * VEC));
+        LANE_STORE(queries + qi * QS, c,
+                   query_features(q, q_off, q_s0, q_s1, q_s2, q_s3, b, h, i0 + qi, Sq, c * VEC));
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     int lo = Sk, hi = 0; /* the smallest and largest of the ends that see any key */
@@ -516,7 +549,7 @@ __kernel void linear_outputs_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(V_T, v),
             const int dd = e / (BC / VEC), c = e % (BC / VEC) * VEC, col = c0 + c;
             lane_t x = (lane_t)0.0f;
             if (col < VALUE_DIM) x = LOAD_LANES(f32, state, (IDX)(d0 + dd) * VALUE_DIM + col, 1);
-            STORE_ROW_LANES(rows + dd * BC, c / VEC, x);
+            LANE_STORE(rows + dd * BC, c / VEC, x);
         }
         for (int e = lid; e < n; e += OUTPUT_ITEMS) sums[e] = state[HEAD_DIM * VALUE_DIM + d0 + e];
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -539,14 +572,15 @@ __kernel void linear_outputs_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(V_T, v),
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int e = lid; e < n * LANES(HEAD_DIM); e += OUTPUT_ITEMS) {
             const int jj = e / LANES(HEAD_DIM), c = e % LANES(HEAD_DIM);
-            const IDX at = phik_off + ((IDX)bhk * (IDX)Sk + (IDX)(j0 + jj)) * HEAD_DIM;
-            STORE_ROW_LANES(keys + jj * QS, c, LOAD_LANES(f32, phik, at + (IDX)(c * VEC), 1));
+            LANE_STORE(keys + jj * QS, c,
+                       key_features(k, k_off, k_s0, k_s1, k_s2, k_s3, phik, phik_off, b, hk, bhk,
+                                    Sk, j0 + jj, c * VEC));
         }
         for (int e = lid; e < n * (BC / VEC); e += OUTPUT_ITEMS) {
             const int jj = e / (BC / VEC), c = e % (BC / VEC) * VEC, col = c0 + c;
             lane_t x = (lane_t)0.0f;
             if (col < VALUE_DIM) x = LOAD_LANES(V_T, v, AT(v, b, hk, j0 + jj, col), v_s3);
-            STORE_ROW_LANES(rows + jj * BC, c / VEC, x);
+            LANE_STORE(rows + jj * BC, c / VEC, x);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         block_weights(queries, keys, ends, j0, n, weights);

@@ -518,7 +518,7 @@ static bool picked_launch_and_kernels(test_ctx *t, const la_spec *s, clattn__lin
     if (status == CLATTN_SUCCESS && kernels) {
         clattn__linear_options(&a, l, false, options, sizeof options);
         status = clattn__linear_prepare_steps(&a, l, &call, NULL, false, "linear_attention.cl",
-                                              options, 4, built, items, caps);
+                                              options, 4, false, built, items, caps);
     }
     for (int i = 0; i < 4; ++i) {
         if (built[i] && clGetKernelInfo(built[i], CL_KERNEL_FUNCTION_NAME, sizeof kernels[i],
@@ -536,19 +536,22 @@ static bool picked_launch(test_ctx *t, const la_spec *s, clattn__linear_launch *
     return picked_launch_and_kernels(t, s, l, NULL);
 }
 
-/* The kernels of the states and the outputs a spec takes under `override` are `states` and
- * `outputs`. */
-static void takes_kernels(test_ctx *t, const la_spec *s, const char *override, const char *states,
-                          const char *outputs) {
+/* The kernels of phi(k), the states and the outputs a spec takes under `override` are
+ * `features` ("": none), `states` and `outputs`. */
+static void takes_kernels(test_ctx *t, const la_spec *s, const char *override, const char *features,
+                          const char *states, const char *outputs) {
     clattn__linear_launch l;
     char kernels[4][32] = {"", "", "", ""};
     CHECK_OK(t, clattn_tuning_override("linear_attention", override));
     const bool planned = picked_launch_and_kernels(t, s, &l, kernels);
     clattn_tuning_override("linear_attention", NULL);
     if (planned)
-        CHECK(t, strcmp(kernels[1], states) == 0 && strcmp(kernels[3], outputs) == 0,
-              "%s (S=%lld, causal %d): %s and %s, expected %s and %s", override, (long long)s->Sq,
-              s->causal, kernels[1], kernels[3], states, outputs);
+        CHECK(t,
+              strcmp(kernels[0], features) == 0 && strcmp(kernels[1], states) == 0 &&
+                  strcmp(kernels[3], outputs) == 0,
+              "%s (S=%lld, causal %d): '%s', %s and %s, expected '%s', %s and %s", override,
+              (long long)s->Sq, s->causal, kernels[0], kernels[1], kernels[3], features, states,
+              outputs);
 }
 
 /* The case under TILES=0 and TILES=1 (and `more` of the override in both: one program): the
@@ -582,18 +585,22 @@ static void tiles_as_rows(test_ctx *t, const la_spec *s, const char *more, bool 
  * whole chunks before their smallest end, the row kernels' blocks of at most 8 those before
  * theirs (causal cases are checked against the reference). Blocks of 8 cut the head dims 20 and
  * 12 into whole and partial blocks, with a last step of fewer keys than TILE_STEP (16), f16 q
- * [B,H,D,S] read with a stride; D=7 Dv=5 takes one-lane rows; D=64 the GPU row's 64 x 64
- * blocks; bottom-right blocks of 8 queries start in the middle of chunks. Where the compiler's
- * groups are smaller than the tiles' (a cap of 4 against groups of 6) the call takes the row
- * kernels; where causal phi(q) rows do not fit local memory the blocks take fewer queries, and
- * where a step does not, the launch takes no tiles; a call of fewer queries than a block keeps
- * the row kernel for its outputs. */
+ * [B,H,D,S] read with a stride (then contiguous rows, loaded as aligned vectors); D=7 Dv=5 takes
+ * one-lane rows; D=64 the GPU row's 64 x 64 blocks; bottom-right blocks of 8 queries start in the
+ * middle of chunks. Where the compiler's groups are smaller than the tiles' (a cap of 4 against
+ * groups of 6) the call takes the row kernels; where causal phi(q) rows do not fit local memory the
+ * blocks take fewer queries, and where a step does not, the launch takes no tiles; a call of fewer
+ * queries than a block keeps the row kernel for its outputs. phi(k)'s kernel runs only where a
+ * kernel taken reads its output (the tiles map k themselves where blocks of state rows are whole
+ * lane vectors). */
 static void tiles_match_rows_bit_for_bit(test_ctx *t) {
     static const int32_t klen[2] = {61, 9}, qlen[2] = {21, 13}, qlen30[2] = {30, 21};
     la_spec s = spec(2, 4, 2, 21, 20, 12);
     s.dt = CLATTN_F16, s.klen = s.qlen = qlen, s.bshd = 2;
     tiles_as_rows(t, &s, ",LANES=4,BLOCK=8", true, "f16 D=20 Dv=12 in blocks of 8, q [B,H,D,S]");
+    /* contiguous, so the tiles load rows as aligned vectors (ALIGNED) */
     s.causal = 1, s.bottom_right = 1, s.Sq = 30, s.Sk = 80, s.klen = NULL, s.qlen = qlen30;
+    s.bshd = 0;
     tiles_as_rows(t, &s, ",LANES=4,BLOCK=8", false, "causal bottom-right Sq=30 Sk=80, f16");
     /* the rest on the lane of large shapes (under the uninitialized-value checker, at -O0, it
      * took a minute; PoCL built its programs in 12 s a lane) */
@@ -609,20 +616,25 @@ static void tiles_match_rows_bit_for_bit(test_ctx *t) {
     tiles_as_rows(t, &s, ",LANES=4", true, "D=64 in groups of 64");
     s = spec(1, 2, 1, 40, 48, 32);
     tiles_as_rows(t, &s, ",BLOCK=32,TILE_ROWS=3", true, "16 lanes, rows of 3, two row blocks");
+    /* blocks of 33 state rows are no whole lane vectors: the tiles read phi(k) */
+    takes_kernels(t, &s, "TILES=1,BLOCK=32,TILE_ROWS=3,LANES=16", "linear_features",
+                  "linear_states_tiles", "linear_outputs_tiles");
     s = spec(1, 2, 1, 150, 64, 64);
     s.causal = 1;
     tiles_as_rows(t, &s, ",LANES=4", false, "causal D=64, 150 keys");
     s = spec(2, 2, 1, 70, 16, 24);
     s.causal = 1, s.klen = klen;
     tiles_as_rows(t, &s, "", false, "causal, key lengths");
-    takes_kernels(t, &s, "TILES=1", "linear_states_tiles", "linear_outputs_tiles");
+    takes_kernels(t, &s, "TILES=1", "", "linear_states_tiles", "linear_outputs_tiles");
+    s.Sq = 63; /* causal row outputs read phi(k) */
+    takes_kernels(t, &s, "TILES=1", "linear_features", "linear_states_tiles", "linear_outputs");
     s.causal = 0;
-    takes_kernels(t, &s, "TILES=1", "linear_states_tiles", "linear_outputs_tiles");
-    s.Sq = 63;
-    takes_kernels(t, &s, "TILES=1", "linear_states_tiles", "linear_outputs");
+    takes_kernels(t, &s, "TILES=1", "", "linear_states_tiles", "linear_outputs");
     s.Sq = 70;
+    takes_kernels(t, &s, "TILES=1", "", "linear_states_tiles", "linear_outputs_tiles");
     test_saved_env cap = test_env_set("CLATTN_MAX_WORK_GROUP", "4");
-    takes_kernels(t, &s, "TILES=1,LANES=8,GROUP=4", "linear_states", "linear_outputs");
+    takes_kernels(t, &s, "TILES=1,LANES=8,GROUP=4", "linear_features", "linear_states",
+                  "linear_outputs");
     tiles_as_rows(t, &s, ",LANES=8,GROUP=4", true, "groups of 4 (the tiles' take 6)");
     test_env_restore(&cap);
     clattn__linear_launch l;

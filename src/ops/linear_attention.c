@@ -177,7 +177,10 @@ static void pick_tiles(linear_launch *l, cl_device_id device, int64_t d, int64_t
         l->block_queries = (int)round_up(l->block_queries / 2, rows);
     const cl_ulong states =
         (cl_ulong)l->t.TILE_STEP * (cl_ulong)(l->block_rows + l->block_cols) * sizeof(float);
-    if (states + margin <= local && outputs_tile_bytes(l, d) + margin <= local) return;
+    if (states + margin <= local && outputs_tile_bytes(l, d) + margin <= local) {
+        l->map_keys = l->t.TILES && l->block_rows % lanes == 0;
+        return;
+    }
     l->t.TILES = 0;
     l->t.TILE_STEP = lanes;
     l->block_rows = l->block_queries = (int)rows;
@@ -245,6 +248,10 @@ int clattn__linear_pick_launch(cl_device_id device, const linear_args *a, linear
     if (l->t.BM == 0) l->t.BM = register_tile(4, dv, lanes);
     pick_tiles(l, device, d, dv);
     pick_chunks(l, device, a);
+    const size_t lane_bytes = (size_t)lanes * sizeof(float);
+    l->aligned = clattn__rows_vector_aligned(a->q, a->k, lanes, device) &&
+                 clattn__rows_vector_aligned(a->v, a->v, lanes, device) &&
+                 clattn__device_base_align_bytes(device) % lane_bytes == 0;
     return CLATTN_SUCCESS;
 }
 
@@ -296,15 +303,17 @@ void clattn__linear_options(const linear_args *a, const linear_launch *l, bool w
              a->state != NULL, wide ? "ulong" : "uint");
     clattn__linear_attention_tuning_options(&l->t, options, size);
     const size_t used = strlen(options);
-    snprintf(options + used, size - used, " -DBR=%d -DBC=%d -DBQ=%d", l->block_rows, l->block_cols,
-             l->block_queries);
+    snprintf(options + used, size - used, " -DBR=%d -DBC=%d -DBQ=%d -DMAP_KEYS=%d -DALIGNED=%d",
+             l->block_rows, l->block_cols, l->block_queries, l->map_keys, l->aligned);
     clattn__mask_options(&a->mask, options, size);
 }
 
-/* One of the four steps' kernels: its name, work-items and group cap. */
+/* One of the four steps' kernels: its name, work-items and group cap, and whether it reads
+ * phi(k) from scratch. */
 typedef struct linear_step {
     const char *name;
     size_t items, cap;
+    bool reads_phik;
 } linear_step;
 
 static int set_int_args(cl_kernel kernel, cl_uint *arg, const cl_int *values, int count) {
@@ -358,9 +367,9 @@ static int set_scan_args(cl_kernel kernel, const linear_args *a, const linear_la
 static int set_outputs_args(cl_kernel kernel, const linear_args *a, const linear_launch *l,
                             cl_mem scratch, bool wide) {
     cl_uint arg = 0;
-    const clattn_tensor *views[3] = {a->q, a->v, a->out};
+    const clattn_tensor *views[4] = {a->q, a->k, a->v, a->out};
     int status = CLATTN_SUCCESS;
-    for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
+    for (int i = 0; i < 4 && status == CLATTN_SUCCESS; ++i)
         status = clattn__set_view_args(kernel, &arg, views[i], 0, wide);
     if (status == CLATTN_SUCCESS) status = set_scratch_args(kernel, &arg, a, l, scratch, wide);
     const cl_int ints[7] = {(cl_int)a->q->shape[0],
@@ -397,25 +406,25 @@ static void list_steps(const linear_args *a, const linear_launch *l, linear_step
     const int64_t B = a->k->shape[0], Hkv = a->k->shape[1], D = a->k->shape[3];
     const int64_t Sk = a->k->shape[2];
     const size_t group = (size_t)l->t.GROUP;
-    /* phi(k) goes to scratch first, in vectors: the states read it (a scalar feature map per
-     * element there cost more than the FMAs it fed), and when causal the products within
-     * chunks too */
-    rows[0] = (linear_step){"linear_features", (size_t)(B * Hkv * Sk), group};
+    /* phi(k) goes to scratch first, in vectors, for the row kernels: the states read it (a
+     * scalar feature map per element there cost more than the FMAs it fed), and when causal
+     * the products within chunks too */
+    rows[0] = (linear_step){"linear_features", (size_t)(B * Hkv * Sk), group, false};
     rows[1] = (linear_step){"linear_states",
-                            (size_t)(l->nchunks * state_items_per_chunk(a, l, false)), group};
-    rows[2] =
-        (linear_step){"linear_scan", (size_t)(B * Hkv * D * (a->v->shape[3] / l->t.LANES)), 64};
-    rows[3] = (linear_step){"linear_outputs", (size_t)output_items(a, l, false), group};
-    for (int i = 0; i < 4; ++i) tiles[i] = (linear_step){NULL, 0, 0};
+                            (size_t)(l->nchunks * state_items_per_chunk(a, l, false)), group, true};
+    rows[2] = (linear_step){"linear_scan", (size_t)(B * Hkv * D * (a->v->shape[3] / l->t.LANES)),
+                            64, false};
+    rows[3] = (linear_step){"linear_outputs", (size_t)output_items(a, l, false), group, l->causal};
+    for (int i = 0; i < 4; ++i) tiles[i] = (linear_step){NULL, 0, 0, false};
     if (!l->t.TILES) return;
     tiles[1] = (linear_step){"linear_states_tiles",
                              (size_t)(l->nchunks * state_items_per_chunk(a, l, true)),
-                             tile_items(l, l->block_rows)};
+                             tile_items(l, l->block_rows), !l->map_keys};
     /* a block's queries fetch and weigh BLOCK queries: a call with fewer (a decoding step)
      * keeps the row kernel */
     if (a->q->shape[2] >= l->block_queries)
         tiles[3] = (linear_step){"linear_outputs_tiles", (size_t)output_items(a, l, true),
-                                 tile_items(l, l->block_queries)};
+                                 tile_items(l, l->block_queries), l->causal && !l->map_keys};
 }
 
 /* The tiles' kernel of a step, or (where the launch takes none, or the compiler cannot run its
@@ -443,14 +452,20 @@ static int create_step(const clattn__call *call, const char *op_file, const char
 int clattn__linear_prepare_steps(const linear_args *a, const linear_launch *l,
                                  const clattn__call *call, cl_mem scratch, bool wide,
                                  const char *op_file, const char *options, int count,
-                                 cl_kernel *kernels, size_t *items, size_t *caps) {
+                                 bool keep_phik, cl_kernel *kernels, size_t *items, size_t *caps) {
     linear_step rows[4], tiles[4];
     list_steps(a, l, rows, tiles);
     int status = CLATTN_SUCCESS;
-    for (int i = 0; i < count && status == CLATTN_SUCCESS; ++i) {
+    bool phik_read = keep_phik;
+    /* phi(k)'s step last: whether it runs depends on the kernels the others take */
+    for (int n = 1; n <= count && status == CLATTN_SUCCESS; ++n) {
+        const int i = n % count;
+        items[i] = caps[i] = 0;
+        if (i == 0 && !phik_read) continue;
         linear_step taken;
         status = create_step(call, op_file, options, &tiles[i], &rows[i], &kernels[i], &taken);
         items[i] = taken.items, caps[i] = taken.cap;
+        phik_read = phik_read || taken.reads_phik;
         if (status == CLATTN_SUCCESS) status = set_step_args(kernels[i], i, a, l, scratch, wide);
     }
     return status;
@@ -467,10 +482,11 @@ static int enqueue_linear(const linear_args *a, const linear_launch *l, const cl
     cl_kernel kernels[4] = {NULL, NULL, NULL, NULL};
     size_t items[4], caps[4];
     int status = clattn__linear_prepare_steps(a, l, call, scratch, wide, "linear_attention.cl",
-                                              options, 4, kernels, items, caps);
+                                              options, 4, false, kernels, items, caps);
     cl_event prev = NULL;
     for (int i = 0; i < 4 && status == CLATTN_SUCCESS; ++i)
-        status = clattn__enqueue_items(call, kernels[i], items[i], caps[i], &prev, i == 3);
+        if (kernels[i])
+            status = clattn__enqueue_items(call, kernels[i], items[i], caps[i], &prev, i == 3);
     if (prev) clReleaseEvent(prev);
     for (int i = 0; i < 4; ++i)
         if (kernels[i]) clReleaseKernel(kernels[i]);

@@ -29,6 +29,12 @@ typedef struct clattn__linear_launch {
     /* TILES: a group's block (state rows or queries, value columns), TILE_ROWS and TILE_COLS
      * resolved to divide it (TILE_COLS and TILE_STEP multiples of LANES) */
     int block_rows, block_cols, block_queries;
+    /* the tiles' kernels map k as they stage it (MAP_KEYS: where a block of state rows is
+     * whole lane vectors), so only the row kernels need linear_features' phi(k) */
+    bool map_keys;
+    /* every row the tiles load as lane vectors (q, k, v, the f32 scratch) starts on one, so
+     * they load them as aligned vectors (cl/rows.cl, ALIGNED) */
+    bool aligned;
 } clattn__linear_launch;
 
 /* The options' feature map and eps into `a` (NULL: the defaults), checked. */
@@ -50,11 +56,13 @@ void clattn__linear_options(const clattn__linear_args *a, const clattn__linear_l
 /* The first `count` of the forward's four steps (phi(k), the chunk states, their running sums,
  * the outputs), built from the program of `op_file` (linear_attention.cl, or a file built after
  * it) and given their arguments: the tiles' kernels where the launch takes them and the
- * compiler runs their groups, else the row kernels. items[i] is each one's work-items, caps[i]
- * its group cap (a tile kernel's group exactly). The caller releases the kernels. */
+ * compiler runs their groups, else the row kernels. phi(k)'s step only where a kernel taken
+ * reads it, or `keep_phik` (the caller reads it after): else kernels[0] is NULL. items[i] is
+ * each one's work-items, caps[i] its group cap (a tile kernel's group exactly). The caller
+ * releases the kernels. */
 int clattn__linear_prepare_steps(const clattn__linear_args *a, const clattn__linear_launch *l,
                                  const clattn__call *call, cl_mem scratch, bool wide,
                                  const char *op_file, const char *options, int count,
-                                 cl_kernel *kernels, size_t *items, size_t *caps);
+                                 bool keep_phik, cl_kernel *kernels, size_t *items, size_t *caps);
 
 #endif

@@ -238,9 +238,9 @@ static int enqueue_backward(const backward_args *a, const backward_launch *l,
     size_t items[7], caps[3];
     /* the forward's kernels from the backward's own program (built after the forward's file),
      * so that a call builds one program, not two */
-    int status =
-        clattn__linear_prepare_steps(&a->f, &l->f, call, scratch, c.wide,
-                                     "linear_attention_backward.cl", more, 3, kernels, items, caps);
+    int status = clattn__linear_prepare_steps(&a->f, &l->f, call, scratch, c.wide,
+                                              "linear_attention_backward.cl", more, 3, true,
+                                              kernels, items, caps);
     backward_items(a, l, items + 3);
     for (int i = 0; i < 4 && status == CLATTN_SUCCESS; ++i) {
         status = clattn__create_kernel(call->context, call->device, "linear_attention_backward.cl",
