@@ -226,7 +226,7 @@ __kernel void linear_states(KEY_SIDE_PARAMS) {
  * with MAP_KEYS, the map of k's lane vector (the same map of the same lanes as
  * linear_features', so the same bits, and neither phi(k)'s bytes nor their launch); without,
  * what linear_features wrote (the host's MAP_KEYS: where a block of state rows is whole lane
- * vectors, and no step that reads phik without it runs). */
+ * vectors). */
 inline lane_t key_features(TENSOR_PARAMS(K_T, k), __global const float *phik, IDX phik_off,
                            int b, int h, int bh, int Sk, int j, int d) {
 #if MAP_KEYS

@@ -570,7 +570,7 @@ typedef struct clattn_linear_options {
  *   Hq % Hkv == 0; D, Dv <= 256; f32/f16/bf16 storage, f32 math; any strides.
  *   mask: NULL, or a clattn_mask using only causal, align, key_lengths and query_lengths (keys
  *   past a length are left out of S and z, whatever they hold); the other fields must be zero.
- * Scratch: B*Hkv*(ceil(Sk/chunk)+1)*(D*Dv+D) floats, plus B*Hkv*Sk*D floats when causal (the
+ * Scratch: B*Hkv*(ceil(Sk/chunk)+1)*(D*Dv+D) floats, plus B*Hkv*Sk*D floats of phi(k) (the
  * chunk is 64 keys causal, larger when not); clattn_linear_attention_workspace_size says how
  * much exactly.
  * Statuses: those of clattn_attention_ex, with CLATTN_ERR_INVALID_ARGUMENT also for a mask

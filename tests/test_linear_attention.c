@@ -22,6 +22,7 @@ typedef struct la_spec {
     float lo, hi; /* inputs uniform in [lo, hi) */
     const int32_t *klen, *qlen;
     uint64_t seed;
+    cl_mem workspace; /* the calls' (NULL: call_options') */
 } la_spec;
 
 typedef struct la_data {
@@ -49,7 +50,8 @@ static la_spec spec(int64_t B, int64_t Hq, int64_t Hkv, int64_t S, int64_t D, in
  * computes right (the results match; not root-caused, see README, Known limits). */
 static clattn_linear_options call_options(test_ctx *t, const la_spec *s) {
     static cl_mem persistent;
-    clattn_linear_options options = {s->map, s->eps, NULL};
+    clattn_linear_options options = {s->map, s->eps, s->workspace};
+    if (s->workspace) return options;
     if (test_under_uninit_checker() && !persistent) persistent = test_buffer(t, 8 << 20);
     if (test_under_uninit_checker()) options.workspace = persistent;
     return options;
@@ -554,19 +556,35 @@ static void takes_kernels(test_ctx *t, const la_spec *s, const char *override, c
               outputs);
 }
 
+/* A workspace of NaNs, large enough for the tiles' cases. */
+static cl_mem nan_workspace(test_ctx *t) {
+    const size_t n = 1 << 18;
+    float *nans = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; ++i) nans[i] = NAN;
+    cl_mem ws = test_buffer(t, n * sizeof(float));
+    if (ws && !test_write(t, ws, nans, n * sizeof(float))) ws = NULL;
+    free(nans);
+    return ws;
+}
+
 /* The case under TILES=0 and TILES=1 (and `more` of the override in both: one program): the
- * tiles' output against the reference, and where `same_bits`, against the rows' bit for bit. */
+ * tiles' output against the reference, and where `same_bits`, against the rows' bit for bit.
+ * The tiles' call gets scratch of NaNs, so that a kernel reading phi(k) where the call skipped
+ * its kernel fails (fresh scratch may reuse the rows' call's memory, phi(k) and all). */
 static void tiles_as_rows(test_ctx *t, const la_spec *s, const char *more, bool same_bits,
                           const char *what) {
     la_data d;
+    memset(&d, 0, sizeof d);
     char rows_only[96], tiles[96];
     snprintf(rows_only, sizeof rows_only, "TILES=0%s", more);
     snprintf(tiles, sizeof tiles, "TILES=1%s", more);
-    if (prepare(t, s, &d)) {
+    la_spec nan_scratch = *s;
+    nan_scratch.workspace = nan_workspace(t);
+    if (nan_scratch.workspace && prepare(t, s, &d)) {
         CHECK_OK(t, clattn_tuning_override("linear_attention", rows_only));
         float *rows = t->failed ? NULL : run_with(t, s, &d, d.k, d.v), *tiled = NULL;
         if (rows) CHECK_OK(t, clattn_tuning_override("linear_attention", tiles));
-        if (rows && !t->failed) tiled = run_with(t, s, &d, d.k, d.v);
+        if (rows && !t->failed) tiled = run_with(t, &nan_scratch, &d, d.k, d.v);
         const size_t n = (size_t)(s->B * s->Hq * s->Sq * s->Dv);
         if (tiled && matches(t, s, d.ref, d.scale, tiled, what) && same_bits)
             for (size_t i = 0; i < n && !t->failed; ++i)
@@ -584,8 +602,8 @@ static void tiles_as_rows(test_ctx *t, const la_spec *s, const char *more, bool 
  * it gives their bits; not the causal outputs', whose blocks of 64 queries take the state of the
  * whole chunks before their smallest end, the row kernels' blocks of at most 8 those before
  * theirs (causal cases are checked against the reference). Blocks of 8 cut the head dims 20 and
- * 12 into whole and partial blocks, with a last step of fewer keys than TILE_STEP (16), f16 q
- * [B,H,D,S] read with a stride (then contiguous rows, loaded as aligned vectors); D=7 Dv=5 takes
+ * 12 into whole and partial blocks, with a last step of fewer keys than TILE_STEP (16), f16 rows
+ * loaded as aligned vectors, then read with a stride ([B,H,D,S], causal); D=7 Dv=5 takes
  * one-lane rows; D=64 the GPU row's 64 x 64 blocks; bottom-right blocks of 8 queries start in the
  * middle of chunks. Where the compiler's groups are smaller than the tiles' (a cap of 4 against
  * groups of 6) the call takes the row kernels; where causal phi(q) rows do not fit local memory the
@@ -596,12 +614,12 @@ static void tiles_as_rows(test_ctx *t, const la_spec *s, const char *more, bool 
 static void tiles_match_rows_bit_for_bit(test_ctx *t) {
     static const int32_t klen[2] = {61, 9}, qlen[2] = {21, 13}, qlen30[2] = {30, 21};
     la_spec s = spec(2, 4, 2, 21, 20, 12);
-    s.dt = CLATTN_F16, s.klen = s.qlen = qlen, s.bshd = 2;
-    tiles_as_rows(t, &s, ",LANES=4,BLOCK=8", true, "f16 D=20 Dv=12 in blocks of 8, q [B,H,D,S]");
-    /* contiguous, so the tiles load rows as aligned vectors (ALIGNED) */
+    s.dt = CLATTN_F16, s.klen = s.qlen = qlen; /* rows loaded as aligned vectors (ALIGNED) */
+    tiles_as_rows(t, &s, ",LANES=4,BLOCK=8", true, "f16 D=20 Dv=12 in blocks of 8");
     s.causal = 1, s.bottom_right = 1, s.Sq = 30, s.Sk = 80, s.klen = NULL, s.qlen = qlen30;
-    s.bshd = 0;
-    tiles_as_rows(t, &s, ",LANES=4,BLOCK=8", false, "causal bottom-right Sq=30 Sk=80, f16");
+    s.bshd = 2;
+    tiles_as_rows(t, &s, ",LANES=4,BLOCK=8", false,
+                  "causal bottom-right Sq=30 Sk=80, f16 [B,H,D,S]");
     /* the rest on the lane of large shapes (under the uninitialized-value checker, at -O0, it
      * took a minute; PoCL built its programs in 12 s a lane) */
     if (!test_large_shapes(t)) return;
@@ -622,6 +640,10 @@ static void tiles_match_rows_bit_for_bit(test_ctx *t) {
     s = spec(1, 2, 1, 150, 64, 64);
     s.causal = 1;
     tiles_as_rows(t, &s, ",LANES=4", false, "causal D=64, 150 keys");
+    /* blocks of 66 state rows and queries: the causal tiles read phi(k) */
+    tiles_as_rows(t, &s, ",LANES=4,TILE_ROWS=6", false, "causal D=64, tiles of 6 rows");
+    takes_kernels(t, &s, "TILES=1,LANES=4,TILE_ROWS=6", "linear_features", "linear_states_tiles",
+                  "linear_outputs_tiles");
     s = spec(2, 2, 1, 70, 16, 24);
     s.causal = 1, s.klen = klen;
     tiles_as_rows(t, &s, "", false, "causal, key lengths");

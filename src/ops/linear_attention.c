@@ -177,14 +177,13 @@ static void pick_tiles(linear_launch *l, cl_device_id device, int64_t d, int64_t
         l->block_queries = (int)round_up(l->block_queries / 2, rows);
     const cl_ulong states =
         (cl_ulong)l->t.TILE_STEP * (cl_ulong)(l->block_rows + l->block_cols) * sizeof(float);
-    if (states + margin <= local && outputs_tile_bytes(l, d) + margin <= local) {
-        l->map_keys = l->t.TILES && l->block_rows % lanes == 0;
-        return;
+    if (states + margin > local || outputs_tile_bytes(l, d) + margin > local) {
+        l->t.TILES = 0;
+        l->t.TILE_STEP = lanes;
+        l->block_rows = l->block_queries = (int)rows;
+        l->block_cols = (int)l->t.TILE_COLS;
     }
-    l->t.TILES = 0;
-    l->t.TILE_STEP = lanes;
-    l->block_rows = l->block_queries = (int)rows;
-    l->block_cols = (int)l->t.TILE_COLS;
+    l->map_keys = l->block_rows % lanes == 0;
 }
 
 /* The groups of the tiles' kernels: block rows (or queries) over TILE_ROWS by block columns

@@ -30,7 +30,7 @@ typedef struct clattn__linear_launch {
      * resolved to divide it (TILE_COLS and TILE_STEP multiples of LANES) */
     int block_rows, block_cols, block_queries;
     /* the tiles' kernels map k as they stage it (MAP_KEYS: where a block of state rows is
-     * whole lane vectors), so only the row kernels need linear_features' phi(k) */
+     * whole lane vectors; else they read linear_features' phi(k), as the row kernels do) */
     bool map_keys;
     /* every row the tiles load as lane vectors (q, k, v, the f32 scratch) starts on one, so
      * they load them as aligned vectors (cl/rows.cl, ALIGNED) */
