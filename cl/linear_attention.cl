@@ -32,7 +32,8 @@
  * linear_states and linear_outputs (the host's TILES: not for the outputs of a call with fewer
  * queries than a block, nor where the compiler cannot run a tile kernel's group): the same sums
  * as products of work-group blocks. They map k themselves as they stage it (MAP_KEYS), so
- * linear_features runs only where a row kernel or the backward reads phik.
+ * linear_features runs only where a row kernel or the backward reads phik. A step of few tokens
+ * (HAS_STATE, the host's RECURRENT) runs linear_recurrence alone (The recurrent step, below).
  *
  * Query head h reads kv head h / (Hq / Hkv) (MHA, GQA and MQA alike). Keys past a query's end
  * are never read for it, so whatever they hold (NaN, Inf) cannot reach its output, and changing
@@ -40,9 +41,10 @@
  *
  * Build options: Q_T, K_T, V_T, O_T (f32|f16|bf16), HEAD_DIM, VALUE_DIM, VEC (head-dim lanes),
  * ROWS (linear_states; divides HEAD_DIM), BM (linear_outputs), TR, TC, TS, BR, BC, BQ, MAP_KEYS,
- * ALIGNED (the tiles; ALIGNED: every row they load as lane vectors starts on one), FEATURE (0
- * elu(x)+1, 1 relu, 2 identity), CAUSAL, HAS_STATE, IDX, and the mask's (only the lengths are
- * used).
+ * ALIGNED (the tiles and linear_recurrence; ALIGNED: every row they load as lane vectors starts
+ * on one), STEP_TOKENS, STEP_HEADS (linear_recurrence: the step's tokens, query heads per kv
+ * head), FEATURE (0 elu(x)+1, 1 relu, 2 identity), CAUSAL, HAS_STATE, IDX, and the mask's (only
+ * the lengths are used).
  */
 #ifndef CLATTN_LINEAR_ATTENTION_CL
 #define CLATTN_LINEAR_ATTENTION_CL
@@ -611,5 +613,102 @@ __kernel void linear_outputs_tiles(OUTPUT_SIDE_PARAMS) {
         }
     }
 }
+
+/* The recurrent step (the host's RECURRENT: a step, clattn_linear_attention_step, of at most
+ * that many tokens): one kernel, a group per (batch, kv head), on the caller's state itself, no
+ * scratch. The chunked form (four kernels, the state copied through scratch) spent most of a
+ * decoding step launching them. The group stages phi(k) of the STEP_TOKENS tokens and phi(q) of
+ * its STEP_HEADS query heads' tokens in local memory; forms each query's denominator from z and
+ * the keys up to it, then adds the keys below the key length to z; then each work-item walks
+ * value columns: for each head dim d, S[d][c] plus each token's phi(k)[d] v[c] in order, each
+ * query's numerator from S as it stands after the query's own token (its end: the step's mask
+ * is causal with the key and query lengths equal, so token t sees the state and tokens up to
+ * t), and S[d][c] stored back. */
+#if HAS_STATE && defined(STEP_TOKENS)
+/* Lane vector x into the caller's f32 state at `at`, element stride `stride` (ALIGNED: the
+ * host proved its rows start on lane vectors, stride 1). */
+inline void store_state_lanes(__global float *s, IDX at, IDX stride, lane_t x) {
+#if VEC > 1 && ALIGNED
+    CAT(CAT(store_aligned, VEC), _f32)(s, at, x);
+#else
+    for (int l = 0; l < VEC; ++l) s[at + (IDX)l * stride] = ((float *)&x)[l];
+#endif
+}
+
+/* a group's queries: head g's token t at g * STEP_TOKENS + t */
+#define STEP_QUERIES (STEP_HEADS * STEP_TOKENS)
+
+__kernel void linear_recurrence(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
+                                TENSOR_PARAMS(V_T, v), __global CAT(storage_, O_T) * o,
+                                IDX o_off, IDX o_s0, IDX o_s1, IDX o_s2, IDX o_s3 STATE_PARAMS,
+                                float eps, MASK_PARAMS) {
+    __local lane_t keys_lanes[STEP_TOKENS * LANES(HEAD_DIM)];
+    __local lane_t queries_lanes[STEP_QUERIES * LANES(HEAD_DIM)];
+    __local float *keys = (__local float *)keys_lanes, *queries = (__local float *)queries_lanes;
+    __local float dens[STEP_QUERIES];
+    const int lid = (int)get_local_id(0), items = (int)get_local_size(0);
+    const int bh = (int)get_group_id(0), b = bh / H, hk = bh % H;
+    MASK_PACK(p);
+    const int keys_in = mask_key_length(&p, b, STEP_TOKENS); /* the step's keys in the state */
+    for (int e = lid; e < STEP_TOKENS * LANES(HEAD_DIM); e += items) {
+        const int t = e / LANES(HEAD_DIM), c = e % LANES(HEAD_DIM);
+        LANE_STORE(keys + t * HEAD_DIM, c,
+                   feature_lanes(LOAD_LANES(K_T, k, AT(k, b, hk, t, c * VEC), k_s3)));
+    }
+    for (int e = lid; e < STEP_QUERIES * LANES(HEAD_DIM); e += items) {
+        const int g = e / LANES(HEAD_DIM) / STEP_TOKENS, t = e / LANES(HEAD_DIM) % STEP_TOKENS;
+        const int c = e % LANES(HEAD_DIM);
+        LANE_STORE(queries + (g * STEP_TOKENS + t) * HEAD_DIM, c,
+                   feature_lanes(LOAD_LANES(Q_T, q, AT(q, b, hk * STEP_HEADS + g, t, c * VEC),
+                                            q_s3)));
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const IDX z_at = z_off + (IDX)b * z_s1 + (IDX)hk * z_s2;
+    for (int e = lid; e < STEP_QUERIES; e += items) {
+        const int t = e % STEP_TOKENS;
+        float den = 0.0f;
+        for (int d = 0; d < HEAD_DIM; ++d) {
+            float zd = z[z_at + (IDX)d * z_s3];
+            for (int j = 0; j <= t && j < keys_in; ++j) zd += keys[j * HEAD_DIM + d];
+            den = fma(queries[e * HEAD_DIM + d], zd, den);
+        }
+        dens[e] = den;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE); /* every read of z is done */
+    for (int d = lid; d < HEAD_DIM; d += items) {
+        float zd = z[z_at + (IDX)d * z_s3];
+        for (int j = 0; j < keys_in; ++j) zd += keys[j * HEAD_DIM + d];
+        z[z_at + (IDX)d * z_s3] = zd;
+    }
+    for (int c = lid; c < LANES(VALUE_DIM); c += items) { /* lane vector c of the columns */
+        lane_t value[STEP_TOKENS], num[STEP_QUERIES];
+        UNROLL for (int t = 0; t < STEP_TOKENS; ++t) {
+            value[t] = (lane_t)0.0f;
+            if (t < keys_in) value[t] = LOAD_LANES(V_T, v, AT(v, b, hk, t, c * VEC), v_s3);
+        }
+        UNROLL for (int e = 0; e < STEP_QUERIES; ++e) num[e] = (lane_t)0.0f;
+        IDX at = s_off + (IDX)b * s_s0 + (IDX)hk * s_s1 + (IDX)(c * VEC) * s_s3;
+#pragma unroll 4 /* independent loads of S in flight (a GPU's latency) */
+        for (int d = 0; d < HEAD_DIM; ++d) {
+            const IDX row = at + (IDX)d * s_s2;
+            lane_t sd = LOAD_LANES(f32, s, row, s_s3);
+            UNROLL for (int t = 0; t < STEP_TOKENS; ++t) {
+                if (t < keys_in) sd = fma((lane_t)keys[t * HEAD_DIM + d], value[t], sd);
+                UNROLL for (int g = 0; g < STEP_HEADS; ++g) {
+                    const int e = g * STEP_TOKENS + t;
+                    num[e] = fma((lane_t)queries[e * HEAD_DIM + d], sd, num[e]);
+                }
+            }
+            store_state_lanes(s, row, s_s3, sd);
+        }
+        UNROLL for (int qe = 0; qe < STEP_QUERIES; ++qe) {
+            const int h = hk * STEP_HEADS + qe / STEP_TOKENS, i = qe % STEP_TOKENS;
+            const bool sees = mask_row_start(&p, b, h, i, STEP_TOKENS, STEP_TOKENS).end > 0;
+            const lane_t out = sees ? num[qe] / (lane_t)(dens[qe] + eps) : (lane_t)0.0f;
+            STORE_LANES(i, c, out)
+        }
+    }
+}
+#endif
 
 #endif /* CLATTN_LINEAR_ATTENTION_CL */

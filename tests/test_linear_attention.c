@@ -366,9 +366,9 @@ static bool run_step(test_ctx *t, const la_spec *s, const la_data *d, step_state
     float *hq = token_slice(d->q, s->B, s->Hq, s->Sq, s->D, t0, n);
     float *hk = token_slice(d->k, s->B, s->Hkv, s->Sk, s->D, t0, n);
     float *hv = token_slice(d->v, s->B, s->Hkv, s->Sk, s->Dv, t0, n);
-    clattn_tensor q = test_upload_bhsd(t, hq, s->B, s->Hq, n, s->D, s->dt, 0);
-    clattn_tensor k = test_upload_bhsd(t, hk, s->B, s->Hkv, n, s->D, s->dt, 0);
-    clattn_tensor v = test_upload_bhsd(t, hv, s->B, s->Hkv, n, s->Dv, s->dt, 0);
+    clattn_tensor q = test_upload_bhsd(t, hq, s->B, s->Hq, n, s->D, s->dt, s->bshd);
+    clattn_tensor k = test_upload_bhsd(t, hk, s->B, s->Hkv, n, s->D, s->dt, s->bshd);
+    clattn_tensor v = test_upload_bhsd(t, hv, s->B, s->Hkv, n, s->Dv, s->dt, s->bshd);
     const size_t n_out = (size_t)(s->B * s->Hq * n * s->Dv);
     clattn_tensor o =
         clattn_tensor_4d(test_buffer(t, n_out * 4), CLATTN_F32, s->B, s->Hq, n, s->Dv);
@@ -427,18 +427,87 @@ static void step_equals_causal(test_ctx *t) {
     free_data(&d);
 }
 
+/* A copy of x [B,H,S,width] with batch 1's tokens 1 and 2 set to `value`. */
+static float *padded_copy(const float *x, const la_spec *s, int64_t H, int64_t width, float value) {
+    const size_t n = (size_t)(s->B * H * s->Sk * width);
+    float *copy = malloc(n * sizeof(float));
+    memcpy(copy, x, n * sizeof(float));
+    for (int64_t h = 0; h < H; ++h)
+        for (int64_t e = width; e < 3 * width; ++e) copy[((H + h) * s->Sk) * width + e] = value;
+    return copy;
+}
+
+/* A step of 3 tokens with lengths {3, 1} from a zero state, under the tuning `override` (NULL:
+ * none): batch 1's padded tokens (k NaN, v Inf) get no output and stay out of its z and S, its
+ * token 0 is right. */
+static void padded_step(test_ctx *t, const la_spec *s, const la_data *d,
+                        const clattn_tensor *lengths, const char *override) {
+    const size_t n_out = (size_t)(s->B * s->Hq * s->Sq * s->Dv);
+    const size_t n_s = (size_t)(s->B * s->Hkv * s->D * s->Dv);
+    float *out = calloc(n_out, sizeof(float)), *sb = malloc(n_s * sizeof(float));
+    la_data padded = *d;
+    padded.k = padded_copy(d->k, s, s->Hkv, s->D, NAN);
+    padded.v = padded_copy(d->v, s, s->Hkv, s->Dv, INFINITY);
+    step_state fresh = {{0}, {0}};
+    float zb[32];
+    clattn_tuning_override("linear_attention", override);
+    const bool ran = zero_state(t, s, &fresh) &&
+                     run_step(t, s, &padded, &fresh, lengths, 0, 3, out) &&
+                     test_read(t, fresh.z.buffer, zb, sizeof zb) &&
+                     test_read(t, fresh.s.buffer, sb, n_s * sizeof(float));
+    clattn_tuning_override("linear_attention", NULL);
+    free_state(&fresh);
+    for (int64_t h = 0; ran && h < s->Hq && !t->failed; ++h)
+        for (int64_t i = 1; i < 3; ++i)
+            for (int64_t e = 0; e < s->Dv; ++e)
+                if (out[((s->Hq + h) * s->Sq + i) * s->Dv + e] != 0.0f)
+                    test_fail_at(t, __FILE__, __LINE__,
+                                 "%s: padded token %lld of batch 1 has an output",
+                                 override ? override : "default", (long long)i);
+    for (int64_t h = 0; ran && h < s->Hq && !t->failed; ++h) /* batch 1, token 0 is valid */
+        for (int64_t e = 0; e < s->Dv; ++e) {
+            const size_t i = (size_t)(((s->Hq + h) * s->Sq + 0) * s->Dv + e);
+            if (!(fabs(out[i] - d->ref[i]) <= 2e-5 * d->scale[i] + 1e-30))
+                test_fail_at(t, __FILE__, __LINE__, "%s: batch 1 token 0: %.9g, expected %.9g",
+                             override ? override : "default", out[i], d->ref[i]);
+        }
+    const size_t z_at = (size_t)(s->Hkv * s->D); /* batch 1, kv head 0 */
+    for (int64_t e = 0; ran && e < s->D && !t->failed; ++e) {
+        const double want = ref_feature(0, d->k[(size_t)((1 * s->Hkv * s->Sk) * s->D + e)]);
+        if (!(fabs(zb[z_at + (size_t)e] - want) <= 1e-6 * (1 + want)))
+            test_fail_at(t, __FILE__, __LINE__, "%s: batch 1 z[%lld] = %.9g, expected %.9g",
+                         override ? override : "default", (long long)e, zb[z_at + (size_t)e], want);
+    }
+    const float *k0 = d->k + (size_t)(s->Hkv * s->Sk * s->D); /* batch 1's token 0 */
+    const float *v0 = d->v + (size_t)(s->Hkv * s->Sk * s->Dv);
+    for (int64_t e = 0; ran && e < s->D * s->Dv && !t->failed; ++e) {
+        const double want = ref_feature(0, k0[e / s->Dv]) * v0[e % s->Dv];
+        const float got = sb[n_s / 2 + (size_t)e]; /* batch 1's S (one kv head) */
+        if (!(fabs(got - want) <= 1e-6 * (1 + fabs(want))))
+            test_fail_at(t, __FILE__, __LINE__, "%s: batch 1 S[%lld] = %.9g, expected %.9g",
+                         override ? override : "default", (long long)e, got, want);
+    }
+    free(out);
+    free(sb);
+    free(padded.k);
+    free(padded.v);
+}
+
+/* Steps of 3, 70 and 77 tokens (3: the recurrent form; the others chunked) equal the causal op,
+ * on q, k, v one element into their buffers (no row on a vector boundary); a padded step,
+ * recurrent and chunked (RECURRENT=0), leaves the padded tokens out. */
 static void uneven_steps_and_lengths(test_ctx *t) {
     static const int32_t valid[2] = {3, 1};
     la_spec s = spec(2, 2, 1, 150, 16, 24);
-    s.causal = 1;
+    s.causal = 1, s.bshd = 3;
     la_data d;
     const size_t n_out = (size_t)(s.B * s.Hq * s.Sq * s.Dv);
     float *out = calloc(n_out, sizeof(float));
     step_state st = {{0}, {0}};
     clattn_tensor lengths = {0};
     if (prepare(t, &s, &d) && zero_state(t, &s, &st) && upload_lengths(t, &s, valid, &lengths)) {
-        /* a step with lengths: batch 0 takes 3 tokens, batch 1 one; then each takes the rest
-         * from there as one step: the sequences stay whole, so this equals the causal op */
+        /* then each takes the rest from there as one step: the sequences stay whole, so this
+         * equals the causal op */
         int64_t t0 = 0;
         static const int64_t steps[] = {3, 70, 77};
         for (size_t i = 0; i < 3 && !t->failed; ++i) {
@@ -446,35 +515,8 @@ static void uneven_steps_and_lengths(test_ctx *t) {
             t0 += steps[i];
         }
         if (!t->failed) matches(t, &s, d.ref, d.scale, out, "steps of 3, 70 and 77 tokens");
-        /* a padded step leaves the padded tokens out: their rows are 0, and batch 1's z holds
-         * phi(k) of its token 0 only */
-        step_state fresh = {{0}, {0}};
-        if (!t->failed && zero_state(t, &s, &fresh)) {
-            memset(out, 0, n_out * sizeof(float));
-            run_step(t, &s, &d, &fresh, &lengths, 0, 3, out);
-            for (int64_t h = 0; h < s.Hq && !t->failed; ++h)
-                for (int64_t i = 1; i < 3; ++i)
-                    for (int64_t e = 0; e < s.Dv; ++e)
-                        CHECK(t, out[((s.Hq + h) * s.Sq + i) * s.Dv + e] == 0.0f,
-                              "padded token %lld of batch 1 has an output", (long long)i);
-            CHECK(t, !t->failed, "padded step failed");
-            for (int64_t h = 0; h < s.Hq; ++h) /* batch 1, token 0 is valid */
-                for (int64_t e = 0; e < s.Dv; ++e) {
-                    const size_t i = (size_t)(((s.Hq + h) * s.Sq + 0) * s.Dv + e);
-                    CHECK(t, fabs(out[i] - d.ref[i]) <= 2e-5 * d.scale[i] + 1e-30,
-                          "batch 1 token 0: %.9g, expected %.9g", out[i], d.ref[i]);
-                }
-            size_t z_at = (size_t)(s.Hkv * s.D); /* batch 1, kv head 0 */
-            float zb[32];
-            if (test_read(t, fresh.z.buffer, zb, sizeof zb))
-                for (int64_t e = 0; e < s.D; ++e) {
-                    const double want = ref_feature(0, d.k[(size_t)((1 * s.Hkv * s.Sk) * s.D + e)]);
-                    CHECK(t, fabs(zb[z_at + (size_t)e] - want) <= 1e-6 * (1 + want),
-                          "batch 1 z[%lld] = %.9g, expected %.9g", (long long)e,
-                          zb[z_at + (size_t)e], want);
-                }
-        }
-        free_state(&fresh);
+        if (!t->failed) padded_step(t, &s, &d, &lengths, NULL);
+        if (!t->failed) padded_step(t, &s, &d, &lengths, "RECURRENT=0");
     }
     free_state(&st);
     if (lengths.buffer) clReleaseMemObject(lengths.buffer);

@@ -18,8 +18,9 @@
 # default rows of the issues' targets, first f32 prefill on the tf32 unit (3xTF32, the default
 # where the probe passes, not yet timed) beside it on the FMA units as before (UNIT_F32=0),
 # then linear attention on its tiles (TILES=1, the GPU row's, not yet timed) beside its row
-# kernels (TILES=0), non-causal with fewer, longer chunks (ITEMS=512) and causal, then 3xTF32 with
-# 16-key tiles (ptxas: 197 registers against 255) and with 32 queries a warp (each K and V
+# kernels (TILES=0), non-causal with fewer, longer chunks (ITEMS=512) and causal, its decoding
+# step in one kernel (linear_recurrence, not yet timed) beside its four (RECURRENT=0), then
+# 3xTF32 with 16-key tiles (ptxas: 197 registers against 255) and with 32 queries a warp (each K and V
 # fragment split once for two m-tiles), then the causal f16 row with attention_mma's keys split
 # (UNIT_SPLIT, issue 24's open target; on an H200 at B=4 H=8 S=1024 the launch's 512 groups
 # allow 3 chunks: split512 runs 2 of 512 keys, split256 3 of 352; not with GPU_QUICK, whose
@@ -46,6 +47,8 @@ DEFAULT_ROWS=( # most wanted first: rows past the budget are skipped
   "lin-items512|linear_attention --no-peers|linear_attention:ITEMS=512"
   "default|linear_attention_causal|"
   "lin-rows|linear_attention_causal --no-peers|linear_attention:TILES=0"
+  "default|linear_step|"
+  "step-chunked|linear_step --no-peers|linear_attention:RECURRENT=0"
   "tf32-k16|attention --only f32 --no-peers|attention:UNIT_KEYS=16"
   "tf32-q32|attention --only f32 --no-peers|attention:UNIT_KEYS=16,UNIT_QUERIES=32"
   "split512|attention_causal --only f16 --no-peers|attention:UNIT_SPLIT=512"

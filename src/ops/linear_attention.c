@@ -230,6 +230,16 @@ static void pick_chunks(linear_launch *l, cl_device_id device, const linear_args
     l->nchunks = (int)((Sk + chunk - 1) / chunk);
 }
 
+/* A step's recurrent form: at most RECURRENT tokens, a work-item's numerators (a lane vector
+ * for each of the group's STEP_HEADS x STEP_TOKENS queries) within 256 private floats, and
+ * phi(k) and phi(q) of the tokens in local memory (with room for the compiler's own). */
+static bool pick_recurrent(const linear_launch *l, cl_device_id device, const linear_args *a) {
+    const int64_t n = a->k->shape[2], heads = a->q->shape[1] / a->k->shape[1];
+    const int64_t floats = (n + heads * n) * a->k->shape[3] + heads * n;
+    return a->step && n <= l->t.RECURRENT && heads * n * l->t.LANES <= 256 &&
+           (cl_ulong)floats * sizeof(float) + 256 <= clattn__device_local_bytes(device);
+}
+
 /* The launch: the tuning table's row for the device (tuning_table.def says what each row is
  * based on), or the row a test forces, with the lanes narrowed to divide the head dims and
  * ROWS, BM 0 resolved to as many as keep 16 vector accumulators. */
@@ -248,8 +258,10 @@ int clattn__linear_pick_launch(cl_device_id device, const linear_args *a, linear
     pick_tiles(l, device, d, dv);
     pick_chunks(l, device, a);
     const size_t lane_bytes = (size_t)lanes * sizeof(float);
+    l->recurrent = pick_recurrent(l, device, a);
     l->aligned = clattn__rows_vector_aligned(a->q, a->k, lanes, device) &&
                  clattn__rows_vector_aligned(a->v, a->v, lanes, device) &&
+                 (!a->state || clattn__rows_vector_aligned(a->state, a->state, lanes, device)) &&
                  clattn__device_base_align_bytes(device) % lane_bytes == 0;
     return CLATTN_SUCCESS;
 }
@@ -280,7 +292,9 @@ static int plan_linear(linear_args *a, const clattn_linear_options *options,
     if (status != CLATTN_SUCCESS) return status;
     status = clattn__linear_pick_launch(call->device, a, l);
     if (status != CLATTN_SUCCESS) return status;
-    *bytes = (clattn__linear_state_floats(a, l) + clattn__linear_phik_floats(a)) * sizeof(float);
+    *bytes = l->recurrent ? 0
+                          : (clattn__linear_state_floats(a, l) + clattn__linear_phik_floats(a)) *
+                                sizeof(float);
     return clattn__linear_check_launch_size(a, l);
 }
 
@@ -492,6 +506,43 @@ static int enqueue_linear(const linear_args *a, const linear_launch *l, const cl
     return status;
 }
 
+/* A step's recurrent form (cl/linear_attention.cl, linear_recurrence): a group per (batch, kv
+ * head), its work-items over the value columns, built for the step's tokens and query heads. */
+static int enqueue_recurrence(const linear_args *a, const linear_launch *l,
+                              const clattn__call *call) {
+    const bool wide = linear_needs_wide_index(a, l);
+    char options[1152];
+    clattn__linear_options(a, l, wide, options, 1024);
+    const size_t used = strlen(options);
+    snprintf(options + used, sizeof options - used, " -DSTEP_TOKENS=%lld -DSTEP_HEADS=%lld",
+             (long long)a->k->shape[2], (long long)(a->q->shape[1] / a->k->shape[1]));
+    cl_kernel kernel = NULL;
+    int status = clattn__create_kernel(call->context, call->device, "linear_attention.cl", options,
+                                       "linear_recurrence", &kernel);
+    cl_uint arg = 0;
+    const clattn_tensor *views[5] = {a->q, a->k, a->v, a->out, a->state};
+    for (int i = 0; i < 5 && status == CLATTN_SUCCESS; ++i)
+        status = clattn__set_view_args(kernel, &arg, views[i], 0, wide);
+    if (status == CLATTN_SUCCESS) status = clattn__set_view_args(kernel, &arg, a->z, 1, wide);
+    const cl_int heads = (cl_int)a->k->shape[1];
+    if (status == CLATTN_SUCCESS) status = set_int_args(kernel, &arg, &heads, 1);
+    if (status == CLATTN_SUCCESS) status = clattn__set_arg(kernel, arg++, sizeof a->eps, &a->eps);
+    if (status == CLATTN_SUCCESS)
+        status = clattn__mask_set_args(kernel, &arg, &a->mask, 1.0f, wide);
+    size_t local = 1;
+    if (status == CLATTN_SUCCESS) status = clattn__kernel_max_group(kernel, call->device, &local);
+    const size_t columns = (size_t)(a->v->shape[3] / l->t.LANES), cap = (size_t)l->t.GROUP;
+    local = local < cap ? local : cap;
+    local = local < columns ? local : columns;
+    const size_t groups = (size_t)(a->k->shape[0] * a->k->shape[1]);
+    cl_event prev = NULL;
+    if (status == CLATTN_SUCCESS)
+        status = clattn__enqueue_link(call, kernel, groups * local, local, &prev, true);
+    if (prev) clReleaseEvent(prev);
+    if (kernel) clReleaseKernel(kernel);
+    return status;
+}
+
 /* The caller's workspace, checked against every tensor of the call, or a fresh one. */
 static int get_workspace(const linear_args *a, size_t bytes, cl_context context, cl_mem *workspace,
                          bool *owned) {
@@ -510,7 +561,9 @@ static int run_linear(linear_args *a, const clattn_linear_options *options, cl_c
     cl_mem scratch = NULL;
     bool owned = false;
     if (status == CLATTN_SUCCESS) status = get_workspace(a, bytes, call.context, &scratch, &owned);
-    if (status == CLATTN_SUCCESS) status = enqueue_linear(a, &launch, &call, scratch);
+    if (status == CLATTN_SUCCESS)
+        status = launch.recurrent ? enqueue_recurrence(a, &launch, &call)
+                                  : enqueue_linear(a, &launch, &call, scratch);
     if (owned && scratch) clReleaseMemObject(scratch);
     return status;
 }

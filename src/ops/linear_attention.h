@@ -32,9 +32,12 @@ typedef struct clattn__linear_launch {
     /* the tiles' kernels map k as they stage it (MAP_KEYS: where a block of state rows is
      * whole lane vectors; else they read linear_features' phi(k), as the row kernels do) */
     bool map_keys;
-    /* every row the tiles load as lane vectors (q, k, v, the f32 scratch) starts on one, so
-     * they load them as aligned vectors (cl/rows.cl, ALIGNED) */
+    /* every row the tiles and the recurrent step load as lane vectors (q, k, v, the step's
+     * state, the f32 scratch) starts on one, so they load them as aligned vectors (cl/rows.cl,
+     * ALIGNED) */
     bool aligned;
+    /* a step that runs linear_recurrence (RECURRENT), one kernel without scratch */
+    bool recurrent;
 } clattn__linear_launch;
 
 /* The options' feature map and eps into `a` (NULL: the defaults), checked. */

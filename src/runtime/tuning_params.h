@@ -111,7 +111,8 @@
  * BLOCK x BLOCK outputs (less where a head dim is smaller), a work-item's TILE_ROWS x TILE_COLS
  * of it (TILE_COLS widened to the lanes), TILE_STEP keys or head dims staged a step; the other
  * parameters then size the row kernels of what the tiles do not take (phi(k), the scan, the
- * outputs of calls with fewer queries than a block).
+ * outputs of calls with fewer queries than a block). RECURRENT: a step of at most that many
+ * tokens runs the one-kernel recurrent form (0: never).
  * Default: PoCL on AVX-512: 16 lanes, 16 accumulators, causal chunks of 64 (32 and 128 were
  * 1.2-1.8x slower at S=1024-8192, clattn-bench --op linear_attention_causal). */
 #define CLATTN__TUNING_LINEAR_ATTENTION(X)                                                         \
@@ -125,7 +126,8 @@
     X(TILE_ROWS, 8, 1, 8, TR)                                                                      \
     X(TILE_COLS, 8, 1, 32, TC)                                                                     \
     X(TILE_STEP, 16, 1, 64, TS)                                                                    \
-    X(BLOCK, 64, 8, 256, HOST)
+    X(BLOCK, 64, 8, 256, HOST)                                                                     \
+    X(RECURRENT, 8, 0, 64, HOST)
 
 /* CLBlast's Xgemm kernel (its GEMMK=0 form, the one whose constraints tuning.c checks): MWG,
  * NWG, KWG tile sizes; MDIMC x NDIMC work-items a group; MDIMA, NDIMB the shapes A and B tiles
