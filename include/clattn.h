@@ -599,10 +599,11 @@ CLATTN_API int clattn_linear_attention_workspace_size(
  *   lengths: NULL, or i32 {1,1,1,B}: batch b has lengths[b] (clamped to [0,n]) valid new
  *   tokens; the others neither enter the state nor get output (their rows are 0).
  * state and z must not overlap each other or any other tensor of the call.
- * Statuses: those of clattn_linear_attention. Every call is up to four kernels, all built and
- * set before the first is enqueued; a runtime failure to enqueue a later one (an OpenCL error
- * such as CL_OUT_OF_RESOURCES) leaves the earlier ones enqueued, and then a step's state may
- * already hold the new tokens. */
+ * Statuses: those of clattn_linear_attention. A step of at most the tuning table's RECURRENT
+ * tokens (8 by default) is one kernel on the state itself and needs no scratch; a longer one is
+ * up to four kernels, all built and set before the first is enqueued: a runtime failure to
+ * enqueue a later one (an OpenCL error such as CL_OUT_OF_RESOURCES) leaves the earlier ones
+ * enqueued, and then the state may already hold the new tokens. */
 CLATTN_API int clattn_linear_attention_step(const clattn_tensor *q, const clattn_tensor *k,
                                             const clattn_tensor *v, const clattn_tensor *lengths,
                                             const clattn_tensor *state, const clattn_tensor *z,

@@ -449,14 +449,24 @@ static void padded_step(test_ctx *t, const la_spec *s, const la_data *d,
     padded.k = padded_copy(d->k, s, s->Hkv, s->D, NAN);
     padded.v = padded_copy(d->v, s, s->Hkv, s->Dv, INFINITY);
     step_state fresh = {{0}, {0}};
-    float zb[32];
-    clattn_tuning_override("linear_attention", override);
-    const bool ran = zero_state(t, s, &fresh) &&
+    float zb[32]; /* B x Hkv x D */
+    clattn__traced_kernel traced[8];
+    const int set = clattn_tuning_override("linear_attention", override);
+    clattn__trace_kernels(true);
+    const bool ran = set == CLATTN_SUCCESS && zero_state(t, s, &fresh) &&
                      run_step(t, s, &padded, &fresh, lengths, 0, 3, out) &&
                      test_read(t, fresh.z.buffer, zb, sizeof zb) &&
                      test_read(t, fresh.s.buffer, sb, n_s * sizeof(float));
+    clattn__trace_kernels(false);
+    const size_t kernels = clattn__trace_take(traced, 8);
     clattn_tuning_override("linear_attention", NULL);
     free_state(&fresh);
+    const char *first = kernels ? traced[0].name : "none";
+    if (ran && (kernels != (override ? 4u : 1u) ||
+                strcmp(first, override ? "linear_features" : "linear_recurrence") != 0))
+        test_fail_at(t, __FILE__, __LINE__, "%s: %zu kernels, the first %s",
+                     override ? override : "default", kernels, first);
+    for (size_t i = 0; i < kernels; ++i) clReleaseEvent(traced[i].event);
     for (int64_t h = 0; ran && h < s->Hq && !t->failed; ++h)
         for (int64_t i = 1; i < 3; ++i)
             for (int64_t e = 0; e < s->Dv; ++e)
@@ -491,6 +501,30 @@ static void padded_step(test_ctx *t, const la_spec *s, const la_data *d,
     free(sb);
     free(padded.k);
     free(padded.v);
+}
+
+/* The recurrent form on other shapes: one step over a whole sequence from a zero state equals
+ * the causal op over it (MHA with 32-dim rows in the device's widest lanes, f16; four query
+ * heads a kv head, bf16, relu; one-lane rows of 7 and 5). */
+static void recurrent_step_shapes(test_ctx *t) {
+    la_spec specs[3] = {spec(1, 2, 2, 4, 32, 32), spec(2, 8, 2, 2, 16, 8), spec(1, 1, 1, 3, 7, 5)};
+    specs[0].dt = CLATTN_F16;
+    specs[1].dt = CLATTN_BF16, specs[1].map = CLATTN_FEATURE_RELU;
+    static const char *const what[3] = {"MHA, f16", "GQA 4:1, bf16, relu", "D=7 Dv=5"};
+    for (int i = 0; i < 3 && !t->failed; ++i) {
+        la_spec *s = &specs[i];
+        s->causal = 1;
+        la_data d;
+        const size_t n_out = (size_t)(s->B * s->Hq * s->Sq * s->Dv);
+        float *out = calloc(n_out, sizeof(float));
+        step_state st = {{0}, {0}};
+        if (prepare(t, s, &d) && zero_state(t, s, &st) &&
+            run_step(t, s, &d, &st, NULL, 0, s->Sq, out))
+            matches(t, s, d.ref, d.scale, out, what[i]);
+        free_state(&st);
+        free(out);
+        free_data(&d);
+    }
 }
 
 /* Steps of 3, 70 and 77 tokens (3: the recurrent form; the others chunked) equal the causal op,
@@ -967,6 +1001,7 @@ static const test_case cases[] = {
     {"padded_keys_never_read", padded_keys_never_read},
     {"step_equals_causal", step_equals_causal},
     {"uneven_steps_and_lengths", uneven_steps_and_lengths},
+    {"recurrent_step_shapes", recurrent_step_shapes},
     {"both_launches", both_launches},
     {"tiles_match_rows_bit_for_bit", tiles_match_rows_bit_for_bit},
     {"tiles_keep_causality_and_padding", tiles_keep_causality_and_padding},

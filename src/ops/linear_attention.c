@@ -230,13 +230,14 @@ static void pick_chunks(linear_launch *l, cl_device_id device, const linear_args
     l->nchunks = (int)((Sk + chunk - 1) / chunk);
 }
 
-/* A step's recurrent form: at most RECURRENT tokens, a work-item's numerators (a lane vector
- * for each of the group's STEP_HEADS x STEP_TOKENS queries) within 256 private floats, and
- * phi(k) and phi(q) of the tokens in local memory (with room for the compiler's own). */
+/* A step's recurrent form: at most RECURRENT tokens, a work-item's values and numerators (a
+ * lane vector for each token and for each of the group's STEP_HEADS x STEP_TOKENS queries)
+ * within 256 private floats, and phi(k) and phi(q) of the tokens in local memory (with room for
+ * the compiler's own). */
 static bool pick_recurrent(const linear_launch *l, cl_device_id device, const linear_args *a) {
     const int64_t n = a->k->shape[2], heads = a->q->shape[1] / a->k->shape[1];
     const int64_t floats = (n + heads * n) * a->k->shape[3] + heads * n;
-    return a->step && n <= l->t.RECURRENT && heads * n * l->t.LANES <= 256 &&
+    return a->step && n <= l->t.RECURRENT && (n + heads * n) * l->t.LANES <= 256 &&
            (cl_ulong)floats * sizeof(float) + 256 <= clattn__device_local_bytes(device);
 }
 
@@ -301,8 +302,8 @@ static int plan_linear(linear_args *a, const clattn_linear_options *options,
 static bool linear_needs_wide_index(const linear_args *a, const linear_launch *l) {
     const clattn_tensor *views[6] = {a->q, a->k, a->v, a->out, a->state, a->z};
     return clattn__needs_wide_index(views, 6) || clattn__mask_needs_wide_index(&a->mask) ||
-           clattn__linear_state_floats(a, l) + clattn__linear_phik_floats(a) >=
-               (size_t)clattn__narrow_index_limit();
+           (!l->recurrent && clattn__linear_state_floats(a, l) + clattn__linear_phik_floats(a) >=
+                                 (size_t)clattn__narrow_index_limit());
 }
 
 void clattn__linear_options(const linear_args *a, const linear_launch *l, bool wide, char *options,
