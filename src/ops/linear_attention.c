@@ -1,7 +1,7 @@
 /*
  * Linear attention (cl/linear_attention.cl): validation, the launch for the device, and the
  * four kernels of a call (phi(k), chunk states, their running sums, the outputs), chained by
- * events.
+ * events; or, for a decoding step of few tokens, the one kernel of the recurrent form.
  */
 #include "linear_attention.h"
 
@@ -258,8 +258,8 @@ int clattn__linear_pick_launch(cl_device_id device, const linear_args *a, linear
     if (l->t.BM == 0) l->t.BM = register_tile(4, dv, lanes);
     pick_tiles(l, device, d, dv);
     pick_chunks(l, device, a);
-    const size_t lane_bytes = (size_t)lanes * sizeof(float);
     l->recurrent = pick_recurrent(l, device, a);
+    const size_t lane_bytes = (size_t)lanes * sizeof(float);
     l->aligned = clattn__rows_vector_aligned(a->q, a->k, lanes, device) &&
                  clattn__rows_vector_aligned(a->v, a->v, lanes, device) &&
                  (!a->state || clattn__rows_vector_aligned(a->state, a->state, lanes, device)) &&
@@ -507,21 +507,10 @@ static int enqueue_linear(const linear_args *a, const linear_launch *l, const cl
     return status;
 }
 
-/* A step's recurrent form (cl/linear_attention.cl, linear_recurrence): a group per (batch, kv
- * head), its work-items over the value columns, built for the step's tokens and query heads. */
-static int enqueue_recurrence(const linear_args *a, const linear_launch *l,
-                              const clattn__call *call) {
-    const bool wide = linear_needs_wide_index(a, l);
-    char options[1152];
-    clattn__linear_options(a, l, wide, options, 1024);
-    const size_t used = strlen(options);
-    snprintf(options + used, sizeof options - used, " -DSTEP_TOKENS=%lld -DSTEP_HEADS=%lld",
-             (long long)a->k->shape[2], (long long)(a->q->shape[1] / a->k->shape[1]));
-    cl_kernel kernel = NULL;
-    int status = clattn__create_kernel(call->context, call->device, "linear_attention.cl", options,
-                                       "linear_recurrence", &kernel);
+static int set_recurrence_args(cl_kernel kernel, const linear_args *a, bool wide) {
     cl_uint arg = 0;
     const clattn_tensor *views[5] = {a->q, a->k, a->v, a->out, a->state};
+    int status = CLATTN_SUCCESS;
     for (int i = 0; i < 5 && status == CLATTN_SUCCESS; ++i)
         status = clattn__set_view_args(kernel, &arg, views[i], 0, wide);
     if (status == CLATTN_SUCCESS) status = clattn__set_view_args(kernel, &arg, a->z, 1, wide);
@@ -530,6 +519,24 @@ static int enqueue_recurrence(const linear_args *a, const linear_launch *l,
     if (status == CLATTN_SUCCESS) status = clattn__set_arg(kernel, arg++, sizeof a->eps, &a->eps);
     if (status == CLATTN_SUCCESS)
         status = clattn__mask_set_args(kernel, &arg, &a->mask, 1.0f, wide);
+    return status;
+}
+
+/* A step's recurrent form (cl/linear_attention.cl, linear_recurrence): a group per (batch, kv
+ * head), its work-items over the value columns' lane vectors, built for the step's tokens and
+ * query heads. */
+static int enqueue_recurrence(const linear_args *a, const linear_launch *l,
+                              const clattn__call *call) {
+    const bool wide = linear_needs_wide_index(a, l);
+    char options[1024];
+    clattn__linear_options(a, l, wide, options, sizeof options);
+    const size_t used = strlen(options);
+    snprintf(options + used, sizeof options - used, " -DSTEP_TOKENS=%lld -DSTEP_HEADS=%lld",
+             (long long)a->k->shape[2], (long long)(a->q->shape[1] / a->k->shape[1]));
+    cl_kernel kernel = NULL;
+    int status = clattn__create_kernel(call->context, call->device, "linear_attention.cl", options,
+                                       "linear_recurrence", &kernel);
+    if (status == CLATTN_SUCCESS) status = set_recurrence_args(kernel, a, wide);
     size_t local = 1;
     if (status == CLATTN_SUCCESS) status = clattn__kernel_max_group(kernel, call->device, &local);
     const size_t columns = (size_t)(a->v->shape[3] / l->t.LANES), cap = (size_t)l->t.GROUP;
