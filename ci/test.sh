@@ -117,8 +117,11 @@ if [ -n "${CLATTN_DEVICE:-}" ]; then
 fi
 # PoCL's multi-threaded CPU device: the main lane, with the large shapes and the long fuzz test,
 # but MHA's f16 and bf16 storage on the emulated matrix units, which pocl-basic (with the GPU
-# rows) and oclgrind-mha run: its emulated programs took PoCL 89 s to build here.
-lane pocl-pthread plain 1200 '!half_storage_on_matrix_units' "${pthread[@]}"
+# rows) and oclgrind-mha run: its emulated programs took PoCL 89 s to build here; and the f32
+# cases on the emulated tf32 unit, which pocl-basic (5 s there: the GPU rows' attention tests
+# built their programs) and oclgrind-attention run: 45 s of PoCL builds here.
+pthread_selector='!half_storage_on_matrix_units|matrix_unit_cases_in_f32'
+lane pocl-pthread plain 1200 "$pthread_selector" "${pthread[@]}"
 # The other PoCL lanes check how work-groups run: one thread (basic), there with the GPU rows
 # above (gpu_rows), so the GPU's variants and tile sizes run in CI and its programs are dumped;
 # the other work-group method (cbs), there with every group of clattn's kernels capped at 16
@@ -162,13 +165,15 @@ lane tools tools 600 'tune-copy tune-softmax bench-tuning bench-python package' 
 # LeakSanitizer (ci/lsan.supp: the driver's own leaks only); whole stacks (libpocl has no frame
 # pointers), so that ci/lsan.supp can name driver code. The short fuzz test (the pthread lane
 # runs the long one; its every case builds a program, 270 s of this lane at full length).
-# Without mha.half_storage_on_matrix_units: PoCL 3.1 keeps the events of matmul_mma's launches
+# Without the tests the pthread lane leaves out (this lane reads its PoCL cache: the programs
+# they would build here alone would cost as much), of which mha.half_storage_on_matrix_units
+# would fail here besides: PoCL 3.1 keeps the events of matmul_mma's launches
 # inside an MHA forward alive (refcount 1, held by its buffer-version tracking after every
 # buffer was released; POCL_DEBUG=refcounts shows them never freed), which LeakSanitizer
 # reports from inside clEnqueueNDRangeKernel, with no driver symbol to suppress by. Every
 # clattn object of the forward is released; the same kernel launched alone
 # (gemm_on_matrix_units_matches_host) leaks nothing, and runs here.
-lane asan asan 900 '!half_storage_on_matrix_units' "${sanitizers[@]}" CLATTN_FUZZ_N=12 \
+lane asan asan 900 "$pthread_selector" "${sanitizers[@]}" CLATTN_FUZZ_N=12 \
   ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0:malloc_context_size=30
 # memcheck on the main build's runner (ci/valgrind.supp), over the tests that run no kernel, the
 # ones tagged host (status, the validator, device selection and env tensors, every op's

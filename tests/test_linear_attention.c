@@ -632,13 +632,16 @@ static void takes_kernels(test_ctx *t, const la_spec *s, const char *override, c
               outputs);
 }
 
-/* A workspace of NaNs, large enough for the tiles' cases. */
+/* A workspace of NaNs, large enough for the tiles' cases (the caller releases it). */
 static cl_mem nan_workspace(test_ctx *t) {
     const size_t n = 1 << 18;
     float *nans = malloc(n * sizeof(float));
     for (size_t i = 0; i < n; ++i) nans[i] = NAN;
     cl_mem ws = test_buffer(t, n * sizeof(float));
-    if (ws && !test_write(t, ws, nans, n * sizeof(float))) ws = NULL;
+    if (ws && !test_write(t, ws, nans, n * sizeof(float))) {
+        clReleaseMemObject(ws);
+        ws = NULL;
+    }
     free(nans);
     return ws;
 }
@@ -671,6 +674,7 @@ static void tiles_as_rows(test_ctx *t, const la_spec *s, const char *more, bool 
         free(tiled);
     }
     clattn_tuning_override("linear_attention", NULL);
+    if (nan_scratch.workspace) clReleaseMemObject(nan_scratch.workspace);
     free_data(&d);
 }
 
