@@ -656,11 +656,10 @@ __kernel void linear_recurrence(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
                    feature_lanes(LOAD_LANES(K_T, k, AT(k, b, hk, t, c * VEC), k_s3)));
     }
     for (int e = lid; e < STEP_QUERIES * LANES(HEAD_DIM); e += items) {
-        const int g = e / LANES(HEAD_DIM) / STEP_TOKENS, t = e / LANES(HEAD_DIM) % STEP_TOKENS;
-        const int c = e % LANES(HEAD_DIM);
-        LANE_STORE(queries + (g * STEP_TOKENS + t) * HEAD_DIM, c,
-                   feature_lanes(LOAD_LANES(Q_T, q, AT(q, b, hk * STEP_HEADS + g, t, c * VEC),
-                                            q_s3)));
+        const int qe = e / LANES(HEAD_DIM), c = e % LANES(HEAD_DIM);
+        const int h = hk * STEP_HEADS + qe / STEP_TOKENS, t = qe % STEP_TOKENS;
+        LANE_STORE(queries + qe * HEAD_DIM, c,
+                   feature_lanes(LOAD_LANES(Q_T, q, AT(q, b, h, t, c * VEC), q_s3)));
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     const IDX z_at = z_off + (IDX)b * z_s1 + (IDX)hk * z_s2;

@@ -451,6 +451,7 @@ static void padded_step(test_ctx *t, const la_spec *s, const la_data *d,
     step_state fresh = {{0}, {0}};
     float zb[32]; /* B x Hkv x D */
     clattn__traced_kernel traced[8];
+    const char *label = override ? override : "default";
     const int set = clattn_tuning_override("linear_attention", override);
     clattn__trace_kernels(true);
     const bool ran = set == CLATTN_SUCCESS && zero_state(t, s, &fresh) &&
@@ -464,29 +465,28 @@ static void padded_step(test_ctx *t, const la_spec *s, const la_data *d,
     const char *first = kernels ? traced[0].name : "none";
     if (ran && (kernels != (override ? 4u : 1u) ||
                 strcmp(first, override ? "linear_features" : "linear_recurrence") != 0))
-        test_fail_at(t, __FILE__, __LINE__, "%s: %zu kernels, the first %s",
-                     override ? override : "default", kernels, first);
+        test_fail_at(t, __FILE__, __LINE__, "%s: %zu kernels, the first %s", label, kernels, first);
     for (size_t i = 0; i < kernels; ++i) clReleaseEvent(traced[i].event);
     for (int64_t h = 0; ran && h < s->Hq && !t->failed; ++h)
         for (int64_t i = 1; i < 3; ++i)
             for (int64_t e = 0; e < s->Dv; ++e)
                 if (out[((s->Hq + h) * s->Sq + i) * s->Dv + e] != 0.0f)
                     test_fail_at(t, __FILE__, __LINE__,
-                                 "%s: padded token %lld of batch 1 has an output",
-                                 override ? override : "default", (long long)i);
+                                 "%s: padded token %lld of batch 1 has an output", label,
+                                 (long long)i);
     for (int64_t h = 0; ran && h < s->Hq && !t->failed; ++h) /* batch 1, token 0 is valid */
         for (int64_t e = 0; e < s->Dv; ++e) {
             const size_t i = (size_t)(((s->Hq + h) * s->Sq + 0) * s->Dv + e);
             if (!(fabs(out[i] - d->ref[i]) <= 2e-5 * d->scale[i] + 1e-30))
                 test_fail_at(t, __FILE__, __LINE__, "%s: batch 1 token 0: %.9g, expected %.9g",
-                             override ? override : "default", out[i], d->ref[i]);
+                             label, out[i], d->ref[i]);
         }
     const size_t z_at = (size_t)(s->Hkv * s->D); /* batch 1, kv head 0 */
     for (int64_t e = 0; ran && e < s->D && !t->failed; ++e) {
         const double want = ref_feature(0, d->k[(size_t)((1 * s->Hkv * s->Sk) * s->D + e)]);
         if (!(fabs(zb[z_at + (size_t)e] - want) <= 1e-6 * (1 + want)))
-            test_fail_at(t, __FILE__, __LINE__, "%s: batch 1 z[%lld] = %.9g, expected %.9g",
-                         override ? override : "default", (long long)e, zb[z_at + (size_t)e], want);
+            test_fail_at(t, __FILE__, __LINE__, "%s: batch 1 z[%lld] = %.9g, expected %.9g", label,
+                         (long long)e, zb[z_at + (size_t)e], want);
     }
     const float *k0 = d->k + (size_t)(s->Hkv * s->Sk * s->D); /* batch 1's token 0 */
     const float *v0 = d->v + (size_t)(s->Hkv * s->Sk * s->Dv);
@@ -494,8 +494,8 @@ static void padded_step(test_ctx *t, const la_spec *s, const la_data *d,
         const double want = ref_feature(0, k0[e / s->Dv]) * v0[e % s->Dv];
         const float got = sb[n_s / 2 + (size_t)e]; /* batch 1's S (one kv head) */
         if (!(fabs(got - want) <= 1e-6 * (1 + fabs(want))))
-            test_fail_at(t, __FILE__, __LINE__, "%s: batch 1 S[%lld] = %.9g, expected %.9g",
-                         override ? override : "default", (long long)e, got, want);
+            test_fail_at(t, __FILE__, __LINE__, "%s: batch 1 S[%lld] = %.9g, expected %.9g", label,
+                         (long long)e, got, want);
     }
     free(out);
     free(sb);
