@@ -240,16 +240,17 @@ MMA_INLINE void mm_fetch_slices(__global const ushort *a, ulong lda, __global co
 MMA_INLINE void mm_step(const __local ushort *a16, const __local ushort *b16, int wr, int wc,
                         int s, float acc[MM_MT][MM_NT][MMA_CV], __local float *scratch) {
     uint af[MM_MT][MMA_AW];
-    UNROLL for (int mt = 0; mt < MM_MT; ++mt)
+    MMA_TILE_UNROLL for (int mt = 0; mt < MM_MT; ++mt)
         mma_tile_load_a(af[mt], a16 + (wr + mt * 16) * 2 * MM_AS + s * 16, 2 * MM_AS);
-    UNROLL for (int nt = 0; nt < MM_NT; ++nt) {
+    MMA_TILE_UNROLL for (int nt = 0; nt < MM_NT; ++nt) {
         uint bf[MMA_BW];
 #if TRANS_B
         mma_tile_load_b(bf, b16 + (wc + nt * 16) * 2 * MM_BS + s * 16, 2 * MM_BS, 0);
 #else
         mma_tile_load_b(bf, b16 + s * 16 * 2 * MM_BS + wc + nt * 16, 2 * MM_BS, 1);
 #endif
-        UNROLL for (int mt = 0; mt < MM_MT; ++mt) mma_tile(acc[mt][nt], af[mt], bf, scratch);
+        MMA_TILE_UNROLL for (int mt = 0; mt < MM_MT; ++mt)
+            mma_tile(acc[mt][nt], af[mt], bf, scratch);
     }
 }
 
@@ -283,7 +284,7 @@ matmul_mma(__global const ushort *a, ulong a_off, ulong lda, ulong a_stride,
         barrier(CLK_LOCAL_MEM_FENCE);
         if (MM_AHEAD && k0 + MM_BK < k)
             mm_fetch_slices(ai, lda, bi, ldb, r0, c0, m, n, k, k0 + MM_BK, ar, br);
-        UNROLL for (int s = 0; s < MM_BK / 16; ++s)
+        MMA_TILE_UNROLL for (int s = 0; s < MM_BK / 16; ++s)
             mm_step((const __local ushort *)as, (const __local ushort *)bs, wr, wc, s, acc,
                     scratch);
     }
