@@ -166,13 +166,7 @@ lane tools tools 600 'tune-copy tune-softmax bench-tuning bench-python package' 
 # pointers), so that ci/lsan.supp can name driver code. The short fuzz test (the pthread lane
 # runs the long one; its every case builds a program, 270 s of this lane at full length).
 # Without the tests the pthread lane leaves out (this lane reads its PoCL cache: the programs
-# they would build here alone would cost as much), of which mha.half_storage_on_matrix_units
-# would fail here besides: PoCL 3.1 keeps the events of matmul_mma's launches
-# inside an MHA forward alive (refcount 1, held by its buffer-version tracking after every
-# buffer was released; POCL_DEBUG=refcounts shows them never freed), which LeakSanitizer
-# reports from inside clEnqueueNDRangeKernel, with no driver symbol to suppress by. Every
-# clattn object of the forward is released; the same kernel launched alone
-# (gemm_on_matrix_units_matches_host) leaks nothing, and runs here.
+# they would build here alone would cost as much).
 lane asan asan 900 "$pthread_selector" "${sanitizers[@]}" CLATTN_FUZZ_N=12 \
   ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0:malloc_context_size=30
 # memcheck on the main build's runner (ci/valgrind.supp), over the tests that run no kernel, the

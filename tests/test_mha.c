@@ -639,17 +639,23 @@ static cl_mem upload_raw(test_ctx *t, const float *host, size_t n, clattn_dtype 
     return buffer;
 }
 
+/* Runs the case's GEMM, which must leave the call's event alone (the caller's to give). */
 static int run_gemm(test_ctx *t, const gemm_case *g, const clattn__matrices *a,
                     const clattn__matrices *b, const clattn__bias_row *bias,
                     const clattn__matrices *c, size_t batch) {
+    cl_event untouched = NULL;
     const clattn__call call = {clattn_env_queue(t->env),
                                clattn_env_context(t->env),
                                clattn_env_device(t->env),
                                0,
                                NULL,
-                               NULL};
-    if (!g->matmul)
-        return clattn__sgemm_batched(&call, g->trans_b, g->M, g->N, g->K, a, b, g->beta, c, batch);
+                               &untouched};
+    if (!g->matmul) {
+        const int status =
+            clattn__sgemm_batched(&call, g->trans_b, g->M, g->N, g->K, a, b, g->beta, c, batch);
+        if (untouched) test_fail_at(t, __FILE__, __LINE__, "CLBlast's GEMM set the call's event");
+        return status;
+    }
     const bool units = strncmp(g->matmul, "units:", 6) == 0;
     const char *row = units ? g->matmul + 6 : g->matmul;
     int status = *row ? clattn_tuning_override("matmul", row) : CLATTN_SUCCESS;
@@ -659,6 +665,10 @@ static int run_gemm(test_ctx *t, const gemm_case *g, const clattn__matrices *a,
     else if (status == CLATTN_SUCCESS)
         status = clattn__gemm_batched(&call, g->trans_b, g->M, g->N, g->K, a, b, g->beta, c, batch);
     clattn_tuning_override("matmul", NULL);
+    if (untouched) {
+        test_fail_at(t, __FILE__, __LINE__, "%s: the GEMM set the call's event", g->matmul);
+        clReleaseEvent(untouched);
+    }
     return status;
 }
 

@@ -234,9 +234,10 @@ int clattn__gemm_units_batched(const clattn__call *call, clattn_dtype in, clattn
     if (status == CLATTN_SUCCESS) {
         const size_t local = (size_t)(MM_SUBGROUPS * tile.subgroup);
         const size_t global = batch * mm_blocks(&t, m, n) * local;
+        const clattn__call step = clattn__step_call(call); /* no event, no wait: the caller's */
         status = clattn__fault_hit(CLATTN__FAULT_GEMM)
                      ? clattn__cl_fail(CL_OUT_OF_RESOURCES, "clEnqueueNDRangeKernel (matmul_mma)")
-                     : clattn__enqueue(call, kernel, 1, &global, &local);
+                     : clattn__enqueue(&step, kernel, 1, &global, &local);
     }
     if (kernel) clReleaseKernel(kernel);
     return status;
