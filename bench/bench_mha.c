@@ -3,12 +3,13 @@
  * gemm: c = a w^T on the MHA's projection shapes, first through CLBlast with its own database
  * (what a CLBlast user gets untuned), then through clattn's bridge with the tuning table's gemm
  * row (clblast-row), then as the library runs it (clattn: the GEMM the device's matmul row
- * picks, clattn's micro-kernel on CPUs), each against the FMA kernel timed beside it, beside
- * torch's a @ w.T (OpenBLAS). CLBlast
- * cannot return to its database once parameters were given, and it rebuilds its GEMM on each
- * change, so the two cannot alternate call by call: the database rows run first, before any
- * other op of the process gives CLBlast the row (clattn-bench runs this family first), and the
- * ratio of the two is taken on values normalized by their own FMA rate.
+ * picks: clattn's micro-kernel on CPUs, matmul_mma's 3xTF32 products where the probes find
+ * NVIDIA's tf32 unit and the row's UNIT_F32 asks), each against the FMA kernel timed beside it,
+ * beside torch's a @ w.T (OpenBLAS). CLBlast cannot return to its database once parameters were
+ * given, and it rebuilds its GEMM on each change, so the two cannot alternate call by call: the
+ * database rows run first, before any other op of the process gives CLBlast the row
+ * (clattn-bench runs this family first), and the ratio of the two is taken on values normalized
+ * by their own FMA rate.
  *
  * units: f16 a, w and c on the matrix units (matmul_mma, MHA's GEMM with f16 storage), beside
  * torch's f16 a @ w.T, against the matrix-unit kernel; only where clattn_matrix_units finds

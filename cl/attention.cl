@@ -1387,10 +1387,10 @@ MMA_INLINE void units_scores(const __local ushort *q16, const __local ushort *k1
                              float s[UNITS_NT][MMA_CV], __local float *scratch) {
     UNROLL for (int nt = 0; nt < UNITS_NT; ++nt)
         UNROLL for (int i = 0; i < MMA_CV; ++i) s[nt][i] = 0.0f;
-    MMA_TILE_UNROLL for (int c = 0; c < UNITS_QC; ++c) {
+    MMA_NATIVE_UNROLL for (int c = 0; c < UNITS_QC; ++c) {
         uint a[MMA_AW];
         mma_tile_load_a(a, q16 + c * 16, 2 * MMA_KS);
-        MMA_TILE_UNROLL for (int nt = 0; nt < UNITS_NT; ++nt) {
+        MMA_NATIVE_UNROLL for (int nt = 0; nt < UNITS_NT; ++nt) {
             uint b[MMA_BW];
             mma_tile_load_b(b, k16 + nt * 16 * (2 * MMA_KS) + c * 16, 2 * MMA_KS, 0);
             mma_tile(s[nt], a, b, scratch);
@@ -1455,10 +1455,10 @@ MMA_INLINE void units_softmax(const mask_params *p, int b, int h, int first, int
 /* acc += P V over the staged tile: the subgroup's weights (pt) as A, V's rows as B (k-major). */
 MMA_INLINE void units_values(const __local ushort *pt, const __local ushort *v16,
                              float acc[UNITS_VT][MMA_CV], __local float *scratch) {
-    MMA_TILE_UNROLL for (int c = 0; c < UNITS_NT; ++c) {
+    MMA_NATIVE_UNROLL for (int c = 0; c < UNITS_NT; ++c) {
         uint a[MMA_AW];
         mma_tile_load_a(a, pt + c * 16, UNITS_PS);
-        MMA_TILE_UNROLL for (int n = 0; n < UNITS_VT; ++n) {
+        MMA_NATIVE_UNROLL for (int n = 0; n < UNITS_VT; ++n) {
             uint b[MMA_BW];
             mma_tile_load_b(b, v16 + c * 16 * (2 * MMA_VS) + n * 16, 2 * MMA_VS, 1);
             mma_tile(acc[n], a, b, scratch);

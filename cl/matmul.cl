@@ -16,7 +16,8 @@
  *   Build options: MR, NV, VEC (4, 8 or 16), PANELS.
  *
  * MATMUL_MMA 1: a and b in MMA_T (f16 or bf16), c in C_T (f32, f16 or bf16), products on
- * cl/mma.cl's subgroup tile (any of its matrix units) with f32 accumulators (matmul_mma below).
+ * cl/mma.cl's subgroup tile (any of its matrix units) with f32 accumulators (matmul_mma below);
+ * or MMA_T f32, products on NVIDIA's tf32 unit as three products each (cl/mma.cl's 3xTF32).
  *
  * Offsets, leading dims and batch strides are in elements (ulong).
  */
@@ -127,10 +128,12 @@ matmul_tiles(__global const float *a, ulong a_off, ulong lda, ulong a_stride,
  * inside the matrix, value by value elsewhere; 0 past m, n and k), stages them in local memory
  * as raw 16-bit rows, then each subgroup loads its tiles' fragments (mma_tile_load_a/_b: ldmatrix
  * on NVIDIA's units): b n-major when stored so (TRANS_B: c = a b^T, as MHA's projections x W^T),
- * k-major otherwise. A fragment of a feeds MM_NT products, one of b MM_MT. The end adds the bias
- * row (HAS_BIAS: bias[col] in BIAS_T, bias_step elements apart, as torch's addmm adds it) and
- * beta c (c read only where beta is not 0, BLAS's convention) in f32 and stores c in C_T,
- * rounded once.
+ * k-major otherwise. A fragment of a feeds MM_NT products, one of b MM_MT. With MMA_T f32
+ * (NVIDIA's warp, MMA_UNIT MMA_NV) the slices hold f32 bits, 16-byte chunks of 4 values, and a
+ * step splits each fragment into its tf32 parts once for all the products it feeds (mm_step
+ * below). The end adds the bias row (HAS_BIAS: bias[col] in BIAS_T, bias_step elements apart, as
+ * torch's addmm adds it) and beta c (c read only where beta is not 0, BLAS's convention) in f32
+ * and stores c in C_T, rounded once.
  * Build options: MMA_T, C_T, MM_WM (16 or 32), MM_WN (16, 32 or 64), MM_AHEAD (0 or 1),
  * TRANS_B, ALIGNED, HAS_BIAS, BIAS_T, and cl/mma.cl's MMA_UNIT and MMA_NATIVE. */
 #ifndef MM_WM
@@ -164,48 +167,74 @@ matmul_tiles(__global const float *a, ulong a_off, ulong lda, ulong a_stride,
 #define MM_BM (2 * MM_WM)
 #define MM_BN (2 * MM_WN)
 #define MM_BK 32
-/* The 8-value chunks of a's and b's slices, and how many each work-item fetches (the last round
+#if MMA_T_IS_F32
+#if MMA_UNIT != MMA_NV
+#error "f32 products run on NVIDIA's tf32 unit alone"
+#endif
+#define MM_BITS  uint /* a value's bits in global memory */
+#define MM_CHUNK 4    /* values in a 16-byte chunk */
+#else
+#define MM_BITS  ushort
+#define MM_CHUNK 8
+#endif
+/* The 16-byte chunks of a's and b's slices, and how many each work-item fetches (the last round
  * partial where a group of 4 subgroups of 64 outnumbers them). */
-#define MM_ACHUNKS (MM_BM * MM_BK / 8)
-#define MM_BCHUNKS (MM_BN * MM_BK / 8)
+#define MM_ACHUNKS (MM_BM * MM_BK / MM_CHUNK)
+#define MM_BCHUNKS (MM_BN * MM_BK / MM_CHUNK)
 #define MM_AREGS ((MM_ACHUNKS + MM_THREADS - 1) / MM_THREADS)
 #define MM_BREGS ((MM_BCHUNKS + MM_THREADS - 1) / MM_THREADS)
-/* Row strides of the local slices in 32-bit words: 4 more than a row's words, so that the eight
- * 16-byte rows of an 8 x 8 block that a fragment load reads fall in distinct banks (a row's
- * words are a multiple of 8 here), and rows stay 16-byte aligned. */
+/* Row strides of the local slices in 32-bit words, rows 16-byte aligned. 16-bit values: 4 more
+ * than a row's words, so that the eight 16-byte rows of an 8 x 8 block that a fragment load reads
+ * fall in distinct banks (a row's words are a multiple of 8 here). f32: a tf32 fragment's lane
+ * (g, t) reads row g's word t (a, and b n-major: 4 more, so 4g + t covers the 32 banks) or row
+ * t's word g (b k-major: 8 more, 8t + g). */
+#if MMA_T_IS_F32
+#define MM_WORDS(values) (values)
+#define MM_STRIDE(values) ((values) + 4)
+#define MM_KSTRIDE(values) ((values) + 8)
+#else
+#define MM_WORDS(values) ((values) / 2)
 #define MM_STRIDE(values) ((values) / 2 + 4)
+#define MM_KSTRIDE(values) MM_STRIDE(values)
+#endif
 #define MM_AS MM_STRIDE(MM_BK)
 #if TRANS_B
 #define MM_BROWS MM_BN /* b's slice n-major: MM_BN rows of MM_BK values */
 #define MM_BS    MM_STRIDE(MM_BK)
 #else
 #define MM_BROWS MM_BK /* k-major: MM_BK rows of MM_BN values */
-#define MM_BS    MM_STRIDE(MM_BN)
+#define MM_BS    MM_KSTRIDE(MM_BN)
 #endif
 
-/* Values col .. col + 7 of a row whose first `left` values from `at` on lie inside the matrix
- * (0 past them): one 16-byte load where the host proved ALIGNED and all 8 lie inside. */
-MMA_INLINE uint4 mm_chunk(__global const ushort *p, size_t at, int left) {
+/* The MM_CHUNK values of a row from `at` on, whose first `left` lie inside the matrix (0 past
+ * them): one 16-byte load where the host proved ALIGNED and all of them lie inside. */
+MMA_INLINE uint4 mm_chunk(__global const MM_BITS *p, size_t at, int left) {
 #if ALIGNED
-    if (left >= 8) return *(__global const uint4 *)(p + at);
+    if (left >= MM_CHUNK) return *(__global const uint4 *)(p + at);
 #endif
     uint w[4];
+#if MMA_T_IS_F32
+    UNROLL for (int i = 0; i < 4; ++i) w[i] = i < left ? p[at + i] : 0u;
+#else
     UNROLL for (int i = 0; i < 4; ++i)
         w[i] = (2 * i < left ? (uint)p[at + 2 * i] : 0u) |
                (2 * i + 1 < left ? (uint)p[at + 2 * i + 1] : 0u) << 16;
+#endif
     return (uint4)(w[0], w[1], w[2], w[3]);
 }
 
 /* The work-item's chunks (`count` rounds of `total`) of a slice of `cols` values a row (a
- * multiple of 8) whose first row is row r0 and first value col c0 of a row-major matrix (rows
- * below `rows_in`, values below `cols_in`; ld apart) into regs: chunk lid + i MM_THREADS is
+ * multiple of MM_CHUNK) whose first row is row r0 and first value col c0 of a row-major matrix
+ * (rows below `rows_in`, values below `cols_in`; ld apart) into regs: chunk lid + i MM_THREADS is
  * regs[i]. */
-MMA_INLINE void mm_fetch(__global const ushort *p, size_t ld, int r0, int rows_in, int c0,
+MMA_INLINE void mm_fetch(__global const MM_BITS *p, size_t ld, int r0, int rows_in, int c0,
                          int cols_in, const int cols, const int total, const int count,
                          uint4 *regs) {
     const int lid = (int)get_local_id(0);
-    for (int i = 0; i < count; ++i) { /* unrolled once inlined (count is a constant there) */
-        const int e = lid + i * MM_THREADS, r = e / (cols / 8), c = e % (cols / 8) * 8;
+    /* unrolled (count is a constant once inlined), so that regs stay in registers */
+    MMA_NATIVE_UNROLL for (int i = 0; i < count; ++i) {
+        const int e = lid + i * MM_THREADS, r = e / (cols / MM_CHUNK);
+        const int c = e % (cols / MM_CHUNK) * MM_CHUNK;
         if (total % MM_THREADS != 0 && e >= total) break;
         const int left = r0 + r < rows_in ? cols_in - (c0 + c) : 0;
         regs[i] = mm_chunk(p, (size_t)(r0 + r) * ld + (size_t)(c0 + c), left);
@@ -216,15 +245,16 @@ MMA_INLINE void mm_fetch(__global const ushort *p, size_t ld, int r0, int rows_i
 MMA_INLINE void mm_put(const uint4 *regs, const int cols, const int total, const int count,
                        __local uint *slice, int stride) {
     const int lid = (int)get_local_id(0);
-    for (int i = 0; i < count; ++i) { /* as mm_fetch's */
-        const int e = lid + i * MM_THREADS, r = e / (cols / 8), c = e % (cols / 8) * 8;
+    MMA_NATIVE_UNROLL for (int i = 0; i < count; ++i) { /* as mm_fetch's */
+        const int e = lid + i * MM_THREADS, r = e / (cols / MM_CHUNK);
+        const int c = e % (cols / MM_CHUNK) * MM_CHUNK;
         if (total % MM_THREADS != 0 && e >= total) break;
-        *(__local uint4 *)(slice + r * stride + c / 2) = regs[i];
+        *(__local uint4 *)(slice + r * stride + MM_WORDS(c)) = regs[i];
     }
 }
 
 /* The slices of a and b at depth k0 into ar and br. */
-MMA_INLINE void mm_fetch_slices(__global const ushort *a, ulong lda, __global const ushort *b,
+MMA_INLINE void mm_fetch_slices(__global const MM_BITS *a, ulong lda, __global const MM_BITS *b,
                                 ulong ldb, int r0, int c0, int m, int n, int k, int k0,
                                 uint4 ar[MM_AREGS], uint4 br[MM_BREGS]) {
     mm_fetch(a, lda, r0, m, k0, k, MM_BK, MM_ACHUNKS, MM_AREGS, ar);
@@ -235,28 +265,86 @@ MMA_INLINE void mm_fetch_slices(__global const ushort *a, ulong lda, __global co
 #endif
 }
 
+#if MMA_T_IS_F32
+/* The tf32 parts (cl/mma.cl's 3xTF32 split) of the lane's A fragment of the 16 x 8 block of a's
+ * slice at row r0 and depth k0 (m16n8k8's layout: rows g, g + 8, depths t, t + 4). */
+MMA_INLINE void mm_split_a(uint big[4], uint small[4], const __local uint *as, int r0, int k0) {
+    const int lane = (int)get_local_id(0) % MMA_WARP, g = lane / 4, t = lane % 4;
+    UNROLL for (int r = 0; r < 4; ++r) {
+        const float x = as_float(as[(r0 + g + (r & 1) * 8) * MM_AS + k0 + t + (r >> 1) * 4]);
+        mma_tf32_split(x, &big[r], &small[r], 1);
+    }
+}
+
+/* The same of the B fragment of b's 8 x 8 block at depth k0 and column c0 (depths t, t + 4 of
+ * column g), b's slice n-major (TRANS_B) or k-major. */
+MMA_INLINE void mm_split_b(uint big[2], uint small[2], const __local uint *bs, int c0, int k0) {
+    const int lane = (int)get_local_id(0) % MMA_WARP, g = lane / 4, t = lane % 4;
+    UNROLL for (int r = 0; r < 2; ++r) {
+        const int k = k0 + t + 4 * r, n = c0 + g;
+        const float x = as_float(TRANS_B ? bs[n * MM_BS + k] : bs[k * MM_BS + n]);
+        mma_tf32_split(x, &big[r], &small[r], 1);
+    }
+}
+
+/* acc += the subgroup's products over one 16-deep step `s` of the staged slices (rows from wr of
+ * a's slice, columns from wc of b's), two 8-deep halves of 3xTF32 products: a tile's columns
+ * 0-7 are floats 0-3 of its accumulators, 8-15 floats 4-7 (mma_c_at's layout for MMA_NV). */
+MMA_INLINE void mm_step(const __local uint *as, const __local uint *bs, int wr, int wc, int s,
+                        float acc[MM_MT][MM_NT][MMA_CV], __local float *scratch) {
+    MMA_NATIVE_UNROLL for (int h = 0; h < 2; ++h) {
+        const int k0 = s * 16 + h * 8;
+        uint a_big[MM_MT][4], a_small[MM_MT][4];
+        MMA_NATIVE_UNROLL for (int mt = 0; mt < MM_MT; ++mt)
+            mm_split_a(a_big[mt], a_small[mt], as, wr + mt * 16, k0);
+        MMA_NATIVE_UNROLL for (int nb = 0; nb < 2 * MM_NT; ++nb) {
+            uint b_big[2], b_small[2];
+            mm_split_b(b_big, b_small, bs, wc + nb * 8, k0);
+            MMA_NATIVE_UNROLL for (int mt = 0; mt < MM_MT; ++mt) {
+                float *d = acc[mt][nb / 2] + nb % 2 * 4;
+                mma_m16n8k8x3(d, a_big[mt], a_small[mt], b_big, b_small, d, scratch);
+            }
+        }
+    }
+}
+
+/* a[row] . b[col] (b n-major with TRANS_B) in plain f32 FMAs, in order of k: an output whose
+ * 3xTF32 sum came out NaN or Inf. The split cannot take NaN, Inf or a value within 2^-12 of
+ * f32's largest (its big part rounds to Inf; a product of such parts is NaN or Inf), so such an
+ * output is taken again as an FMA GEMM would give it: Inf where that gives Inf, not NaN. */
+inline float mm_plain_dot(__global const uint *a, ulong lda, __global const uint *b, ulong ldb,
+                          int row, int col, int k) {
+    float sum = 0.0f;
+    for (int e = 0; e < k; ++e) {
+        const size_t at_b = TRANS_B ? (size_t)col * ldb + (size_t)e : (size_t)e * ldb + (size_t)col;
+        sum = fma(as_float(a[(size_t)row * lda + (size_t)e]), as_float(b[at_b]), sum);
+    }
+    return sum;
+}
+#else
 /* acc += the subgroup's products over one 16-deep step `s` of the staged slices; its rows start
  * at row wr of a's slice, its columns at column wc of b's. */
 MMA_INLINE void mm_step(const __local ushort *a16, const __local ushort *b16, int wr, int wc,
                         int s, float acc[MM_MT][MM_NT][MMA_CV], __local float *scratch) {
     uint af[MM_MT][MMA_AW];
-    MMA_TILE_UNROLL for (int mt = 0; mt < MM_MT; ++mt)
+    MMA_NATIVE_UNROLL for (int mt = 0; mt < MM_MT; ++mt)
         mma_tile_load_a(af[mt], a16 + (wr + mt * 16) * 2 * MM_AS + s * 16, 2 * MM_AS);
-    MMA_TILE_UNROLL for (int nt = 0; nt < MM_NT; ++nt) {
+    MMA_NATIVE_UNROLL for (int nt = 0; nt < MM_NT; ++nt) {
         uint bf[MMA_BW];
 #if TRANS_B
         mma_tile_load_b(bf, b16 + (wc + nt * 16) * 2 * MM_BS + s * 16, 2 * MM_BS, 0);
 #else
         mma_tile_load_b(bf, b16 + s * 16 * 2 * MM_BS + wc + nt * 16, 2 * MM_BS, 1);
 #endif
-        MMA_TILE_UNROLL for (int mt = 0; mt < MM_MT; ++mt)
+        MMA_NATIVE_UNROLL for (int mt = 0; mt < MM_MT; ++mt)
             mma_tile(acc[mt][nt], af[mt], bf, scratch);
     }
 }
+#endif
 
 __kernel __attribute__((reqd_work_group_size(MM_THREADS, 1, 1))) MMA_SUBGROUP_ATTRIBUTE void
-matmul_mma(__global const ushort *a, ulong a_off, ulong lda, ulong a_stride,
-           __global const ushort *b, ulong b_off, ulong ldb, ulong b_stride,
+matmul_mma(__global const MM_BITS *a, ulong a_off, ulong lda, ulong a_stride,
+           __global const MM_BITS *b, ulong b_off, ulong ldb, ulong b_stride,
            __global CAT(storage_, C_T) * c, ulong c_off, ulong ldc, ulong c_stride, int m, int n,
            int k, float beta, __global const CAT(storage_, BIAS_T) * bias, ulong bias_off,
            ulong bias_step) {
@@ -268,8 +356,8 @@ matmul_mma(__global const ushort *a, ulong a_off, ulong lda, ulong a_stride,
     const int r0 = group / blocks_n % blocks_m * MM_BM, c0 = group % blocks_n * MM_BN;
     const int lid = (int)get_local_id(0), sub = lid / MMA_SG, lane = lid % MMA_SG;
     const int wr = sub / 2 * MM_WM, wc = sub % 2 * MM_WN;
-    __global const ushort *ai = a + a_off + (size_t)i * a_stride,
-                          *bi = b + b_off + (size_t)i * b_stride;
+    __global const MM_BITS *ai = a + a_off + (size_t)i * a_stride,
+                           *bi = b + b_off + (size_t)i * b_stride;
     float acc[MM_MT][MM_NT][MMA_CV];
     UNROLL for (int mt = 0; mt < MM_MT; ++mt)
         UNROLL for (int nt = 0; nt < MM_NT; ++nt)
@@ -284,9 +372,9 @@ matmul_mma(__global const ushort *a, ulong a_off, ulong lda, ulong a_stride,
         barrier(CLK_LOCAL_MEM_FENCE);
         if (MM_AHEAD && k0 + MM_BK < k)
             mm_fetch_slices(ai, lda, bi, ldb, r0, c0, m, n, k, k0 + MM_BK, ar, br);
-        MMA_TILE_UNROLL for (int s = 0; s < MM_BK / 16; ++s)
-            mm_step((const __local ushort *)as, (const __local ushort *)bs, wr, wc, s, acc,
-                    scratch);
+        MMA_NATIVE_UNROLL for (int s = 0; s < MM_BK / 16; ++s)
+            mm_step((const __local MM_BITS *)as, (const __local MM_BITS *)bs, wr, wc, s,
+                    acc, scratch);
     }
     __global CAT(storage_, C_T) *ci = c + c_off + (size_t)i * c_stride;
     UNROLL for (int mt = 0; mt < MM_MT; ++mt)
@@ -297,6 +385,9 @@ matmul_mma(__global const ushort *a, ulong a_off, ulong lda, ulong a_stride,
                 if (row >= m || col >= n) continue;
                 __global CAT(storage_, C_T) *to = ci + (size_t)row * ldc + (size_t)col;
                 float x = acc[mt][nt][f];
+#if MMA_T_IS_F32
+                if (!isfinite(x)) x = mm_plain_dot(ai, lda, bi, ldb, row, col, k);
+#endif
 #if HAS_BIAS
                 x += CAT(load_, BIAS_T)(bias + bias_off + (size_t)col * bias_step, 0);
 #endif

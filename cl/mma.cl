@@ -336,13 +336,14 @@ MMA_INLINE void mma_m16n8k8x3(float d[4], const uint a_big[4], const uint a_smal
 #else
 #define MMA_UNROLL _Pragma("unroll 1")
 #endif
-/* The same around the subgroup tile's products (below): unrolled for any unit's instruction,
- * rolled for the emulations, whose barriers, unrolled, made PoCL's builds of matmul_mma's and
- * attention_units' emulations take 1.2-1.45 times as long. */
+/* The same for kernels on the subgroup tile (below): unrolled for any unit's instruction, rolled
+ * for the emulations, whose barriers, unrolled, made PoCL's builds of matmul_mma's and
+ * attention_units' emulations take 1.2-1.45 times as long (and PoCL cannot unroll some loops
+ * as asked: it warns). */
 #if MMA_NATIVE
-#define MMA_TILE_UNROLL UNROLL
+#define MMA_NATIVE_UNROLL UNROLL
 #else
-#define MMA_TILE_UNROLL _Pragma("unroll 1")
+#define MMA_NATIVE_UNROLL _Pragma("unroll 1")
 #endif
 
 /* ---- The subgroup tile: D (16 x 16, f32) += A (16 x 16) B (16 x 16) ----------------------------

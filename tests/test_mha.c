@@ -7,6 +7,7 @@
 #include "runtime/testing.h"
 #include "ref.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -617,7 +618,10 @@ static void half_storage_on_matrix_units(test_ctx *t) {
  * which the matrix-unit kernel loads 16 bytes at a time). `matmul`: NULL for CLBlast's bridge
  * (f32), "units:ROW" for clattn__gemm_units_batched, else the GEMM every op calls, with that
  * matmul row (ROW) as an override. `biased` (units only): a bias row in `bias`, every other
- * element of a buffer from element 3 on. */
+ * element of a buffer from element 3 on. `kernel`: the first kernel the GEMM must enqueue, or
+ * with a leading '!' a kernel it must not enqueue (NULL: either). `specials` (f32, M > 5, N > 4,
+ * K > 7): a of the first matrix holds Inf at (1, 2) and f32's largest but one at (5, 7), op(b)
+ * NaN at (3, 4). */
 typedef struct gemm_case {
     size_t M, N, K;
     bool trans_b, aligned;
@@ -626,6 +630,8 @@ typedef struct gemm_case {
     const char *matmul;
     bool biased;
     clattn_dtype bias;
+    const char *kernel;
+    bool specials;
 } gemm_case;
 
 /* `n` values of host in dt, as a fresh buffer (NULL, and the test failed, when it failed). */
@@ -659,12 +665,26 @@ static int run_gemm(test_ctx *t, const gemm_case *g, const clattn__matrices *a,
     const bool units = strncmp(g->matmul, "units:", 6) == 0;
     const char *row = units ? g->matmul + 6 : g->matmul;
     int status = *row ? clattn_tuning_override("matmul", row) : CLATTN_SUCCESS;
+    clattn__traced_kernel traced[4];
+    clattn__trace_kernels(true);
     if (status == CLATTN_SUCCESS && units)
         status = clattn__gemm_units_batched(&call, g->in, g->out, g->trans_b, g->M, g->N, g->K, a,
                                             b, bias, g->beta, c, batch);
     else if (status == CLATTN_SUCCESS)
         status = clattn__gemm_batched(&call, g->trans_b, g->M, g->N, g->K, a, b, g->beta, c, batch);
+    clattn__trace_kernels(false);
+    const size_t kernels = clattn__trace_take(traced, 4);
     clattn_tuning_override("matmul", NULL);
+    const bool unwanted = g->kernel && g->kernel[0] == '!';
+    bool seen = false; /* the kernel, first (wanted) or anywhere (unwanted) */
+    for (size_t i = 0; i < kernels; ++i) {
+        const char *want = unwanted ? g->kernel + 1 : g->kernel;
+        seen = seen || (want && (i == 0 || unwanted) && strcmp(traced[i].name, want) == 0);
+        clReleaseEvent(traced[i].event);
+    }
+    if (status == CLATTN_SUCCESS && g->kernel && seen == unwanted)
+        test_fail_at(t, __FILE__, __LINE__, "%s: the GEMM %s %s", g->matmul,
+                     unwanted ? "enqueued" : "did not start with", g->kernel + unwanted);
     if (untouched) {
         test_fail_at(t, __FILE__, __LINE__, "%s: the GEMM set the call's event", g->matmul);
         clReleaseEvent(untouched);
@@ -672,10 +692,20 @@ static int run_gemm(test_ctx *t, const gemm_case *g, const clattn__matrices *a,
     return status;
 }
 
+/* Whether the case runs 3xTF32 products: f32 on matmul_mma. */
+static bool split_products(const gemm_case *g) {
+    const bool units = g->matmul && strncmp(g->matmul, "units:", 6) == 0;
+    return g->in == CLATTN_F32 && (units || (g->kernel && strcmp(g->kernel, "matmul_mma") == 0));
+}
+
 /* Runs the case against float64: the products of values exact in `in` are exact in f32, so the
  * f32 sum is within err = 2 (K + 1) 2^-24 sum |terms| of ref, and c within err + u (|ref| +
  * err), u the unit roundoff of a 16-bit `out` (its one rounding; 0 for f32), plus 2^-24 for
- * f16's subnormals. Elements outside the matrices must keep their values. */
+ * f16's subnormals. 3xTF32 (cl/mma.cl: x = big + small + e, |e| < 2^-21 |x|, |small| <= 2^-11
+ * |x|) drops small_a small_b + (big_a + small_a) e_b + e_a b, under 5.01 2^-22 |a b| a term,
+ * and sums 3 K exact tf32 products, whose sizes add up to at most (1 + 2^-9 + 3 2^-22) |a b| a
+ * term: err = (2 (3 K + 1) 2^-24 (1 + 2^-8) + 5.01 2^-22) sum |terms|. Elements outside the
+ * matrices must keep their values. */
 static void check_gemm_case(test_ctx *t, const gemm_case *g) {
     enum { BATCH = 2 };
     const size_t pad = g->aligned ? 8 : 1, M = g->M, N = g->N, K = g->K;
@@ -691,6 +721,10 @@ static void check_gemm_case(test_ctx *t, const gemm_case *g) {
     float *a = values(na, g->in, 1.0f, &rng), *b = values(nb, g->in, 1.0f, &rng),
           *c = values(nc, g->out, 1.0f, &rng), *got = malloc(nc * sizeof(float));
     float *bias = g->biased ? values(nbias, g->bias, 1.0f, &rng) : NULL;
+    if (g->specials && a && b) {
+        a[oa + lda + 2] = INFINITY, a[oa + 5 * lda + 7] = 0x1.fffffcp127f;
+        b[ob + (g->trans_b ? 4 * ldb + 3 : 3 * ldb + 4)] = NAN;
+    }
     cl_mem ab = a ? upload_raw(t, a, na, g->in) : NULL, bb = b ? upload_raw(t, b, nb, g->in) : NULL;
     cl_mem cb = c ? upload_raw(t, c, nc, g->out) : NULL;
     cl_mem biasb = bias ? upload_raw(t, bias, nbias, g->bias) : NULL;
@@ -721,9 +755,16 @@ static void check_gemm_case(test_ctx *t, const gemm_case *g) {
                 want += term, scale += fabs(term);
             }
         }
-        const double err = 2.0 * (double)(K + 1) * 0x1p-24 * scale;
-        ok =
-            inside ? fabs(got[at] - want) <= err + u * (fabs(want) + err) + atol : got[at] == c[at];
+        const double split = 2.0 * (double)(3 * K + 1) * 0x1p-24 * (1.0 + 0x1p-8) + 5.01 * 0x1p-22;
+        const double err = (split_products(g) ? split : 2.0 * (double)(K + 1) * 0x1p-24) * scale;
+        if (!inside)
+            ok = got[at] == c[at];
+        else if (isnan(want)) /* f32's answer of a NaN or Inf term, or of an overflow */
+            ok = isnan(got[at]);
+        else if (fabs(want) > FLT_MAX)
+            ok = got[at] == (want > 0 ? INFINITY : -INFINITY);
+        else
+            ok = fabs(got[at] - want) <= err + u * (fabs(want) + err) + atol;
         if (!ok)
             test_fail_at(t, __FILE__, __LINE__,
                          "%s %s x %s -> %s %zux%zux%zu trans_b %d beta %g: c[%zu] = %.8g, "
@@ -738,16 +779,19 @@ static void check_gemm_case(test_ctx *t, const gemm_case *g) {
     free(a), free(b), free(c), free(bias), free(got), free(raw);
 }
 
-/* The f32 cases: 13 x 9 x 21, beta 0 with b k-major, beta 1 with b n-major. */
-static void check_gemm(test_ctx *t, bool trans_b, float beta, const char *matmul) {
-    const gemm_case g = {13, 9, 21, trans_b, false, beta, CLATTN_F32, CLATTN_F32, matmul};
+/* The f32 cases: 13 x 9 x 21, beta 0 with b k-major, beta 1 with b n-major; `kernel` as
+ * gemm_case's. */
+static void check_gemm(test_ctx *t, bool trans_b, float beta, const char *matmul,
+                       const char *kernel) {
+    const gemm_case g = {13,         9,          21,     trans_b, false,      beta,
+                         CLATTN_F32, CLATTN_F32, matmul, false,   CLATTN_F32, kernel};
     check_gemm_case(t, &g);
 }
 
 static void gemm_bridge_matches_host(test_ctx *t) {
     if (skip_gemms(t)) return;
-    check_gemm(t, false, 0.0f, NULL);
-    if (!t->failed) check_gemm(t, true, 1.0f, NULL);
+    check_gemm(t, false, 0.0f, NULL, NULL);
+    if (!t->failed) check_gemm(t, true, 1.0f, NULL, NULL);
 }
 
 /* clattn's kernel with the default tile (one partial row block and panel here) and a small one
@@ -756,12 +800,13 @@ static void gemm_bridge_matches_host(test_ctx *t) {
  * Oclgrind's uninitialized-value checker misreads (1000 reports, results right); the
  * oclgrind-mha lane runs it without that checker. */
 static void gemm_kernel_matches_host(test_ctx *t) {
-    static const char *const rows[] = {"KERNEL=1", "KERNEL=1,MR=3,NV=1,VEC=4,PANELS=2"};
+    static const char *const rows[] = {"KERNEL=1,UNIT_F32=0",
+                                       "KERNEL=1,MR=3,NV=1,VEC=4,PANELS=2,UNIT_F32=0"};
     if (test_under_uninit_checker())
         return test_skip(t, "matmul_tiles reads matmul_pack's panels: misread by that checker");
     for (int i = 0; i < 2 && !t->failed; ++i) {
-        check_gemm(t, false, 0.0f, rows[i]);
-        if (!t->failed) check_gemm(t, true, 1.0f, rows[i]);
+        check_gemm(t, false, 0.0f, rows[i], "matmul_pack");
+        if (!t->failed) check_gemm(t, true, 1.0f, rows[i], "matmul_pack");
     }
 }
 
@@ -769,9 +814,12 @@ static void gemm_kernel_matches_host(test_ctx *t) {
  * builds its local-memory emulation), then on the device's own where its probe passed (the
  * instruction): f16 and bf16 inputs into f32, f16 and bf16 outputs, b n-major (MHA's x W^T)
  * and k-major, beta 0 and 1, a bias row of f32 or of the inputs' dtype or none; one 32-deep
- * slice with its tail past k, several slices (fetched
- * ahead and at the slice) and blocks of rows and columns, each warp shape, value-by-value and
- * 16-byte loads. */
+ * slice with its tail past k, several slices (fetched ahead and at the slice) and blocks of rows
+ * and columns, each warp shape, value-by-value and 16-byte loads. f32 on the tf32 unit (3xTF32):
+ * one slice, b n-major, unaligned, with a bias row; several slices fetched at the slice, aligned;
+ * then as the GEMM every op calls (its row's UNIT_F32), b k-major, aligned, several slices and
+ * blocks; and not with UNIT_F32=0. The first and the third hold NaN, Inf and f32's largest but
+ * one, which the split cannot take: their outputs must be f32's. */
 static void gemm_on_matrix_units_matches_host(test_ctx *t) {
     if (clattn__device_max_group(clattn_env_device(t->env)) < 128)
         return test_skip(t, "groups capped below matmul_mma's 128");
@@ -784,6 +832,13 @@ static void gemm_on_matrix_units_matches_host(test_ctx *t) {
         {70, 40, 70, true, true, 1.0f, CLATTN_F16, CLATTN_F32, "units:UNIT_M=16,UNIT_N=16"},
         {70, 40, 70, true, false, 0.0f, CLATTN_F16, CLATTN_F16, "units:UNIT_AHEAD=0"},
         {70, 150, 40, false, true, 0.0f, CLATTN_BF16, CLATTN_BF16, "units:UNIT_M=32,UNIT_N=64"},
+        {13, 9, 21, true, false, 0.0f, CLATTN_F32, CLATTN_F32, "units:", true, CLATTN_F32, NULL,
+         true},
+        {70, 40, 70, true, true, 0.0f, CLATTN_F32, CLATTN_F32, "units:UNIT_AHEAD=0"},
+        {70, 150, 40, false, true, 1.0f, CLATTN_F32, CLATTN_F32, "UNIT_M=16,UNIT_N=64", false,
+         CLATTN_F32, "matmul_mma", true},
+        {13, 9, 21, true, false, 1.0f, CLATTN_F32, CLATTN_F32, "UNIT_F32=0", false, CLATTN_F32,
+         "!matmul_mma"},
     };
     cl_context context = clattn_env_context(t->env);
     const clattn__call call = {
@@ -791,9 +846,9 @@ static void gemm_on_matrix_units_matches_host(test_ctx *t) {
     for (int emulated = 1; emulated >= 0 && !t->failed; --emulated) {
         clattn_cache_clear(context); /* the probe's answer goes with the cache */
         clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, emulated ? 1 : -1);
-        bool takes[2] = {false, false};
-        const clattn_dtype types[2] = {CLATTN_F16, CLATTN_BF16};
-        for (int i = 0; i < 2 && !t->failed; ++i) {
+        bool takes[3] = {false, false, false};
+        const clattn_dtype types[3] = {CLATTN_F16, CLATTN_BF16, CLATTN_F32};
+        for (int i = 0; i < 3 && !t->failed; ++i) {
             const int status =
                 clattn__gemm_units_available(&call, types[i], 70, 150, 70, 2, &takes[i]);
             if (status != CLATTN_SUCCESS || (emulated && !takes[i]))
@@ -802,7 +857,8 @@ static void gemm_on_matrix_units_matches_host(test_ctx *t) {
                              clattn_status_name(status), takes[i]);
         }
         for (size_t i = 0; i < sizeof cases / sizeof cases[0] && !t->failed; ++i)
-            if (takes[cases[i].in == CLATTN_BF16]) check_gemm_case(t, &cases[i]);
+            if (takes[cases[i].in == CLATTN_F32 ? 2 : cases[i].in == CLATTN_BF16])
+                check_gemm_case(t, &cases[i]);
     }
     clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, -1);
     clattn_cache_clear(context);

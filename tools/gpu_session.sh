@@ -24,7 +24,9 @@
 # fragment split once for two m-tiles), then the causal f16 row with attention_mma's keys split
 # (UNIT_SPLIT, issue 24's open target; on an H200 at B=4 H=8 S=1024 the launch's 512 groups
 # allow 3 chunks: split512 runs 2 of 512 keys, split256 3 of 352; not with GPU_QUICK, whose
-# S=256 holds a single chunk) between two runs of the default, softmax as it was before rows were held in registers
+# S=256 holds a single chunk) between two runs of the default, MHA and the f32 GEMMs on matmul_mma's
+# 3xTF32 products (UNIT_F32=1, not yet timed) beside CLBlast's SGEMM (UNIT_F32=0) and with 64
+# columns a warp, softmax as it was before rows were held in registers
 # (HOLD=0) and f16 outputs converted by the device (HALF_CVT=1), f16 copies in 8-byte chunks,
 # then attention_units (the attention AMD's units take) on NVIDIA's tile, and attention_mma's
 # and matmul_mma's tilings beside their defaults.
@@ -56,7 +58,10 @@ DEFAULT_ROWS=( # most wanted first: rows past the budget are skipped
   "again|attention_causal --only f16|"
   "default|attention_decode|"
   "default|mha|"
+  "mha-sgemm|mha --only f32 --no-peers|matmul:UNIT_F32=0"
+  "default|gemm --only f32|"
   "default|gemm --only f16|"
+  "mm-f32-n64|gemm --only f32 --no-peers|matmul:UNIT_N=64"
   "default|softmax|"
   "sm-3pass|softmax --no-peers|softmax:HOLD=0,HALF_CVT=0"
   "sm-intcvt|softmax --only f16 --no-peers|softmax:HALF_CVT=0"

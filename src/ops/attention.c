@@ -251,22 +251,6 @@ static bool units_dtypes_take(const attention_args *a, bool mma) {
            a->v->shape[3] % (mma ? 8 : 16) == 0;
 }
 
-/* The unit the device's probes found for the call's dtype: the subgroup tile of 16-bit inputs,
- * or NVIDIA's warp (3xTF32) for f32 where mma-tf32 passed; unit 0 where none. f32 probes only a
- * device offered the tf32 unit (or every device, emulated, under the test hook): UNIT_F32 is 1
- * in every row, and other devices' f32 calls should not build and run their probes. */
-static int found_unit(const clattn__call *call, clattn_dtype dtype, clattn__tile *found) {
-    if (dtype != CLATTN_F32) return clattn__matrix_tile(call, dtype, found);
-    unsigned units = 0;
-    *found = (clattn__tile){0, 0};
-    if (!(clattn__matrix_offered(call->device) & CLATTN_MATRIX_MMA_TF32) &&
-        !clattn__matrix_units_emulated())
-        return CLATTN_SUCCESS;
-    const int status = clattn__matrix_units(call, &units);
-    if (units & CLATTN_MATRIX_MMA_TF32) *found = (clattn__tile){CLATTN__TILE_NV, 32};
-    return status;
-}
-
 /* The group and local arrays (key tiles of 16) fit the device: attention_mma's warps of 32,
  * attention_units' subgroups of the tile's, l->warps of them. */
 static bool units_fit(const attention_args *a, const attention_launch *l, cl_device_id device) {
@@ -433,7 +417,7 @@ static int pick_units(const clattn__call *call, const attention_args *a, bool pr
         return CLATTN_SUCCESS;
     }
     clattn__tile found;
-    const int status = found_unit(call, a->q->dtype, &found);
+    const int status = clattn__matrix_tile(call, a->q->dtype, &found);
     if (status != CLATTN_SUCCESS || (!asked && !found.unit)) return status;
     const int wanted = l->variant; /* PREFILL's, where the units do not take the call */
     if (!asked)

@@ -120,7 +120,7 @@ int clattn__attention_composed(const clattn__attention_args *a,
 
     /* the gemm row is read (and given to CLBlast) before the first enqueue: a bad override
      * fails the call with nothing enqueued */
-    int status = clattn__gemm_prepare(call->device);
+    int status = clattn__gemm_prepare(call);
     if (status == CLATTN_SUCCESS) status = clattn__steps_begin(call);
     if (status == CLATTN_SUCCESS) status = convert(call, a->q, &q);
     if (status == CLATTN_SUCCESS) status = convert(call, a->k, &k);
@@ -237,7 +237,7 @@ int clattn__attention_composed_backward(const clattn__attention_grads *g,
                  sk = (size_t)a->k->shape[2];
     const clattn__call step = clattn__step_call(call);
 
-    int status = clattn__gemm_prepare(call->device);
+    int status = clattn__gemm_prepare(call);
     if (status == CLATTN_SUCCESS) status = clattn__steps_begin(call);
     const clattn_tensor *inputs[4][2] = {{a->q, &q}, {a->k, &k}, {a->v, &v}, {g->dout, &dout}};
     for (int i = 0; i < 4 && status == CLATTN_SUCCESS; ++i)

@@ -3,7 +3,8 @@
  * CLBlast. The kernel packs b into scratch (matmul_pack), then multiplies (matmul_tiles); the
  * two are chained by an event, so an out-of-order queue runs them in order too. 16-bit storage
  * may take matmul_mma instead (clattn__gemm_units_available): one kernel, a group of 4 subgroups
- * of the device's matrix unit (clattn__matrix_tile) per block of outputs.
+ * of the device's matrix unit (clattn__matrix_tile) per block of outputs; so may f32, on NVIDIA's
+ * tf32 unit (3xTF32), where the matmul row's UNIT_F32 asks and the probes found it.
  */
 #include "gemm.h"
 #include "runtime/device_facts.h"
@@ -113,37 +114,29 @@ static int matmul_batched(const clattn__call *call, const matmul_tuning *t, cons
     return status;
 }
 
-int clattn__gemm_prepare(cl_device_id device) {
+int clattn__gemm_prepare(const clattn__call *call) {
     matmul_tuning t;
-    int status = clattn__matmul_tuning_get(device, CLATTN_F32, &t);
-    if (status == CLATTN_SUCCESS && t.KERNEL == 0) status = clattn__blas_prepare(device);
+    int status = clattn__matmul_tuning_get(call->device, CLATTN_F32, &t);
+    if (status == CLATTN_SUCCESS && t.KERNEL == 0) status = clattn__blas_prepare(call->device);
+    clattn__tile tile; /* the probes' answer, cached for the GEMMs */
+    if (status == CLATTN_SUCCESS && t.UNIT_F32)
+        status = clattn__matrix_tile(call, CLATTN_F32, &tile);
     return status;
 }
 
-int clattn__gemm_batched(const clattn__call *call, bool trans_b, size_t m, size_t n, size_t k,
-                         const clattn__matrices *a, const clattn__matrices *b, float beta,
-                         const clattn__matrices *c, size_t batch) {
-    matmul_tuning t;
-    int status = clattn__matmul_tuning_get(call->device, CLATTN_F32, &t);
-    if (status != CLATTN_SUCCESS) return status;
-    const matmul_grid g = grid_of(&t, m, n);
-    if (t.KERNEL == 1 && kernel_takes(&g, m, n, k, batch))
-        return matmul_batched(call, &t, &g, trans_b, m, n, k, a, b, beta, c, batch);
-    return clattn__sgemm_batched(call, trans_b, m, n, k, a, b, beta, c, batch);
-}
-
-/* ---- matmul_mma: 16-bit storage on matrix units ---- */
+/* ---- matmul_mma: 16-bit storage on matrix units, f32 on the tf32 unit ---- */
 
 #define MM_SUBGROUPS 4 /* matmul_mma: a group of 4 subgroups */
 
-/* Bytes of local memory matmul_mma declares (cl/matmul.cl): the slices of a and b (rows of 32
- * values and n-major b, or 32 rows of a block's columns, 4 words over each row) and the
- * products' scratch. */
-static cl_ulong mm_local_bytes(const matmul_tuning *t, bool trans_b, const clattn__tile *tile,
-                               bool emulated) {
+/* Bytes of local memory matmul_mma declares (cl/matmul.cl) for values of `size` bytes: the
+ * slices of a and b (rows of 32 values and n-major b, or 32 rows of a block's columns, 4 words
+ * over each row; f32's k-major b 8) and the products' scratch. */
+static cl_ulong mm_local_bytes(const matmul_tuning *t, size_t size, bool trans_b,
+                               const clattn__tile *tile, bool emulated) {
     const cl_ulong rows_a = 2 * (cl_ulong)t->UNIT_M, cols_b = 2 * (cl_ulong)t->UNIT_N;
-    const cl_ulong slice_words = 32 / 2 + 4;
-    const cl_ulong words_b = trans_b ? cols_b * slice_words : 32 * (cols_b / 2 + 4);
+    const cl_ulong per_word = 4 / size, slice_words = 32 / per_word + 4;
+    const cl_ulong words_b =
+        trans_b ? cols_b * slice_words : 32 * (cols_b / per_word + (size == 4 ? 8 : 4));
     return 4 * (rows_a * slice_words + words_b +
                 MM_SUBGROUPS * clattn__tile_scratch_floats(tile, emulated));
 }
@@ -159,7 +152,9 @@ int clattn__gemm_units_available(const clattn__call *call, clattn_dtype in, size
     *takes = false;
     matmul_tuning t;
     int status = clattn__matmul_tuning_get(call->device, in, &t);
-    if (status != CLATTN_SUCCESS || !t.UNITS || (in != CLATTN_F16 && in != CLATTN_BF16))
+    const bool f32 = in == CLATTN_F32;
+    if (status != CLATTN_SUCCESS || !(f32 ? t.UNIT_F32 : t.UNITS) ||
+        (in != CLATTN_F16 && in != CLATTN_BF16 && !f32))
         return status;
     const size_t limit = INT_MAX - 256;
     if (m == 0 || n == 0 || k == 0 || batch == 0 || m > limit || n > limit || k > limit ||
@@ -170,18 +165,19 @@ int clattn__gemm_units_available(const clattn__call *call, clattn_dtype in, size
     if (status != CLATTN_SUCCESS || !tile.unit) return status;
     const bool emulated = clattn__matrix_units_emulated();
     const cl_ulong local = clattn__device_local_bytes(call->device);
+    const size_t size = clattn_dtype_size(in);
     *takes = clattn__device_max_group(call->device) >= (size_t)(MM_SUBGROUPS * tile.subgroup) &&
-             mm_local_bytes(&t, true, &tile, emulated) <= local &&
-             mm_local_bytes(&t, false, &tile, emulated) <= local;
+             mm_local_bytes(&t, size, true, &tile, emulated) <= local &&
+             mm_local_bytes(&t, size, false, &tile, emulated) <= local;
     return status;
 }
 
-/* Every offset, leading dim and stride of a and b a multiple of 8 elements: each 8-value chunk
- * that lies whole in a row is one 16-byte load (buffers are aligned far beyond that). */
-static bool rows_aligned(const clattn__matrices *a, const clattn__matrices *b) {
+/* Every offset, leading dim and stride of a and b a multiple of 16 bytes of `size`-byte elements:
+ * each 16-byte chunk that lies whole in a row is one load (buffers are aligned far beyond that). */
+static bool rows_aligned(const clattn__matrices *a, const clattn__matrices *b, size_t size) {
     const size_t all[6] = {a->offset, a->ld, a->stride, b->offset, b->ld, b->stride};
     for (int i = 0; i < 6; ++i)
-        if (all[i] % 8 != 0) return false;
+        if (all[i] % (16 / size) != 0) return false;
     return true;
 }
 
@@ -215,7 +211,7 @@ int clattn__gemm_units_batched(const clattn__call *call, clattn_dtype in, clattn
                         "-DMMA_NATIVE=%d -DTRANS_B=%d -DALIGNED=%d -DHAS_BIAS=%d -DBIAS_T=%s",
                         clattn_dtype_name(in), clattn_dtype_name(out), tile.unit,
                         clattn__matrix_units_emulated() ? 0 : 1, trans_b ? 1 : 0,
-                        rows_aligned(a, b) ? 1 : 0, bias ? 1 : 0,
+                        rows_aligned(a, b, clattn_dtype_size(in)) ? 1 : 0, bias ? 1 : 0,
                         clattn_dtype_name(bias ? bias->dtype : CLATTN_F32));
     if (used > 0 && (size_t)used < sizeof options)
         clattn__matmul_tuning_options(&t, options, sizeof options);
@@ -241,4 +237,21 @@ int clattn__gemm_units_batched(const clattn__call *call, clattn_dtype in, clattn
     }
     if (kernel) clReleaseKernel(kernel);
     return status;
+}
+
+int clattn__gemm_batched(const clattn__call *call, bool trans_b, size_t m, size_t n, size_t k,
+                         const clattn__matrices *a, const clattn__matrices *b, float beta,
+                         const clattn__matrices *c, size_t batch) {
+    bool units = false;
+    int status = clattn__gemm_units_available(call, CLATTN_F32, m, n, k, batch, &units);
+    if (status == CLATTN_SUCCESS && units)
+        return clattn__gemm_units_batched(call, CLATTN_F32, CLATTN_F32, trans_b, m, n, k, a, b,
+                                          NULL, beta, c, batch);
+    matmul_tuning t;
+    if (status == CLATTN_SUCCESS) status = clattn__matmul_tuning_get(call->device, CLATTN_F32, &t);
+    if (status != CLATTN_SUCCESS) return status;
+    const matmul_grid g = grid_of(&t, m, n);
+    if (t.KERNEL == 1 && kernel_takes(&g, m, n, k, batch))
+        return matmul_batched(call, &t, &g, trans_b, m, n, k, a, b, beta, c, batch);
+    return clattn__sgemm_batched(call, trans_b, m, n, k, a, b, beta, c, batch);
 }

@@ -776,8 +776,8 @@ int clattn_mha_forward(const clattn_tensor *query, const clattn_tensor *key,
     cl_mem ws = NULL;
     bool owned = false;
     if (status == CLATTN_SUCCESS) status = get_workspace(&a, &plan, call.context, &ws, &owned);
-    if (status == CLATTN_SUCCESS && plan.inner == CLATTN_F32)
-        status = clattn__gemm_prepare(call.device); /* the units' GEMMs need no CLBlast */
+    /* f32 GEMMs: the projections, or the composed attention's (weights) */
+    if (status == CLATTN_SUCCESS) status = clattn__gemm_prepare(&call);
     if (status == CLATTN_SUCCESS) status = prepare_attention(&a, &plan, &call, ws, &step);
     if (status == CLATTN_SUCCESS) status = enqueue_mha(&a, &plan, &step, &call, ws);
     if (step.scratch) clReleaseMemObject(step.scratch);

@@ -288,7 +288,7 @@ static const struct mechanism {
     {CLATTN_MATRIX_DPAS_BF16, "dpas-bf16", CLATTN_BF16, {CLATTN__TILE_DPAS8, 8}, takes_dpas8},
     {CLATTN_MATRIX_DPAS_F16, "dpas-f16", CLATTN_F16, {CLATTN__TILE_DPAS16, 16}, takes_dpas16},
     {CLATTN_MATRIX_DPAS_BF16, "dpas-bf16", CLATTN_BF16, {CLATTN__TILE_DPAS16, 16}, takes_dpas16},
-    /* f32 on the tf32 unit: attention_mma's warp primitives only, no subgroup tile */
+    /* f32 on the tf32 unit: the warp's 3xTF32 products (attention_mma, matmul_mma) */
     {CLATTN_MATRIX_MMA_TF32, "mma-tf32", CLATTN_F32, {CLATTN__TILE_NV, 32}, takes_ptx_mma},
 };
 #define MECHANISMS (sizeof mechanisms / sizeof mechanisms[0])
@@ -411,10 +411,15 @@ int clattn__matrix_units(const clattn__call *call, unsigned *units) {
 }
 
 int clattn__matrix_tile(const clattn__call *call, clattn_dtype type, clattn__tile *tile) {
+    *tile = (clattn__tile){0, 0};
+    /* f32 probes only a device offered the tf32 unit (or every device, emulated): other devices'
+     * f32 calls should not build and run the 16-bit units' probes */
+    if (type == CLATTN_F32 && !(clattn__matrix_offered(call->device) & CLATTN_MATRIX_MMA_TF32) &&
+        !clattn__matrix_units_emulated())
+        return CLATTN_SUCCESS;
     unsigned passed = 0;
     const int status = passed_mechanisms(call, &passed);
-    *tile = (clattn__tile){0, 0};
-    for (size_t i = 0; i < MECHANISMS && !tile->unit && type != CLATTN_F32; ++i)
+    for (size_t i = 0; i < MECHANISMS && !tile->unit; ++i)
         if ((passed & (1u << i)) && mechanisms[i].type == type) *tile = mechanisms[i].tile;
     return status;
 }

@@ -24,9 +24,10 @@ typedef struct clattn__tile {
 /* The call's device's mechanisms (CLATTN_MATRIX_* bits), probed on the call's queue once per
  * (context, device) and cached until clattn_cache_clear(context). */
 int clattn__matrix_units(const clattn__call *call, unsigned *units);
-/* The subgroup tile kernels on `type` (f16 or bf16) inputs use on the call's device: the first
- * mechanism of that type whose probes passed, or unit 0 (always for f32: the tf32 unit has no
- * subgroup tile, only attention_mma's warp primitives). */
+/* The subgroup tile kernels on `type` inputs use on the call's device: the first mechanism of
+ * that type whose probes passed, or unit 0. For f32, NVIDIA's warp (the tf32 unit's 3xTF32
+ * products, cl/mma.cl) where mma-tf32 passed; only a device offered that unit (or, under the
+ * emulation hook, every device) probes for an f32 call. */
 int clattn__matrix_tile(const clattn__call *call, clattn_dtype type, clattn__tile *tile);
 /* cl/mma.cl's MMA_TILE_SCRATCH: the local floats a subgroup's products take on `tile`, native or
  * emulated (NVIDIA's emulation A and B of one m16n8k16, the others' A and B of a tile, a native

@@ -163,6 +163,10 @@
  * unit for it, whatever KERNEL says (0: the f32 GEMMs above, on f32 images); UNIT_M, UNIT_N:
  * matmul_mma's rows (16 or 32) and columns (16, 32 or 64) a warp, a group of 2 x 2 warps;
  * UNIT_AHEAD 1: it fetches the next 32-deep slice into registers while it multiplies one.
+ * UNIT_F32 1: every f32 GEMM (MHA's projections, the composed attention's products) runs on
+ * matmul_mma's 3xTF32 products where the probes found NVIDIA's tf32 unit, whatever KERNEL says;
+ * errors within a few times f32's own, NaN and Inf outputs as f32's (docs/design.md), as
+ * attention's UNIT_F32.
  * Default: CLBlast (its database knows GPUs); CPUs take the kernel (tuning_table.def). */
 #define CLATTN__TUNING_MATMUL(X)                                                                   \
     X(KERNEL, 0, 0, 1, HOST)                                                                       \
@@ -173,7 +177,8 @@
     X(UNITS, 1, 0, 1, HOST)                                                                        \
     X(UNIT_M, 32, 16, 32, MM_WM)                                                                   \
     X(UNIT_N, 32, 16, 64, MM_WN)                                                                   \
-    X(UNIT_AHEAD, 1, 0, 1, MM_AHEAD)
+    X(UNIT_AHEAD, 1, 0, 1, MM_AHEAD)                                                               \
+    X(UNIT_F32, 1, 0, 1, HOST)
 
 /* The ops the tuning table knows: OP(name, PARAMS, has_default_row), in the order clattn-tune and
  * CLATTN_TUNE list them. */
