@@ -834,8 +834,8 @@ static void gemm_on_matrix_units_matches_host(test_ctx *t) {
         {70, 150, 40, false, true, 0.0f, CLATTN_BF16, CLATTN_BF16, "units:UNIT_M=32,UNIT_N=64"},
         {13, 9, 21, true, false, 0.0f, CLATTN_F32, CLATTN_F32, "units:", true, CLATTN_F32, NULL,
          true},
-        {70, 40, 70, true, true, 0.0f, CLATTN_F32, CLATTN_F32, "units:UNIT_AHEAD=0"},
-        {70, 150, 40, false, true, 1.0f, CLATTN_F32, CLATTN_F32, "UNIT_M=16,UNIT_N=64", false,
+        {20, 24, 70, true, true, 0.0f, CLATTN_F32, CLATTN_F32, "units:UNIT_AHEAD=0"},
+        {40, 136, 40, false, true, 1.0f, CLATTN_F32, CLATTN_F32, "UNIT_M=16,UNIT_N=64", false,
          CLATTN_F32, "matmul_mma", true},
         {13, 9, 21, true, false, 1.0f, CLATTN_F32, CLATTN_F32, "UNIT_F32=0", false, CLATTN_F32,
          "!matmul_mma"},
@@ -929,8 +929,10 @@ static void gemm_bridge_reports_clblast_codes(test_ctx *t) {
                                0,
                                NULL,
                                NULL};
-    const clattn__matrices a = {buffer, 0, 8, 0}, c = {buffer, 512, 4, 0}; /* ldc 4 < n 8 */
-    int status = buffer ? clattn__sgemm_batched(&call, true, 8, 8, 8, &a, &a, 0.0f, &c, 1) : 0;
+    /* ldc 4 < n 8; two matrices, as gemm_bridge_matches_host, whose CLBlast program (one
+     * routine) it reuses: CLBlast builds its program before it checks the arguments */
+    const clattn__matrices a = {buffer, 0, 8, 64}, c = {buffer, 512, 4, 64};
+    int status = buffer ? clattn__sgemm_batched(&call, true, 8, 8, 8, &a, &a, 0.0f, &c, 2) : 0;
     char message[512];
     snprintf(message, sizeof message, "%s", clattn_last_error());
     if (buffer) clReleaseMemObject(buffer);
