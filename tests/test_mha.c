@@ -9,9 +9,12 @@
 
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 enum { NO_MASK = 0, KEEP_MASK = 1, ADD_MASK = 2 };
 
@@ -29,7 +32,8 @@ typedef struct mha_spec {
     bool strided;      /* query and out as views with a row stride past E */
     int workspace;     /* a caller workspace of exactly the size asked for (2: a sub-buffer) */
     bool out_of_order; /* on an out-of-order queue (where the device has one) */
-    int emulate;       /* 16-bit dt: the tile unit the hook offers emulated (0: none) */
+    int emulate;       /* the tile unit the hook offers emulated (0: none) */
+    bool gated;        /* behind a user event that opens only after the forward returned */
     clattn_dtype dt;
     uint64_t seed;
 } mha_spec;
@@ -368,6 +372,49 @@ static size_t workspace_bytes(test_ctx *t, const mha_spec *s, mha_case *c, int u
     return bytes;
 }
 
+/* A gate (a user event) that a watchdog thread opens after 30 s unless the test opened it first:
+ * a call that waits, before it returns, for work behind its own wait list fails, not hangs. */
+typedef struct gate {
+    cl_event event;
+    atomic_bool returned, forced;
+    pthread_t watchdog;
+    bool watching;
+} gate;
+
+static void *watch_gate(void *arg) {
+    gate *g = arg;
+    for (int i = 0; i < 300 && !atomic_load(&g->returned); ++i)
+        nanosleep(&(struct timespec){0, 100000000}, NULL);
+    if (!atomic_load(&g->returned)) {
+        atomic_store(&g->forced, true);
+        clSetUserEventStatus(g->event, CL_COMPLETE);
+    }
+    return NULL;
+}
+
+static bool gate_close(test_ctx *t, gate *g) {
+    cl_int err;
+    memset(g, 0, sizeof *g);
+    g->event = clCreateUserEvent(clattn_env_context(t->env), &err);
+    if (err != CL_SUCCESS) test_fail_at(t, __FILE__, __LINE__, "clCreateUserEvent: %d", err);
+    g->watching = g->event && pthread_create(&g->watchdog, NULL, watch_gate, g) == 0;
+    return g->watching;
+}
+
+/* The call returned: the gate must still be closed and `done` (NULL: none) not complete; then
+ * it opens. */
+static void gate_open(test_ctx *t, gate *g, cl_event done) {
+    atomic_store(&g->returned, true);
+    if (g->watching) pthread_join(g->watchdog, NULL);
+    cl_int state = CL_QUEUED;
+    if (done) clGetEventInfo(done, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof state, &state, NULL);
+    if (atomic_load(&g->forced))
+        test_fail_at(t, __FILE__, __LINE__, "the call waited for its own wait list (30 s)");
+    else if (state == CL_COMPLETE)
+        test_fail_at(t, __FILE__, __LINE__, "the call completed before its wait list");
+    if (g->event) clSetUserEventStatus(g->event, CL_COMPLETE), clReleaseEvent(g->event);
+}
+
 static int run_forward(test_ctx *t, const mha_spec *s, mha_case *c) {
     clattn_mha_params p;
     clattn_mha_options o;
@@ -377,9 +424,12 @@ static int run_forward(test_ctx *t, const mha_spec *s, mha_case *c) {
     int status = CLATTN_SUCCESS;
     if (s->workspace) status = make_workspace(t, c, &p, &o, queue, s->workspace == 2);
     cl_event done = NULL;
+    gate g = {0};
+    if (status == CLATTN_SUCCESS && s->gated && !gate_close(t, &g)) status = CL_OUT_OF_RESOURCES;
     if (status == CLATTN_SUCCESS)
         status = clattn_mha_forward(&c->t_query, &c->t_key, &c->t_value, &p, &c->t_out, &o, queue,
-                                    0, NULL, &done);
+                                    s->gated ? 1 : 0, s->gated ? &g.event : NULL, &done);
+    if (s->gated) gate_open(t, &g, done);
     if (done) clWaitForEvents(1, &done), clReleaseEvent(done);
     if (queue != clattn_env_queue(t->env)) clReleaseCommandQueue(queue);
     return status;
@@ -470,7 +520,7 @@ static void check_case(test_ctx *t, const mha_spec *s) {
     float *got = NULL, *got_w = NULL;
     const bool units = on_units(t, s, s->emulate), own_units = s->emulate && on_units(t, s, 0);
     bool ok = !t->failed && reference_values(s, units, &c, &want, &want_w, &path, &path_w);
-    if (ok && s->emulate && !own_units) {
+    if (ok && s->emulate && s->dt != CLATTN_F32 && !own_units) {
         const size_t f32 = workspace_bytes(t, s, &c, 0),
                      units = workspace_bytes(t, s, &c, s->emulate);
         if (units >= f32)
@@ -609,6 +659,23 @@ static void half_storage_on_matrix_units(test_ctx *t) {
     CHECK_OK(t, clattn_tuning_override("matmul", "UNIT_M=16,UNIT_N=16"));
     check_case(t, &d);
     clattn_tuning_override("matmul", NULL);
+}
+
+/* f32 on the emulated tf32 unit, behind a user event that opens only after the call returned:
+ * the projections take matmul_mma's 3xTF32 products, whose probe (built and run with a blocking
+ * read, on the call's queue) must run while the call is planned, before its first step waits
+ * for the wait list: among the steps it would wait for the caller's gate, and hang. The probes'
+ * answer is cleared first, so the call probes. */
+static void tf32_gemms_probe_before_the_wait_list(test_ctx *t) {
+    if (test_is_pocl31_basic(t))
+        return test_skip(t, "PoCL 3.1 basic deadlocks in clSetUserEventStatus (driver bug)");
+    if (clattn__device_max_group(clattn_env_device(t->env)) < 128)
+        return test_skip(t, "groups capped below matmul_mma's 128");
+    if (test_under_uninit_checker())
+        return test_skip(t, "the emulated units run without --uninitialized");
+    mha_spec s = self_spec(1, 6, 16, 2);
+    s.emulate = CLATTN__TILE_NV, s.gated = true;
+    check_case(t, &s);
 }
 
 /* ---- the GEMMs: CLBlast's bridge and clattn's kernel ---- */
@@ -1070,6 +1137,7 @@ static const test_case cases[] = {
     {"half_storage_on_matrix_units", half_storage_on_matrix_units},
     {"gemm_bridge_matches_host", gemm_bridge_matches_host},
     {"gemm_kernel_matches_host", gemm_kernel_matches_host, TAG_SMOKE},
+    {"tf32_gemms_probe_before_the_wait_list", tf32_gemms_probe_before_the_wait_list},
     {"gemm_on_matrix_units_matches_host", gemm_on_matrix_units_matches_host},
     {"gemm_on_every_units_layout", gemm_on_every_units_layout},
     {"gemm_bridge_reports_clblast_codes", gemm_bridge_reports_clblast_codes},
