@@ -1030,6 +1030,12 @@ static void bad_options_are_rejected(test_ctx *t) {
     status = clattn_attention_ex(&qt, &qt, &qt, 0.0f, NULL, &ot, NULL, &o, q, 0, NULL, &ev);
     CHECK(t, status == CLATTN_ERR_INVALID_ARGUMENT && ev == NULL, "read-only workspace -> %s",
           clattn_status_name(status));
+    /* the same where the call needs none (the fused path here): the answer must not depend on
+     * the device's plan */
+    o.path = CLATTN_PATH_FUSED;
+    status = clattn_attention_ex(&qt, &qt, &qt, 0.0f, NULL, &ot, NULL, &o, q, 0, NULL, &ev);
+    CHECK(t, status == CLATTN_ERR_INVALID_ARGUMENT && ev == NULL,
+          "read-only workspace, fused path -> %s", clattn_status_name(status));
     if (read_only) clReleaseMemObject(read_only);
     clReleaseMemObject(a);
     clReleaseMemObject(b);

@@ -82,8 +82,11 @@ int clattn__get_workspace(cl_mem workspace, size_t bytes, cl_context context,
                           const clattn__tensor_list *tensors, cl_mem *out, bool *owned) {
     *out = workspace;
     *owned = false;
-    if (bytes == 0) return CLATTN_SUCCESS;
+    /* checked even where this call needs none: whether a call is refused must not depend on the
+     * plan the device's tuning made (a GPU's split keys need scratch where a CPU's call needs
+     * none) */
     if (workspace) return check_workspace(workspace, bytes, context, tensors);
+    if (bytes == 0) return CLATTN_SUCCESS;
     *owned = true;
     return clattn__scratch_alloc(context, bytes, out);
 }
