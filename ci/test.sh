@@ -133,12 +133,14 @@ lane pocl-pthread plain 1200 "$pthread_selector" "${pthread[@]}"
 # the work-group method has nothing to change there (and its 16 tests cost 80 s a lane), and the
 # four tests that run CLBlast's own GEMMs under the default rows (the cap does not reach
 # CLBlast's kernels, so they would test PoCL's work-group method on CLBlast's code; 49 s), and
-# the attention's and linear attention's storage tests (every dtype and layout: the loads and
-# stores, which the work-group method does not touch, and which the other PoCL lanes and
-# Oclgrind run; 57 s here).
+# the tests of what each element becomes, whatever the group that computes it: the attention's
+# and linear attention's storage tests (every dtype and layout), linear attention's feature
+# maps, the half conversions and the copies of every dtype pair (the work-group method does not
+# touch them, and the other PoCL lanes and Oclgrind run them; 80 s here).
+cbs_left_out='gemm_bridge|gemm_rows_reach|clblast_failure_midway|storage_and_layouts|feature_maps'
+cbs_left_out+='|half_conversions_agree|copy_aligned_rows_every_dtype_pair'
 lane pocl-basic plain 1200 "$gpu_rows_selector" "${basic[@]}"
-lane pocl-cbs plain 1200 \
-  '--suite !attention_backward !gemm_bridge|gemm_rows_reach|clblast_failure_midway|storage_and_layouts' \
+lane pocl-cbs plain 1200 "--suite !attention_backward !$cbs_left_out" \
   "${pthread[@]}" POCL_WORK_GROUP_METHOD=cbs CLATTN_FUZZ_N=8 CLATTN_MAX_WORK_GROUP=16 \
   CLATTN_TEST_SMALL=1
 # The GPU programs pocl-basic dumped, built offline for Intel (ocloc: dg2-g10, pvc, tgllp), AMD

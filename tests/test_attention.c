@@ -1136,10 +1136,13 @@ static void split_keys_equal_the_plain_path(test_ctx *t) {
     static const int64_t queries[] = {1, 3, 8};
     static const int fused[] = {CLATTN__ATTENTION_BLOCKS, CLATTN__ATTENTION_TILES,
                                 CLATTN__ATTENTION_KEYS, CLATTN__ATTENTION_MICRO};
+    const bool large = test_large_shapes(t);
     for (size_t n = 0; n < 3 && !t->failed; ++n) {
         /* small shapes (Oclgrind): one batch, of key length 77 (a split cut mid-way), and 160
-         * keys still give each of the 7 splits keys; large: key lengths 300 and 77 */
-        const bool large = test_large_shapes(t);
+         * keys still give each of the 7 splits keys; large: key lengths 300 and 77. Small
+         * shapes leave out the 3 causal queries: the 8 causal queries with key lengths take
+         * the same paths and more (Oclgrind's 14 s). */
+        if (!large && n == 1) continue;
         at_spec s = base(large ? 2 : 1, 4, 2, queries[n], large ? 1023 : 160, 64);
         s.lse = 1;
         s.causal = n > 0;
