@@ -147,29 +147,35 @@ static size_t mm_blocks(const matmul_tuning *t, size_t m, size_t n) {
     return ((m + bm - 1) / bm) * ((n + bn - 1) / bn);
 }
 
-int clattn__gemm_units_available(const clattn__call *call, clattn_dtype in, size_t m, size_t n,
-                                 size_t k, size_t batch, bool *takes) {
+/* clattn__gemm_units_available under the matmul row `t` already read. */
+static int units_take(const clattn__call *call, const matmul_tuning *t, clattn_dtype in, size_t m,
+                      size_t n, size_t k, size_t batch, bool *takes) {
     *takes = false;
-    matmul_tuning t;
-    int status = clattn__matmul_tuning_get(call->device, in, &t);
     const bool f32 = in == CLATTN_F32;
-    if (status != CLATTN_SUCCESS || !(f32 ? t.UNIT_F32 : t.UNITS) ||
-        (in != CLATTN_F16 && in != CLATTN_BF16 && !f32))
-        return status;
+    if (!(f32 ? t->UNIT_F32 : t->UNITS) || (in != CLATTN_F16 && in != CLATTN_BF16 && !f32))
+        return CLATTN_SUCCESS;
     const size_t limit = INT_MAX - 256;
     if (m == 0 || n == 0 || k == 0 || batch == 0 || m > limit || n > limit || k > limit ||
-        mm_blocks(&t, m, n) > limit / batch)
-        return status;
+        mm_blocks(t, m, n) > limit / batch)
+        return CLATTN_SUCCESS;
     clattn__tile tile;
-    status = clattn__matrix_tile(call, in, &tile);
+    const int status = clattn__matrix_tile(call, in, &tile);
     if (status != CLATTN_SUCCESS || !tile.unit) return status;
     const bool emulated = clattn__matrix_units_emulated();
     const cl_ulong local = clattn__device_local_bytes(call->device);
     const size_t size = clattn_dtype_size(in);
     *takes = clattn__device_max_group(call->device) >= (size_t)(MM_SUBGROUPS * tile.subgroup) &&
-             mm_local_bytes(&t, size, true, &tile, emulated) <= local &&
-             mm_local_bytes(&t, size, false, &tile, emulated) <= local;
+             mm_local_bytes(t, size, true, &tile, emulated) <= local &&
+             mm_local_bytes(t, size, false, &tile, emulated) <= local;
     return status;
+}
+
+int clattn__gemm_units_available(const clattn__call *call, clattn_dtype in, size_t m, size_t n,
+                                 size_t k, size_t batch, bool *takes) {
+    matmul_tuning t;
+    *takes = false;
+    const int status = clattn__matmul_tuning_get(call->device, in, &t);
+    return status == CLATTN_SUCCESS ? units_take(call, &t, in, m, n, k, batch, takes) : status;
 }
 
 /* Every offset, leading dim and stride of a and b a multiple of 16 bytes of `size`-byte elements:
@@ -242,14 +248,14 @@ int clattn__gemm_units_batched(const clattn__call *call, clattn_dtype in, clattn
 int clattn__gemm_batched(const clattn__call *call, bool trans_b, size_t m, size_t n, size_t k,
                          const clattn__matrices *a, const clattn__matrices *b, float beta,
                          const clattn__matrices *c, size_t batch) {
+    matmul_tuning t;
     bool units = false;
-    int status = clattn__gemm_units_available(call, CLATTN_F32, m, n, k, batch, &units);
-    if (status == CLATTN_SUCCESS && units)
+    int status = clattn__matmul_tuning_get(call->device, CLATTN_F32, &t);
+    if (status == CLATTN_SUCCESS) status = units_take(call, &t, CLATTN_F32, m, n, k, batch, &units);
+    if (status != CLATTN_SUCCESS) return status;
+    if (units)
         return clattn__gemm_units_batched(call, CLATTN_F32, CLATTN_F32, trans_b, m, n, k, a, b,
                                           NULL, beta, c, batch);
-    matmul_tuning t;
-    if (status == CLATTN_SUCCESS) status = clattn__matmul_tuning_get(call->device, CLATTN_F32, &t);
-    if (status != CLATTN_SUCCESS) return status;
     const matmul_grid g = grid_of(&t, m, n);
     if (t.KERNEL == 1 && kernel_takes(&g, m, n, k, batch))
         return matmul_batched(call, &t, &g, trans_b, m, n, k, a, b, beta, c, batch);

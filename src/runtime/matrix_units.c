@@ -414,9 +414,10 @@ int clattn__matrix_tile(const clattn__call *call, clattn_dtype type, clattn__til
     *tile = (clattn__tile){0, 0};
     /* f32 probes only a device offered the tf32 unit (or every device, emulated): other devices'
      * f32 calls should not build and run the 16-bit units' probes */
-    if (type == CLATTN_F32 && !(clattn__matrix_offered(call->device) & CLATTN_MATRIX_MMA_TF32) &&
-        !clattn__matrix_units_emulated())
-        return CLATTN_SUCCESS;
+    bool offered = clattn__matrix_units_emulated();
+    for (size_t i = 0; i < MECHANISMS && !offered && type == CLATTN_F32; ++i)
+        offered = mechanisms[i].type == type && mechanisms[i].offered(call->device);
+    if (type == CLATTN_F32 && !offered) return CLATTN_SUCCESS;
     unsigned passed = 0;
     const int status = passed_mechanisms(call, &passed);
     for (size_t i = 0; i < MECHANISMS && !tile->unit; ++i)
