@@ -119,8 +119,10 @@ fi
 # but MHA's f16 and bf16 storage on the emulated matrix units, which pocl-basic (with the GPU
 # rows) and oclgrind-mha run: its emulated programs took PoCL 89 s to build here; and the f32
 # cases on the emulated tf32 unit, which pocl-basic (5 s there: the GPU rows' attention tests
-# built their programs) and oclgrind-attention run: 45 s of PoCL builds here.
-pthread_selector='!half_storage_on_matrix_units|matrix_unit_cases_in_f32'
+# built their programs) and oclgrind-attention run: 45 s of PoCL builds here; and the test that
+# a gemm row's set reaches CLBlast, which rusticl runs in half a second: PoCL builds CLBlast's
+# GEMM program for that set alone in 30 s (Oclgrind runs the test's host checks).
+pthread_selector='!half_storage_on_matrix_units|matrix_unit_cases_in_f32|gemm_rows_reach_clblast'
 lane pocl-pthread plain 1200 "$pthread_selector" "${pthread[@]}"
 # The other PoCL lanes check how work-groups run: one thread (basic), there with the GPU rows
 # above (gpu_rows), so the GPU's variants and tile sizes run in CI and its programs are dumped;

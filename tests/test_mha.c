@@ -886,7 +886,8 @@ static void gemm_kernel_matches_host(test_ctx *t) {
  * one slice, b n-major, unaligned, with a bias row; several slices fetched at the slice, aligned;
  * then as the GEMM every op calls (its row's UNIT_F32), b k-major, aligned, several slices and
  * blocks; and not with UNIT_F32=0. The first and the third hold NaN, Inf and f32's largest but
- * one, which the split cannot take: their outputs must be f32's. */
+ * one, which the split cannot take: their outputs must be f32's. Past the first, the f32 cases
+ * take small warp tiles: an emulation's work goes by the blocks' area, and 3xTF32's thrice. */
 static void gemm_on_matrix_units_matches_host(test_ctx *t) {
     if (clattn__device_max_group(clattn_env_device(t->env)) < 128)
         return test_skip(t, "groups capped below matmul_mma's 128");
@@ -901,8 +902,9 @@ static void gemm_on_matrix_units_matches_host(test_ctx *t) {
         {70, 150, 40, false, true, 0.0f, CLATTN_BF16, CLATTN_BF16, "units:UNIT_M=32,UNIT_N=64"},
         {13, 9, 21, true, false, 0.0f, CLATTN_F32, CLATTN_F32, "units:", true, CLATTN_F32, NULL,
          true},
-        {20, 24, 70, true, true, 0.0f, CLATTN_F32, CLATTN_F32, "units:UNIT_AHEAD=0"},
-        {40, 136, 40, false, true, 1.0f, CLATTN_F32, CLATTN_F32, "UNIT_M=16,UNIT_N=64", false,
+        {20, 24, 70, true, true, 0.0f, CLATTN_F32, CLATTN_F32,
+         "units:UNIT_M=16,UNIT_N=16,UNIT_AHEAD=0"},
+        {40, 72, 40, false, true, 1.0f, CLATTN_F32, CLATTN_F32, "UNIT_M=16,UNIT_N=32", false,
          CLATTN_F32, "matmul_mma", true},
         {13, 9, 21, true, false, 1.0f, CLATTN_F32, CLATTN_F32, "UNIT_F32=0", false, CLATTN_F32,
          "!matmul_mma"},
