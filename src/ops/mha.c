@@ -9,7 +9,8 @@
  *   1. images (in the inner dtype) of the inputs and weights the GEMMs cannot read in place;
  *      the merged mask
  *   2. each GEMM's output started from its broadcast bias (so the GEMM adds onto it, beta = 1);
- *      on the units matmul_mma adds the bias itself instead
+ *      where every GEMM takes the units (16-bit, or f32 on the tf32 unit) matmul_mma adds the
+ *      bias itself instead
  *   3. the input projections: one GEMM when query, key and value are one view and the weights
  *      are packed (self-attention), else one per input (key and value share one when they are
  *      one view)
@@ -61,6 +62,7 @@ typedef struct proj_job {
 typedef struct mha_plan {
     clattn__attention_schedule attn; /* its scratch (attn.bytes): the workspace's first bytes */
     clattn_dtype inner; /* f32, or the call's 16-bit dtype on the matrix units (inner_dtype) */
+    bool units;         /* every GEMM runs matmul_mma, which adds the bias rows itself */
     size_t in_at[3];    /* images of query, key, value */
     size_t w_at[W_COUNT];
     proj_job jobs[3];
@@ -382,31 +384,40 @@ static size_t plan_regions(const mha_args *a, mha_plan *plan, size_t f, bool *ov
     return f;
 }
 
-/* The storage of the images, projections and the attention's views: the call's 16-bit dtype
- * when query, key, value, the weights and out all have it and its GEMMs take the matrix units
- * (clattn__gemm_units: the matmul row's UNITS and the probe), so that the attention can take
- * them too, as torch's f16 MHA keeps its projections in f16; f32 otherwise. */
-static int inner_dtype(const mha_args *a, const clattn__call *call, clattn_dtype *inner) {
-    *inner = CLATTN_F32;
-    const clattn_dtype dt = a->out->dtype;
-    if (dt != CLATTN_F16 && dt != CLATTN_BF16) return CLATTN_SUCCESS;
-    for (int i = 0; i < 3; ++i)
-        if (a->in[i]->dtype != dt) return CLATTN_SUCCESS;
-    for (int s = 0; s < W_COUNT; ++s)
-        if (weight_of(a, s) && weight_of(a, s)->dtype != dt) return CLATTN_SUCCESS;
+/* Whether matmul_mma takes every GEMM of the call with products of `dt`: it takes the largest
+ * (rows of the longer input, 3 E columns, the deepest input), so it takes the others. */
+static int gemms_on_units(const mha_args *a, const clattn__call *call, clattn_dtype dt,
+                          bool *takes) {
     const int64_t kdim = a->in[IN_KEY]->shape[3], vdim = a->in[IN_VALUE]->shape[3];
     const int64_t rows = a->B * (a->Sq > a->Sk ? a->Sq : a->Sk);
     const int64_t deep = a->E > kdim ? (a->E > vdim ? a->E : vdim) : (kdim > vdim ? kdim : vdim);
-    bool takes = false;
-    const int status = clattn__gemm_units_available(call, dt, (size_t)rows, (size_t)(3 * a->E),
-                                                    (size_t)deep, 1, &takes);
-    if (status == CLATTN_SUCCESS && takes) *inner = dt;
+    return clattn__gemm_units_available(call, dt, (size_t)rows, (size_t)(3 * a->E), (size_t)deep, 1,
+                                        takes);
+}
+
+/* The storage of the images, projections and the attention's views: the call's 16-bit dtype
+ * when query, key, value, the weights and out all have it and its GEMMs take the matrix units
+ * (clattn__gemm_units: the matmul row's UNITS and the probe), so that the attention can take
+ * them too, as torch's f16 MHA keeps its projections in f16; f32 otherwise. Then whether the
+ * GEMMs all run on the units (f32's: the tf32 unit, where the row's UNIT_F32 asks). */
+static int inner_dtype(const mha_args *a, const clattn__call *call, clattn_dtype *inner,
+                       bool *units) {
+    *inner = CLATTN_F32;
+    const clattn_dtype dt = a->out->dtype;
+    bool same = dt == CLATTN_F16 || dt == CLATTN_BF16;
+    for (int i = 0; i < 3 && same; ++i) same = a->in[i]->dtype == dt;
+    for (int s = 0; s < W_COUNT && same; ++s)
+        same = !weight_of(a, s) || weight_of(a, s)->dtype == dt;
+    int status = same ? gemms_on_units(a, call, dt, units) : CLATTN_SUCCESS;
+    if (status == CLATTN_SUCCESS && same && *units) *inner = dt;
+    if (status == CLATTN_SUCCESS && *inner == CLATTN_F32)
+        status = gemms_on_units(a, call, CLATTN_F32, units);
     return status;
 }
 
 static int plan_mha(const mha_args *a, const clattn__call *call, mha_plan *plan) {
     memset(plan, 0, sizeof *plan);
-    int status = inner_dtype(a, call, &plan->inner);
+    int status = inner_dtype(a, call, &plan->inner, &plan->units);
     if (status != CLATTN_SUCCESS) return status;
     plan_jobs(a, plan);
     /* the attention's plan, from its views before they have a buffer (they live in the
@@ -491,7 +502,7 @@ static int fill_biases(const mha_args *a, const mha_plan *plan, const clattn__ca
                        cl_mem ws) {
     const clattn_tensor *in_bias = a->p->in_proj_bias, *out_bias = a->p->out_proj_bias;
     int status = CLATTN_SUCCESS;
-    if (plan->inner != CLATTN_F32) return status; /* matmul_mma adds them (plan_gemm) */
+    if (plan->units) return status; /* matmul_mma adds them (plan_gemm) */
     for (int j = 0; j < plan->njobs && status == CLATTN_SUCCESS && in_bias; ++j) {
         const proj_job *job = &plan->jobs[j];
         const int64_t rows = a->B * (job->input == IN_QUERY ? a->Sq : a->Sk);
@@ -506,13 +517,13 @@ static int fill_biases(const mha_args *a, const mha_plan *plan, const clattn__ca
     return status;
 }
 
-/* One GEMM of the plan, c = a b^T + bias from its column `first` on (bias NULL: none): f32 on
- * the device's GEMM onto c, which fill_biases started as the bias (beta 1), or 16-bit on the
- * matrix units, which add the bias row themselves. */
+/* One GEMM of the plan, c = a b^T + bias from its column `first` on (bias NULL: none): on the
+ * matrix units, which add the bias row themselves, or else f32 on the device's GEMM onto c,
+ * which fill_biases started as the bias (beta 1). */
 static int plan_gemm(const mha_plan *plan, const clattn__call *call, size_t m, size_t n, size_t k,
                      const clattn__matrices *a, const clattn__matrices *b,
                      const clattn_tensor *bias, int64_t first, const clattn__matrices *c) {
-    if (plan->inner == CLATTN_F32)
+    if (!plan->units)
         return clattn__gemm_batched(call, true, m, n, k, a, b, bias ? 1.0f : 0.0f, c, 1);
     const clattn__bias_row row = {
         bias ? bias->buffer : NULL, bias ? bias->offset + (size_t)(first * bias->strides[3]) : 0,
