@@ -24,7 +24,9 @@
 # fragment split once for two m-tiles), then the causal f16 row with attention_mma's keys split
 # (UNIT_SPLIT, issue 24's open target; on an H200 at B=4 H=8 S=1024 the launch's 512 groups
 # allow 3 chunks: split512 runs 2 of 512 keys, split256 3 of 352; not with GPU_QUICK, whose
-# S=256 holds a single chunk) between two runs of the default, MHA and the f32 GEMMs on matmul_mma's
+# S=256 holds a single chunk) between two runs of the default, decoding with its keys in 2 and 4
+# times as many chunks (SPLIT_TARGET: 78.7% of copy on the H200, in 1024 groups of 1024 keys,
+# 7.8 a compute unit; issue 20 asks 80%), MHA and the f32 GEMMs on matmul_mma's
 # 3xTF32 products (UNIT_F32=1, not yet timed) beside CLBlast's SGEMM (UNIT_F32=0) and with 64
 # columns a warp, softmax as it was before rows were held in registers
 # (HOLD=0) and f16 outputs converted by the device (HALF_CVT=1), f16 copies in 8-byte chunks,
@@ -57,6 +59,8 @@ DEFAULT_ROWS=( # most wanted first: rows past the budget are skipped
   "split256|attention_causal --only f16 --no-peers|attention:UNIT_SPLIT=256"
   "again|attention_causal --only f16|"
   "default|attention_decode|"
+  "dec-target16|attention_decode --no-peers|attention:SPLIT_TARGET=16"
+  "dec-target32|attention_decode --no-peers|attention:SPLIT_TARGET=32"
   "default|mha|"
   "mha-sgemm|mha --only f32 --no-peers|matmul:UNIT_F32=0"
   "default|gemm --only f32|"
