@@ -33,7 +33,7 @@ typedef struct mha_spec {
     int workspace;      /* a caller workspace of exactly the size asked for (2: a sub-buffer) */
     bool out_of_order;  /* on an out-of-order queue (where the device has one) */
     int emulate;        /* the tile unit the hook offers emulated (0: none) */
-    bool gated;         /* behind a user event that opens only after the forward returned */
+    bool gated;         /* it and the queue (a marker) wait for a user event opened after it */
     const char *absent; /* a kernel the forward must not enqueue (the kernel trace; NULL: any) */
     clattn_dtype dt;
     uint64_t seed;
@@ -410,7 +410,7 @@ static void gate_open(test_ctx *t, gate *g, cl_event done) {
     cl_int state = CL_QUEUED;
     if (done) clGetEventInfo(done, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof state, &state, NULL);
     if (atomic_load(&g->forced))
-        test_fail_at(t, __FILE__, __LINE__, "the call waited for its own wait list (30 s)");
+        test_fail_at(t, __FILE__, __LINE__, "the call waited for the gate (30 s)");
     else if (state == CL_COMPLETE)
         test_fail_at(t, __FILE__, __LINE__, "the call completed before its wait list");
     if (g->event) clSetUserEventStatus(g->event, CL_COMPLETE), clReleaseEvent(g->event);
@@ -423,16 +423,20 @@ static int run_forward(test_ctx *t, const mha_spec *s, mha_case *c) {
     cl_command_queue queue = s->out_of_order ? out_of_order_queue(t) : NULL;
     if (!queue) queue = clattn_env_queue(t->env);
     int status = CLATTN_SUCCESS;
-    if (s->workspace) status = make_workspace(t, c, &p, &o, queue, s->workspace == 2);
-    cl_event done = NULL;
+    cl_event done = NULL, blocked = NULL;
     gate g = {0};
-    if (status == CLATTN_SUCCESS && s->gated && !gate_close(t, &g)) status = CL_OUT_OF_RESOURCES;
+    if (s->gated && !gate_close(t, &g)) status = CL_OUT_OF_RESOURCES;
+    if (status == CLATTN_SUCCESS && s->gated) /* the queue itself behind the gate */
+        status = clEnqueueMarkerWithWaitList(queue, 1, &g.event, &blocked);
+    if (status == CLATTN_SUCCESS && s->workspace)
+        status = make_workspace(t, c, &p, &o, queue, s->workspace == 2);
     clattn__trace_kernels(s->absent != NULL);
     if (status == CLATTN_SUCCESS)
         status = clattn_mha_forward(&c->t_query, &c->t_key, &c->t_value, &p, &c->t_out, &o, queue,
                                     s->gated ? 1 : 0, s->gated ? &g.event : NULL, &done);
     clattn__trace_kernels(false);
     if (s->gated) gate_open(t, &g, done);
+    if (blocked) clReleaseEvent(blocked);
     clattn__traced_kernel traced[64];
     const size_t kernels = s->absent ? clattn__trace_take(traced, 64) : 0;
     bool enqueued = false;
@@ -674,13 +678,14 @@ static void half_storage_on_matrix_units(test_ctx *t) {
     clattn_tuning_override("matmul", NULL);
 }
 
-/* f32 on the emulated tf32 unit, behind a user event that opens only after the call returned:
- * the projections take matmul_mma's 3xTF32 products, whose probe (built and run with a blocking
- * read, on the call's queue) must run while the call is planned, before its first step waits
- * for the wait list: among the steps it would wait for the caller's gate, and hang. The probes'
- * answer is cleared first, so the call probes. The biases are matmul_mma's bias rows: no copy
- * fills the outputs with them first (self-attention's dense rows need no images either). */
-static void tf32_gemms_probe_before_the_wait_list(test_ctx *t) {
+/* f32 on the emulated tf32 unit, the call and its queue behind a user event that opens only
+ * after the call returned: the projections take matmul_mma's 3xTF32 products, whose probe (built
+ * and run with a blocking read) runs when a call is first planned since the probes' answer was
+ * cleared, here in clattn_mha_workspace_size (a caller workspace). On the caller's queue its
+ * read would wait for the gate, and hang: the probes have their own queue.
+ * The biases are matmul_mma's bias rows: no copy fills the outputs with them first
+ * (self-attention's dense rows need no images either). */
+static void f32_forward_on_the_tf32_unit_behind_a_gate(test_ctx *t) {
     if (test_is_pocl31_basic(t))
         return test_skip(t, "PoCL 3.1 basic deadlocks in clSetUserEventStatus (driver bug)");
     if (clattn__device_max_group(clattn_env_device(t->env)) < 128)
@@ -688,7 +693,7 @@ static void tf32_gemms_probe_before_the_wait_list(test_ctx *t) {
     if (test_under_uninit_checker())
         return test_skip(t, "the emulated units run without --uninitialized");
     mha_spec s = self_spec(1, 6, 16, 2);
-    s.emulate = CLATTN__TILE_NV, s.gated = true, s.absent = "copy4d";
+    s.emulate = CLATTN__TILE_NV, s.gated = true, s.absent = "copy4d", s.workspace = 1;
     check_case(t, &s);
 }
 
@@ -1153,7 +1158,7 @@ static const test_case cases[] = {
     {"half_storage_on_matrix_units", half_storage_on_matrix_units},
     {"gemm_bridge_matches_host", gemm_bridge_matches_host},
     {"gemm_kernel_matches_host", gemm_kernel_matches_host, TAG_SMOKE},
-    {"tf32_gemms_probe_before_the_wait_list", tf32_gemms_probe_before_the_wait_list},
+    {"f32_forward_on_the_tf32_unit_behind_a_gate", f32_forward_on_the_tf32_unit_behind_a_gate},
     {"gemm_on_matrix_units_matches_host", gemm_on_matrix_units_matches_host},
     {"gemm_on_every_units_layout", gemm_on_every_units_layout},
     {"gemm_bridge_reports_clblast_codes", gemm_bridge_reports_clblast_codes},

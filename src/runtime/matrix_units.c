@@ -74,12 +74,17 @@ static void probe_input(probe_problem *p, const void *host, size_t bytes) {
 }
 
 /* Runs a probe kernel on one subgroup of `group` work-items and compares its output with the
- * problem's. */
+ * problem's, on a queue of its own: the caller's may hold work that waits for events the caller
+ * sets only after the call returns (a user event, a marker), and the probe's blocking read
+ * would wait behind it. */
 static int run_probe(const clattn__call *call, cl_kernel kernel, const probe_problem *p,
                      size_t group, bool *exact) {
     float d[PROBE_MAX_OUT];
     const size_t out = (size_t)p->out * sizeof(float);
     cl_int err = CL_SUCCESS;
+    *exact = false;
+    cl_command_queue queue = clCreateCommandQueue(call->context, call->device, 0, &err);
+    if (err != CL_SUCCESS) return clattn__cl_fail(err, "clCreateCommandQueue (matrix-unit probe)");
     cl_mem buffers[PROBE_MAX_INPUTS + 1] = {NULL};
     for (int i = 0; i <= p->count && err == CL_SUCCESS; ++i)
         buffers[i] = i < p->count
@@ -89,21 +94,20 @@ static int run_probe(const clattn__call *call, cl_kernel kernel, const probe_pro
     int status = err == CL_SUCCESS ? CLATTN_SUCCESS : clattn__cl_fail(err, "probe buffers");
     for (int i = 0; i <= p->count && status == CLATTN_SUCCESS; ++i)
         status = clattn__set_arg(kernel, (cl_uint)i, sizeof(cl_mem), &buffers[i]);
-    cl_event done = NULL; /* the read waits for it: the caller's queue may be out of order */
     bool launched = false;
     if (status == CLATTN_SUCCESS) {
         /* a probe that built but does not launch here (a group or resource its compiler cannot
          * run) means no unit, as a failed build does; a failed read is the queue's error */
-        launched = clEnqueueNDRangeKernel(call->queue, kernel, 1, NULL, &group, &group, 0, NULL,
-                                          &done) == CL_SUCCESS;
-        err = launched ? clEnqueueReadBuffer(call->queue, buffers[p->count], CL_TRUE, 0, out, d, 1,
-                                             &done, NULL)
-                       : CL_SUCCESS;
+        launched = clEnqueueNDRangeKernel(queue, kernel, 1, NULL, &group, &group, 0, NULL, NULL) ==
+                   CL_SUCCESS;
+        err = launched
+                  ? clEnqueueReadBuffer(queue, buffers[p->count], CL_TRUE, 0, out, d, 0, NULL, NULL)
+                  : CL_SUCCESS;
         if (err != CL_SUCCESS) status = clattn__cl_fail(err, "reading the matrix-unit probe");
     }
-    if (done) clReleaseEvent(done);
     for (int i = 0; i <= p->count; ++i)
         if (buffers[i]) clReleaseMemObject(buffers[i]);
+    clReleaseCommandQueue(queue);
     *exact = status == CLATTN_SUCCESS && launched;
     for (int i = 0; i < p->out && *exact; ++i) *exact = d[i] == p->want[i];
     return status;
