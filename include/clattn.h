@@ -193,8 +193,9 @@ CLATTN_API int clattn_device_facts(cl_device_id device, char *text, size_t capac
  * for NVIDIA's mma.sync; cl_amd_device_attribute_query and a device named for an architecture
  * that has the builtin, gfx11 for WMMA, gfx90a, gfx94 or gfx95 for MFMA;
  * cl_intel_subgroup_matrix_multiply_accumulate for Intel's dpas). Cached until
- * clattn_cache_clear(context) (mma-tf32's known product: 16 x 8 by 8 x 8). 0 on CPUs, PoCL and
- * Oclgrind. Statuses: CLATTN_SUCCESS,
+ * clattn_cache_clear(context) (mma-tf32's known product: 16 x 8 by 8 x 8). The probes run on a
+ * queue of their own in the queue's context: nothing enqueued on `queue` delays them, and they
+ * enqueue nothing there. 0 on CPUs, PoCL and Oclgrind. Statuses: CLATTN_SUCCESS,
  * CLATTN_ERR_INVALID_ARGUMENT, OpenCL's (a probe that does not build is not an error: that unit
  * is absent). f16 or bf16 inputs, f32 accumulators: */
 #define CLATTN_MATRIX_MMA_F16   1u   /* NVIDIA mma.sync.m16n8k16 (sm_80 on), f16 */
