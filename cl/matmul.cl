@@ -135,7 +135,8 @@ matmul_tiles(__global const float *a, ulong a_off, ulong lda, ulong a_stride,
  * torch's addmm adds it) and beta c (c read only where beta is not 0, BLAS's convention) in f32
  * and stores c in C_T, rounded once.
  * Build options: MMA_T, C_T, MM_WM (16 or 32), MM_WN (16, 32 or 64), MM_AHEAD (0 or 1),
- * TRANS_B, ALIGNED, HAS_BIAS, BIAS_T, and cl/mma.cl's MMA_UNIT and MMA_NATIVE. */
+ * TRANS_B, ALIGNED, HAS_BIAS, BIAS_T, IDX (uint where every element index is below 2^31, else
+ * ulong), and cl/mma.cl's MMA_UNIT and MMA_NATIVE. */
 #ifndef MM_WM
 #define MM_WM 32
 #endif
@@ -208,7 +209,7 @@ matmul_tiles(__global const float *a, ulong a_off, ulong lda, ulong a_stride,
 
 /* The MM_CHUNK values of a row from `at` on, whose first `left` lie inside the matrix (0 past
  * them): one 16-byte load where the host proved ALIGNED and all of them lie inside. */
-MMA_INLINE uint4 mm_chunk(__global const MM_BITS *p, size_t at, int left) {
+MMA_INLINE uint4 mm_chunk(__global const MM_BITS *p, IDX at, int left) {
 #if ALIGNED
     if (left >= MM_CHUNK) return *(__global const uint4 *)(p + at);
 #endif
@@ -227,7 +228,7 @@ MMA_INLINE uint4 mm_chunk(__global const MM_BITS *p, size_t at, int left) {
  * multiple of MM_CHUNK) whose first row is row r0 and first value col c0 of a row-major matrix
  * (rows below `rows_in`, values below `cols_in`; ld apart) into regs: chunk lid + i MM_THREADS is
  * regs[i]. */
-MMA_INLINE void mm_fetch(__global const MM_BITS *p, size_t ld, int r0, int rows_in, int c0,
+MMA_INLINE void mm_fetch(__global const MM_BITS *p, IDX ld, int r0, int rows_in, int c0,
                          int cols_in, const int cols, const int total, const int count,
                          uint4 *regs) {
     const int lid = (int)get_local_id(0);
@@ -237,7 +238,7 @@ MMA_INLINE void mm_fetch(__global const MM_BITS *p, size_t ld, int r0, int rows_
         const int c = e % (cols / MM_CHUNK) * MM_CHUNK;
         if (total % MM_THREADS != 0 && e >= total) break;
         const int left = r0 + r < rows_in ? cols_in - (c0 + c) : 0;
-        regs[i] = mm_chunk(p, (size_t)(r0 + r) * ld + (size_t)(c0 + c), left);
+        regs[i] = mm_chunk(p, (IDX)(r0 + r) * ld + (IDX)(c0 + c), left);
     }
 }
 
@@ -254,8 +255,8 @@ MMA_INLINE void mm_put(const uint4 *regs, const int cols, const int total, const
 }
 
 /* The slices of a and b at depth k0 into ar and br. */
-MMA_INLINE void mm_fetch_slices(__global const MM_BITS *a, ulong lda, __global const MM_BITS *b,
-                                ulong ldb, int r0, int c0, int m, int n, int k, int k0,
+MMA_INLINE void mm_fetch_slices(__global const MM_BITS *a, IDX lda, __global const MM_BITS *b,
+                                IDX ldb, int r0, int c0, int m, int n, int k, int k0,
                                 uint4 ar[MM_AREGS], uint4 br[MM_BREGS]) {
     mm_fetch(a, lda, r0, m, k0, k, MM_BK, MM_ACHUNKS, MM_AREGS, ar);
 #if TRANS_B
@@ -312,12 +313,12 @@ MMA_INLINE void mm_step(const __local uint *as, const __local uint *bs, int wr, 
  * 3xTF32 sum came out NaN or Inf. The split cannot take NaN, Inf or a value within 2^-12 of
  * f32's largest (its big part rounds to Inf; a product of such parts is NaN or Inf), so such an
  * output is taken again as an FMA GEMM would give it: Inf where that gives Inf, not NaN. */
-inline float mm_plain_dot(__global const uint *a, ulong lda, __global const uint *b, ulong ldb,
+inline float mm_plain_dot(__global const uint *a, IDX lda, __global const uint *b, IDX ldb,
                           int row, int col, int k) {
     float sum = 0.0f;
     for (int e = 0; e < k; ++e) {
-        const size_t at_b = TRANS_B ? (size_t)col * ldb + (size_t)e : (size_t)e * ldb + (size_t)col;
-        sum = fma(as_float(a[(size_t)row * lda + (size_t)e]), as_float(b[at_b]), sum);
+        const IDX at_b = TRANS_B ? (IDX)col * ldb + (IDX)e : (IDX)e * ldb + (IDX)col;
+        sum = fma(as_float(a[(IDX)row * lda + (IDX)e]), as_float(b[at_b]), sum);
     }
     return sum;
 }
@@ -356,40 +357,43 @@ matmul_mma(__global const MM_BITS *a, ulong a_off, ulong lda, ulong a_stride,
     const int r0 = group / blocks_n % blocks_m * MM_BM, c0 = group % blocks_n * MM_BN;
     const int lid = (int)get_local_id(0), sub = lid / MMA_SG, lane = lid % MMA_SG;
     const int wr = sub / 2 * MM_WM, wc = sub % 2 * MM_WN;
-    __global const MM_BITS *ai = a + a_off + (size_t)i * a_stride,
-                           *bi = b + b_off + (size_t)i * b_stride;
+    /* indices in IDX: uint where the host proved every element's below 2^31 (32-bit products
+     * and addresses: Intel's Xe-HPC emulates 64-bit multiplies, and they cost registers) */
+    const IDX ald = (IDX)lda, bld = (IDX)ldb;
+    __global const MM_BITS *ai = a + (IDX)a_off + (IDX)i * (IDX)a_stride,
+                           *bi = b + (IDX)b_off + (IDX)i * (IDX)b_stride;
     float acc[MM_MT][MM_NT][MMA_CV];
     UNROLL for (int mt = 0; mt < MM_MT; ++mt)
         UNROLL for (int nt = 0; nt < MM_NT; ++nt)
             UNROLL for (int f = 0; f < MMA_CV; ++f) acc[mt][nt][f] = 0.0f;
     uint4 ar[MM_AREGS], br[MM_BREGS];
-    if (MM_AHEAD && k > 0) mm_fetch_slices(ai, lda, bi, ldb, r0, c0, m, n, k, 0, ar, br);
+    if (MM_AHEAD && k > 0) mm_fetch_slices(ai, ald, bi, bld, r0, c0, m, n, k, 0, ar, br);
     for (int k0 = 0; k0 < k; k0 += MM_BK) {
-        if (!MM_AHEAD) mm_fetch_slices(ai, lda, bi, ldb, r0, c0, m, n, k, k0, ar, br);
+        if (!MM_AHEAD) mm_fetch_slices(ai, ald, bi, bld, r0, c0, m, n, k, k0, ar, br);
         barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with the last slice */
         mm_put(ar, MM_BK, MM_ACHUNKS, MM_AREGS, as, MM_AS);
         mm_put(br, TRANS_B ? MM_BK : MM_BN, MM_BCHUNKS, MM_BREGS, bs, MM_BS);
         barrier(CLK_LOCAL_MEM_FENCE);
         if (MM_AHEAD && k0 + MM_BK < k)
-            mm_fetch_slices(ai, lda, bi, ldb, r0, c0, m, n, k, k0 + MM_BK, ar, br);
+            mm_fetch_slices(ai, ald, bi, bld, r0, c0, m, n, k, k0 + MM_BK, ar, br);
         MMA_NATIVE_UNROLL for (int s = 0; s < MM_BK / 16; ++s)
             mm_step((const __local MM_BITS *)as, (const __local MM_BITS *)bs, wr, wc, s,
                     acc, scratch);
     }
-    __global CAT(storage_, C_T) *ci = c + c_off + (size_t)i * c_stride;
+    __global CAT(storage_, C_T) *ci = c + (IDX)c_off + (IDX)i * (IDX)c_stride;
     UNROLL for (int mt = 0; mt < MM_MT; ++mt)
         UNROLL for (int nt = 0; nt < MM_NT; ++nt)
             UNROLL for (int f = 0; f < MMA_CV; ++f) {
                 const int at = mma_c_at(lane, f);
                 const int row = r0 + wr + mt * 16 + at / 16, col = c0 + wc + nt * 16 + at % 16;
                 if (row >= m || col >= n) continue;
-                __global CAT(storage_, C_T) *to = ci + (size_t)row * ldc + (size_t)col;
+                __global CAT(storage_, C_T) *to = ci + (IDX)row * (IDX)ldc + (IDX)col;
                 float x = acc[mt][nt][f];
 #if MMA_T_IS_F32
-                if (!isfinite(x)) x = mm_plain_dot(ai, lda, bi, ldb, row, col, k);
+                if (!isfinite(x)) x = mm_plain_dot(ai, ald, bi, bld, row, col, k);
 #endif
 #if HAS_BIAS
-                x += CAT(load_, BIAS_T)(bias + bias_off + (size_t)col * bias_step, 0);
+                x += CAT(load_, BIAS_T)(bias + (IDX)bias_off + (IDX)col * (IDX)bias_step, 0);
 #endif
                 if (beta != 0.0f) x = fma(beta, CAT(load_, C_T)(to, 0), x);
                 CAT(store_, C_T)(to, 0, x);

@@ -707,7 +707,8 @@ static void f32_forward_on_the_tf32_unit_behind_a_gate(test_ctx *t) {
  * element of a buffer from element 3 on. `kernel`: the first kernel the GEMM must enqueue, or
  * with a leading '!' a kernel it must not enqueue (NULL: either). `specials` (f32, M > 5, N > 4,
  * K > 7): a of the first matrix holds Inf at (1, 2) and f32's largest but one at (5, 7), op(b)
- * NaN at (3, 4). */
+ * NaN at (3, 4). `wide`: every index as if past 2^31 (the narrow limit 0: matmul_mma's IDX
+ * ulong). */
 typedef struct gemm_case {
     size_t M, N, K;
     bool trans_b, aligned;
@@ -717,7 +718,7 @@ typedef struct gemm_case {
     bool biased;
     clattn_dtype bias;
     const char *kernel;
-    bool specials;
+    bool specials, wide;
 } gemm_case;
 
 /* `n` values of host in dt, as a fresh buffer (NULL, and the test failed, when it failed). */
@@ -752,12 +753,15 @@ static int run_gemm(test_ctx *t, const gemm_case *g, const clattn__matrices *a,
     const char *row = units ? g->matmul + 6 : g->matmul;
     int status = *row ? clattn_tuning_override("matmul", row) : CLATTN_SUCCESS;
     clattn__traced_kernel traced[4];
+    const uint64_t limit =
+        clattn__narrow_index_limit_set(g->wide ? 0 : clattn__narrow_index_limit());
     clattn__trace_kernels(true);
     if (status == CLATTN_SUCCESS && units)
         status = clattn__gemm_units_batched(&call, g->in, g->out, g->trans_b, g->M, g->N, g->K, a,
                                             b, bias, g->beta, c, batch);
     else if (status == CLATTN_SUCCESS)
         status = clattn__gemm_batched(&call, g->trans_b, g->M, g->N, g->K, a, b, g->beta, c, batch);
+    clattn__narrow_index_limit_set(limit);
     clattn__trace_kernels(false);
     const size_t kernels = clattn__trace_take(traced, 4);
     clattn_tuning_override("matmul", NULL);
@@ -906,7 +910,8 @@ static void gemm_kernel_matches_host(test_ctx *t) {
  * then as the GEMM every op calls (its row's UNIT_F32), b k-major, aligned, several slices and
  * blocks; and not with UNIT_F32=0. The first and the third hold NaN, Inf and f32's largest but
  * one, which the split cannot take: their outputs must be f32's. Past the first, the f32 cases
- * take small warp tiles: an emulation's work goes by the blocks' area, and 3xTF32's thrice. */
+ * take small warp tiles: an emulation's work goes by the blocks' area, and 3xTF32's thrice. A
+ * case of each width indexes in ulong (wide). */
 static void gemm_on_matrix_units_matches_host(test_ctx *t) {
     if (clattn__device_max_group(clattn_env_device(t->env)) < 128)
         return test_skip(t, "groups capped below matmul_mma's 128");
@@ -917,12 +922,12 @@ static void gemm_on_matrix_units_matches_host(test_ctx *t) {
         {13, 9, 21, false, false, 1.0f, CLATTN_BF16, CLATTN_F32, "units:UNIT_N=16", true,
          CLATTN_BF16},
         {70, 40, 70, true, true, 1.0f, CLATTN_F16, CLATTN_F32, "units:UNIT_M=16,UNIT_N=16"},
-        {70, 40, 70, true, false, 0.0f, CLATTN_F16, CLATTN_F16, "units:UNIT_AHEAD=0"},
+        {70, 40, 70, true, false, 0.0f, CLATTN_F16, CLATTN_F16, "units:UNIT_AHEAD=0", .wide = true},
         {70, 150, 40, false, true, 0.0f, CLATTN_BF16, CLATTN_BF16, "units:UNIT_M=32,UNIT_N=64"},
         {13, 9, 21, true, false, 0.0f, CLATTN_F32, CLATTN_F32, "units:", true, CLATTN_F32, NULL,
          true},
         {20, 24, 70, true, true, 0.0f, CLATTN_F32, CLATTN_F32,
-         "units:UNIT_M=16,UNIT_N=16,UNIT_AHEAD=0"},
+         "units:UNIT_M=16,UNIT_N=16,UNIT_AHEAD=0", .wide = true},
         {40, 72, 40, false, true, 1.0f, CLATTN_F32, CLATTN_F32, "UNIT_M=16,UNIT_N=32", false,
          CLATTN_F32, "matmul_mma", true},
         {13, 9, 21, true, false, 1.0f, CLATTN_F32, CLATTN_F32, "UNIT_F32=0", false, CLATTN_F32,

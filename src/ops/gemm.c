@@ -187,6 +187,28 @@ static bool rows_aligned(const clattn__matrices *a, const clattn__matrices *b, s
     return true;
 }
 
+/* One past the last element of x's `batch` matrices of rows x cols (row-major, ld apart). */
+static uint64_t matrix_end(const clattn__matrices *x, size_t batch, size_t rows, size_t cols) {
+    return (uint64_t)x->offset + (uint64_t)(batch - 1) * x->stride + (uint64_t)(rows - 1) * x->ld +
+           cols;
+}
+
+/* Whether an element index of a, op(b), c or the bias row reaches the narrow limit (2^31):
+ * matmul_mma then indexes in ulong (IDX), else in uint. */
+static bool mm_needs_wide_index(bool trans_b, size_t m, size_t n, size_t k,
+                                const clattn__matrices *a, const clattn__matrices *b,
+                                const clattn__bias_row *bias, const clattn__matrices *c,
+                                size_t batch) {
+    const uint64_t ends[4] = {matrix_end(a, batch, m, k),
+                              trans_b ? matrix_end(b, batch, n, k) : matrix_end(b, batch, k, n),
+                              matrix_end(c, batch, m, n),
+                              bias ? (uint64_t)bias->offset + (uint64_t)(n - 1) * bias->step + 1
+                                   : 0};
+    for (int i = 0; i < 4; ++i)
+        if (ends[i] > clattn__narrow_index_limit()) return true;
+    return false;
+}
+
 /* matmul_mma's last arguments: the bias row, or (HAS_BIAS 0) c's buffer in its place, unread. */
 static int set_bias_args(cl_kernel kernel, cl_uint *arg, const clattn__bias_row *bias,
                          const clattn__matrices *c) {
@@ -212,13 +234,16 @@ int clattn__gemm_units_batched(const clattn__call *call, clattn_dtype in, clattn
         return clattn__fail(CLATTN_ERR_UNSUPPORTED_DTYPE, "matmul_mma: no matrix unit for %s",
                             clattn_dtype_name(in));
     char options[384];
-    int used = snprintf(options, sizeof options,
-                        "-cl-std=CL1.2 -DMATMUL_MMA=1 -DMMA_T=%s -DC_T=%s -DMMA_UNIT=%d "
-                        "-DMMA_NATIVE=%d -DTRANS_B=%d -DALIGNED=%d -DHAS_BIAS=%d -DBIAS_T=%s",
-                        clattn_dtype_name(in), clattn_dtype_name(out), tile.unit,
-                        clattn__matrix_units_emulated() ? 0 : 1, trans_b ? 1 : 0,
-                        rows_aligned(a, b, clattn_dtype_size(in)) ? 1 : 0, bias ? 1 : 0,
-                        clattn_dtype_name(bias ? bias->dtype : CLATTN_F32));
+    int used =
+        snprintf(options, sizeof options,
+                 "-cl-std=CL1.2 -DMATMUL_MMA=1 -DMMA_T=%s -DC_T=%s -DMMA_UNIT=%d "
+                 "-DMMA_NATIVE=%d -DTRANS_B=%d -DALIGNED=%d -DHAS_BIAS=%d -DBIAS_T=%s "
+                 "-DIDX=%s",
+                 clattn_dtype_name(in), clattn_dtype_name(out), tile.unit,
+                 clattn__matrix_units_emulated() ? 0 : 1, trans_b ? 1 : 0,
+                 rows_aligned(a, b, clattn_dtype_size(in)) ? 1 : 0, bias ? 1 : 0,
+                 clattn_dtype_name(bias ? bias->dtype : CLATTN_F32),
+                 mm_needs_wide_index(trans_b, m, n, k, a, b, bias, c, batch) ? "ulong" : "uint");
     if (used > 0 && (size_t)used < sizeof options)
         clattn__matmul_tuning_options(&t, options, sizeof options);
     cl_kernel kernel = NULL;

@@ -17,9 +17,9 @@ int clattn__gemm_batched(const clattn__call *call, bool trans_b, size_t m, size_
 
 /* Reads the device's matmul row (and gives CLBlast its gemm row where CLBlast runs the GEMMs)
  * and, where the row's UNIT_F32 asks, finds whether the device has the tf32 unit (its probe runs
- * on the call's queue at first use, and waits for it): a caller with GEMMs calls it before its
- * first enqueue, so that a bad override (CLATTN_ERR_INVALID_TUNING) fails before anything is
- * enqueued, and no probe runs among its steps. */
+ * at first use, on a queue of its own, and the host waits for it): a caller with GEMMs calls it
+ * before its first enqueue, so that a bad override (CLATTN_ERR_INVALID_TUNING) fails before
+ * anything is enqueued, and no probe holds the host between its steps. */
 int clattn__gemm_prepare(const clattn__call *call);
 
 /* A row of values added to every row of a product: column j's at buffer[offset + j * step], in
