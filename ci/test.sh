@@ -546,8 +546,9 @@ lane_compile() {
   # emulated builds): every program of each rebuilt with MMA_PTX=1 must carry the instruction
   # and the fragment loads, attention_mma's with its tiles copied into two buffers (then with
   # cp.async too), fetched into registers at the tile and a tile ahead (the test shapes' head
-  # dims take one), matmul_mma's with b n-major (MHA's) and k-major, f32's (the tf32 unit's)
-  # also as MHA's projections take it: b n-major with a bias row
+  # dims take one), matmul_mma's with b n-major (MHA's) and k-major, indexed in ulong (the dump's
+  # are uint: no test matrix reaches 2^31), f32's (the tf32 unit's) also as MHA's projections take
+  # it: b n-major with a bias row
   local program ahead
   local -a attention=() matmul=()
   for program in $(grep -l -- '-DVARIANT=5 ' "$dump"/attention-*.options 2>/dev/null); do
@@ -559,7 +560,7 @@ lane_compile() {
   done
   for program in $(grep -l -- '-DMATMUL_MMA=1 .*-DMMA_UNIT=1 ' "$dump"/matmul-*.options \
     2>/dev/null); do
-    matmul+=("$program|" "$program|s/-DTRANS_B=1/-DTRANS_B=0/")
+    matmul+=("$program|" "$program|s/-DTRANS_B=1/-DTRANS_B=0/" "$program|s/-DIDX=uint/-DIDX=ulong/")
     if grep -q -- '-DMMA_T=f32 ' "$program"; then
       matmul+=("$program|s/-DTRANS_B=0/-DTRANS_B=1/; s/-DHAS_BIAS=0/-DHAS_BIAS=1/")
     fi

@@ -910,8 +910,9 @@ static void gemm_kernel_matches_host(test_ctx *t) {
  * then as the GEMM every op calls (its row's UNIT_F32), b k-major, aligned, several slices and
  * blocks; and not with UNIT_F32=0. The first and the third hold NaN, Inf and f32's largest but
  * one, which the split cannot take: their outputs must be f32's. Past the first, the f32 cases
- * take small warp tiles: an emulation's work goes by the blocks' area, and 3xTF32's thrice. A
- * case of each width indexes in ulong (wide). */
+ * take small warp tiles: an emulation's work goes by the blocks' area, and 3xTF32's thrice. The
+ * second and the sixth index in ulong (wide): b k-major with beta 1, n-major with the specials,
+ * both with a bias row. */
 static void gemm_on_matrix_units_matches_host(test_ctx *t) {
     if (clattn__device_max_group(clattn_env_device(t->env)) < 128)
         return test_skip(t, "groups capped below matmul_mma's 128");
@@ -920,14 +921,14 @@ static void gemm_on_matrix_units_matches_host(test_ctx *t) {
     static const gemm_case cases[] = {
         {13, 9, 21, true, false, 0.0f, CLATTN_F16, CLATTN_F16, "units:", true, CLATTN_F32},
         {13, 9, 21, false, false, 1.0f, CLATTN_BF16, CLATTN_F32, "units:UNIT_N=16", true,
-         CLATTN_BF16},
+         CLATTN_BF16, .wide = true},
         {70, 40, 70, true, true, 1.0f, CLATTN_F16, CLATTN_F32, "units:UNIT_M=16,UNIT_N=16"},
-        {70, 40, 70, true, false, 0.0f, CLATTN_F16, CLATTN_F16, "units:UNIT_AHEAD=0", .wide = true},
+        {70, 40, 70, true, false, 0.0f, CLATTN_F16, CLATTN_F16, "units:UNIT_AHEAD=0"},
         {70, 150, 40, false, true, 0.0f, CLATTN_BF16, CLATTN_BF16, "units:UNIT_M=32,UNIT_N=64"},
         {13, 9, 21, true, false, 0.0f, CLATTN_F32, CLATTN_F32, "units:", true, CLATTN_F32, NULL,
-         true},
+         true, true},
         {20, 24, 70, true, true, 0.0f, CLATTN_F32, CLATTN_F32,
-         "units:UNIT_M=16,UNIT_N=16,UNIT_AHEAD=0", .wide = true},
+         "units:UNIT_M=16,UNIT_N=16,UNIT_AHEAD=0"},
         {40, 72, 40, false, true, 1.0f, CLATTN_F32, CLATTN_F32, "UNIT_M=16,UNIT_N=32", false,
          CLATTN_F32, "matmul_mma", true},
         {13, 9, 21, true, false, 1.0f, CLATTN_F32, CLATTN_F32, "UNIT_F32=0", false, CLATTN_F32,

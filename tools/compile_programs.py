@@ -152,30 +152,16 @@ def build(folder, stem, options, target):
     return stem, target, ok, text, resources
 
 
-INTEL_SPILL_SIZE = re.compile(r"^//\.spill size (\d+)", re.M)  # IGC's dump, per kernel
-INTEL_KERNEL = re.compile(r"^//\.kernel (\w+)", re.M)
-INTEL_RETRY = re.compile(r"_(\d+)_simd\d+_entry")  # OCL_asm<hash>_<retry>_simd16_entry_0001.asm
+INTEL_GRF_BYTES = {"dg2-g10": 32, "pvc": 64, "tgllp": 32}  # a register of a thread (SIMD lanes)
 AMD_SCRATCH = re.compile(r"ScratchSize \[bytes/lane\]: (\d+)")
 
 
-def final_spills(out_dir):
-    """Bytes a thread each kernel of IGC's shader dump spills in its last compile: IGC compiles a
-    kernel that spills again with other settings (the dump's retries, OCL_asm<hash>_1_...), and
-    keeps that one, so the first attempt's spill is not what runs (ocloc's own warning names the
-    last one's, in registers)."""
-    last = {}  # kernel -> (retry, bytes)
-    for name in os.listdir(out_dir):
-        if not name.endswith(".asm"):
-            continue
-        with open(os.path.join(out_dir, name), errors="replace") as f:
-            code = f.read()
-        kernel = INTEL_KERNEL.search(code)
-        retry = INTEL_RETRY.search(name)
-        key, attempt = kernel.group(1) if kernel else name, int(retry.group(1)) if retry else 0
-        spill = max(map(int, INTEL_SPILL_SIZE.findall(code)), default=0)
-        if attempt >= last.get(key, (-1, 0))[0]:
-            last[key] = (attempt, spill)
-    return [spill for _, spill in last.values()]
+def intel_spills(target, text):
+    """Bytes a thread each kernel spills in the build IGC keeps, from ocloc's warning (registers):
+    IGC compiles a kernel that spills again with other settings and keeps the better build, and
+    its shader dump holds every attempt (OCL_asm<hash>_simd16... and _1_simd16...), so the
+    dump's first `.spill size` is not what runs."""
+    return [int(spill) * INTEL_GRF_BYTES[target] for *_, spill in INTEL_SPILL.findall(text)]
 
 
 def native_build(folder, stem, options, target):
@@ -199,11 +185,11 @@ def native_build(folder, stem, options, target):
             if name.endswith((".asm", ".s")):
                 with open(os.path.join(out_dir, name), errors="replace") as f:
                     code += f.read()
-        spills = final_spills(out_dir) if kind == "ocloc" else []
     ok = run.returncode == 0 and "Build failed" not in run.stdout
     text = run.stdout
     if ok and not re.search(instruction, code):
         ok, text = False, f"{text}\nbuilt, but the machine code lacks {instruction}"
+    spills = intel_spills(target, text) if kind == "ocloc" else []
     spills += map(int, AMD_SCRATCH.findall(text))
     return stem, target, ok, text, max(spills, default=0)
 
