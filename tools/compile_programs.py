@@ -28,7 +28,9 @@ Markdown.
 dumped program on cl/mma.cl's subgroup tile in its emulated NVIDIA build (-DMMA_UNIT=1
 -DMMA_NATIVE=0: matmul_mma, the probes) rebuilt with the native mechanism of each target that has
 one (NATIVE: Intel's dpas in subgroups of 8 and 16, AMD's WMMA and MFMA; NVIDIA's PTX is
-ci/test.sh's ptx_rebuilds), matmul_mma with b in both layouts; each build must succeed and its
+ci/test.sh's ptx_rebuilds), with the build macros of the target vendor's tuning row where it has
+one (Intel's 16 x 16 matmul tiles and 16-key attention tiles, not the NVIDIA-sized ones the
+emulation was dumped with), matmul_mma with b in both layouts; each build must succeed and its
 machine code carry the instruction (Intel's from IGC's shader dump, AMD's assembly). ocloc does not
 enable cl_intel_subgroup_matrix_multiply_accumulate for an offline device, so the build defines the
 macro a driver defines where its device reports the extension.
@@ -67,6 +69,40 @@ NATIVE = {
     "gfx90a": (3, r"v_mfma_f32_16x16x16(f16|bf16_1k)"),
 }
 INTEL_MATRIX_MACRO = "-Dcl_intel_subgroup_matrix_multiply_accumulate"
+# The vendor (CL_DEVICE_VENDOR) whose tuning rows a target's device reads.
+VENDOR = {"dg2-g10": "Intel(R) Corporation", "pvc": "Intel(R) Corporation",
+          "tgllp": "Intel(R) Corporation", "gfx90a": "Advanced Micro Devices, Inc.",
+          "gfx1100": "Advanced Micro Devices, Inc."}
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def vendor_rows():
+    """{(op, vendor): {build macro: value}}: the tuning table's vendor:<vendor>/gpu rows
+    (src/runtime/tuning_table.def), each parameter as the build macro tuning_params.h names
+    for it (HOST parameters left out)."""
+    with open(os.path.join(ROOT, "src/runtime/tuning_params.h")) as f:
+        params = f.read()
+    with open(os.path.join(ROOT, "src/runtime/tuning_table.def")) as f:
+        table = f.read()
+    macros = {}
+    for op, block in re.findall(r"OP\((\w+), (CLATTN__TUNING_\w+), \d\)", params):
+        body = re.search(r"#define " + block + r"\(X\)(.*?)\n\n", params, re.S).group(1)
+        macros[op] = dict(re.findall(r"X\((\w+), [^,]+, [^,]+, [^,]+, (\w+)\)", body))
+    rows = {}
+    for op, vendor, values in re.findall(
+            r'TUNING_ROW\("(\w+)", "\*", "vendor:([^/"]+)/gpu", "([^"]*)"\)', table):
+        pairs = (p.split("=") for p in values.split(","))
+        rows[(op, vendor)] = {macros[op][k]: v for k, v in pairs
+                              if macros[op].get(k, "HOST") != "HOST"}
+    return rows
+
+
+def as_vendor_builds(options, op, target, rows):
+    """The program's options with the build macros the target's vendor row sets (only those the
+    program has): the tiles that vendor's GPU builds, not the emulation's NVIDIA-sized ones."""
+    row = rows.get((op, VENDOR.get(target)), {})
+    return [f"-D{o[2:].split('=')[0]}={row[o[2:].split('=')[0]]}"
+            if o.startswith("-D") and o[2:].split("=")[0] in row else o for o in options]
 
 AMD_REMARK = re.compile(r"remark: +(Function Name|SGPRs|VGPRs|ScratchSize \[bytes/lane\]|"
                         r"Occupancy \[waves/SIMD\]|VGPRs Spill|LDS Size \[bytes/block\]): (\S+)")
@@ -197,7 +233,7 @@ def native_build(folder, stem, options, target):
 def native_main(args, targets, found):
     """--native: every emulated tile program rebuilt per target with its unit; 1 on a failure."""
     targets = [t for t in targets if t in NATIVE]
-    jobs = []
+    jobs, rows = [], vendor_rows()
     for op in sorted(found):
         # (f32's tf32 probe is NVIDIA's warp products, no subgroup tile: no other unit has it)
         eligible = {stem: o for stem, o in found[op].items()
@@ -210,7 +246,8 @@ def native_main(args, targets, found):
             layouts = [eligible[stem]]
             if "-DTRANS_B=1" in eligible[stem]:  # matmul_mma's b k-major too
                 layouts.append([o.replace("-DTRANS_B=1", "-DTRANS_B=0") for o in eligible[stem]])
-            jobs += [(stem, options, t) for options in layouts for t in targets]
+            jobs += [(stem, as_vendor_builds(options, op, t, rows), t) for options in layouts
+                     for t in targets]
     if not jobs:
         print("compile_programs: no program on the subgroup tile")
         return 1
