@@ -19,9 +19,9 @@ GPU generation. --all builds every program.
 
 The resource table: for each kernel and target, the worst case over the programs built (most
 registers, scratch and spills, least occupancy). AMD's numbers come from clang's
-kernel-resource-usage remarks, Intel's from ocloc's spill warnings (the registers IGC's last
-compile of the kernel spilled, 32 bytes each on dg2-g10 and tgllp, 64 on pvc; a kernel that does
-not spill gets none, so 0); clang prints none for NVPTX (no ptxas here). --table FILE writes it as
+kernel-resource-usage remarks, Intel's from ocloc's spill warnings (the registers the build IGC
+keeps spilled, 32 bytes each on dg2-g10 and tgllp, 64 on pvc; a kernel that does not spill gets
+none, so 0); clang prints none for NVPTX (no ptxas here). --table FILE writes it as
 Markdown.
 
 --native builds the programs a GPU with a matrix unit builds instead, which no CPU lane dumps: each
@@ -101,8 +101,12 @@ def as_vendor_builds(options, op, target, rows):
     """The program's options with the build macros the target's vendor row sets (only those the
     program has): the tiles that vendor's GPU builds, not the emulation's NVIDIA-sized ones."""
     row = rows.get((op, VENDOR.get(target)), {})
-    return [f"-D{o[2:].split('=')[0]}={row[o[2:].split('=')[0]]}"
-            if o.startswith("-D") and o[2:].split("=")[0] in row else o for o in options]
+    return [f"-D{macro_of(o)}={row[macro_of(o)]}" if macro_of(o) in row else o for o in options]
+
+
+def macro_of(option):
+    """The macro a -DNAME=VALUE option defines (None for other options)."""
+    return option[2:].split("=")[0] if option.startswith("-D") else None
 
 AMD_REMARK = re.compile(r"remark: +(Function Name|SGPRs|VGPRs|ScratchSize \[bytes/lane\]|"
                         r"Occupancy \[waves/SIMD\]|VGPRs Spill|LDS Size \[bytes/block\]): (\S+)")

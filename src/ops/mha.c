@@ -398,26 +398,28 @@ static int gemms_on_units(const mha_args *a, const clattn__call *call, clattn_dt
 /* The storage of the images, projections and the attention's views: the call's 16-bit dtype
  * when query, key, value, the weights and out all have it and its GEMMs take the matrix units
  * (clattn__gemm_units: the matmul row's UNITS and the probe), so that the attention can take
- * them too, as torch's f16 MHA keeps its projections in f16; f32 otherwise. Then whether the
- * GEMMs all run on the units (f32's: the tf32 unit, where the row's UNIT_F32 asks). */
-static int inner_dtype(const mha_args *a, const clattn__call *call, clattn_dtype *inner,
-                       bool *units) {
+ * them too, as torch's f16 MHA keeps its projections in f16; f32 otherwise. */
+static int inner_dtype(const mha_args *a, const clattn__call *call, clattn_dtype *inner) {
     *inner = CLATTN_F32;
     const clattn_dtype dt = a->out->dtype;
-    bool same = dt == CLATTN_F16 || dt == CLATTN_BF16;
-    for (int i = 0; i < 3 && same; ++i) same = a->in[i]->dtype == dt;
-    for (int s = 0; s < W_COUNT && same; ++s)
-        same = !weight_of(a, s) || weight_of(a, s)->dtype == dt;
-    int status = same ? gemms_on_units(a, call, dt, units) : CLATTN_SUCCESS;
-    if (status == CLATTN_SUCCESS && same && *units) *inner = dt;
-    if (status == CLATTN_SUCCESS && *inner == CLATTN_F32)
-        status = gemms_on_units(a, call, CLATTN_F32, units);
+    if (dt != CLATTN_F16 && dt != CLATTN_BF16) return CLATTN_SUCCESS;
+    for (int i = 0; i < 3; ++i)
+        if (a->in[i]->dtype != dt) return CLATTN_SUCCESS;
+    for (int s = 0; s < W_COUNT; ++s)
+        if (weight_of(a, s) && weight_of(a, s)->dtype != dt) return CLATTN_SUCCESS;
+    bool takes = false;
+    const int status = gemms_on_units(a, call, dt, &takes);
+    if (status == CLATTN_SUCCESS && takes) *inner = dt;
     return status;
 }
 
 static int plan_mha(const mha_args *a, const clattn__call *call, mha_plan *plan) {
     memset(plan, 0, sizeof *plan);
-    int status = inner_dtype(a, call, &plan->inner, &plan->units);
+    int status = inner_dtype(a, call, &plan->inner);
+    /* a 16-bit inner dtype is on the units; f32 is where the tf32 unit takes every GEMM */
+    plan->units = plan->inner != CLATTN_F32;
+    if (status == CLATTN_SUCCESS && !plan->units)
+        status = gemms_on_units(a, call, CLATTN_F32, &plan->units);
     if (status != CLATTN_SUCCESS) return status;
     plan_jobs(a, plan);
     /* the attention's plan, from its views before they have a buffer (they live in the
