@@ -54,21 +54,35 @@ inline float feature_slope(float x) {
 #endif
 }
 
+#if VEC > 1
+inline floatV feature_slope_lanes(floatV x) {
+#if FEATURE == 0
+    return select(exp(x), (floatV)1.0f, x > (floatV)0.0f);
+#elif FEATURE == 1
+    return select((floatV)0.0f, (floatV)1.0f, x > (floatV)0.0f);
+#else
+    return (floatV)1.0f;
+#endif
+}
+#else
+#define feature_slope_lanes feature_slope
+#endif
+
 /* The dot of two rows of lane vectors. */
 #define LANES_DOT(a, b, n, out)                                                                    \
     do {                                                                                           \
         lane_t dot_ = (lane_t)0.0f;                                                                \
-        for (int c_ = 0; c_ < LANES(n); ++c_) dot_ = fma((a)[c_], (b)[c_], dot_);                  \
+        UNROLL for (int c_ = 0; c_ < LANES(n); ++c_) dot_ = fma((a)[c_], (b)[c_], dot_);           \
         out = DOT_FINISH(dot_);                                                                    \
     } while (0)
 
 /* A row of n floats in private memory, as lane vectors. */
 #define PRIVATE_ROW(row, n, out)                                                                   \
-    for (int c_ = 0; c_ < LANES(n); ++c_) out[c_] = ROW_LANES(row, c_)
+    UNROLL for (int c_ = 0; c_ < LANES(n); ++c_) out[c_] = ROW_LANES(row, c_)
 
 /* Stores a private float row of n to an output tensor row at `at` (element stride `stride`). */
 #define STORE_OUT_ROW(T, p, at, stride, n, row)                                                    \
-    for (int d_ = 0; d_ < (n); ++d_) CAT(store_, T)(p, (at) + (IDX)d_ * (stride), (row)[d_])
+    UNROLL for (int d_ = 0; d_ < (n); ++d_) CAT(store_, T)(p, (at) + (IDX)d_ * (stride), (row)[d_])
 
 __kernel void linear_query_grads(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(V_T, v),
                                  TENSOR_PARAMS(DO_T, dout), OUT_PARAMS(DQ_T, dq),
@@ -83,18 +97,18 @@ __kernel void linear_query_grads(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(V_T, v),
     const int bhk = b * Hkv + h / (Hq / Hkv), hk = bhk % Hkv;
     MASK_PACK(p);
 
-    /* each query's end, the smallest and largest of those that see any key, phi(q) and its
-     * slope (a query that sees no key is never read) */
+    /* each query's end, the smallest and largest of those that see any key, and phi(q) (0 for
+     * a query that sees no key, which is never read) */
     int end[BM], lo = Sk, hi = 0;
-    float fq[BM][HEAD_DIM], slope[BM][HEAD_DIM];
-    for (int r = 0; r < BM; ++r) {
+    float fq[BM][HEAD_DIM];
+    UNROLL for (int r = 0; r < BM; ++r) {
         end[r] = i0 + r < Sq ? mask_row_start(&p, b, h, i0 + r, Sq, Sk).end : 0;
         if (end[r] > 0) lo = min(lo, end[r]), hi = max(hi, end[r]);
-        for (int d = 0; d < HEAD_DIM; ++d) {
-            const float x = end[r] > 0 ? CAT(load_, Q_T)(q, AT(q, b, h, i0 + r, d)) : 0.0f;
-            fq[r][d] = end[r] > 0 ? feature(x) : 0.0f;
-            slope[r][d] = feature_slope(x);
-        }
+        lane_t row[LANES(HEAD_DIM)];
+        UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c) row[c] = (lane_t)0.0f;
+        if (end[r] > 0) LOAD_ROW(Q_T, q, AT(q, b, h, i0 + r, 0), q_s3, HEAD_DIM, row);
+        UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c)
+            STORE_ROW_LANES(fq[r], c, end[r] > 0 ? feature_lanes(row[c]) : (lane_t)0.0f);
     }
 
     /* num and den, as the forward: the state of the whole chunks before the block's first
@@ -103,17 +117,17 @@ __kernel void linear_query_grads(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(V_T, v),
     __global const float *state = states + ((IDX)bhk * (IDX)(nchunks + 1) + (IDX)whole) * SLOT;
     lane_t num[BM][LANES(VALUE_DIM)];
     float den[BM];
-    for (int r = 0; r < BM; ++r) {
+    UNROLL for (int r = 0; r < BM; ++r) {
         den[r] = 0.0f;
-        for (int c = 0; c < LANES(VALUE_DIM); ++c) num[r][c] = (lane_t)0.0f;
+        UNROLL for (int c = 0; c < LANES(VALUE_DIM); ++c) num[r][c] = (lane_t)0.0f;
     }
     for (int d = 0; d < HEAD_DIM; ++d) {
         lane_t row[LANES(VALUE_DIM)];
         LOAD_ROW(f32, state, (IDX)d * VALUE_DIM, 1, VALUE_DIM, row);
         const float zd = state[HEAD_DIM * VALUE_DIM + d];
-        for (int r = 0; r < BM; ++r) {
+        UNROLL for (int r = 0; r < BM; ++r) {
             den[r] = fma(fq[r][d], zd, den[r]);
-            for (int c = 0; c < LANES(VALUE_DIM); ++c)
+            UNROLL for (int c = 0; c < LANES(VALUE_DIM); ++c)
                 num[r][c] = fma((lane_t)fq[r][d], row[c], num[r][c]);
         }
     }
@@ -122,14 +136,14 @@ __kernel void linear_query_grads(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(V_T, v),
         lane_t key[LANES(HEAD_DIM)], value[LANES(VALUE_DIM)];
         LOAD_ROW(f32, phik, phik_off + ((IDX)bhk * (IDX)Sk + (IDX)j) * HEAD_DIM, 1, HEAD_DIM, key);
         LOAD_ROW(V_T, v, AT(v, b, hk, j, 0), v_s3, VALUE_DIM, value);
-        for (int r = 0; r < BM; ++r) {
+        UNROLL for (int r = 0; r < BM; ++r) {
             if (j >= end[r]) continue;
-            lane_t fr[LANES(HEAD_DIM)];
-            PRIVATE_ROW(fq[r], HEAD_DIM, fr);
-            float weight;
-            LANES_DOT(fr, key, HEAD_DIM, weight);
+            lane_t dot = (lane_t)0.0f;
+            UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c)
+                dot = fma(ROW_LANES(fq[r], c), key[c], dot);
+            const float weight = DOT_FINISH(dot);
             den[r] += weight;
-            for (int c = 0; c < LANES(VALUE_DIM); ++c)
+            UNROLL for (int c = 0; c < LANES(VALUE_DIM); ++c)
                 num[r][c] = fma((lane_t)weight, value[c], num[r][c]);
         }
     }
@@ -138,21 +152,21 @@ __kernel void linear_query_grads(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(V_T, v),
     /* dnum, dden, and each query's terms for the key side */
     lane_t dnum[BM][LANES(VALUE_DIM)];
     float dden[BM];
-    for (int r = 0; r < BM; ++r) {
+    UNROLL for (int r = 0; r < BM; ++r) {
         lane_t g[LANES(VALUE_DIM)];
-        for (int c = 0; c < LANES(VALUE_DIM); ++c) g[c] = (lane_t)0.0f;
+        UNROLL for (int c = 0; c < LANES(VALUE_DIM); ++c) g[c] = (lane_t)0.0f;
         if (end[r] > 0) LOAD_ROW(DO_T, dout, AT(dout, b, h, i0 + r, 0), dout_s3, VALUE_DIM, g);
         const float inv = end[r] > 0 ? 1.0f / (den[r] + eps) : 0.0f;
         float dot;
         LANES_DOT(g, num[r], VALUE_DIM, dot);
         dden[r] = -dot * inv * inv;
-        for (int c = 0; c < LANES(VALUE_DIM); ++c) dnum[r][c] = g[c] * inv;
+        UNROLL for (int c = 0; c < LANES(VALUE_DIM); ++c) dnum[r][c] = g[c] * inv;
         if (i0 + r >= Sq) continue;
         __global float *term = terms + terms_off + ((IDX)bh * (IDX)Sq + (IDX)(i0 + r)) * TERM;
-        for (int d = 0; d < HEAD_DIM; ++d) term[d] = fq[r][d];
-        float row[VALUE_DIM];
-        for (int c = 0; c < LANES(VALUE_DIM); ++c) STORE_ROW_LANES(row, c, dnum[r][c]);
-        for (int e = 0; e < VALUE_DIM; ++e) term[HEAD_DIM + e] = row[e];
+        UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c)
+            STORE_ROW_LANES(term, c, ROW_LANES(fq[r], c));
+        UNROLL for (int c = 0; c < LANES(VALUE_DIM); ++c)
+            STORE_ROW_LANES(term + HEAD_DIM, c, dnum[r][c]);
         term[HEAD_DIM + VALUE_DIM] = dden[r];
     }
 
@@ -162,7 +176,7 @@ __kernel void linear_query_grads(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(V_T, v),
         lane_t row[LANES(VALUE_DIM)];
         LOAD_ROW(f32, state, (IDX)d * VALUE_DIM, 1, VALUE_DIM, row);
         const float zd = state[HEAD_DIM * VALUE_DIM + d];
-        for (int r = 0; r < BM; ++r) {
+        UNROLL for (int r = 0; r < BM; ++r) {
             float dot;
             LANES_DOT(row, dnum[r], VALUE_DIM, dot);
             g[r][d] = fma(zd, dden[r], dot);
@@ -173,18 +187,26 @@ __kernel void linear_query_grads(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(V_T, v),
         lane_t key[LANES(HEAD_DIM)], value[LANES(VALUE_DIM)];
         LOAD_ROW(f32, phik, phik_off + ((IDX)bhk * (IDX)Sk + (IDX)j) * HEAD_DIM, 1, HEAD_DIM, key);
         LOAD_ROW(V_T, v, AT(v, b, hk, j, 0), v_s3, VALUE_DIM, value);
-        for (int r = 0; r < BM; ++r) {
+        UNROLL for (int r = 0; r < BM; ++r) {
             if (j >= end[r]) continue;
             float w;
             LANES_DOT(value, dnum[r], VALUE_DIM, w);
             w += dden[r];
-            for (int c = 0; c < LANES(HEAD_DIM); ++c)
+            UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c)
                 STORE_ROW_LANES(g[r], c, fma((lane_t)w, key[c], ROW_LANES(g[r], c)));
         }
     }
 #endif
-    for (int r = 0; r < BM && i0 + r < Sq; ++r) {
-        for (int d = 0; d < HEAD_DIM; ++d) g[r][d] = end[r] > 0 ? g[r][d] * slope[r][d] : 0.0f;
+    /* dq = phi'(q) o dphi(q), q read again for the slope */
+    UNROLL for (int r = 0; r < BM; ++r) {
+        if (i0 + r >= Sq) break;
+        lane_t row[LANES(HEAD_DIM)];
+        UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c) row[c] = (lane_t)0.0f;
+        if (end[r] > 0) LOAD_ROW(Q_T, q, AT(q, b, h, i0 + r, 0), q_s3, HEAD_DIM, row);
+        UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c) {
+            const lane_t grad = ROW_LANES(g[r], c) * feature_slope_lanes(row[c]);
+            STORE_ROW_LANES(g[r], c, end[r] > 0 ? grad : (lane_t)0.0f);
+        }
         STORE_OUT_ROW(DQ_T, dq, AT(dq, b, h, i0 + r, 0), dq_s3, HEAD_DIM, g[r]);
     }
 }
@@ -202,9 +224,9 @@ __kernel void linear_term_states(__global const float *terms, IDX terms_off,
     const int group = Hq / Hkv, first = part * qchunk, last = min(first + qchunk, Sq);
     lane_t acc[ROWS][LANES(VALUE_DIM)];
     float a[ROWS];
-    for (int r = 0; r < ROWS; ++r) {
+    UNROLL for (int r = 0; r < ROWS; ++r) {
         a[r] = 0.0f;
-        for (int c = 0; c < LANES(VALUE_DIM); ++c) acc[r][c] = (lane_t)0.0f;
+        UNROLL for (int c = 0; c < LANES(VALUE_DIM); ++c) acc[r][c] = (lane_t)0.0f;
     }
     for (int h = hk * group; h < hk * group + group; ++h)
         for (int i = first; i < last; ++i) {
@@ -213,19 +235,18 @@ __kernel void linear_term_states(__global const float *terms, IDX terms_off,
             lane_t dn[LANES(VALUE_DIM)];
             LOAD_ROW(f32, term, (IDX)HEAD_DIM, 1, VALUE_DIM, dn);
             const float dd = term[HEAD_DIM + VALUE_DIM];
-            for (int r = 0; r < ROWS; ++r) {
+            UNROLL for (int r = 0; r < ROWS; ++r) {
                 const float f = term[d0 + r];
                 a[r] = fma(f, dd, a[r]);
-                for (int c = 0; c < LANES(VALUE_DIM); ++c)
+                UNROLL for (int c = 0; c < LANES(VALUE_DIM); ++c)
                     acc[r][c] = fma((lane_t)f, dn[c], acc[r][c]);
             }
         }
     __global float *slot =
         qstates + qstates_off + ((IDX)bhk * (IDX)(qchunks + 1) + (IDX)part) * SLOT;
-    for (int r = 0; r < ROWS; ++r) {
-        float row[VALUE_DIM];
-        for (int c = 0; c < LANES(VALUE_DIM); ++c) STORE_ROW_LANES(row, c, acc[r][c]);
-        for (int e = 0; e < VALUE_DIM; ++e) slot[(IDX)(d0 + r) * VALUE_DIM + e] = row[e];
+    UNROLL for (int r = 0; r < ROWS; ++r) {
+        UNROLL for (int c = 0; c < LANES(VALUE_DIM); ++c)
+            STORE_ROW_LANES(slot + (IDX)(d0 + r) * VALUE_DIM, c, acc[r][c]);
         slot[HEAD_DIM * VALUE_DIM + d0 + r] = a[r];
     }
 }
@@ -275,23 +296,26 @@ __kernel void linear_key_grads(TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v), OUT
     const int group = Hq / Hkv;
     MASK_PACK(p);
 
-    /* each key's first query; the block reads the state of the query chunks from the first
-     * whole chunk that its last-seen key's queries cover */
+    /* each key's first query, phi(k) and v (0 for a key no query sees); the block reads the
+     * state of the query chunks from the first whole chunk that its last-seen key's queries
+     * cover */
     int first[BM], lo = Sq, hi = 0;
-    float fk[BM][HEAD_DIM], slope[BM][HEAD_DIM];
+    float fk[BM][HEAD_DIM];
     lane_t value[BM][LANES(VALUE_DIM)];
-    for (int r = 0; r < BM; ++r) {
+    UNROLL for (int r = 0; r < BM; ++r) {
         const int j = j0 + r;
         first[r] = j < Sk ? first_query(&p, b, j, Sq, Sk) : Sq;
         const bool seen = first[r] < Sq;
         if (seen) lo = min(lo, first[r]), hi = max(hi, first[r]);
-        for (int d = 0; d < HEAD_DIM; ++d) {
-            const float x = seen ? CAT(load_, K_T)(k, AT(k, b, hk, j, d)) : 0.0f;
-            fk[r][d] = seen ? phik[phik_off + ((IDX)bhk * (IDX)Sk + (IDX)j) * HEAD_DIM + d] : 0.0f;
-            slope[r][d] = feature_slope(x);
+        lane_t row[LANES(HEAD_DIM)];
+        UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c) row[c] = (lane_t)0.0f;
+        UNROLL for (int c = 0; c < LANES(VALUE_DIM); ++c) value[r][c] = (lane_t)0.0f;
+        if (seen) {
+            LOAD_ROW(f32, phik, phik_off + ((IDX)bhk * (IDX)Sk + (IDX)j) * HEAD_DIM, 1, HEAD_DIM,
+                     row);
+            LOAD_ROW(V_T, v, AT(v, b, hk, j, 0), v_s3, VALUE_DIM, value[r]);
         }
-        for (int c = 0; c < LANES(VALUE_DIM); ++c) value[r][c] = (lane_t)0.0f;
-        if (seen) LOAD_ROW(V_T, v, AT(v, b, hk, j, 0), v_s3, VALUE_DIM, value[r]);
+        UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c) STORE_ROW_LANES(fk[r], c, row[c]);
     }
     const int whole = min((hi + qchunk - 1) / qchunk, qchunks);
     __global const float *state =
@@ -300,14 +324,14 @@ __kernel void linear_key_grads(TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v), OUT
     /* dv = R^T phi(k), dphi(k) = R v + r from the state... */
     lane_t gv[BM][LANES(VALUE_DIM)];
     float gk[BM][HEAD_DIM];
-    for (int r = 0; r < BM; ++r)
-        for (int c = 0; c < LANES(VALUE_DIM); ++c) gv[r][c] = (lane_t)0.0f;
+    UNROLL for (int r = 0; r < BM; ++r)
+        UNROLL for (int c = 0; c < LANES(VALUE_DIM); ++c) gv[r][c] = (lane_t)0.0f;
     for (int d = 0; d < HEAD_DIM; ++d) {
         lane_t row[LANES(VALUE_DIM)];
         LOAD_ROW(f32, state, (IDX)d * VALUE_DIM, 1, VALUE_DIM, row);
         const float ad = state[HEAD_DIM * VALUE_DIM + d];
-        for (int r = 0; r < BM; ++r) {
-            for (int c = 0; c < LANES(VALUE_DIM); ++c)
+        UNROLL for (int r = 0; r < BM; ++r) {
+            UNROLL for (int c = 0; c < LANES(VALUE_DIM); ++c)
                 gv[r][c] = fma((lane_t)fk[r][d], row[c], gv[r][c]);
             float dot;
             LANES_DOT(row, value[r], VALUE_DIM, dot);
@@ -323,7 +347,7 @@ __kernel void linear_key_grads(TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v), OUT
             LOAD_ROW(f32, term, (IDX)0, 1, HEAD_DIM, fq);
             LOAD_ROW(f32, term, (IDX)HEAD_DIM, 1, VALUE_DIM, dn);
             const float dd = term[HEAD_DIM + VALUE_DIM];
-            for (int r = 0; r < BM; ++r) {
+            UNROLL for (int r = 0; r < BM; ++r) {
                 if (i < first[r]) continue;
                 lane_t fr[LANES(HEAD_DIM)];
                 PRIVATE_ROW(fk[r], HEAD_DIM, fr);
@@ -331,20 +355,28 @@ __kernel void linear_key_grads(TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v), OUT
                 LANES_DOT(fq, fr, HEAD_DIM, w);
                 LANES_DOT(value[r], dn, VALUE_DIM, c2);
                 c2 += dd;
-                for (int c = 0; c < LANES(VALUE_DIM); ++c)
+                UNROLL for (int c = 0; c < LANES(VALUE_DIM); ++c)
                     gv[r][c] = fma((lane_t)w, dn[c], gv[r][c]);
-                for (int c = 0; c < LANES(HEAD_DIM); ++c)
+                UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c)
                     STORE_ROW_LANES(gk[r], c, fma((lane_t)c2, fq[c], ROW_LANES(gk[r], c)));
             }
         }
-    for (int r = 0; r < BM && j0 + r < Sk; ++r) {
+    /* dk = phi'(k) o dphi(k), k read for the slope; dv */
+    UNROLL for (int r = 0; r < BM; ++r) {
         const int j = j0 + r;
+        if (j >= Sk) break;
         const bool seen = first[r] < Sq;
-        for (int d = 0; d < HEAD_DIM; ++d) gk[r][d] = seen ? gk[r][d] * slope[r][d] : 0.0f;
+        lane_t row[LANES(HEAD_DIM)];
+        UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c) row[c] = (lane_t)0.0f;
+        if (seen) LOAD_ROW(K_T, k, AT(k, b, hk, j, 0), k_s3, HEAD_DIM, row);
+        UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c) {
+            const lane_t grad = ROW_LANES(gk[r], c) * feature_slope_lanes(row[c]);
+            STORE_ROW_LANES(gk[r], c, seen ? grad : (lane_t)0.0f);
+        }
         STORE_OUT_ROW(DK_T, dk, AT(dk, b, hk, j, 0), dk_s3, HEAD_DIM, gk[r]);
-        float row[VALUE_DIM];
-        for (int c = 0; c < LANES(VALUE_DIM); ++c)
-            STORE_ROW_LANES(row, c, seen ? gv[r][c] : (lane_t)0.0f);
-        STORE_OUT_ROW(DV_T, dv, AT(dv, b, hk, j, 0), dv_s3, VALUE_DIM, row);
+        float out[VALUE_DIM];
+        UNROLL for (int c = 0; c < LANES(VALUE_DIM); ++c)
+            STORE_ROW_LANES(out, c, seen ? gv[r][c] : (lane_t)0.0f);
+        STORE_OUT_ROW(DV_T, dv, AT(dv, b, hk, j, 0), dv_s3, VALUE_DIM, out);
     }
 }
