@@ -16,6 +16,10 @@
  * The forward's own kernels (linear_features, linear_states, linear_scan) first leave phi(k)
  * and the key-chunk states S, z in the scratch. Then:
  *
+ *   linear_transpose_states  S^T of each state the next kernel reads (TSLOT floats a slot), so
+ *                       that S dnum, as S^T phi(q), is a broadcast-and-FMA per element of the
+ *                       vector it multiplies, not a dot with a horizontal sum per element of
+ *                       the result.
  *   linear_query_grads  a work-item per BM queries of one (batch, query head): num and den as
  *                       the forward computes them, then dq; and each query's terms (phi(q_i),
  *                       dnum_i, dden_i: TERM floats) into scratch, zeros for a query that sees
@@ -25,6 +29,7 @@
  *                       heads of the kv head (in slot c, SLOT floats as the forward's states).
  *   linear_term_scan    a work-item per VEC lanes of a state row: slot c becomes the sum of the
  *                       chunks from c to the end (slot qchunks: zero), in reverse order.
+ *   linear_transpose_states  again, for R^T.
  *   linear_key_grads    a work-item per BM keys of one (batch, kv head): R, r from the slot of
  *                       the first whole query chunk every key of the block is seen by, plus the
  *                       queries before it one by one, each key from its own first query; then
@@ -41,6 +46,8 @@
 
 /* A query's terms: phi(q_i) [HEAD_DIM], dnum_i [VALUE_DIM], dden_i. */
 #define TERM (HEAD_DIM + VALUE_DIM + 1)
+/* A transposed state: S^T alone. */
+#define TSLOT (HEAD_DIM * VALUE_DIM)
 
 /* The slope of the feature map (elu(x) + 1: 1 above 0, exp(x) below; relu: 1 above 0, else 0;
  * identity: 1). */
@@ -76,18 +83,48 @@ inline floatV feature_slope_lanes(floatV x) {
         out = DOT_FINISH(dot_);                                                                    \
     } while (0)
 
+/* acc[r] += sum_i x[r][i] m_i for r < BM, over the `rows` rows m_i of n floats of the f32 matrix
+ * m (row-major): a broadcast-and-FMA per element of x, where x is a private float array. */
+#define ADD_ROWS(acc, x, m, rows, n)                                                               \
+    for (int i_ = 0; i_ < (rows); ++i_) {                                                          \
+        lane_t row_[LANES(n)];                                                                     \
+        LOAD_ROW(f32, m, (IDX)i_ * (n), 1, n, row_);                                               \
+        UNROLL for (int r_ = 0; r_ < BM; ++r_)                                                     \
+            UNROLL for (int c_ = 0; c_ < LANES(n); ++c_)                                           \
+                acc[r_][c_] = fma((lane_t)((x)[r_][i_]), row_[c_], acc[r_][c_]);                   \
+    }
+
 /* A row of n floats in private memory, as lane vectors. */
 #define PRIVATE_ROW(row, n, out)                                                                   \
     UNROLL for (int c_ = 0; c_ < LANES(n); ++c_) out[c_] = ROW_LANES(row, c_)
 
-/* Stores a private float row of n to an output tensor row at `at` (element stride `stride`). */
-#define STORE_OUT_ROW(T, p, at, stride, n, row)                                                    \
-    UNROLL for (int d_ = 0; d_ < (n); ++d_) CAT(store_, T)(p, (at) + (IDX)d_ * (stride), (row)[d_])
+/* Stores a row of n floats, as lane vectors, to an output tensor row at `at` (element stride
+ * `stride`): vector stores where the stride is 1 (element stores took a third of dk's and dv's
+ * kernel in PoCL's code). */
+#if VEC > 1
+#define STORE_OUT_ROW(T, p, at, stride, n, lanes)                                                  \
+    do {                                                                                           \
+        if ((stride) == 1) {                                                                       \
+            UNROLL for (int c_ = 0; c_ < LANES(n); ++c_)                                           \
+                CAT(CAT(store, VEC), CAT(_, T))(p, (at) + (IDX)(c_ * VEC), (lanes)[c_]);           \
+        } else {                                                                                   \
+            float row_[n];                                                                         \
+            UNROLL for (int c_ = 0; c_ < LANES(n); ++c_) STORE_ROW_LANES(row_, c_, (lanes)[c_]);   \
+            UNROLL for (int d_ = 0; d_ < (n); ++d_)                                                \
+                CAT(store_, T)(p, (at) + (IDX)d_ * (stride), row_[d_]);                            \
+        }                                                                                          \
+    } while (0)
+#else
+#define STORE_OUT_ROW(T, p, at, stride, n, lanes)                                                  \
+    UNROLL for (int d_ = 0; d_ < (n); ++d_)                                                        \
+        CAT(store_, T)(p, (at) + (IDX)d_ * (stride), (lanes)[d_])
+#endif
 
 __kernel void linear_query_grads(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(V_T, v),
                                  TENSOR_PARAMS(DO_T, dout), OUT_PARAMS(DQ_T, dq),
-                                 __global const float *states, __global const float *phik,
-                                 IDX phik_off, __global float *terms, IDX terms_off, int B, int Hq,
+                                 __global const float *states, __global const float *states_t,
+                                 IDX states_t_off, __global const float *phik, IDX phik_off,
+                                 __global float *terms, IDX terms_off, int B, int Hq,
                                  int Hkv, int Sq, int Sk, int chunk, int nchunks, float eps,
                                  MASK_PARAMS) {
     const int blocks = (Sq + BM - 1) / BM;
@@ -170,17 +207,22 @@ __kernel void linear_query_grads(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(V_T, v),
         term[HEAD_DIM + VALUE_DIM] = dden[r];
     }
 
-    /* dphi(q) = S dnum + z dden: the state's rows, then (CAUSAL) the block's own keys */
-    float g[BM][HEAD_DIM];
-    for (int d = 0; d < HEAD_DIM; ++d) {
-        lane_t row[LANES(VALUE_DIM)];
-        LOAD_ROW(f32, state, (IDX)d * VALUE_DIM, 1, VALUE_DIM, row);
-        const float zd = state[HEAD_DIM * VALUE_DIM + d];
-        UNROLL for (int r = 0; r < BM; ++r) {
-            float dot;
-            LANES_DOT(row, dnum[r], VALUE_DIM, dot);
-            g[r][d] = fma(zd, dden[r], dot);
-        }
+    /* dphi(q) = S dnum + z dden: z dden, then S's columns (the rows of its transpose), then
+     * (CAUSAL) the block's own keys */
+    lane_t g[BM][LANES(HEAD_DIM)];
+    {
+        lane_t z[LANES(HEAD_DIM)];
+        LOAD_ROW(f32, state, (IDX)HEAD_DIM * VALUE_DIM, 1, HEAD_DIM, z);
+        UNROLL for (int r = 0; r < BM; ++r)
+            UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c) g[r][c] = z[c] * dden[r];
+    }
+    {
+        float dn[BM][VALUE_DIM];
+        UNROLL for (int r = 0; r < BM; ++r)
+            UNROLL for (int c = 0; c < LANES(VALUE_DIM); ++c) STORE_ROW_LANES(dn[r], c, dnum[r][c]);
+        __global const float *state_t =
+            states_t + states_t_off + ((IDX)bhk * (IDX)(nchunks + 1) + (IDX)whole) * TSLOT;
+        ADD_ROWS(g, dn, state_t, VALUE_DIM, HEAD_DIM);
     }
 #if CAUSAL
     for (int j = whole * chunk; j < hi; ++j) {
@@ -193,7 +235,7 @@ __kernel void linear_query_grads(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(V_T, v),
             LANES_DOT(value, dnum[r], VALUE_DIM, w);
             w += dden[r];
             UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c)
-                STORE_ROW_LANES(g[r], c, fma((lane_t)w, key[c], ROW_LANES(g[r], c)));
+                g[r][c] = fma((lane_t)w, key[c], g[r][c]);
         }
     }
 #endif
@@ -203,11 +245,9 @@ __kernel void linear_query_grads(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(V_T, v),
         lane_t row[LANES(HEAD_DIM)];
         UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c) row[c] = (lane_t)0.0f;
         if (end[r] > 0) LOAD_ROW(Q_T, q, AT(q, b, h, i0 + r, 0), q_s3, HEAD_DIM, row);
-        UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c) {
-            const lane_t grad = ROW_LANES(g[r], c) * feature_slope_lanes(row[c]);
-            STORE_ROW_LANES(g[r], c, end[r] > 0 ? grad : (lane_t)0.0f);
-        }
-        STORE_OUT_ROW(DQ_T, dq, AT(dq, b, h, i0 + r, 0), dq_s3, HEAD_DIM, g[r]);
+        UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c)
+            row[c] = end[r] > 0 ? g[r][c] * feature_slope_lanes(row[c]) : (lane_t)0.0f;
+        STORE_OUT_ROW(DQ_T, dq, AT(dq, b, h, i0 + r, 0), dq_s3, HEAD_DIM, row);
     }
 }
 
@@ -271,6 +311,22 @@ __kernel void linear_term_scan(__global float *qstates, IDX qstates_off, int BH,
     }
 }
 
+/* Slots first .. first + count - 1 of each head's per_head states (S, z; SLOT floats a slot)
+ * into the same slots of `to` as S^T alone (VALUE_DIM x HEAD_DIM, row-major; TSLOT floats a
+ * slot), which the gradient kernels read for S's columns: a broadcast-and-FMA a column, where
+ * S's rows would take a dot and its horizontal sum per element. A work-item per row of S^T
+ * (consecutive ones read consecutive floats of S). */
+__kernel void linear_transpose_states(__global const float *from, IDX from_off, __global float *to,
+                                      IDX to_off, int BH, int per_head, int first, int count) {
+    const int item = (int)get_global_id(0);
+    if (item >= BH * count * VALUE_DIM) return;
+    const int e = item % VALUE_DIM, unit = item / VALUE_DIM;
+    const IDX slot = (IDX)(unit / count) * (IDX)per_head + (IDX)(first + unit % count);
+    __global const float *column = from + from_off + slot * SLOT + (IDX)e;
+    __global float *row = to + to_off + slot * TSLOT + (IDX)e * HEAD_DIM;
+    for (int d = 0; d < HEAD_DIM; ++d) row[d] = column[(IDX)d * VALUE_DIM];
+}
+
 /* The first query that sees key j of batch b (Sq when none does): causal, i >= j - off below
  * the query length; else every query below it, for a key below the key length. */
 inline int first_query(const mask_params *p, int b, int j, int Sq, int Sk) {
@@ -287,7 +343,8 @@ inline int first_query(const mask_params *p, int b, int j, int Sq, int Sk) {
 __kernel void linear_key_grads(TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v), OUT_PARAMS(DK_T, dk),
                                OUT_PARAMS(DV_T, dv), __global const float *phik, IDX phik_off,
                                __global const float *terms, IDX terms_off,
-                               __global const float *qstates, IDX qstates_off, int B, int Hq,
+                               __global const float *qstates, IDX qstates_off,
+                               __global const float *qstates_t, IDX qstates_t_off, int B, int Hq,
                                int Hkv, int Sq, int Sk, int qchunk, int qchunks, MASK_PARAMS) {
     const int blocks = (Sk + BM - 1) / BM;
     const int item = (int)get_global_id(0);
@@ -300,44 +357,42 @@ __kernel void linear_key_grads(TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v), OUT
      * state of the query chunks from the first whole chunk that its last-seen key's queries
      * cover */
     int first[BM], lo = Sq, hi = 0;
-    float fk[BM][HEAD_DIM];
-    lane_t value[BM][LANES(VALUE_DIM)];
+    float fk[BM][HEAD_DIM], value[BM][VALUE_DIM];
     UNROLL for (int r = 0; r < BM; ++r) {
         const int j = j0 + r;
         first[r] = j < Sk ? first_query(&p, b, j, Sq, Sk) : Sq;
         const bool seen = first[r] < Sq;
         if (seen) lo = min(lo, first[r]), hi = max(hi, first[r]);
-        lane_t row[LANES(HEAD_DIM)];
+        lane_t row[LANES(HEAD_DIM)], vrow[LANES(VALUE_DIM)];
         UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c) row[c] = (lane_t)0.0f;
-        UNROLL for (int c = 0; c < LANES(VALUE_DIM); ++c) value[r][c] = (lane_t)0.0f;
+        UNROLL for (int c = 0; c < LANES(VALUE_DIM); ++c) vrow[c] = (lane_t)0.0f;
         if (seen) {
             LOAD_ROW(f32, phik, phik_off + ((IDX)bhk * (IDX)Sk + (IDX)j) * HEAD_DIM, 1, HEAD_DIM,
                      row);
-            LOAD_ROW(V_T, v, AT(v, b, hk, j, 0), v_s3, VALUE_DIM, value[r]);
+            LOAD_ROW(V_T, v, AT(v, b, hk, j, 0), v_s3, VALUE_DIM, vrow);
         }
         UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c) STORE_ROW_LANES(fk[r], c, row[c]);
+        UNROLL for (int c = 0; c < LANES(VALUE_DIM); ++c) STORE_ROW_LANES(value[r], c, vrow[c]);
     }
     const int whole = min((hi + qchunk - 1) / qchunk, qchunks);
     __global const float *state =
         qstates + qstates_off + ((IDX)bhk * (IDX)(qchunks + 1) + (IDX)whole) * SLOT;
 
-    /* dv = R^T phi(k), dphi(k) = R v + r from the state... */
-    lane_t gv[BM][LANES(VALUE_DIM)];
-    float gk[BM][HEAD_DIM];
-    UNROLL for (int r = 0; r < BM; ++r)
-        UNROLL for (int c = 0; c < LANES(VALUE_DIM); ++c) gv[r][c] = (lane_t)0.0f;
-    for (int d = 0; d < HEAD_DIM; ++d) {
-        lane_t row[LANES(VALUE_DIM)];
-        LOAD_ROW(f32, state, (IDX)d * VALUE_DIM, 1, VALUE_DIM, row);
-        const float ad = state[HEAD_DIM * VALUE_DIM + d];
+    /* dv = R^T phi(k) from R's rows, dphi(k) = r + R v from R's columns (the rows of its
+     * transpose)... */
+    lane_t gv[BM][LANES(VALUE_DIM)], gk[BM][LANES(HEAD_DIM)];
+    {
+        lane_t sums[LANES(HEAD_DIM)];
+        LOAD_ROW(f32, state, (IDX)HEAD_DIM * VALUE_DIM, 1, HEAD_DIM, sums);
         UNROLL for (int r = 0; r < BM; ++r) {
-            UNROLL for (int c = 0; c < LANES(VALUE_DIM); ++c)
-                gv[r][c] = fma((lane_t)fk[r][d], row[c], gv[r][c]);
-            float dot;
-            LANES_DOT(row, value[r], VALUE_DIM, dot);
-            gk[r][d] = dot + ad;
+            UNROLL for (int c = 0; c < LANES(VALUE_DIM); ++c) gv[r][c] = (lane_t)0.0f;
+            UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c) gk[r][c] = sums[c];
         }
     }
+    ADD_ROWS(gv, fk, state, HEAD_DIM, VALUE_DIM);
+    __global const float *state_t =
+        qstates_t + qstates_t_off + ((IDX)bhk * (IDX)(qchunks + 1) + (IDX)whole) * TSLOT;
+    ADD_ROWS(gk, value, state_t, VALUE_DIM, HEAD_DIM);
     /* ...and the queries before that chunk, each key from its own first query */
     for (int h = hk * group; h < hk * group + group; ++h)
         for (int i = lo; i < min(whole * qchunk, Sq); ++i) {
@@ -349,16 +404,17 @@ __kernel void linear_key_grads(TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v), OUT
             const float dd = term[HEAD_DIM + VALUE_DIM];
             UNROLL for (int r = 0; r < BM; ++r) {
                 if (i < first[r]) continue;
-                lane_t fr[LANES(HEAD_DIM)];
+                lane_t fr[LANES(HEAD_DIM)], vr[LANES(VALUE_DIM)];
                 PRIVATE_ROW(fk[r], HEAD_DIM, fr);
+                PRIVATE_ROW(value[r], VALUE_DIM, vr);
                 float w, c2;
                 LANES_DOT(fq, fr, HEAD_DIM, w);
-                LANES_DOT(value[r], dn, VALUE_DIM, c2);
+                LANES_DOT(vr, dn, VALUE_DIM, c2);
                 c2 += dd;
                 UNROLL for (int c = 0; c < LANES(VALUE_DIM); ++c)
                     gv[r][c] = fma((lane_t)w, dn[c], gv[r][c]);
                 UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c)
-                    STORE_ROW_LANES(gk[r], c, fma((lane_t)c2, fq[c], ROW_LANES(gk[r], c)));
+                    gk[r][c] = fma((lane_t)c2, fq[c], gk[r][c]);
             }
         }
     /* dk = phi'(k) o dphi(k), k read for the slope; dv */
@@ -369,14 +425,11 @@ __kernel void linear_key_grads(TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v), OUT
         lane_t row[LANES(HEAD_DIM)];
         UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c) row[c] = (lane_t)0.0f;
         if (seen) LOAD_ROW(K_T, k, AT(k, b, hk, j, 0), k_s3, HEAD_DIM, row);
-        UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c) {
-            const lane_t grad = ROW_LANES(gk[r], c) * feature_slope_lanes(row[c]);
-            STORE_ROW_LANES(gk[r], c, seen ? grad : (lane_t)0.0f);
-        }
-        STORE_OUT_ROW(DK_T, dk, AT(dk, b, hk, j, 0), dk_s3, HEAD_DIM, gk[r]);
-        float out[VALUE_DIM];
+        UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c)
+            row[c] = seen ? gk[r][c] * feature_slope_lanes(row[c]) : (lane_t)0.0f;
+        STORE_OUT_ROW(DK_T, dk, AT(dk, b, hk, j, 0), dk_s3, HEAD_DIM, row);
         UNROLL for (int c = 0; c < LANES(VALUE_DIM); ++c)
-            STORE_ROW_LANES(out, c, seen ? gv[r][c] : (lane_t)0.0f);
-        STORE_OUT_ROW(DV_T, dv, AT(dv, b, hk, j, 0), dv_s3, VALUE_DIM, out);
+            if (!seen) gv[r][c] = (lane_t)0.0f;
+        STORE_OUT_ROW(DV_T, dv, AT(dv, b, hk, j, 0), dv_s3, VALUE_DIM, gv[r]);
     }
 }

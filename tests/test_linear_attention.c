@@ -584,8 +584,7 @@ static bool picked_launch_and_kernels(test_ctx *t, const la_spec *s, clattn__lin
     clattn_tensor q = clattn_tensor_4d(NULL, s->dt, s->B, s->Hq, s->Sq, s->D),
                   k = clattn_tensor_4d(NULL, s->dt, s->B, s->Hkv, s->Sk, s->D),
                   v = clattn_tensor_4d(NULL, s->dt, s->B, s->Hkv, s->Sk, s->Dv);
-    clattn__linear_args a = {&q,   &k,   &v, &q, NULL, NULL, false, NULL, CLATTN_FEATURE_ELU1,
-                             0.0f, NULL, {0}};
+    clattn__linear_args a = {.q = &q, .k = &k, .v = &v, .out = &q};
     a.mask.causal = s->causal;
     clattn__call call;
     cl_kernel built[4] = {NULL, NULL, NULL, NULL};

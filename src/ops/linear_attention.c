@@ -255,7 +255,7 @@ int clattn__linear_pick_launch(cl_device_id device, const linear_args *a, linear
     l->t.LANES = clattn__head_lanes((cl_uint)l->t.LANES, d, dv);
     const int lanes = (int)l->t.LANES;
     if (l->t.ROWS == 0 || d % l->t.ROWS) l->t.ROWS = register_tile(d, dv, lanes);
-    if (l->t.BM == 0) l->t.BM = register_tile(4, dv, lanes);
+    if (l->t.BM == 0) l->t.BM = register_tile(4, a->gradients ? d + dv : dv, lanes);
     pick_tiles(l, device, d, dv);
     pick_chunks(l, device, a);
     l->recurrent = pick_recurrent(l, device, a);
@@ -580,7 +580,7 @@ int clattn_linear_attention(const clattn_tensor *q, const clattn_tensor *k, cons
                             const clattn_mask *mask, const clattn_tensor *out,
                             const clattn_linear_options *options, cl_command_queue queue,
                             cl_uint num_wait, const cl_event *wait_list, cl_event *event) {
-    linear_args a = {q, k, v, out, NULL, NULL, false, mask, CLATTN_FEATURE_ELU1, 0.0f, NULL, {0}};
+    linear_args a = {.q = q, .k = k, .v = v, .out = out, .mask_desc = mask};
     return run_linear(&a, options, queue, num_wait, wait_list, event);
 }
 
@@ -594,7 +594,14 @@ int clattn_linear_attention_step(const clattn_tensor *q, const clattn_tensor *k,
     memset(&mask, 0, sizeof mask);
     mask.causal = 1;
     mask.key_lengths = mask.query_lengths = lengths;
-    linear_args a = {q, k, v, out, state, z, true, &mask, CLATTN_FEATURE_ELU1, 0.0f, NULL, {0}};
+    linear_args a = {.q = q,
+                     .k = k,
+                     .v = v,
+                     .out = out,
+                     .state = state,
+                     .z = z,
+                     .step = true,
+                     .mask_desc = &mask};
     return run_linear(&a, options, queue, num_wait, wait_list, event);
 }
 
@@ -604,7 +611,7 @@ int clattn_linear_attention_workspace_size(const clattn_tensor *q, const clattn_
                                            const clattn_linear_options *options,
                                            cl_command_queue queue, size_t *bytes) {
     clattn__call call;
-    linear_args a = {q, k, v, out, NULL, NULL, false, mask, CLATTN_FEATURE_ELU1, 0.0f, NULL, {0}};
+    linear_args a = {.q = q, .k = k, .v = v, .out = out, .mask_desc = mask};
     linear_launch launch;
     size_t need = 0;
     int status = clattn__begin_call(&call, queue, 0, NULL, NULL);

@@ -16,6 +16,9 @@ typedef struct clattn__linear_args {
     float eps;
     cl_mem workspace;
     clattn__mask_plan mask;
+    /* the backward's call: its query and key kernels (BM rows a work-item) each accumulate a
+     * row of both head dims, not the outputs' VALUE_DIM alone */
+    bool gradients;
 } clattn__linear_args;
 
 /* The launch of a call: the table's row (LANES narrowed to divide the head dims; ROWS state

@@ -1,8 +1,9 @@
 /*
  * The gradients of linear attention (cl/linear_attention_backward.cl): validation, and the
- * chain of seven kernels: the forward's first three (phi(k), the key-chunk states, their
- * running sums; src/ops/linear_attention.c), then dq with each query's terms, the query-chunk
- * sums of those terms, their running sums from the end, and dk, dv.
+ * chain of nine kernels: the forward's first three (phi(k), the key-chunk states, their
+ * running sums; src/ops/linear_attention.c), then the states' transposes, dq with each query's
+ * terms, the query-chunk sums of those terms, their running sums from the end, their
+ * transposes, and dk, dv.
  */
 #include "linear_attention.h"
 
@@ -76,13 +77,37 @@ static size_t qstate_floats(const backward_args *a, const backward_launch *l) {
     return (size_t)(a->f.k->shape[0] * a->f.k->shape[1]) * (size_t)(l->qchunks + 1) * slot;
 }
 
+/* S^T alone (= TSLOT in the kernels) for each of `slots` states of every (batch, kv head). */
+static size_t transposed_floats(const backward_args *a, int slots) {
+    const int64_t *k = a->f.k->shape;
+    return (size_t)(k[0] * k[1]) * (size_t)slots * (size_t)(k[3] * a->f.v->shape[3]);
+}
+
 /* Where each part of the scratch starts (floats): the forward's states and phi(k), the terms,
- * the query-chunk states. */
+ * the query-chunk states, the key-chunk states transposed, the query-chunk states transposed;
+ * and the whole. */
 static size_t terms_at(const backward_args *a, const backward_launch *l) {
     return clattn__linear_state_floats(&a->f, &l->f) + clattn__linear_phik_floats(&a->f);
 }
 static size_t qstates_at(const backward_args *a, const backward_launch *l) {
     return terms_at(a, l) + term_floats(a);
+}
+static size_t states_t_at(const backward_args *a, const backward_launch *l) {
+    return qstates_at(a, l) + qstate_floats(a, l);
+}
+static size_t qstates_t_at(const backward_args *a, const backward_launch *l) {
+    return states_t_at(a, l) + transposed_floats(a, l->f.nchunks + 1);
+}
+static size_t scratch_floats(const backward_args *a, const backward_launch *l) {
+    return qstates_t_at(a, l) + transposed_floats(a, l->qchunks + 1);
+}
+
+/* The slots of each head the gradient kernels read (first, count): every one when causal; else
+ * the key states' total and the query states' sum over every chunk. */
+static void read_slots(const backward_launch *l, bool queries, int slots[2]) {
+    const int per_head = (queries ? l->qchunks : l->f.nchunks) + 1;
+    slots[0] = l->f.causal || queries ? 0 : per_head - 1;
+    slots[1] = l->f.causal ? per_head : 1;
 }
 
 /* The query chunks: the forward's key chunk, at most Sq. */
@@ -94,22 +119,30 @@ static int plan_launch(cl_device_id device, const backward_args *a, backward_lau
     return status;
 }
 
-/* The work-items of the four backward kernels, in their order. */
-static void backward_items(const backward_args *a, const backward_launch *l, size_t items[4]) {
+#define BACKWARD_KERNELS 6
+
+/* The work-items of the backward's kernels, in their order. */
+static void backward_items(const backward_args *a, const backward_launch *l,
+                           size_t items[BACKWARD_KERNELS]) {
     const int64_t B = a->f.k->shape[0], Hq = a->f.q->shape[1], Hkv = a->f.k->shape[1];
     const int64_t D = a->f.k->shape[3], Dv = a->f.v->shape[3], bm = l->f.t.BM;
-    items[0] = (size_t)(B * Hq * ((a->f.q->shape[2] + bm - 1) / bm));
-    items[1] = (size_t)(B * Hkv * l->qchunks * (D / l->f.t.ROWS));
-    items[2] = (size_t)(B * Hkv * D * (Dv / l->f.t.LANES));
-    items[3] = (size_t)(B * Hkv * ((a->f.k->shape[2] + bm - 1) / bm));
+    int key_slots[2], query_slots[2];
+    read_slots(l, false, key_slots);
+    read_slots(l, true, query_slots);
+    items[0] = (size_t)(B * Hkv * key_slots[1] * Dv);
+    items[1] = (size_t)(B * Hq * ((a->f.q->shape[2] + bm - 1) / bm));
+    items[2] = (size_t)(B * Hkv * l->qchunks * (D / l->f.t.ROWS));
+    items[3] = (size_t)(B * Hkv * D * (Dv / l->f.t.LANES));
+    items[4] = (size_t)(B * Hkv * query_slots[1] * Dv);
+    items[5] = (size_t)(B * Hkv * ((a->f.k->shape[2] + bm - 1) / bm));
 }
 
 /* The backward's kernels, and the forward's steps it runs first. */
 static int check_launch_size(const backward_args *a, const backward_launch *l) {
-    size_t items[4];
+    size_t items[BACKWARD_KERNELS];
     backward_items(a, l, items);
     size_t most = 0;
-    for (int i = 0; i < 4; ++i) most = items[i] > most ? items[i] : most;
+    for (int i = 0; i < BACKWARD_KERNELS; ++i) most = items[i] > most ? items[i] : most;
     const int status = clattn__linear_check_launch_size(&a->f, &l->f);
     if (status != CLATTN_SUCCESS) return status;
     if (most > 0x7fffffff - 1024)
@@ -124,14 +157,14 @@ static int plan_call(backward_args *a, const clattn_linear_options *options,
     if (status == CLATTN_SUCCESS) status = check_outputs(a, call->context);
     if (status == CLATTN_SUCCESS) status = plan_launch(call->device, a, l);
     if (status == CLATTN_SUCCESS) status = check_launch_size(a, l);
-    if (status == CLATTN_SUCCESS) *bytes = (qstates_at(a, l) + qstate_floats(a, l)) * 4;
+    if (status == CLATTN_SUCCESS) *bytes = scratch_floats(a, l) * 4;
     return status;
 }
 
 static bool needs_wide_index(const backward_args *a, const backward_launch *l) {
     const clattn_tensor *views[7] = {a->f.q, a->f.k, a->f.v, a->dout, a->dq, a->dk, a->dv};
     return clattn__needs_wide_index(views, 7) || clattn__mask_needs_wide_index(&a->f.mask) ||
-           qstates_at(a, l) + qstate_floats(a, l) >= (size_t)clattn__narrow_index_limit();
+           scratch_floats(a, l) >= (size_t)clattn__narrow_index_limit();
 }
 
 /* The scratch as a kernel argument at float offset `at` (0: the buffer alone). */
@@ -156,6 +189,29 @@ static int set_views(const backward_call *c, cl_kernel kernel, cl_uint *arg,
     return clattn__set_views_args(kernel, arg, views, count, c->wide);
 }
 
+/* linear_transpose_states, from the states at `from` to `to` */
+static int set_transpose_args(const backward_call *c, cl_kernel kernel, bool queries, size_t from,
+                              size_t to) {
+    const backward_args *a = c->a;
+    int slots[2];
+    read_slots(c->l, queries, slots);
+    cl_uint arg = 0;
+    int status = set_scratch(kernel, &arg, c->scratch, from, true, c->wide);
+    if (status == CLATTN_SUCCESS) status = set_scratch(kernel, &arg, c->scratch, to, true, c->wide);
+    const int64_t ints[4] = {a->f.k->shape[0] * a->f.k->shape[1],
+                             (queries ? c->l->qchunks : c->l->f.nchunks) + 1, slots[0], slots[1]};
+    if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, ints, 4);
+    return status;
+}
+
+static int set_key_transpose_args(const backward_call *c, cl_kernel kernel) {
+    return set_transpose_args(c, kernel, false, 0, states_t_at(c->a, c->l));
+}
+
+static int set_query_transpose_args(const backward_call *c, cl_kernel kernel) {
+    return set_transpose_args(c, kernel, true, qstates_at(c->a, c->l), qstates_t_at(c->a, c->l));
+}
+
 static int set_query_grads_args(const backward_call *c, cl_kernel kernel) {
     const backward_args *a = c->a;
     const clattn_tensor *views[4] = {a->f.q, a->f.v, a->dout, a->dq};
@@ -163,6 +219,8 @@ static int set_query_grads_args(const backward_call *c, cl_kernel kernel) {
     int status = set_views(c, kernel, &arg, views, 4);
     const size_t phik = clattn__linear_state_floats(&a->f, &c->l->f);
     if (status == CLATTN_SUCCESS) status = set_scratch(kernel, &arg, c->scratch, 0, false, c->wide);
+    if (status == CLATTN_SUCCESS)
+        status = set_scratch(kernel, &arg, c->scratch, states_t_at(a, c->l), true, c->wide);
     if (status == CLATTN_SUCCESS)
         status = set_scratch(kernel, &arg, c->scratch, phik, true, c->wide);
     if (status == CLATTN_SUCCESS)
@@ -210,6 +268,8 @@ static int set_key_grads_args(const backward_call *c, cl_kernel kernel) {
         status = set_scratch(kernel, &arg, c->scratch, terms_at(a, c->l), true, c->wide);
     if (status == CLATTN_SUCCESS)
         status = set_scratch(kernel, &arg, c->scratch, qstates_at(a, c->l), true, c->wide);
+    if (status == CLATTN_SUCCESS)
+        status = set_scratch(kernel, &arg, c->scratch, qstates_t_at(a, c->l), true, c->wide);
     const int64_t ints[7] = {a->f.q->shape[0], a->f.q->shape[1], a->f.k->shape[1], a->f.q->shape[2],
                              a->f.k->shape[2], c->l->qchunk,     c->l->qchunks};
     if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, ints, 7);
@@ -220,40 +280,43 @@ static int set_key_grads_args(const backward_call *c, cl_kernel kernel) {
 
 typedef int (*set_args_fn)(const backward_call *c, cl_kernel kernel);
 
-/* The forward's three key-side kernels, then the backward's four: every one built and given
+/* The forward's three key-side kernels, then the backward's six: every one built and given
  * its arguments before the first is enqueued, so that a build failure enqueues nothing. */
 static int enqueue_backward(const backward_args *a, const backward_launch *l,
                             const clattn__call *call, cl_mem scratch) {
-    static const char *const names[4] = {"linear_query_grads", "linear_term_states",
-                                         "linear_term_scan", "linear_key_grads"};
-    static const set_args_fn setters[4] = {set_query_grads_args, set_term_states_args,
-                                           set_term_scan_args, set_key_grads_args};
+    static const char *const names[BACKWARD_KERNELS] = {
+        "linear_transpose_states", "linear_query_grads",      "linear_term_states",
+        "linear_term_scan",        "linear_transpose_states", "linear_key_grads"};
+    static const set_args_fn setters[BACKWARD_KERNELS] = {
+        set_key_transpose_args, set_query_grads_args,     set_term_states_args,
+        set_term_scan_args,     set_query_transpose_args, set_key_grads_args};
     const backward_call c = {a, l, scratch, needs_wide_index(a, l)};
     char options[1024], more[1280];
     clattn__linear_options(&a->f, &l->f, c.wide, options, sizeof options);
     snprintf(more, sizeof more, "%s -DDO_T=%s -DDQ_T=%s -DDK_T=%s -DDV_T=%s", options,
              clattn_dtype_name(a->dout->dtype), clattn_dtype_name(a->dq->dtype),
              clattn_dtype_name(a->dk->dtype), clattn_dtype_name(a->dv->dtype));
-    cl_kernel kernels[7] = {NULL};
-    size_t items[7], caps[3];
+    enum { ALL = 3 + BACKWARD_KERNELS, TERM_SCAN = 3 + 3 };
+    cl_kernel kernels[ALL] = {NULL};
+    size_t items[ALL], caps[3];
     /* the forward's kernels from the backward's own program (built after the forward's file),
      * so that a call builds one program, not two */
     int status = clattn__linear_prepare_steps(&a->f, &l->f, call, scratch, c.wide,
                                               "linear_attention_backward.cl", more, 3, true,
                                               kernels, items, caps);
     backward_items(a, l, items + 3);
-    for (int i = 0; i < 4 && status == CLATTN_SUCCESS; ++i) {
+    for (int i = 0; i < BACKWARD_KERNELS && status == CLATTN_SUCCESS; ++i) {
         status = clattn__create_kernel(call->context, call->device, "linear_attention_backward.cl",
                                        more, names[i], &kernels[3 + i]);
         if (status == CLATTN_SUCCESS) status = setters[i](&c, kernels[3 + i]);
     }
     cl_event prev = NULL;
-    for (int i = 0; i < 7 && status == CLATTN_SUCCESS; ++i) {
-        const size_t group = i < 3 ? caps[i] : i == 5 ? 64 : (size_t)l->f.t.GROUP;
-        status = clattn__enqueue_items(call, kernels[i], items[i], group, &prev, i == 6);
+    for (int i = 0; i < ALL && status == CLATTN_SUCCESS; ++i) {
+        const size_t group = i < 3 ? caps[i] : i == TERM_SCAN ? 64 : (size_t)l->f.t.GROUP;
+        status = clattn__enqueue_items(call, kernels[i], items[i], group, &prev, i == ALL - 1);
     }
     if (prev) clReleaseEvent(prev);
-    for (int i = 0; i < 7; ++i)
+    for (int i = 0; i < ALL; ++i)
         if (kernels[i]) clReleaseKernel(kernels[i]);
     return status;
 }
@@ -264,7 +327,7 @@ static backward_args make_args(const clattn_tensor *q, const clattn_tensor *k,
                                const clattn_tensor *dk, const clattn_tensor *dv) {
     backward_args a;
     memset(&a, 0, sizeof a);
-    a.f.q = q, a.f.k = k, a.f.v = v, a.f.out = dout, a.f.mask_desc = mask;
+    a.f.q = q, a.f.k = k, a.f.v = v, a.f.out = dout, a.f.mask_desc = mask, a.f.gradients = true;
     a.dout = dout, a.dq = dq, a.dk = dk, a.dv = dv;
     return a;
 }

@@ -104,9 +104,10 @@
     X(UNIT_SPLIT, 0, 0, 1 << 30, HOST)
 
 /* Linear attention. LANES: head-dim vector width (narrowed at launch to divide the head dims);
- * ROWS: state rows per linear_states work-item, BM: queries per linear_outputs work-item (0:
- * as many as keep 16 vector accumulators); GROUP: work-group size; ITEMS: work-items per
- * compute unit the non-causal chunking aims for; CHUNK: keys per causal chunk. TILES 1: the
+ * ROWS: state rows per linear_states work-item, BM: queries per linear_outputs work-item, and
+ * queries or keys per work-item of the backward's (0: as many as keep 16 vector accumulators:
+ * a row of VALUE_DIM, in the backward of both head dims); GROUP: work-group size; ITEMS: work-items
+ * per compute unit the non-causal chunking aims for; CHUNK: keys per causal chunk. TILES 1: the
  * states and the outputs as group tiles (cl/linear_attention.cl, Tiles): a group's block of
  * BLOCK x BLOCK outputs (less where a head dim is smaller), a work-item's TILE_ROWS x TILE_COLS
  * of it (TILE_COLS widened to the lanes), TILE_STEP keys or head dims staged a step; the other
