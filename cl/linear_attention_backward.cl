@@ -46,8 +46,12 @@
 
 /* A query's terms: phi(q_i) [HEAD_DIM], dnum_i [VALUE_DIM], dden_i. */
 #define TERM (HEAD_DIM + VALUE_DIM + 1)
-/* A transposed state: S^T alone. */
+/* A transposed state: S^T alone. The transposes keep every slot of a head when causal, else
+ * the one slot the gradients read (the key states' total, the query states' sum over all): the
+ * offset of head bh's slot `slot` of `per_head`. */
 #define TSLOT (HEAD_DIM * VALUE_DIM)
+#define T_SLOT(bh, slot, per_head)                                                                 \
+    (((IDX)(bh) * (IDX)(CAUSAL ? (per_head) : 1) + (IDX)(CAUSAL ? (slot) : 0)) * TSLOT)
 
 /* The slope of the feature map (elu(x) + 1: 1 above 0, exp(x) below; relu: 1 above 0, else 0;
  * identity: 1). */
@@ -221,7 +225,7 @@ __kernel void linear_query_grads(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(V_T, v),
         UNROLL for (int r = 0; r < BM; ++r)
             UNROLL for (int c = 0; c < LANES(VALUE_DIM); ++c) STORE_ROW_LANES(dn[r], c, dnum[r][c]);
         __global const float *state_t =
-            states_t + states_t_off + ((IDX)bhk * (IDX)(nchunks + 1) + (IDX)whole) * TSLOT;
+            states_t + states_t_off + T_SLOT(bhk, whole, nchunks + 1);
         ADD_ROWS(g, dn, state_t, VALUE_DIM, HEAD_DIM);
     }
 #if CAUSAL
@@ -312,10 +316,10 @@ __kernel void linear_term_scan(__global float *qstates, IDX qstates_off, int BH,
 }
 
 /* Slots first .. first + count - 1 of each head's per_head states (S, z; SLOT floats a slot)
- * into the same slots of `to` as S^T alone (VALUE_DIM x HEAD_DIM, row-major; TSLOT floats a
- * slot), which the gradient kernels read for S's columns: a broadcast-and-FMA a column, where
- * S's rows would take a dot and its horizontal sum per element. A work-item per row of S^T
- * (consecutive ones read consecutive floats of S). */
+ * into `to` as S^T alone (VALUE_DIM x HEAD_DIM, row-major; TSLOT floats a slot), count slots a
+ * head (T_SLOT gives where the readers find one), which the gradient kernels read for S's
+ * columns: a broadcast-and-FMA a column, where S's rows would take a dot and its horizontal sum
+ * per element. A work-item per row of S^T (consecutive ones read consecutive floats of S). */
 __kernel void linear_transpose_states(__global const float *from, IDX from_off, __global float *to,
                                       IDX to_off, int BH, int per_head, int first, int count) {
     const int item = (int)get_global_id(0);
@@ -323,7 +327,7 @@ __kernel void linear_transpose_states(__global const float *from, IDX from_off, 
     const int e = item % VALUE_DIM, unit = item / VALUE_DIM;
     const IDX slot = (IDX)(unit / count) * (IDX)per_head + (IDX)(first + unit % count);
     __global const float *column = from + from_off + slot * SLOT + (IDX)e;
-    __global float *row = to + to_off + slot * TSLOT + (IDX)e * HEAD_DIM;
+    __global float *row = to + to_off + (IDX)unit * TSLOT + (IDX)e * HEAD_DIM;
     for (int d = 0; d < HEAD_DIM; ++d) row[d] = column[(IDX)d * VALUE_DIM];
 }
 
@@ -390,8 +394,7 @@ __kernel void linear_key_grads(TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v), OUT
         }
     }
     ADD_ROWS(gv, fk, state, HEAD_DIM, VALUE_DIM);
-    __global const float *state_t =
-        qstates_t + qstates_t_off + ((IDX)bhk * (IDX)(qchunks + 1) + (IDX)whole) * TSLOT;
+    __global const float *state_t = qstates_t + qstates_t_off + T_SLOT(bhk, whole, qchunks + 1);
     ADD_ROWS(gk, value, state_t, VALUE_DIM, HEAD_DIM);
     /* ...and the queries before that chunk, each key from its own first query */
     for (int h = hk * group; h < hk * group + group; ++h)

@@ -624,7 +624,7 @@ CLATTN_API int clattn_linear_attention_step(const clattn_tensor *q, const clattn
  * dnum_i over the queries i that see key j: the causal form sums them from the end in chunks (the
  * forward's scan in reverse), O(S) time and memory. phi' is elu1: 1 above 0, exp below; relu: 1
  * above 0, else 0; identity: 1. A query that sees no key gets dq 0 and adds nothing; a key no
- * query sees gets dk, dv 0. GQA: a kv head's gradients sum over its query heads. Seven kernels
+ * query sees gets dk, dv 0. GQA: a kv head's gradients sum over its query heads. Nine kernels
  * a call, all built before the first is enqueued. Statuses: those of clattn_linear_attention. */
 CLATTN_API int clattn_linear_attention_backward(const clattn_tensor *q, const clattn_tensor *k,
                                                 const clattn_tensor *v, const clattn_tensor *dout,

@@ -77,10 +77,21 @@ static size_t qstate_floats(const backward_args *a, const backward_launch *l) {
     return (size_t)(a->f.k->shape[0] * a->f.k->shape[1]) * (size_t)(l->qchunks + 1) * slot;
 }
 
-/* S^T alone (= TSLOT in the kernels) for each of `slots` states of every (batch, kv head). */
-static size_t transposed_floats(const backward_args *a, int slots) {
+/* The slots of each head the gradient kernels read (first, count): every one when causal; else
+ * the key states' total and the query states' sum over every chunk. */
+static void read_slots(const backward_launch *l, bool queries, int slots[2]) {
+    const int per_head = (queries ? l->qchunks : l->f.nchunks) + 1;
+    slots[0] = l->f.causal || queries ? 0 : per_head - 1;
+    slots[1] = l->f.causal ? per_head : 1;
+}
+
+/* S^T alone (= TSLOT in the kernels) for each slot of every (batch, kv head) that read_slots
+ * names: the key states' transposes, or the query states'. */
+static size_t transposed_floats(const backward_args *a, const backward_launch *l, bool queries) {
     const int64_t *k = a->f.k->shape;
-    return (size_t)(k[0] * k[1]) * (size_t)slots * (size_t)(k[3] * a->f.v->shape[3]);
+    int slots[2];
+    read_slots(l, queries, slots);
+    return (size_t)(k[0] * k[1]) * (size_t)slots[1] * (size_t)(k[3] * a->f.v->shape[3]);
 }
 
 /* Where each part of the scratch starts (floats): the forward's states and phi(k), the terms,
@@ -96,18 +107,10 @@ static size_t states_t_at(const backward_args *a, const backward_launch *l) {
     return qstates_at(a, l) + qstate_floats(a, l);
 }
 static size_t qstates_t_at(const backward_args *a, const backward_launch *l) {
-    return states_t_at(a, l) + transposed_floats(a, l->f.nchunks + 1);
+    return states_t_at(a, l) + transposed_floats(a, l, false);
 }
 static size_t scratch_floats(const backward_args *a, const backward_launch *l) {
-    return qstates_t_at(a, l) + transposed_floats(a, l->qchunks + 1);
-}
-
-/* The slots of each head the gradient kernels read (first, count): every one when causal; else
- * the key states' total and the query states' sum over every chunk. */
-static void read_slots(const backward_launch *l, bool queries, int slots[2]) {
-    const int per_head = (queries ? l->qchunks : l->f.nchunks) + 1;
-    slots[0] = l->f.causal || queries ? 0 : per_head - 1;
-    slots[1] = l->f.causal ? per_head : 1;
+    return qstates_t_at(a, l) + transposed_floats(a, l, true);
 }
 
 /* The query chunks: the forward's key chunk, at most Sq. */
