@@ -98,6 +98,13 @@ inline floatV feature_slope_lanes(floatV x) {
                 acc[r_][c_] = fma((lane_t)((x)[r_][i_]), row_[c_], acc[r_][c_]);                   \
     }
 
+/* A row as LOAD_ROW reads it where `cond` holds, else zeros (a row that is never read). */
+#define LOAD_ROW_IF(cond, T, p, at, stride, n, out)                                                \
+    do {                                                                                           \
+        UNROLL for (int z_ = 0; z_ < LANES(n); ++z_) out[z_] = (lane_t)0.0f;                       \
+        if (cond) LOAD_ROW(T, p, at, stride, n, out);                                              \
+    } while (0)
+
 /* A row of n floats in private memory, as lane vectors. */
 #define PRIVATE_ROW(row, n, out)                                                                   \
     UNROLL for (int c_ = 0; c_ < LANES(n); ++c_) out[c_] = ROW_LANES(row, c_)
@@ -146,8 +153,7 @@ __kernel void linear_query_grads(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(V_T, v),
         end[r] = i0 + r < Sq ? mask_row_start(&p, b, h, i0 + r, Sq, Sk).end : 0;
         if (end[r] > 0) lo = min(lo, end[r]), hi = max(hi, end[r]);
         lane_t row[LANES(HEAD_DIM)];
-        UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c) row[c] = (lane_t)0.0f;
-        if (end[r] > 0) LOAD_ROW(Q_T, q, AT(q, b, h, i0 + r, 0), q_s3, HEAD_DIM, row);
+        LOAD_ROW_IF(end[r] > 0, Q_T, q, AT(q, b, h, i0 + r, 0), q_s3, HEAD_DIM, row);
         UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c)
             STORE_ROW_LANES(fq[r], c, end[r] > 0 ? feature_lanes(row[c]) : (lane_t)0.0f);
     }
@@ -195,8 +201,7 @@ __kernel void linear_query_grads(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(V_T, v),
     float dden[BM];
     UNROLL for (int r = 0; r < BM; ++r) {
         lane_t g[LANES(VALUE_DIM)];
-        UNROLL for (int c = 0; c < LANES(VALUE_DIM); ++c) g[c] = (lane_t)0.0f;
-        if (end[r] > 0) LOAD_ROW(DO_T, dout, AT(dout, b, h, i0 + r, 0), dout_s3, VALUE_DIM, g);
+        LOAD_ROW_IF(end[r] > 0, DO_T, dout, AT(dout, b, h, i0 + r, 0), dout_s3, VALUE_DIM, g);
         const float inv = end[r] > 0 ? 1.0f / (den[r] + eps) : 0.0f;
         float dot;
         LANES_DOT(g, num[r], VALUE_DIM, dot);
@@ -247,8 +252,7 @@ __kernel void linear_query_grads(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(V_T, v),
     UNROLL for (int r = 0; r < BM; ++r) {
         if (i0 + r >= Sq) break;
         lane_t row[LANES(HEAD_DIM)];
-        UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c) row[c] = (lane_t)0.0f;
-        if (end[r] > 0) LOAD_ROW(Q_T, q, AT(q, b, h, i0 + r, 0), q_s3, HEAD_DIM, row);
+        LOAD_ROW_IF(end[r] > 0, Q_T, q, AT(q, b, h, i0 + r, 0), q_s3, HEAD_DIM, row);
         UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c)
             row[c] = end[r] > 0 ? g[r][c] * feature_slope_lanes(row[c]) : (lane_t)0.0f;
         STORE_OUT_ROW(DQ_T, dq, AT(dq, b, h, i0 + r, 0), dq_s3, HEAD_DIM, row);
@@ -368,13 +372,9 @@ __kernel void linear_key_grads(TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v), OUT
         const bool seen = first[r] < Sq;
         if (seen) lo = min(lo, first[r]), hi = max(hi, first[r]);
         lane_t row[LANES(HEAD_DIM)], vrow[LANES(VALUE_DIM)];
-        UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c) row[c] = (lane_t)0.0f;
-        UNROLL for (int c = 0; c < LANES(VALUE_DIM); ++c) vrow[c] = (lane_t)0.0f;
-        if (seen) {
-            LOAD_ROW(f32, phik, phik_off + ((IDX)bhk * (IDX)Sk + (IDX)j) * HEAD_DIM, 1, HEAD_DIM,
-                     row);
-            LOAD_ROW(V_T, v, AT(v, b, hk, j, 0), v_s3, VALUE_DIM, vrow);
-        }
+        LOAD_ROW_IF(seen, f32, phik, phik_off + ((IDX)bhk * (IDX)Sk + (IDX)j) * HEAD_DIM, 1,
+                    HEAD_DIM, row);
+        LOAD_ROW_IF(seen, V_T, v, AT(v, b, hk, j, 0), v_s3, VALUE_DIM, vrow);
         UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c) STORE_ROW_LANES(fk[r], c, row[c]);
         UNROLL for (int c = 0; c < LANES(VALUE_DIM); ++c) STORE_ROW_LANES(value[r], c, vrow[c]);
     }
@@ -426,8 +426,7 @@ __kernel void linear_key_grads(TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v), OUT
         if (j >= Sk) break;
         const bool seen = first[r] < Sq;
         lane_t row[LANES(HEAD_DIM)];
-        UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c) row[c] = (lane_t)0.0f;
-        if (seen) LOAD_ROW(K_T, k, AT(k, b, hk, j, 0), k_s3, HEAD_DIM, row);
+        LOAD_ROW_IF(seen, K_T, k, AT(k, b, hk, j, 0), k_s3, HEAD_DIM, row);
         UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c)
             row[c] = seen ? gk[r][c] * feature_slope_lanes(row[c]) : (lane_t)0.0f;
         STORE_OUT_ROW(DK_T, dk, AT(dk, b, hk, j, 0), dk_s3, HEAD_DIM, row);

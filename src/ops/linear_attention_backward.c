@@ -77,21 +77,24 @@ static size_t qstate_floats(const backward_args *a, const backward_launch *l) {
     return (size_t)(a->f.k->shape[0] * a->f.k->shape[1]) * (size_t)(l->qchunks + 1) * slot;
 }
 
-/* The slots of each head the gradient kernels read (first, count): every one when causal; else
- * the key states' total and the query states' sum over every chunk. */
-static void read_slots(const backward_launch *l, bool queries, int slots[2]) {
+/* The slots of each head's key or query states that the gradient kernels read: every one when
+ * causal; else the key states' total and the query states' sum over every chunk. */
+typedef struct read_slots {
+    int per_head, first, count;
+} read_slots;
+
+static read_slots slots_read(const backward_launch *l, bool queries) {
     const int per_head = (queries ? l->qchunks : l->f.nchunks) + 1;
-    slots[0] = l->f.causal || queries ? 0 : per_head - 1;
-    slots[1] = l->f.causal ? per_head : 1;
+    return (read_slots){per_head, l->f.causal || queries ? 0 : per_head - 1,
+                        l->f.causal ? per_head : 1};
 }
 
-/* S^T alone (= TSLOT in the kernels) for each slot of every (batch, kv head) that read_slots
+/* S^T alone (= TSLOT in the kernels) for each slot of every (batch, kv head) that slots_read
  * names: the key states' transposes, or the query states'. */
 static size_t transposed_floats(const backward_args *a, const backward_launch *l, bool queries) {
     const int64_t *k = a->f.k->shape;
-    int slots[2];
-    read_slots(l, queries, slots);
-    return (size_t)(k[0] * k[1]) * (size_t)slots[1] * (size_t)(k[3] * a->f.v->shape[3]);
+    return (size_t)(k[0] * k[1]) * (size_t)slots_read(l, queries).count *
+           (size_t)(k[3] * a->f.v->shape[3]);
 }
 
 /* Where each part of the scratch starts (floats): the forward's states and phi(k), the terms,
@@ -129,14 +132,11 @@ static void backward_items(const backward_args *a, const backward_launch *l,
                            size_t items[BACKWARD_KERNELS]) {
     const int64_t B = a->f.k->shape[0], Hq = a->f.q->shape[1], Hkv = a->f.k->shape[1];
     const int64_t D = a->f.k->shape[3], Dv = a->f.v->shape[3], bm = l->f.t.BM;
-    int key_slots[2], query_slots[2];
-    read_slots(l, false, key_slots);
-    read_slots(l, true, query_slots);
-    items[0] = (size_t)(B * Hkv * key_slots[1] * Dv);
+    items[0] = (size_t)(B * Hkv * slots_read(l, false).count * Dv);
     items[1] = (size_t)(B * Hq * ((a->f.q->shape[2] + bm - 1) / bm));
     items[2] = (size_t)(B * Hkv * l->qchunks * (D / l->f.t.ROWS));
     items[3] = (size_t)(B * Hkv * D * (Dv / l->f.t.LANES));
-    items[4] = (size_t)(B * Hkv * query_slots[1] * Dv);
+    items[4] = (size_t)(B * Hkv * slots_read(l, true).count * Dv);
     items[5] = (size_t)(B * Hkv * ((a->f.k->shape[2] + bm - 1) / bm));
 }
 
@@ -196,13 +196,12 @@ static int set_views(const backward_call *c, cl_kernel kernel, cl_uint *arg,
 static int set_transpose_args(const backward_call *c, cl_kernel kernel, bool queries, size_t from,
                               size_t to) {
     const backward_args *a = c->a;
-    int slots[2];
-    read_slots(c->l, queries, slots);
+    const read_slots slots = slots_read(c->l, queries);
     cl_uint arg = 0;
     int status = set_scratch(kernel, &arg, c->scratch, from, true, c->wide);
     if (status == CLATTN_SUCCESS) status = set_scratch(kernel, &arg, c->scratch, to, true, c->wide);
-    const int64_t ints[4] = {a->f.k->shape[0] * a->f.k->shape[1],
-                             (queries ? c->l->qchunks : c->l->f.nchunks) + 1, slots[0], slots[1]};
+    const int64_t ints[4] = {a->f.k->shape[0] * a->f.k->shape[1], slots.per_head, slots.first,
+                             slots.count};
     if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, ints, 4);
     return status;
 }
