@@ -152,7 +152,7 @@ inline void CAT(CAT(store_aligned, VEC), _bf16)(__global ushort *p, IDX i, float
     *(__global ushortV *)(p + i) = CAT(CAT(bits, VEC), _bf16)(v);
 }
 
-/* Horizontal reductions of a vector, by halves (VEC 4, 8 or 16). */
+/* Horizontal reductions of a vector, by halves (VEC 2, 4, 8 or 16). */
 inline float hsum(floatV v) {
 #if VEC == 16
     float8 v8 = v.lo + v.hi;
@@ -161,10 +161,14 @@ inline float hsum(floatV v) {
 #endif
 #if VEC >= 8
     float4 v4 = v8.lo + v8.hi;
-#else
+#elif VEC == 4
     float4 v4 = v;
 #endif
+#if VEC >= 4
     float2 v2 = v4.lo + v4.hi;
+#else
+    float2 v2 = v;
+#endif
     return v2.x + v2.y;
 }
 
@@ -176,10 +180,14 @@ inline float hmax(floatV v) {
 #endif
 #if VEC >= 8
     float4 v4 = fmax(v8.lo, v8.hi);
-#else
+#elif VEC == 4
     float4 v4 = v;
 #endif
+#if VEC >= 4
     float2 v2 = fmax(v4.lo, v4.hi);
+#else
+    float2 v2 = v;
+#endif
     return fmax(v2.x, v2.y);
 }
 #endif
