@@ -1,15 +1,17 @@
 /* Rows for the multi-head reshape ops: GB/s (one read and one write of every element), percent
  * of the copy bandwidth measured in the same run, and the ratio against PyTorch's
- * x.view(B,S,H,D).transpose(1,2).contiguous() and its inverse. */
+ * x.view(B,S,H,D).transpose(1,2).contiguous() and its inverse; and for a transposing copy,
+ * clattn_copy of a [B,H,S,E] tensor's view with its two inner dims swapped against
+ * x.transpose(-1, -2).contiguous() (attention's backward transposes p and dS so). */
 #include "bench.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 typedef struct heads_case {
-    const char *op; /* split_heads | merge_heads | split_qkv */
+    const char *op; /* split_heads | merge_heads | split_qkv | transpose */
     clattn_dtype dtype;
-    int64_t b, s, e, h; /* e = H*D (per part for split_qkv) */
+    int64_t b, s, e, h; /* e = H*D (per part for split_qkv); transpose: [B,H,S,E] */
 } heads_case;
 
 typedef struct heads_ctx {
@@ -18,8 +20,14 @@ typedef struct heads_ctx {
     float *input; /* the host image of the op's input: packed, or heads[0] for merge_heads */
 } heads_ctx;
 
+static const int swap_inner[4] = {0, 1, 3, 2};
+
 static int run_heads(void *p, cl_command_queue queue) {
     heads_ctx *x = p;
+    if (strcmp(x->c->op, "transpose") == 0) {
+        clattn_tensor view = clattn_tensor_permute(x->packed, swap_inner);
+        return clattn_copy(&view, NULL, &x->heads[0], queue, 0, NULL, NULL);
+    }
     if (strcmp(x->c->op, "split_heads") == 0)
         return clattn_split_heads(&x->packed, (int)x->c->h, &x->heads[0], queue, 0, NULL, NULL);
     if (strcmp(x->c->op, "merge_heads") == 0)
@@ -46,8 +54,9 @@ static int alloc_case(clattn_env *env, const heads_case *c, heads_ctx *x) {
     memset(x, 0, sizeof *x);
     x->c = c;
     int parts = parts_of(c);
-    const int64_t packed[4] = {1, c->b, c->s, parts * c->e};
-    const int64_t heads[4] = {c->b, c->h, c->s, c->e / c->h};
+    const bool transpose = strcmp(c->op, "transpose") == 0;
+    const int64_t packed[4] = {transpose ? c->b : 1, transpose ? c->h : c->b, c->s, parts * c->e};
+    const int64_t heads[4] = {c->b, c->h, transpose ? c->e : c->s, transpose ? c->s : c->e / c->h};
     int status = clattn_env_alloc(env, c->dtype, packed, &x->packed);
     for (int p = 0; p < parts && status == CLATTN_SUCCESS; ++p)
         status = clattn_env_alloc(env, c->dtype, heads, &x->heads[p]);
@@ -67,10 +76,29 @@ static void free_case(heads_ctx *x) {
     free(x->input);
 }
 
+/* Sampled elements of the transpose are the input's, bit for bit. */
+static int check_transpose(heads_ctx *x, clattn_env *env, bench_report *report, bool *ok) {
+    const heads_case *c = x->c;
+    float *out = NULL;
+    int status = bench_read(env, &x->heads[0], &out);
+    uint64_t state = 7;
+    *ok = true;
+    const int64_t n = c->b * c->h * c->s * c->e;
+    for (int k = 0; k < 256 && status == CLATTN_SUCCESS && *ok; ++k) {
+        const int64_t at = (int64_t)bench_sample(&state, (size_t)n); /* in [B,H,E,S] order */
+        const int64_t ss = at % c->s, ee = at / c->s % c->e, bh = at / (c->s * c->e);
+        *ok = bench_close(report, "transposed", (size_t)at, out[at],
+                          x->input[(bh * c->s + ss) * c->e + ee], 0.0, CLATTN_F32);
+    }
+    free(out);
+    return status;
+}
+
 /* Sampled elements of each output are the input's, bit for bit (the same dtype). */
 static int check_heads(void *p, clattn_env *env, bench_report *report, bool *ok) {
     heads_ctx *x = p;
     const heads_case *c = x->c;
+    if (strcmp(c->op, "transpose") == 0) return check_transpose(x, env, report, ok);
     const bool merge = strcmp(c->op, "merge_heads") == 0;
     const int64_t d = c->e / c->h, width = parts_of(c) * c->e, n = c->b * c->h * c->s * d;
     uint64_t state = 7;
@@ -101,10 +129,16 @@ static int measure(const bench_options *opt, clattn_env *env, bench_ceilings *ce
     bench_timing timing;
     double copy_gbs = 0;
     char shape[96];
-    snprintf(shape, sizeof shape, "B=%lld S=%lld H=%lld D=%lld", (long long)c->b, (long long)c->s,
-             (long long)c->h, (long long)(c->e / c->h));
+    const bool transpose = strcmp(c->op, "transpose") == 0;
+    if (transpose)
+        snprintf(shape, sizeof shape, "B=%lld H=%lld S=%lld E=%lld", (long long)c->b,
+                 (long long)c->h, (long long)c->s, (long long)c->e);
+    else
+        snprintf(shape, sizeof shape, "B=%lld S=%lld H=%lld D=%lld", (long long)c->b,
+                 (long long)c->s, (long long)c->h, (long long)(c->e / c->h));
     int status = alloc_case(env, c, &x);
-    const bench_row_name row = {c->op, "copy4d", c->dtype, shape};
+    const char *kernel = transpose ? "transpose4d" : "copy4d";
+    const bench_row_name row = {c->op, kernel, c->dtype, shape};
     bool wrong = false;
     if (status == CLATTN_SUCCESS)
         status = bench_check_row(report, env, run_heads, &x, check_heads, &row, &wrong);
@@ -112,9 +146,9 @@ static int measure(const bench_options *opt, clattn_env *env, bench_ceilings *ce
         status = bench_time_vs_copy(opt, ceilings, run_heads, &x, clattn_env_queue(env), &timing,
                                     &copy_gbs);
     if (status == CLATTN_SUCCESS && !wrong) {
-        double bytes =
-            2.0 * parts_of(c) * (double)(c->b * c->s * c->e) * (double)clattn_dtype_size(c->dtype);
-        status = bench_add_memory_row(report, env, c->op, "copy4d", c->dtype, shape, &timing, bytes,
+        double elements = (double)(c->b * c->s * c->e) * (transpose ? (double)c->h : parts_of(c));
+        double bytes = 2.0 * elements * (double)clattn_dtype_size(c->dtype);
+        status = bench_add_memory_row(report, env, c->op, kernel, c->dtype, shape, &timing, bytes,
                                       copy_gbs, torch_ms);
     }
     free_case(&x);
@@ -125,9 +159,15 @@ int bench_heads(const bench_options *opt, clattn_env *env, bench_ceilings *ceili
                 bench_report *report) {
     int64_t b = opt->quick ? 2 : 8, s = opt->quick ? 512 : 2048;
     const heads_case cases[] = {
-        {"split_heads", CLATTN_F32, b, s, 1024, 16}, {"merge_heads", CLATTN_F32, b, s, 1024, 16},
-        {"split_heads", CLATTN_F16, b, s, 1024, 16}, {"merge_heads", CLATTN_F16, b, s, 1024, 16},
-        {"split_heads", CLATTN_F32, b, s, 1024, 8},  {"split_qkv", CLATTN_F32, b, s, 1024, 16},
+        {"split_heads", CLATTN_F32, b, s, 1024, 16},
+        {"merge_heads", CLATTN_F32, b, s, 1024, 16},
+        {"split_heads", CLATTN_F16, b, s, 1024, 16},
+        {"merge_heads", CLATTN_F16, b, s, 1024, 16},
+        {"split_heads", CLATTN_F32, b, s, 1024, 8},
+        {"split_qkv", CLATTN_F32, b, s, 1024, 16},
+        /* attention's p at B=4 H=8 S=1024 (B=2 H=4 quick), and one in 16-bit */
+        {"transpose", CLATTN_F32, b / 2, s / 2, s / 2, 8 / (1 + opt->quick)},
+        {"transpose", CLATTN_F16, b / 2, s / 2, s / 2, 8 / (1 + opt->quick)},
     };
     const bench_family family = {sizeof cases / sizeof cases[0], case_op, case_key, measure};
     return bench_run_family(opt, env, ceilings, report, &family, cases);

@@ -1,7 +1,7 @@
 /*
  * Multi-head reshape: one strided 4-D copy kernel, with dtype conversion and an optional
- * broadcast bias add. Split heads, merge heads and packed-QKV split are all views fed to it
- * (src/ops/heads.c builds the views).
+ * broadcast bias add, and its transposing form. Split heads, merge heads and packed-QKV split
+ * are all views fed to them (src/ops/heads.c builds the views and picks the kernel).
  *
  * Build options (every one has a default, so this file compiles alone):
  *   SRC_T, DST_T   storage dtype tokens f32 | f16 | bf16
@@ -130,6 +130,50 @@ __kernel void copy4d(__global const SRC_STORAGE *src, IDX src_off, IDX ss0, IDX 
                 b += bs3;
 #endif
                 STORE1(dst, d, v);
+            }
+        }
+}
+
+/*
+ * transpose4d: the same map without a bias, for a transposed view: the destination's
+ * unit-stride dim (plan dim 3) is strided in the source, whose unit-stride dim is plan dim 2 (as
+ * attention's backward makes of p and dS). copy4d would read such a source one element at a
+ * time, a cache line and often a page per element (3.6 GB/s on PoCL). Here each work-item
+ * moves a VEC x VEC block: VEC vector loads along the source's unit-stride dim, a transpose in
+ * registers, VEC vector stores along the destination's. Blocks cut by the edge of either dim
+ * move element by element.
+ *
+ * Grid: dim 0 the blocks along dim 3, dim 1 the blocks along dim 2, dim 2 the two outer dims
+ * flattened; dims 1 and 2 loop past the grid as copy4d's do. The host sends only views with
+ * ss2 == 1 and ds3 == 1, which the vector accesses assume.
+ */
+#define VALUE_V CAT(VALUE_T, VEC)
+
+__kernel void transpose4d(__global const SRC_STORAGE *src, IDX src_off, IDX ss0, IDX ss1, IDX ss2,
+                          IDX ss3, __global DST_STORAGE *dst, IDX dst_off, IDX ds0, IDX ds1,
+                          IDX ds2, IDX ds3, IDX n0, IDX n1, IDX n2, IDX n3) {
+    const IDX b0 = (IDX)get_global_id(0) * VEC; /* this work-item's block along dim 3 */
+    if (b0 >= n3) return;
+    const IDX nb = min((IDX)VEC, n3 - b0);
+    for (IDX i01 = (IDX)get_global_id(2); i01 < n0 * n1; i01 += (IDX)get_global_size(2))
+        for (IDX a0 = (IDX)get_global_id(1) * VEC; a0 < n2; a0 += (IDX)get_global_size(1) * VEC) {
+            const IDX i0 = i01 / n1;
+            const IDX i1 = i01 - i0 * n1;
+            const IDX s = src_off + i0 * ss0 + i1 * ss1 + a0 * ss2 + b0 * ss3;
+            const IDX d = dst_off + i0 * ds0 + i1 * ds1 + a0 * ds2 + b0 * ds3;
+            const IDX na = min((IDX)VEC, n2 - a0);
+            if (na == VEC && nb == VEC) {
+                VALUE_V in[VEC]; /* in[r]: VEC elements along dim 2, at dim 3 offset r */
+                UNROLL for (int r = 0; r < VEC; ++r) in[r] = LOADV(src, s + (IDX)r * ss3);
+                UNROLL for (int c = 0; c < VEC; ++c) {
+                    VALUE_V out;
+                    UNROLL for (int r = 0; r < VEC; ++r) out[r] = in[r][c];
+                    STOREV(dst, d + (IDX)c * ds2, out);
+                }
+            } else {
+                for (IDX c = 0; c < na; ++c)
+                    for (IDX r = 0; r < nb; ++r)
+                        STORE1(dst, d + c * ds2 + r * ds3, LOAD1(src, s + c * ss2 + r * ss3));
             }
         }
 }

@@ -193,6 +193,35 @@ static void copy_permuted_and_broadcast_views(test_ctx *t) {
     check_copy_case(t, row, NULL, dense(CLATTN_F16, 4, 1, 7, 33, 0), 53, "broadcast");
 }
 
+/* A transposed view (the two inner dims swapped): blocks of VEC x VEC through registers
+ * (transpose4d), with blocks cut by either edge, every dtype pair, and each block width the
+ * tuning table can give. */
+static void copy_transposed_views(test_ctx *t) {
+    static const int swap_inner[4] = {0, 1, 3, 2};
+    for (int a = 0; a < 3; ++a)
+        for (int b = 0; b < 3 && !t->failed; ++b) {
+            char what[40];
+            snprintf(what, sizeof what, "transposed %s->%s", clattn_dtype_name(float_dtypes[a]),
+                     clattn_dtype_name(float_dtypes[b]));
+            clattn_tensor src = dense(float_dtypes[a], 2, 3, 45, 37, 3);
+            check_copy_case(t, clattn_tensor_permute(src, swap_inner), NULL,
+                            dense(float_dtypes[b], 2, 3, 37, 45, 1), 140 + a * 3 + b, what);
+        }
+    static const char *const widths[] = {"VEC=2", "VEC=4", "VEC=16"};
+    for (int w = 0; w < 3 && !t->failed; ++w) {
+        CHECK_OK(t, clattn_tuning_override("copy", widths[w]));
+        clattn_tensor src = dense(CLATTN_F16, 1, 2, 35, 33, 0);
+        check_copy_case(t, clattn_tensor_permute(src, swap_inner), NULL,
+                        dense(CLATTN_F16, 1, 2, 33, 35, 0), 150 + w, widths[w]);
+        /* a whole number of blocks, with outer strides that do not merge */
+        clattn_tensor whole = dense(CLATTN_F32, 3, 1, 32, 16, 0);
+        whole.strides[0] = 32 * 16 + 5;
+        check_copy_case(t, clattn_tensor_permute(whole, swap_inner), NULL,
+                        dense(CLATTN_F32, 3, 1, 16, 32, 2), 160 + w, widths[w]);
+    }
+    clattn_tuning_override("copy", NULL);
+}
+
 static void copy_adds_a_broadcast_bias(test_ctx *t) {
     clattn_tensor bias = dense(CLATTN_F16, 1, 1, 1, 40, 2);
     bias.shape[1] = 3;
@@ -258,15 +287,21 @@ static void copy_with_64_bit_indices(test_ctx *t) {
                     55, "64-bit contiguous");
     check_copy_case(t, clattn_tensor_permute(dense(CLATTN_F32, 2, 7, 5, 9, 0), swap_middle), NULL,
                     dense(CLATTN_F32, 2, 5, 7, 9, 0), 56, "64-bit permuted");
+    static const int swap_inner[4] = {0, 1, 3, 2};
+    check_copy_case(t, clattn_tensor_permute(dense(CLATTN_BF16, 2, 3, 19, 21, 0), swap_inner), NULL,
+                    dense(CLATTN_F32, 2, 3, 21, 19, 1), 58, "64-bit transposed");
     clattn__narrow_index_limit_set(saved);
 }
 
-/* 76800 outer rows that do not merge: the launch caps dim 2 at 65535 and the kernel loops. */
+/* 76800 outer rows that do not merge: the launch caps dim 2 at 65535 and the kernel loops;
+ * copy4d for 3 x 2 inner dims, transpose4d for 16 x 16 ones. */
 static void copy_loops_past_65535_work_groups(test_ctx *t) {
     if (!test_large_shapes(t)) return test_skip(t, "small shapes only (CLATTN_TEST_SMALL)");
     static const int swap_inner[4] = {0, 1, 3, 2};
     clattn_tensor src = clattn_tensor_permute(dense(CLATTN_F32, 256, 300, 2, 3, 0), swap_inner);
     check_copy_case(t, src, NULL, dense(CLATTN_F32, 256, 300, 3, 2, 0), 57, "76800 rows");
+    src = clattn_tensor_permute(dense(CLATTN_F32, 256, 300, 16, 16, 0), swap_inner);
+    check_copy_case(t, src, NULL, dense(CLATTN_F32, 256, 300, 16, 16, 0), 59, "76800 blocks");
 }
 
 /* ---- split, merge, qkv ---- */
@@ -592,6 +627,7 @@ static const test_case cases[] = {
     {"copy_same_dtype_is_bit_exact", copy_same_dtype_is_bit_exact},
     {"copy_converts_every_dtype_pair", copy_converts_every_dtype_pair},
     {"copy_permuted_and_broadcast_views", copy_permuted_and_broadcast_views},
+    {"copy_transposed_views", copy_transposed_views},
     {"copy_adds_a_broadcast_bias", copy_adds_a_broadcast_bias},
     {"copy_aligned_rows_every_dtype_pair", copy_aligned_rows_every_dtype_pair},
     {"copy_with_64_bit_indices", copy_with_64_bit_indices},

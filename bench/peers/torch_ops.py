@@ -10,6 +10,7 @@ when a case cannot run. DIMS is a comma-separated list whose meaning depends on 
   split_heads  B,S,E,H   x.view(B,S,H,D).transpose(1,2).contiguous()
   merge_heads  B,S,E,H   y.transpose(1,2).contiguous().view(B,S,E)   (the inverse)
   split_qkv    B,S,E,H   x.view(B,S,3,H,D).permute(2,0,3,1,4).contiguous(), then unbind(0)
+  transpose    B,S,E,H   x [B,H,S,E]: x.transpose(-1, -2).contiguous()
   softmax      B,H,Sq,Sk torch.softmax(x * scale, -1)
   softmax_masked B,H,Sq,Sk  causal + key lengths Sk - b*Sk/8 as a bool mask built once:
                          torch.softmax(x.masked_fill(~mask, -inf) * scale, -1)
@@ -63,6 +64,11 @@ def merge_heads(dtype, b, s, e, h):
 def split_qkv(dtype, b, s, e, h):
     x = torch.randn(b, s, 3 * e).to(dtype)
     return lambda: x.view(b, s, 3, h, e // h).permute(2, 0, 3, 1, 4).contiguous().unbind(0)
+
+
+def transpose(dtype, b, s, e, h):
+    x = torch.randn(b, h, s, e).to(dtype)
+    return lambda: x.transpose(-1, -2).contiguous()
 
 
 def softmax(dtype, b, h, sq, sk):
@@ -237,6 +243,7 @@ OPS = {
     "split_heads": split_heads,
     "merge_heads": merge_heads,
     "split_qkv": split_qkv,
+    "transpose": transpose,
     "softmax": softmax,
     "softmax_masked": softmax_masked,
 }
