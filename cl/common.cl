@@ -55,8 +55,7 @@ inline ushort bf16_from_f32(float v) {
 }
 inline void store_bf16(__global ushort *p, IDX i, float v) { p[i] = bf16_from_f32(v); }
 
-/* Vector loads and stores of width VEC (4, 8 or 16; hsum/hmax need at least 4), for the
- * contiguous fast paths. vloadN
+/* Vector loads and stores of width VEC (2, 4, 8 or 16), for the contiguous fast paths. vloadN
  * needs only element alignment, so any offset works. VEC 1 uses the scalar helpers. */
 #if defined(VEC) && VEC > 1
 #define floatV CAT(float, VEC)

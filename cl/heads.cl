@@ -1,7 +1,8 @@
 /*
  * Multi-head reshape: one strided 4-D copy kernel, with dtype conversion and an optional
- * broadcast bias add, and its transposing form. Split heads, merge heads and packed-QKV split
- * are all views fed to them (src/ops/heads.c builds the views and picks the kernel).
+ * broadcast bias add, and its transposing form (transpose4d, at the end). Split heads, merge
+ * heads and packed-QKV split are all views fed to them (src/ops/heads.c builds the views and
+ * picks the kernel).
  *
  * Build options (every one has a default, so this file compiles alone):
  *   SRC_T, DST_T   storage dtype tokens f32 | f16 | bf16
@@ -140,14 +141,18 @@ __kernel void copy4d(__global const SRC_STORAGE *src, IDX src_off, IDX ss0, IDX 
  * attention's backward makes of p and dS). copy4d would read such a source one element at a
  * time, a cache line and often a page per element (3.6 GB/s on PoCL). Here each work-item
  * moves a VEC x VEC block: VEC vector loads along the source's unit-stride dim, a transpose in
- * registers, VEC vector stores along the destination's. Blocks cut by the edge of either dim
- * move element by element.
+ * registers (through a private array, since OpenCL C has no subscripts on vectors; the indices
+ * are constants once unrolled), VEC vector stores along the destination's. Blocks cut by the
+ * edge of either dim move element by element.
  *
  * Grid: dim 0 the blocks along dim 3, dim 1 the blocks along dim 2, dim 2 the two outer dims
  * flattened; dims 1 and 2 loop past the grid as copy4d's do. The host sends only views with
- * ss2 == 1 and ds3 == 1, which the vector accesses assume.
+ * ss2 == 1 and ds3 == 1, which the vector accesses assume, and builds it only without a bias and
+ * with VEC at most 8 (a larger block is more registers than it pays for).
  */
-#define VALUE_V CAT(VALUE_T, VEC)
+#if !HAS_BIAS && VEC <= 8
+#define VSTORE CAT(vstore, VEC)
+#define VLOAD  CAT(vload, VEC)
 
 __kernel void transpose4d(__global const SRC_STORAGE *src, IDX src_off, IDX ss0, IDX ss1, IDX ss2,
                           IDX ss3, __global DST_STORAGE *dst, IDX dst_off, IDX ds0, IDX ds1,
@@ -163,12 +168,13 @@ __kernel void transpose4d(__global const SRC_STORAGE *src, IDX src_off, IDX ss0,
             const IDX d = dst_off + i0 * ds0 + i1 * ds1 + a0 * ds2 + b0 * ds3;
             const IDX na = min((IDX)VEC, n2 - a0);
             if (na == VEC && nb == VEC) {
-                VALUE_V in[VEC]; /* in[r]: VEC elements along dim 2, at dim 3 offset r */
-                UNROLL for (int r = 0; r < VEC; ++r) in[r] = LOADV(src, s + (IDX)r * ss3);
+                VALUE_T block[VEC][VEC]; /* block[r]: VEC elements along dim 2, dim 3 offset r */
+                UNROLL for (int r = 0; r < VEC; ++r)
+                    VSTORE(LOADV(src, s + (IDX)r * ss3), 0, block[r]);
                 UNROLL for (int c = 0; c < VEC; ++c) {
-                    VALUE_V out;
-                    UNROLL for (int r = 0; r < VEC; ++r) out[r] = in[r][c];
-                    STOREV(dst, d + (IDX)c * ds2, out);
+                    VALUE_T column[VEC];
+                    UNROLL for (int r = 0; r < VEC; ++r) column[r] = block[r][c];
+                    STOREV(dst, d + (IDX)c * ds2, VLOAD(0, column));
                 }
             } else {
                 for (IDX c = 0; c < na; ++c)
@@ -177,3 +183,4 @@ __kernel void transpose4d(__global const SRC_STORAGE *src, IDX src_off, IDX ss0,
             }
         }
 }
+#endif

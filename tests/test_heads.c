@@ -193,9 +193,24 @@ static void copy_permuted_and_broadcast_views(test_ctx *t) {
     check_copy_case(t, row, NULL, dense(CLATTN_F16, 4, 1, 7, 33, 0), 53, "broadcast");
 }
 
+/* check_copy_case, and that the copy ran `kernel` (the results alone would not tell
+ * transpose4d from copy4d). */
+static void check_copy_kernel(test_ctx *t, clattn_tensor src, clattn_tensor dst, uint64_t seed,
+                              const char *what, const char *kernel) {
+    clattn__trace_kernels(true);
+    check_copy_case(t, src, NULL, dst, seed, what);
+    clattn__trace_kernels(false);
+    clattn__traced_kernel ran[1];
+    const size_t n = clattn__trace_take(ran, 1);
+    if (!t->failed && (n == 0 || strcmp(ran[0].name, kernel) != 0))
+        test_fail_at(t, __FILE__, __LINE__, "%s: ran %s, not %s", what, n ? ran[0].name : "nothing",
+                     kernel);
+    if (n) clReleaseEvent(ran[0].event);
+}
+
 /* A transposed view (the two inner dims swapped): blocks of VEC x VEC through registers
  * (transpose4d), with blocks cut by either edge, every dtype pair, and each block width the
- * tuning table can give. */
+ * tuning table can give (16 is capped to 8); inner dims shorter than a block go to copy4d. */
 static void copy_transposed_views(test_ctx *t) {
     static const int swap_inner[4] = {0, 1, 3, 2};
     for (int a = 0; a < 3; ++a)
@@ -204,20 +219,28 @@ static void copy_transposed_views(test_ctx *t) {
             snprintf(what, sizeof what, "transposed %s->%s", clattn_dtype_name(float_dtypes[a]),
                      clattn_dtype_name(float_dtypes[b]));
             clattn_tensor src = dense(float_dtypes[a], 2, 3, 45, 37, 3);
-            check_copy_case(t, clattn_tensor_permute(src, swap_inner), NULL,
-                            dense(float_dtypes[b], 2, 3, 37, 45, 1), 140 + a * 3 + b, what);
+            check_copy_kernel(t, clattn_tensor_permute(src, swap_inner),
+                              dense(float_dtypes[b], 2, 3, 37, 45, 1), 140 + a * 3 + b, what,
+                              "transpose4d");
         }
     static const char *const widths[] = {"VEC=2", "VEC=4", "VEC=16"};
     for (int w = 0; w < 3 && !t->failed; ++w) {
         CHECK_OK(t, clattn_tuning_override("copy", widths[w]));
         clattn_tensor src = dense(CLATTN_F16, 1, 2, 35, 33, 0);
-        check_copy_case(t, clattn_tensor_permute(src, swap_inner), NULL,
-                        dense(CLATTN_F16, 1, 2, 33, 35, 0), 150 + w, widths[w]);
+        check_copy_kernel(t, clattn_tensor_permute(src, swap_inner),
+                          dense(CLATTN_F16, 1, 2, 33, 35, 0), 150 + w, widths[w], "transpose4d");
+        check_copy_kernel(t, clattn_tensor_permute(src, swap_inner),
+                          dense(CLATTN_F32, 1, 2, 33, 35, 2), 155 + w, widths[w], "transpose4d");
         /* a whole number of blocks, with outer strides that do not merge */
         clattn_tensor whole = dense(CLATTN_F32, 3, 1, 32, 16, 0);
         whole.strides[0] = 32 * 16 + 5;
-        check_copy_case(t, clattn_tensor_permute(whole, swap_inner), NULL,
-                        dense(CLATTN_F32, 3, 1, 16, 32, 2), 160 + w, widths[w]);
+        check_copy_kernel(t, clattn_tensor_permute(whole, swap_inner),
+                          dense(CLATTN_F32, 3, 1, 16, 32, 2), 160 + w, widths[w], "transpose4d");
+        /* 7 rows: under a block at VEC=8 (and the 16 that is capped to it) */
+        clattn_tensor narrow = dense(CLATTN_BF16, 1, 1, 40, 7, 0);
+        check_copy_kernel(t, clattn_tensor_permute(narrow, swap_inner),
+                          dense(CLATTN_BF16, 1, 1, 7, 40, 0), 165 + w, widths[w],
+                          w < 2 ? "transpose4d" : "copy4d");
     }
     clattn_tuning_override("copy", NULL);
 }
@@ -301,7 +324,8 @@ static void copy_loops_past_65535_work_groups(test_ctx *t) {
     clattn_tensor src = clattn_tensor_permute(dense(CLATTN_F32, 256, 300, 2, 3, 0), swap_inner);
     check_copy_case(t, src, NULL, dense(CLATTN_F32, 256, 300, 3, 2, 0), 57, "76800 rows");
     src = clattn_tensor_permute(dense(CLATTN_F32, 256, 300, 16, 16, 0), swap_inner);
-    check_copy_case(t, src, NULL, dense(CLATTN_F32, 256, 300, 16, 16, 0), 59, "76800 blocks");
+    check_copy_kernel(t, src, dense(CLATTN_F32, 256, 300, 16, 16, 0), 59, "76800 blocks",
+                      "transpose4d");
 }
 
 /* ---- split, merge, qkv ---- */

@@ -76,6 +76,8 @@ DEFAULT_ROWS=( # most wanted first: rows past the budget are skipped
   "mm-at-slice|gemm --only f16 --no-peers|matmul:UNIT_AHEAD=0"
   "q32|attention --only f16 --no-peers|attention:UNIT_QUERIES=32"
   "keys64|attention --only f16 --no-peers|attention:UNIT_KEYS=64"
+  "default|transpose|"
+  "default|attention_backward --only f32|"
 )
 
 DEBS=(ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-c-headers opencl-clhpp-headers libclblast1
