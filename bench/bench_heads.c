@@ -22,9 +22,13 @@ typedef struct heads_ctx {
 
 static const int swap_inner[4] = {0, 1, 3, 2};
 
+static bool is_transpose(const heads_case *c) {
+    return strcmp(c->op, "transpose") == 0;
+}
+
 static int run_heads(void *p, cl_command_queue queue) {
     heads_ctx *x = p;
-    if (strcmp(x->c->op, "transpose") == 0) {
+    if (is_transpose(x->c)) {
         clattn_tensor view = clattn_tensor_permute(x->packed, swap_inner);
         return clattn_copy(&view, NULL, &x->heads[0], queue, 0, NULL, NULL);
     }
@@ -54,7 +58,7 @@ static int alloc_case(clattn_env *env, const heads_case *c, heads_ctx *x) {
     memset(x, 0, sizeof *x);
     x->c = c;
     int parts = parts_of(c);
-    const bool transpose = strcmp(c->op, "transpose") == 0;
+    const bool transpose = is_transpose(c);
     const int64_t packed[4] = {transpose ? c->b : 1, transpose ? c->h : c->b, c->s, parts * c->e};
     const int64_t heads[4] = {c->b, c->h, transpose ? c->e : c->s, transpose ? c->s : c->e / c->h};
     int status = clattn_env_alloc(env, c->dtype, packed, &x->packed);
@@ -98,7 +102,7 @@ static int check_transpose(heads_ctx *x, clattn_env *env, bench_report *report, 
 static int check_heads(void *p, clattn_env *env, bench_report *report, bool *ok) {
     heads_ctx *x = p;
     const heads_case *c = x->c;
-    if (strcmp(c->op, "transpose") == 0) return check_transpose(x, env, report, ok);
+    if (is_transpose(c)) return check_transpose(x, env, report, ok);
     const bool merge = strcmp(c->op, "merge_heads") == 0;
     const int64_t d = c->e / c->h, width = parts_of(c) * c->e, n = c->b * c->h * c->s * d;
     uint64_t state = 7;
@@ -129,7 +133,7 @@ static int measure(const bench_options *opt, clattn_env *env, bench_ceilings *ce
     bench_timing timing;
     double copy_gbs = 0;
     char shape[96];
-    const bool transpose = strcmp(c->op, "transpose") == 0;
+    const bool transpose = is_transpose(c);
     if (transpose)
         snprintf(shape, sizeof shape, "B=%lld H=%lld S=%lld E=%lld", (long long)c->b,
                  (long long)c->h, (long long)c->s, (long long)c->e);

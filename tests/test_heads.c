@@ -10,6 +10,8 @@
 #include <string.h>
 
 static const clattn_dtype float_dtypes[3] = {CLATTN_F32, CLATTN_F16, CLATTN_BF16};
+/* A permutation that swaps the two inner dims: a transposed view. */
+static const int swap_inner[4] = {0, 1, 3, 2};
 
 /* Bytes a buffer needs to hold the view, plus a margin that must stay untouched. */
 #define MARGIN 5
@@ -212,7 +214,6 @@ static void check_copy_kernel(test_ctx *t, clattn_tensor src, clattn_tensor dst,
  * (transpose4d), with blocks cut by either edge, every dtype pair, and each block width the
  * tuning table can give (16 is capped to 8); inner dims shorter than a block go to copy4d. */
 static void copy_transposed_views(test_ctx *t) {
-    static const int swap_inner[4] = {0, 1, 3, 2};
     for (int a = 0; a < 3; ++a)
         for (int b = 0; b < 3 && !t->failed; ++b) {
             char what[40];
@@ -310,7 +311,6 @@ static void copy_with_64_bit_indices(test_ctx *t) {
                     55, "64-bit contiguous");
     check_copy_case(t, clattn_tensor_permute(dense(CLATTN_F32, 2, 7, 5, 9, 0), swap_middle), NULL,
                     dense(CLATTN_F32, 2, 5, 7, 9, 0), 56, "64-bit permuted");
-    static const int swap_inner[4] = {0, 1, 3, 2};
     check_copy_case(t, clattn_tensor_permute(dense(CLATTN_BF16, 2, 3, 19, 21, 0), swap_inner), NULL,
                     dense(CLATTN_F32, 2, 3, 21, 19, 1), 58, "64-bit transposed");
     clattn__narrow_index_limit_set(saved);
@@ -320,7 +320,6 @@ static void copy_with_64_bit_indices(test_ctx *t) {
  * copy4d for 3 x 2 inner dims, transpose4d for 16 x 16 ones. */
 static void copy_loops_past_65535_work_groups(test_ctx *t) {
     if (!test_large_shapes(t)) return test_skip(t, "small shapes only (CLATTN_TEST_SMALL)");
-    static const int swap_inner[4] = {0, 1, 3, 2};
     clattn_tensor src = clattn_tensor_permute(dense(CLATTN_F32, 256, 300, 2, 3, 0), swap_inner);
     check_copy_case(t, src, NULL, dense(CLATTN_F32, 256, 300, 3, 2, 0), 57, "76800 rows");
     src = clattn_tensor_permute(dense(CLATTN_F32, 256, 300, 16, 16, 0), swap_inner);
