@@ -238,8 +238,14 @@ inline int2 mask_plain_keys(const mask_row *r) {
 #endif
 }
 
-/* The score of key j (lo <= j < hi) given its raw value x: the masked logit, or -INFINITY. */
-inline float mask_score(const mask_params *p, const mask_row *r, int j, float x) {
+/* Without a keep mask or global positions every key of [lo, hi) is visible: causality, the
+ * lengths, the window and a key split all narrow [lo, hi) itself (mask_row_start,
+ * mask_row_clip). A kernel that stays inside [lo, hi) then scores with mask_logit(_vec) and
+ * skips the per-key visibility test (on PoCL the test and its select halved softmax_rows). */
+#define MASK_SPAN_ALL_VISIBLE (!HAS_KEEP && !HAS_GLOBAL)
+
+/* The logit of key j given its raw value x, before visibility: scale, softcap, bias, ALiBi. */
+inline float mask_logit(const mask_params *p, const mask_row *r, int j, float x) {
     float s = p->scale * x;
 #if HAS_SOFTCAP
     s = p->softcap * tanh(s / p->softcap);
@@ -250,6 +256,12 @@ inline float mask_score(const mask_params *p, const mask_row *r, int j, float x)
 #if HAS_ALIBI
     s -= r->slope * fabs((float)(r->pos - j));
 #endif
+    return s;
+}
+
+/* The score of key j (lo <= j < hi) given its raw value x: the masked logit, or -INFINITY. */
+inline float mask_score(const mask_params *p, const mask_row *r, int j, float x) {
+    const float s = mask_logit(p, r, j, x);
     int visible = j < r->end && j >= r->start;
     int in_window = j >= r->wlo && j <= r->whi;
 #if HAS_GLOBAL
@@ -305,9 +317,8 @@ inline intV mask_keep_vec(const mask_params *p, const mask_row *r, int j) {
 }
 #endif
 
-/* mask_score for keys j .. j+VEC-1 of the row (inside [0, Sk)); keys outside [lo, hi) are hidden
- * like any other, so a chunk may straddle lo or hi. */
-inline floatV mask_score_vec(const mask_params *p, const mask_row *r, int j, floatV x) {
+/* mask_logit for keys j .. j+VEC-1. */
+inline floatV mask_logit_vec(const mask_params *p, const mask_row *r, int j, floatV x) {
     floatV s = p->scale * x;
 #if HAS_SOFTCAP
     s = p->softcap * tanh(s / p->softcap);
@@ -315,10 +326,17 @@ inline floatV mask_score_vec(const mask_params *p, const mask_row *r, int j, flo
 #if HAS_BIAS
     s += mask_bias_vec(p, r, j);
 #endif
-    intV jv = (intV)j + lane_ids();
 #if HAS_ALIBI
-    s -= r->slope * fabs(CAT(convert_float, VEC)((intV)r->pos - jv));
+    s -= r->slope * fabs(CAT(convert_float, VEC)((intV)r->pos - ((intV)j + lane_ids())));
 #endif
+    return s;
+}
+
+/* mask_score for keys j .. j+VEC-1 of the row (inside [0, Sk)); keys outside [lo, hi) are hidden
+ * like any other, so a chunk may straddle lo or hi. */
+inline floatV mask_score_vec(const mask_params *p, const mask_row *r, int j, floatV x) {
+    const floatV s = mask_logit_vec(p, r, j, x);
+    const intV jv = (intV)j + lane_ids();
     intV visible = jv < (intV)r->end & jv >= (intV)r->start;
     intV in_window = jv >= (intV)r->wlo & jv <= (intV)r->whi;
 #if HAS_GLOBAL
