@@ -146,6 +146,17 @@ class _Borrowed(_Storage):
         self.desc = self.array = None
 
 
+class _Workspace(_Storage):
+    """The scratch a Context lends its calls (Context._workspace_for): `nbytes` bytes."""
+
+    def __init__(self, ctx, nbytes):
+        desc = _lib.Tensor()
+        dims = (ctypes.c_int64 * 4)(1, 1, 1, (nbytes + 3) // 4)
+        _check(ctx._lib.clattn_env_alloc(ctx._env, _lib.F32, dims, ctypes.byref(desc)))
+        self.nbytes = nbytes
+        super().__init__(ctx, desc)
+
+
 class Tensor:
     """A tensor on one Context's device: shape (1 to 4 dims), dtype, strides and offset (in
     elements) as clattn's descriptor has them, over a buffer it owns or shares with the tensor it
@@ -365,6 +376,7 @@ class Context:
         self._storages = weakref.WeakSet()
         self._cl_queue = None
         self._out_of_order = False
+        self._workspace = None
         spec = None if device is None else str(device).encode()
         _check(self._lib.clattn_env_create(spec, ctypes.byref(self._env)))
 
@@ -384,6 +396,7 @@ class Context:
         self._storages = weakref.WeakSet()
         self._cl_queue = None
         self._out_of_order = False
+        self._workspace = None
         _check(self._lib.clattn_env_wrap(ctypes.c_void_p(queue.int_ptr), ctypes.byref(self._env)))
         self._cl_queue = queue
         self._out_of_order = bool(
@@ -401,6 +414,40 @@ class Context:
     def device(self):
         d = self._lib.clattn_env_device_desc(self._env).contents
         return "%s / %s" % (d.platform_name.decode(), d.name.decode())
+
+    @property
+    def workspace_bytes(self):
+        """The bytes of scratch the Context keeps for its calls (0: none). On an in-order queue
+        the calls that need scratch (attention, its backward, linear attention and its backward,
+        mha) share one buffer, grown to the largest need so far, instead of allocating their own
+        each time: fresh device memory is not free (on a CPU device, the page faults of its first
+        touch cost more than the composed attention's kernels). release_workspace() gives it
+        back; close() does too."""
+        ws = self._workspace
+        return ws.nbytes if ws is not None and ws.desc is not None else 0
+
+    def release_workspace(self):
+        """Releases the scratch the Context keeps (workspace_bytes); the next call that needs
+        some allocates it again. Calls already enqueued keep theirs until they are done."""
+        if self._workspace is not None:
+            self._workspace.free()
+            self._workspace = None
+
+    def _workspace_for(self, scope, size_query, *args):
+        """The call's workspace (a cl_mem, or None: the library allocates the call's own).
+        size_query is the op's clattn_*_workspace_size, args its arguments before the queue.
+        Calls on an out-of-order queue may overlap, so they take none. A workspace that a
+        larger need replaces stays alive with the scope until the call has been enqueued."""
+        if self._out_of_order:
+            return None
+        need = ctypes.c_size_t(0)
+        _check(size_query(*args, self._queue(), ctypes.byref(need)))
+        if need.value == 0:
+            return None
+        if self.workspace_bytes < need.value:
+            self._workspace = _Workspace(self, need.value)
+        scope.kept.append(self._workspace)
+        return self._workspace.desc.buffer
 
     def matrix_units(self):
         """The matrix units clattn can drive on this device (clattn_matrix_units): a list of
@@ -719,11 +766,15 @@ class Context:
             wt = self._alloc(scope, scores, _lib.F32) if return_weights else None
             options = _lib.AttentionOptions(paths[path],
                                             ctypes.pointer(wt) if wt is not None else None, None)
+            lse_p = ctypes.byref(lse) if lse is not None else None
+            options.workspace = self._workspace_for(
+                scope, self._lib.clattn_attention_workspace_size, ctypes.byref(qt),
+                ctypes.byref(kt), ctypes.byref(vt), ctypes.byref(m), ctypes.byref(ot), lse_p,
+                ctypes.byref(options))
             _check(self._lib.clattn_attention_ex(
                 ctypes.byref(qt), ctypes.byref(kt), ctypes.byref(vt),
                 0.0 if scale is None else float(scale), ctypes.byref(m), ctypes.byref(ot),
-                ctypes.byref(lse) if lse is not None else None, ctypes.byref(options),
-                *scope.tail()))
+                lse_p, ctypes.byref(options), *scope.tail()))
             results = [self._download(scope, ot, out_shape, q.dtype)]
             if return_weights:
                 results.append(self._download(scope, wt, scores, np.float32))
@@ -774,6 +825,10 @@ class Context:
             dbt = self._alloc(scope, _as_4d("bias", bias_shape), _lib.F32) if return_dbias else None
             options = _lib.AttentionBackwardOptions(
                 paths[path], ctypes.pointer(dbt) if dbt is not None else None, None)
+            options.workspace = self._workspace_for(
+                scope, self._lib.clattn_attention_backward_workspace_size,
+                *(ctypes.byref(t) for t in (qt, kt, vt, ot, dot, lt)), ctypes.byref(m),
+                *(ctypes.byref(g) for g in grads), ctypes.byref(options))
             _check(self._lib.clattn_attention_backward(
                 *(ctypes.byref(t) for t in (qt, kt, vt, ot, dot, lt)),
                 0.0 if scale is None else float(scale), ctypes.byref(m),
@@ -798,6 +853,10 @@ class Context:
             ot = self._alloc(scope, out_shape, _code_of(q.dtype), out)
             m = self._linear_mask(scope, q.shape[0], causal, key_lengths, query_lengths)
             options = _linear_options(feature_map, eps)
+            options.workspace = self._workspace_for(
+                scope, self._lib.clattn_linear_attention_workspace_size, ctypes.byref(qt),
+                ctypes.byref(kt), ctypes.byref(vt), ctypes.byref(m), ctypes.byref(ot),
+                ctypes.byref(options))
             _check(self._lib.clattn_linear_attention(
                 ctypes.byref(qt), ctypes.byref(kt), ctypes.byref(vt), ctypes.byref(m),
                 ctypes.byref(ot), ctypes.byref(options), *scope.tail()))
@@ -820,6 +879,10 @@ class Context:
             grads = [self._alloc(scope, a.shape, _code_of(q.dtype)) for a in (q, k, v)]
             m = self._linear_mask(scope, q.shape[0], causal, key_lengths, query_lengths)
             options = _linear_options(feature_map, eps)
+            options.workspace = self._workspace_for(
+                scope, self._lib.clattn_linear_attention_backward_workspace_size,
+                *(ctypes.byref(t) for t in (qt, kt, vt, dt)), ctypes.byref(m),
+                *(ctypes.byref(g) for g in grads), ctypes.byref(options))
             _check(self._lib.clattn_linear_attention_backward(
                 *(ctypes.byref(t) for t in (qt, kt, vt, dt)), ctypes.byref(m),
                 *(ctypes.byref(g) for g in grads), ctypes.byref(options), *scope.tail()))
@@ -953,6 +1016,9 @@ class Context:
                 wt = self._alloc(scope, _as_4d("weights", weights_shape), _code_of(query.dtype))
                 options.weights = ctypes.pointer(wt)
                 options.average_attn_weights = int(bool(average_attn_weights))
+            options.workspace = self._workspace_for(
+                scope, self._lib.clattn_mha_workspace_size, ctypes.byref(qt), ctypes.byref(kt),
+                ctypes.byref(vt), ctypes.byref(params), ctypes.byref(ot), ctypes.byref(options))
             _check(self._lib.clattn_mha_forward(
                 ctypes.byref(qt), ctypes.byref(kt), ctypes.byref(vt), ctypes.byref(params),
                 ctypes.byref(ot), ctypes.byref(options), *scope.tail()))
@@ -1088,6 +1154,7 @@ class _Scope(list):
         self.waits = list(wait_for or []) + [e for a in arrays for e in a.events]
         self.outputs = {}
         self.borrowed = []
+        self.kept = []  # objects that must outlive the call's enqueue (a replaced workspace)
         self.unordered = self.mode != "pyopencl"  # some result carries no event of the call
         self._event = ctypes.c_void_p()
         self._cl_event = None

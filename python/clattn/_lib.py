@@ -144,6 +144,7 @@ def _declare(lib):
     env_p = c_void_p
     queue = c_void_p
     tail = [queue, c_uint, c_void_p, c_void_p]
+    size = [queue, POINTER(c_size_t)]  # the *_workspace_size queries' last two
     signatures = {
         "clattn_status_name": (c_char_p, [c_int]),
         "clattn_last_error": (c_char_p, []),
@@ -217,6 +218,38 @@ def _declare(lib):
         "clattn_softmax_backward": (
             c_int,
             [POINTER(Tensor), POINTER(Tensor), c_float, POINTER(Tensor)] + tail,
+        ),
+        "clattn_attention_workspace_size": (
+            c_int,
+            [POINTER(Tensor)] * 3
+            + [POINTER(Mask), POINTER(Tensor), POINTER(Tensor), POINTER(AttentionOptions)]
+            + size,
+        ),
+        "clattn_attention_backward_workspace_size": (
+            c_int,
+            [POINTER(Tensor)] * 6
+            + [POINTER(Mask)]
+            + [POINTER(Tensor)] * 3
+            + [POINTER(AttentionBackwardOptions)]
+            + size,
+        ),
+        "clattn_linear_attention_workspace_size": (
+            c_int,
+            [POINTER(Tensor)] * 3 + [POINTER(Mask), POINTER(Tensor), POINTER(LinearOptions)] + size,
+        ),
+        "clattn_linear_attention_backward_workspace_size": (
+            c_int,
+            [POINTER(Tensor)] * 4
+            + [POINTER(Mask)]
+            + [POINTER(Tensor)] * 3
+            + [POINTER(LinearOptions)]
+            + size,
+        ),
+        "clattn_mha_workspace_size": (
+            c_int,
+            [POINTER(Tensor)] * 3
+            + [POINTER(MhaParams), POINTER(Tensor), POINTER(MhaOptions)]
+            + size,
         ),
     }
     for name, (restype, argtypes) in signatures.items():

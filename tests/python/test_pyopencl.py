@@ -131,6 +131,13 @@ def test_an_out_of_order_queue_orders_every_kind_of_call(out_of_order):
         assert np.array_equal(back.get(), want_q)
 
 
+def test_an_out_of_order_queue_keeps_no_workspace(out_of_order):
+    """Its calls may overlap, so each allocates its own scratch (none is shared)."""
+    q = RNG.standard_normal((1, 2, 64, 16)).astype(np.float32)
+    out = out_of_order.attention(q, q, q, path="composed")
+    assert out_of_order.workspace_bytes == 0 and np.isfinite(out).all()
+
+
 def test_close_leaves_the_callers_queue_working(device):
     queue = cl.CommandQueue(cl.Context([device]))
     ctx = clattn.Context.from_pyopencl(queue)

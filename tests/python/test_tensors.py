@@ -135,6 +135,42 @@ def test_release_on_del_and_close(ctx):
         kept.numpy()  # released with its context
 
 
+def _attention_reference(q, k, v):
+    s = np.einsum("bhqd,bhkd->bhqk", q.astype(np.float64), k) / np.sqrt(q.shape[-1])
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return np.einsum("bhqk,bhkd->bhqd", p / p.sum(-1, keepdims=True), v)
+
+
+def test_calls_share_one_workspace_grown_to_the_largest_need():
+    """The ops that need scratch borrow the Context's one workspace instead of allocating their
+    own per call: a smaller need takes it as it is, a larger one replaces it while calls that
+    used the old one may still be in flight (Tensors: nothing waits between the calls), and
+    release_workspace gives it back."""
+    shapes = [(1, 2, 64, 16), (2, 2, 160, 16), (1, 2, 64, 16)]
+    inputs = [[RNG.standard_normal(s).astype(np.float32) for _ in range(3)] for s in shapes]
+    with clattn.Context() as c:
+        assert c.workspace_bytes == 0
+        outs, held = [], []
+        for q, k, v in inputs:
+            outs.append(c.attention(c.tensor(q), c.tensor(k), c.tensor(v), path="composed"))
+            held.append(c.workspace_bytes)
+        assert 0 < held[0] < held[1] == held[2], held
+        for (q, k, v), out in zip(inputs, outs):
+            np.testing.assert_allclose(out.numpy(), _attention_reference(q, k, v), atol=2e-5)
+        c.release_workspace()
+        assert c.workspace_bytes == 0
+        q, k, v = inputs[1]
+        x, w = q[0], RNG.standard_normal((3 * 16, 16)).astype(np.float32)
+        for call in (lambda: c.mha(x, x, x, 2, w, None, w[:16], None),
+                     lambda: c.linear_attention(q, k, v, causal=True),
+                     lambda: c.linear_attention_backward(q, q, k, v, causal=True),
+                     lambda: c.attention_backward(q, q, k, v, q, np.zeros(q.shape[:3], np.float32),
+                                                  path="composed")):
+            call()
+            assert c.workspace_bytes > 0, call
+            c.release_workspace()
+
+
 def test_wrong_tensors_are_refused(ctx):
     with clattn.Context() as other:
         foreign = other.tensor(np.ones((1, 1, 4, 8), np.float32))
