@@ -8,7 +8,9 @@ out. The surface mirrors PyTorch names; see docs/design.md (The Python binding) 
     p = ctx.softmax(scores, scale=0.125, causal=True, key_lengths=[5, 7])
 """
 import ctypes
+import math
 import sys
+import threading
 import weakref
 
 import numpy as np
@@ -112,20 +114,25 @@ _STORAGE_CODES = {np.dtype(np.float32): _lib.F32, np.dtype(np.float16): _lib.F16
 _CODE_DTYPES = {_lib.F32: np.dtype(np.float32), _lib.F16: np.dtype(np.float16),
                 _lib.BF16: "bfloat16", _lib.I32: np.dtype(np.int32), _lib.U8: np.dtype(np.bool_)}
 _FLOAT_CODES = (_lib.F32, _lib.F16, _lib.BF16)
+_CODE_BYTES = {_lib.F32: 4, _lib.F16: 2, _lib.BF16: 2, _lib.I32: 4, _lib.U8: 1}
+_KEPT_BUFFERS = 32  # the most freed buffers a Context keeps for reuse (Context._give_back)
 
 
 class _Storage:
-    """A buffer its Context allocated: released when no tensor views it any more, or when the
-    context closes (whichever comes first)."""
+    """A buffer its Context allocated: given back when no tensor views it any more, or when the
+    context closes (whichever comes first). `reusable`: the Context may keep it for a later
+    tensor of the same bytes (not once a pyopencl array shares it, nor for the workspace)."""
+
+    reusable = True
 
     def __init__(self, ctx, desc):
         self.ctx, self.desc = ctx, desc
         ctx._storages.add(self)
 
     def free(self):
-        if self.desc is not None:
-            self.ctx._lib.clattn_tensor_free(ctypes.byref(self.desc))
-            self.desc = None
+        desc, self.desc = self.desc, None  # first: a second free() finds nothing to give back
+        if desc is not None:
+            self.ctx._give_back(desc, self.reusable)
 
     def __del__(self):
         try:
@@ -149,10 +156,10 @@ class _Borrowed(_Storage):
 class _Workspace(_Storage):
     """The scratch a Context lends its calls (Context._workspace_for): `nbytes` bytes."""
 
+    reusable = False
+
     def __init__(self, ctx, nbytes):
-        desc = _lib.Tensor()
-        dims = (ctypes.c_int64 * 4)(1, 1, 1, (nbytes + 3) // 4)
-        _check(ctx._lib.clattn_env_alloc(ctx._env, _lib.F32, dims, ctypes.byref(desc)))
+        desc = ctx._alloc_desc(_lib.F32, (1, 1, 1, (nbytes + 3) // 4))
         self.nbytes = nbytes
         super().__init__(ctx, desc)
 
@@ -290,6 +297,7 @@ class Tensor:
         import pyopencl
         import pyopencl.array
         item = self.dtype.itemsize
+        self._storage.reusable = False  # the array may outlive every Tensor over the buffer
         buffer = pyopencl.Buffer.from_int_ptr(desc.buffer, retain=True)
         array = pyopencl.array.Array(ctx._cl_queue, self.shape, self.dtype, data=buffer,
                                      offset=desc.offset * item,
@@ -377,6 +385,7 @@ class Context:
         self._cl_queue = None
         self._out_of_order = False
         self._workspace = None
+        self._kept, self._kept_lock, self._closing = [], threading.RLock(), False
         spec = None if device is None else str(device).encode()
         _check(self._lib.clattn_env_create(spec, ctypes.byref(self._env)))
 
@@ -397,6 +406,7 @@ class Context:
         self._cl_queue = None
         self._out_of_order = False
         self._workspace = None
+        self._kept, self._kept_lock, self._closing = [], threading.RLock(), False
         _check(self._lib.clattn_env_wrap(ctypes.c_void_p(queue.int_ptr), ctypes.byref(self._env)))
         self._cl_queue = queue
         self._out_of_order = bool(
@@ -415,23 +425,83 @@ class Context:
         d = self._lib.clattn_env_device_desc(self._env).contents
         return "%s / %s" % (d.platform_name.decode(), d.name.decode())
 
+    # ---- memory kept between calls ----
+
     @property
     def workspace_bytes(self):
         """The bytes of scratch the Context keeps for its calls (0: none). On an in-order queue
         the calls that need scratch (attention, its backward, linear attention and its backward,
         mha) share one buffer, grown to the largest need so far, instead of allocating their own
         each time: fresh device memory is not free (on a CPU device, the page faults of its first
-        touch cost more than the composed attention's kernels). release_workspace() gives it
-        back; close() does too."""
+        touch cost more than the composed attention's kernels)."""
         ws = self._workspace
         return ws.nbytes if ws is not None and ws.desc is not None else 0
 
-    def release_workspace(self):
-        """Releases the scratch the Context keeps (workspace_bytes); the next call that needs
-        some allocates it again. Calls already enqueued keep theirs until they are done."""
+    @property
+    def cached_bytes(self):
+        """The bytes the Context holds beyond its live tensors: the workspace, and the buffers
+        of freed tensors and of calls' numpy scratch, kept (on an in-order queue, at most 32) for
+        the next allocation of the same size. release_cached() gives them back."""
+        with self._kept_lock:
+            kept = sum(nbytes for nbytes, _ in self._kept)
+        return self.workspace_bytes + kept
+
+    def release_cached(self):
+        """Releases the workspace and the kept buffers (cached_bytes); later calls allocate
+        again. Calls already enqueued keep what they use until they are done."""
         if self._workspace is not None:
             self._workspace.free()
             self._workspace = None
+        with self._kept_lock:
+            kept, self._kept = self._kept, []
+        for _, desc in kept:
+            self._lib.clattn_tensor_free(ctypes.byref(desc))
+
+    def _alloc_desc(self, code, shape4):
+        """clattn_env_alloc; when the device has no room, once more after release_cached()."""
+        desc = _lib.Tensor()
+        dims = (ctypes.c_int64 * 4)(*shape4)
+        status = self._lib.clattn_env_alloc(self._env, code, dims, ctypes.byref(desc))
+        if status != 0 and self.cached_bytes:
+            self.release_cached()
+            status = self._lib.clattn_env_alloc(self._env, code, dims, ctypes.byref(desc))
+        _check(status)
+        return desc
+
+    def _new_desc(self, code, shape4):
+        """A dense descriptor of dtype `code` and 4-d shape over a buffer of its bytes: one kept
+        from a freed tensor of the same bytes, else a new allocation (which also refuses a
+        shape clattn_env_alloc refuses)."""
+        desc = None
+        if code in _CODE_BYTES and all(n > 0 for n in shape4) and math.prod(shape4) <= 1 << 40:
+            nbytes = _CODE_BYTES[code] * math.prod(shape4)
+            with self._kept_lock:
+                at = [i for i, (n, _) in enumerate(self._kept) if n == nbytes]
+                desc = self._kept.pop(at[-1])[1] if at else None
+        if desc is None:
+            return self._alloc_desc(code, shape4)
+        desc.offset, desc.dtype = 0, code
+        stride = 1
+        for i in range(3, -1, -1):
+            desc.shape[i], desc.strides[i] = shape4[i], stride
+            stride *= shape4[i]
+        return desc
+
+    def _give_back(self, desc, reusable=True):
+        """Ends a buffer's use by a tensor or a call. On an in-order queue the Context keeps it
+        for the next allocation of its size: the calls that used it were enqueued before any
+        that will, so they run first (uploads and downloads use the same queue). Otherwise, or
+        past _KEPT_BUFFERS (the oldest goes), it is released."""
+        if not reusable or self._out_of_order or self._closing or not self._env:
+            self._lib.clattn_tensor_free(ctypes.byref(desc))
+            return
+        kept = _lib.Tensor.from_buffer_copy(desc)
+        nbytes = _CODE_BYTES[kept.dtype] * math.prod(kept.shape)
+        with self._kept_lock:
+            self._kept.append((nbytes, kept))
+            evicted = self._kept.pop(0)[1] if len(self._kept) > _KEPT_BUFFERS else None
+        if evicted is not None:
+            self._lib.clattn_tensor_free(ctypes.byref(evicted))
 
     def _workspace_for(self, scope, size_query, *args):
         """The call's workspace (a cl_mem, or None: the library allocates the call's own).
@@ -462,8 +532,10 @@ class Context:
     def close(self):
         """Releases every tensor of the context (using one afterwards is a ValueError), then the
         context and queue."""
+        self._closing = True  # what the storages give back is released, not kept
         for storage in list(self._storages):
             storage.free()
+        self.release_cached()
         if self._env:
             self._lib.clattn_env_release(self._env)
             self._env = ctypes.c_void_p()
@@ -515,9 +587,7 @@ class Context:
         """An uninitialized contiguous device tensor of 1 to 4 dims: float32, float16,
         "bfloat16", int32 or bool."""
         shape = (int(shape),) if np.isscalar(shape) else tuple(int(n) for n in shape)
-        desc = _lib.Tensor()
-        dims = (ctypes.c_int64 * 4)(*_as_4d("shape", shape))
-        _check(self._lib.clattn_env_alloc(self._env, _code_of(dtype), dims, ctypes.byref(desc)))
+        desc = self._new_desc(_code_of(dtype), _as_4d("shape", shape))
         storage = _Storage(self, desc)
         view = _lib.Tensor.from_buffer_copy(desc)
         return Tensor(self, storage, view, shape)
@@ -586,9 +656,7 @@ class Context:
             t = self.empty(shape4, _CODE_DTYPES[dtype])
             scope.outputs[ctypes.addressof(t._desc)] = t
             return t._desc
-        t = _lib.Tensor()
-        dims = (ctypes.c_int64 * 4)(*shape4)
-        _check(self._lib.clattn_env_alloc(self._env, dtype, dims, ctypes.byref(t)))
+        t = self._new_desc(dtype, tuple(shape4))
         scope.append(t)
         return t
 
@@ -616,9 +684,7 @@ class Context:
         if _on_device(array):
             return self._device_operand(scope, name, array, code)
         array = np.ascontiguousarray(array)
-        t = _lib.Tensor()
-        dims = (ctypes.c_int64 * 4)(*_as_4d("tensor", array.shape))
-        _check(self._lib.clattn_env_alloc(self._env, code, dims, ctypes.byref(t)))
+        t = self._new_desc(code, _as_4d("tensor", array.shape))
         scope.append(t)
         _check(self._lib.clattn_env_upload(self._env, ctypes.byref(t), array.ctypes.data))
         return t
@@ -1181,7 +1247,7 @@ class _Scope(list):
 
     def __exit__(self, *exc):
         for t in self:
-            self._ctx._lib.clattn_tensor_free(ctypes.byref(t))
+            self._ctx._give_back(t)
         self.clear()
         if self._event.value and self._cl_event is None:
             self.event()  # not handed to any output: released with its wrapper

@@ -3,6 +3,7 @@ copies (the same cl_mem), their offsets and strides, events in PyOpenCL's conven
 events waited for, outputs carrying the call's), out-of-order queues, the cached programs of a
 caller's context released with its last Context, and the errors."""
 import ctypes
+import gc
 import time
 
 import numpy as np
@@ -131,11 +132,30 @@ def test_an_out_of_order_queue_orders_every_kind_of_call(out_of_order):
         assert np.array_equal(back.get(), want_q)
 
 
-def test_an_out_of_order_queue_keeps_no_workspace(out_of_order):
-    """Its calls may overlap, so each allocates its own scratch (none is shared)."""
+def test_an_out_of_order_queue_keeps_no_memory_between_calls(out_of_order):
+    """Its calls may overlap, so each allocates its own scratch, and a freed buffer is released,
+    not kept for the next tensor."""
     q = RNG.standard_normal((1, 2, 64, 16)).astype(np.float32)
     out = out_of_order.attention(q, q, q, path="composed")
-    assert out_of_order.workspace_bytes == 0 and np.isfinite(out).all()
+    t = out_of_order.tensor(q)
+    del t
+    gc.collect()
+    assert out_of_order.cached_bytes == 0 and np.isfinite(out).all()
+
+
+def test_a_buffer_shared_with_pyopencl_is_never_reused(pctx, queue):
+    """to_pyopencl's array holds the buffer past every Tensor over it: the Context must not
+    hand it to a later tensor, which would then write into the array."""
+    x = np.arange(256, dtype=np.float32)
+    t = pctx.tensor(x)
+    array = t.to_pyopencl()
+    before = pctx.cached_bytes
+    del t
+    gc.collect()
+    assert pctx.cached_bytes == before
+    later = pctx.tensor(np.zeros(256, np.float32))
+    assert later._desc.buffer != array.base_data.int_ptr
+    assert np.array_equal(array.get(), x) and np.array_equal(later.numpy(), np.zeros(256))
 
 
 def test_close_leaves_the_callers_queue_working(device):

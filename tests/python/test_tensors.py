@@ -135,6 +135,39 @@ def test_release_on_del_and_close(ctx):
         kept.numpy()  # released with its context
 
 
+def test_freed_buffers_are_kept_for_the_next_tensor_of_their_bytes():
+    """A freed tensor's buffer (or a numpy call's scratch) goes back to its Context, which hands
+    it to the next allocation of the same bytes, whatever the dtype and shape; the oldest go past
+    32 kept, and release_cached gives them all back."""
+    with clattn.Context() as c:
+        t = c.empty((1000,))
+        buffer = t._desc.buffer
+        del t
+        gc.collect()
+        assert c.cached_bytes == 4000
+        half = c.empty((2, 1000), np.float16)  # the same 4000 bytes
+        assert half._desc.buffer == buffer and c.cached_bytes == 0
+        assert half.strides == (1000, 1) and half.offset == 0
+        x = RNG.standard_normal((2, 1000)).astype(np.float16)
+        assert np.array_equal(c.tensor(x).numpy(), x)  # the reused buffer holds what is put in
+        view = half[1]
+        del half
+        gc.collect()
+        assert c.cached_bytes == 4000  # the temporary tensor's; the view keeps half's buffer
+        del view
+        c.release_cached()
+        want = c.softmax(x)  # numpy in, numpy out: the call's upload and output are kept
+        assert c.cached_bytes == 8000
+        for _ in range(3):
+            assert np.array_equal(c.softmax(x), want) and c.cached_bytes == 8000
+        tensors = [c.empty((64,)) for _ in range(40)]
+        del tensors
+        gc.collect()
+        assert c.cached_bytes == 32 * 256  # the softmax's two 4000-byte buffers went first
+        c.release_cached()
+        assert c.cached_bytes == 0
+
+
 def _attention_reference(q, k, v):
     s = np.einsum("bhqd,bhkd->bhqk", q.astype(np.float64), k) / np.sqrt(q.shape[-1])
     p = np.exp(s - s.max(-1, keepdims=True))
@@ -145,19 +178,20 @@ def test_calls_share_one_workspace_grown_to_the_largest_need():
     """The ops that need scratch borrow the Context's one workspace instead of allocating their
     own per call: a smaller need takes it as it is, a larger one replaces it while calls that
     used the old one may still be in flight (Tensors: nothing waits between the calls), and
-    release_workspace gives it back."""
+    release_cached gives it back."""
     shapes = [(1, 2, 64, 16), (2, 2, 160, 16), (1, 2, 64, 16)]
     inputs = [[RNG.standard_normal(s).astype(np.float32) for _ in range(3)] for s in shapes]
     with clattn.Context() as c:
         assert c.workspace_bytes == 0
+        uploaded = [[c.tensor(a) for a in arrays] for arrays in inputs]  # uploads wait
         outs, held = [], []
-        for q, k, v in inputs:
-            outs.append(c.attention(c.tensor(q), c.tensor(k), c.tensor(v), path="composed"))
+        for q, k, v in uploaded:
+            outs.append(c.attention(q, k, v, path="composed"))
             held.append(c.workspace_bytes)
         assert 0 < held[0] < held[1] == held[2], held
         for (q, k, v), out in zip(inputs, outs):
             np.testing.assert_allclose(out.numpy(), _attention_reference(q, k, v), atol=2e-5)
-        c.release_workspace()
+        c.release_cached()
         assert c.workspace_bytes == 0
         q, k, v = inputs[1]
         x, w = q[0], RNG.standard_normal((3 * 16, 16)).astype(np.float32)
@@ -168,7 +202,7 @@ def test_calls_share_one_workspace_grown_to_the_largest_need():
                                                   path="composed")):
             call()
             assert c.workspace_bytes > 0, call
-            c.release_workspace()
+            c.release_cached()
 
 
 def test_wrong_tensors_are_refused(ctx):
