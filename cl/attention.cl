@@ -224,7 +224,8 @@ __kernel void attention_blocks(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TEN
 #if VEC == BN
             const bool full = j0 + BN <= hi;
             if (full)
-                CAT(vstore, VEC)(mask_score_vec(&p, &r[t], j0, CAT(vload, VEC)(0, dots[t])), 0, s);
+                CAT(vstore, VEC)(mask_chunk_score(&p, &r[t], j0, CAT(vload, VEC)(0, dots[t])), 0,
+                                 s);
 #else
             const bool full = false;
 #endif
@@ -540,7 +541,7 @@ inline floatV value_lanes(__global const CAT(storage_, V_T) * v, IDX at, IDX str
 /* The masked scores of keys j0 .. j0 + VEC - 1 for one query row, from their raw dots x. A tile
  * that ends past Sk is masked key by key, so that no mask tensor is read past its end. */
 inline floatV lanes_mask(const mask_params *p, const mask_row *r, int j0, int Sk, floatV x) {
-    if (j0 + VEC <= Sk) return mask_score_vec(p, r, j0, x);
+    if (j0 + VEC <= Sk) return mask_chunk_score(p, r, j0, x);
     float lanes[VEC];
     CAT(vstore, VEC)(x, 0, lanes);
     for (int e = 0; e < VEC; ++e)

@@ -85,7 +85,7 @@ typedef float keys_t;
  * that ends past Sk is masked key by key, so that no mask tensor is read past its end. */
 inline keys_t tile_mask(const mask_params *p, const mask_row *r, int j0, int Sk, keys_t x) {
 #if VEC > 1
-    if (j0 + VEC <= Sk) return mask_score_vec(p, r, j0, x);
+    if (j0 + VEC <= Sk) return mask_chunk_score(p, r, j0, x);
 #endif
     float lanes[VEC];
     STORE_KEYS(x, 0, lanes);
