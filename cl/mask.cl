@@ -240,8 +240,8 @@ inline int2 mask_plain_keys(const mask_row *r) {
 
 /* Without a keep mask or global positions every key of [lo, hi) is visible: causality, the
  * lengths, the window and a key split all narrow [lo, hi) itself (mask_row_start,
- * mask_row_clip). A kernel that stays inside [lo, hi) then scores with mask_logit(_vec) and
- * skips the per-key visibility test (on PoCL the test and its select halved softmax_rows). */
+ * mask_row_clip). A kernel that stays inside [lo, hi) then scores with mask_span_score(_vec),
+ * which skips the per-key visibility test (on PoCL the test and its select halved softmax_rows). */
 #define MASK_SPAN_ALL_VISIBLE (!HAS_KEEP && !HAS_GLOBAL)
 
 /* The logit of key j given its raw value x, before visibility: scale, softcap, bias, ALiBi. */
@@ -272,6 +272,16 @@ inline float mask_score(const mask_params *p, const mask_row *r, int j, float x)
     visible = visible && p->keep[r->keep_row + (IDX)j * p->keep_s3] != 0;
 #endif
     return visible ? s : -INFINITY;
+}
+
+/* mask_score for a key of [lo, hi), by a kernel whose loop stays there: the logit alone when
+ * every key of the span is visible. */
+inline float mask_span_score(const mask_params *p, const mask_row *r, int j, float x) {
+#if MASK_SPAN_ALL_VISIBLE
+    return mask_logit(p, r, j, x);
+#else
+    return mask_score(p, r, j, x);
+#endif
 }
 
 #if defined(VEC) && VEC > 1
@@ -349,13 +359,20 @@ inline floatV mask_score_vec(const mask_params *p, const mask_row *r, int j, flo
     return select((floatV)(-INFINITY), s, visible);
 }
 
-/* mask_score_vec for a chunk of keys held in registers (dots), which skips the visibility test
- * when the chunk lies inside [lo, hi) and every key there is visible (MASK_SPAN_ALL_VISIBLE):
- * on PoCL it took a sixth off decoding's attention_blocks. */
-inline floatV mask_chunk_score(const mask_params *p, const mask_row *r, int j, floatV x) {
+/* mask_span_score for keys j .. j+VEC-1, all of [lo, hi). */
+inline floatV mask_span_score_vec(const mask_params *p, const mask_row *r, int j, floatV x) {
 #if MASK_SPAN_ALL_VISIBLE
-    if (j >= r->lo && j + VEC <= r->hi) return mask_logit_vec(p, r, j, x);
+    return mask_logit_vec(p, r, j, x);
+#else
+    return mask_score_vec(p, r, j, x);
 #endif
+}
+
+/* mask_score_vec for a chunk of keys held in registers (dots) that may straddle lo or hi: a
+ * chunk inside [lo, hi) takes mask_span_score_vec (on PoCL that took a sixth off decoding's
+ * attention_blocks). */
+inline floatV mask_chunk_score(const mask_params *p, const mask_row *r, int j, floatV x) {
+    if (j >= r->lo && j + VEC <= r->hi) return mask_span_score_vec(p, r, j, x);
     return mask_score_vec(p, r, j, x);
 }
 #endif /* VEC > 1 */

@@ -158,13 +158,8 @@ inline void store_y_lanes(__global Y_STORAGE *y, IDX at, floatV v) {
 #endif
 
 /* The score of key j, lo <= j < hi (or keys j .. j+VEC-1): every loop stays inside [lo, hi). */
-#if MASK_SPAN_ALL_VISIBLE
-#define ROW_SCORE(j) mask_logit(&p, &r, j, LOAD_X(xr + (IDX)(j)*xs3))
-#define ROW_SCORE_VEC(j) mask_logit_vec(&p, &r, j, LOAD_XV(xr + (IDX)(j)))
-#else
-#define ROW_SCORE(j) mask_score(&p, &r, j, LOAD_X(xr + (IDX)(j)*xs3))
-#define ROW_SCORE_VEC(j) mask_score_vec(&p, &r, j, LOAD_XV(xr + (IDX)(j)))
-#endif
+#define ROW_SCORE(j) mask_span_score(&p, &r, j, LOAD_X(xr + (IDX)(j)*xs3))
+#define ROW_SCORE_VEC(j) mask_span_score_vec(&p, &r, j, LOAD_XV(xr + (IDX)(j)))
 
 /* One exp per key instead of two: pass 2 keeps exp(s - max) in local memory, SCRATCH floats per
  * row for ROWS rows per group, and pass 3 scales it, when the row's visible span fits. Keeping it
@@ -383,11 +378,7 @@ inline floatV held_prob(floatV e, const row_stats *st, float inv) {
 #endif
 #else
 /* key j, lo <= j < hi */
-#if MASK_SPAN_ALL_VISIBLE
-#define SCORE_X(j) mask_logit(p, r, j, LOAD_X(xr + (IDX)(j)*xs3))
-#else
-#define SCORE_X(j) mask_score(p, r, j, LOAD_X(xr + (IDX)(j)*xs3))
-#endif
+#define SCORE_X(j) mask_span_score(p, r, j, LOAD_X(xr + (IDX)(j)*xs3))
 
 inline row_stats group_row_stats(__global const X_STORAGE *x, IDX xr, IDX xs3,
                                  __local float *scratch, const mask_params *p,
