@@ -114,7 +114,6 @@ _STORAGE_CODES = {np.dtype(np.float32): _lib.F32, np.dtype(np.float16): _lib.F16
 _CODE_DTYPES = {_lib.F32: np.dtype(np.float32), _lib.F16: np.dtype(np.float16),
                 _lib.BF16: "bfloat16", _lib.I32: np.dtype(np.int32), _lib.U8: np.dtype(np.bool_)}
 _FLOAT_CODES = (_lib.F32, _lib.F16, _lib.BF16)
-_CODE_BYTES = {_lib.F32: 4, _lib.F16: 2, _lib.BF16: 2, _lib.I32: 4, _lib.U8: 1}
 _KEPT_BUFFERS = 32  # the most freed buffers a Context keeps for reuse (Context._give_back)
 
 
@@ -379,13 +378,7 @@ class Context:
     """One device with its context and queue (clattn_env). Close it, or use it in a `with`."""
 
     def __init__(self, device=None):
-        self._lib = _lib_handle()
-        self._env = ctypes.c_void_p()
-        self._storages = weakref.WeakSet()
-        self._cl_queue = None
-        self._out_of_order = False
-        self._workspace = None
-        self._kept, self._kept_lock, self._closing = [], threading.RLock(), False
+        self._init_fields()
         spec = None if device is None else str(device).encode()
         _check(self._lib.clattn_env_create(spec, ctypes.byref(self._env)))
 
@@ -400,13 +393,7 @@ class Context:
         OpenCL context also releases the programs clattn cached for it)."""
         import pyopencl
         self = cls.__new__(cls)
-        self._lib = _lib_handle()
-        self._env = ctypes.c_void_p()
-        self._storages = weakref.WeakSet()
-        self._cl_queue = None
-        self._out_of_order = False
-        self._workspace = None
-        self._kept, self._kept_lock, self._closing = [], threading.RLock(), False
+        self._init_fields()
         _check(self._lib.clattn_env_wrap(ctypes.c_void_p(queue.int_ptr), ctypes.byref(self._env)))
         self._cl_queue = queue
         self._out_of_order = bool(
@@ -414,6 +401,16 @@ class Context:
         key = queue.context.int_ptr
         _WRAPPED_CONTEXTS[key] = _WRAPPED_CONTEXTS.get(key, 0) + 1
         return self
+
+    def _init_fields(self):
+        """What both constructors start from: no env yet, an in-order queue, nothing kept."""
+        self._lib = _lib_handle()
+        self._env = ctypes.c_void_p()
+        self._storages = weakref.WeakSet()
+        self._cl_queue = None
+        self._out_of_order = False
+        self._workspace = None
+        self._kept, self._kept_lock, self._closing = [], threading.RLock(), False
 
     @property
     def queue(self):
@@ -472,9 +469,9 @@ class Context:
         """A dense descriptor of dtype `code` and 4-d shape over a buffer of its bytes: one kept
         from a freed tensor of the same bytes, else a new allocation (which also refuses a
         shape clattn_env_alloc refuses)."""
-        desc = None
-        if code in _CODE_BYTES and all(n > 0 for n in shape4) and math.prod(shape4) <= 1 << 40:
-            nbytes = _CODE_BYTES[code] * math.prod(shape4)
+        desc, size = None, self._lib.clattn_dtype_size(code)
+        if size and all(n > 0 for n in shape4) and math.prod(shape4) <= 1 << 40:
+            nbytes = size * math.prod(shape4)
             with self._kept_lock:
                 at = [i for i, (n, _) in enumerate(self._kept) if n == nbytes]
                 desc = self._kept.pop(at[-1])[1] if at else None
@@ -496,7 +493,7 @@ class Context:
             self._lib.clattn_tensor_free(ctypes.byref(desc))
             return
         kept = _lib.Tensor.from_buffer_copy(desc)
-        nbytes = _CODE_BYTES[kept.dtype] * math.prod(kept.shape)
+        nbytes = self._lib.clattn_dtype_size(kept.dtype) * math.prod(kept.shape)
         with self._kept_lock:
             self._kept.append((nbytes, kept))
             evicted = self._kept.pop(0)[1] if len(self._kept) > _KEPT_BUFFERS else None

@@ -147,6 +147,7 @@ def _declare(lib):
     size = [queue, POINTER(c_size_t)]  # the *_workspace_size queries' last two
     signatures = {
         "clattn_status_name": (c_char_p, [c_int]),
+        "clattn_dtype_size": (c_size_t, [c_int]),
         "clattn_last_error": (c_char_p, []),
         "clattn_list_devices": (c_int, [POINTER(DeviceDesc), c_size_t, POINTER(c_size_t)]),
         "clattn_env_create": (c_int, [c_char_p, POINTER(env_p)]),
