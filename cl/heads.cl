@@ -14,6 +14,7 @@
  *                  offsets, outer strides and base alignment): vector-pointer accesses, so a
  *                  GPU moves a chunk in one instruction (common.cl's load_aligned)
  *   IDX            uint or ulong (see common.cl)
+ *   PARTS          1, or 3: a packed QKV split, one launch for the three outputs (see copy4d)
  *
  * Grid: dim 0 walks the innermost dim in runs of `run` elements (a kernel argument, a multiple of
  * VEC), dim 1 the second innermost dim, dim 2 the two outer dims flattened. No barriers.
@@ -50,6 +51,9 @@
 #endif
 #ifndef ALIGNED
 #define ALIGNED 0
+#endif
+#ifndef PARTS
+#define PARTS 1
 #endif
 
 #if VEC == 1 /* one element per work-item: the vector paths are the scalar ones */
@@ -95,31 +99,59 @@
 #define BIAS_ARGS
 #endif
 
+/* PARTS == 3: parts 1 and 2 (k and v) go to dst1 and dst2, which share dst's strides, and read
+ * src (and bias) part_step (bias_part_step) elements past the part before. */
+#if PARTS == 3
+#define PART_ARGS                                                                                 \
+    , __global DST_STORAGE *dst1, IDX dst1_off, __global DST_STORAGE *dst2, IDX dst2_off,          \
+        IDX part_step, IDX bias_part_step
+#elif PARTS == 1
+#define PART_ARGS
+#else
+#error "PARTS must be 1 or 3"
+#endif
+
+/* Grid dim 1 walks PARTS x n2 rows, the part outside: the rows of one packed row's q, k and v
+ * are neighbours, so the three outputs are written while the source is read in memory order. */
 __kernel void copy4d(__global const SRC_STORAGE *src, IDX src_off, IDX ss0, IDX ss1, IDX ss2,
                      IDX ss3, __global DST_STORAGE *dst, IDX dst_off, IDX ds0, IDX ds1, IDX ds2,
-                     IDX ds3, IDX n0, IDX n1, IDX n2, IDX n3, IDX run BIAS_ARGS) {
+                     IDX ds3, IDX n0, IDX n1, IDX n2, IDX n3, IDX run BIAS_ARGS PART_ARGS) {
     const IDX first = (IDX)get_global_id(0) * run;
     if (first >= n3) return;
     const IDX end = min(first + run, n3);
     /* Dims 1 and 2 loop over the grid, so the host can keep them within the 65535 work-groups
      * that some GPUs allow there; on most launches each loop runs once. */
     for (IDX i01 = (IDX)get_global_id(2); i01 < n0 * n1; i01 += (IDX)get_global_size(2))
-        for (IDX i2 = (IDX)get_global_id(1); i2 < n2; i2 += (IDX)get_global_size(1)) {
+        for (IDX row = (IDX)get_global_id(1); row < PARTS * n2; row += (IDX)get_global_size(1)) {
             const IDX i0 = i01 / n1;
             const IDX i1 = i01 - i0 * n1;
-            IDX s = src_off + i0 * ss0 + i1 * ss1 + i2 * ss2 + first * ss3;
-            IDX d = dst_off + i0 * ds0 + i1 * ds1 + i2 * ds2 + first * ds3;
+#if PARTS == 1
+            const IDX i2 = row;
+            __global DST_STORAGE *out = dst;
+            IDX s = src_off, d = dst_off;
+#else
+            const IDX part = row / n2;
+            const IDX i2 = row - part * n2;
+            __global DST_STORAGE *out = part == 0 ? dst : part == 1 ? dst1 : dst2;
+            IDX s = src_off + part * part_step;
+            IDX d = part == 0 ? dst_off : part == 1 ? dst1_off : dst2_off;
+#endif
+            s += i0 * ss0 + i1 * ss1 + i2 * ss2 + first * ss3;
+            d += i0 * ds0 + i1 * ds1 + i2 * ds2 + first * ds3;
 #if HAS_BIAS
             IDX b = bias_off + i0 * bs0 + i1 * bs1 + i2 * bs2 + first * bs3;
+#if PARTS == 3
+            b += part * bias_part_step;
+#endif
 #endif
             IDX c = first;
 #if CONTIG
             for (; c + VEC <= end; c += VEC, s += VEC, d += VEC) {
 #if HAS_BIAS
-                STOREV(dst, d, LOADV(src, s) + BIASV(b));
+                STOREV(out, d, LOADV(src, s) + BIASV(b));
                 b += VEC * bs3;
 #else
-                STOREV(dst, d, LOADV(src, s));
+                STOREV(out, d, LOADV(src, s));
 #endif
             }
 #endif
@@ -130,7 +162,7 @@ __kernel void copy4d(__global const SRC_STORAGE *src, IDX src_off, IDX ss0, IDX 
                 v += BIAS1(b);
                 b += bs3;
 #endif
-                STORE1(dst, d, v);
+                STORE1(out, d, v);
             }
         }
 }

@@ -429,41 +429,79 @@ static void split_then_merge_is_identity(test_ctx *t) {
     }
 }
 
-static void split_qkv_case(test_ctx *t, heads_shape sh, clattn_dtype x_dtype, bool with_bias,
-                           clattn_dtype out_dtype, uint64_t seed) {
+/* A packed QKV split: x starts x_offset elements into its buffer, its rows x_pad elements
+ * apart past their width, output p p x out_pad elements into its own buffer. `launches` is how many
+ * kernels the split must enqueue: 1 when the three outputs' plans share a layout, 3 when they do
+ * not. */
+typedef struct qkv_case {
+    heads_shape sh;
+    clattn_dtype x_dtype, out_dtype;
+    bool bias;
+    int64_t x_pad;
+    size_t x_offset, out_pad, launches;
+} qkv_case;
+
+static void check_qkv_launches(test_ctx *t, const qkv_case *c, size_t n,
+                               const clattn__traced_kernel *ran) {
+    if (n != c->launches || strcmp(ran[0].name, "copy4d") != 0)
+        test_fail_at(t, __FILE__, __LINE__, "split_qkv ran %zu kernels (first %s), not %zu copy4d",
+                     n, n ? ran[0].name : "none", c->launches);
+}
+
+static void split_qkv_case(test_ctx *t, const qkv_case *c, uint64_t seed) {
+    const heads_shape sh = c->sh;
     device_view x = {0}, bias = {0}, out[3];
     memset(out, 0, sizeof out);
-    bool ok = make_view(t, packed_view(x_dtype, sh, 3, 2, 3), seed, false, &x) &&
-              (!with_bias || make_view(t, dense(CLATTN_F16, 1, 1, 1, 3 * sh.h * sh.d, 1), seed + 1,
-                                       false, &bias));
+    bool ok =
+        make_view(t, packed_view(c->x_dtype, sh, 3, c->x_pad, c->x_offset), seed, false, &x) &&
+        (!c->bias ||
+         make_view(t, dense(CLATTN_F16, 1, 1, 1, 3 * sh.h * sh.d, 1), seed + 1, false, &bias));
     for (int p = 0; p < 3 && ok; ++p)
-        ok = make_view(t, dense(out_dtype, sh.b, sh.h, sh.s, sh.d, (size_t)p), 0, true, &out[p]);
+        ok = make_view(t, dense(c->out_dtype, sh.b, sh.h, sh.s, sh.d, (size_t)p * c->out_pad), 0,
+                       true, &out[p]);
     if (ok) {
         cl_event done = NULL;
+        clattn__trace_kernels(true);
         int status =
-            clattn_split_qkv(&x.view, with_bias ? &bias.view : NULL, (int)sh.h, &out[0].view,
+            clattn_split_qkv(&x.view, c->bias ? &bias.view : NULL, (int)sh.h, &out[0].view,
                              &out[1].view, &out[2].view, clattn_env_queue(t->env), 0, NULL, &done);
+        clattn__trace_kernels(false);
+        clattn__traced_kernel ran[4];
+        const size_t n = clattn__trace_take(ran, 4);
         if (status != CLATTN_SUCCESS || !done) {
             test_fail_at(t, __FILE__, __LINE__, "split_qkv -> %s (event %p): %s",
                          clattn_status_name(status), (void *)done, clattn_last_error());
         } else {
+            check_qkv_launches(t, c, n, ran);
             clWaitForEvents(1, &done);
             clReleaseEvent(done);
             static const char *const names[3] = {"q", "k", "v"};
             for (int p = 0; p < 3 && !t->failed; ++p)
-                check_heads_layout(t, &x, with_bias ? &bias : NULL, &out[p], sh, p, names[p]);
+                check_heads_layout(t, &x, c->bias ? &bias : NULL, &out[p], sh, p, names[p]);
         }
+        for (size_t i = 0; i < n; ++i) clReleaseEvent(ran[i].event);
     }
     free_view(&x);
     free_view(&bias);
     for (int p = 0; p < 3; ++p) free_view(&out[p]);
 }
 
+/* One launch for outputs of one layout at any offsets (odd ones, aligned vectors, a dtype
+ * conversion, a bias); three when the plans differ: raw 16-bit outputs at odd and even offsets,
+ * of which only the even ones move in 32-bit pairs. */
 static void split_qkv_with_and_without_bias(test_ctx *t) {
-    split_qkv_case(t, (heads_shape){2, 7, 3, 16}, CLATTN_F32, false, CLATTN_F32, 80);
-    split_qkv_case(t, (heads_shape){1, 33, 2, 40}, CLATTN_BF16, false, CLATTN_BF16, 81);
-    split_qkv_case(t, (heads_shape){2, 7, 4, 8}, CLATTN_F32, true, CLATTN_F32, 82);
-    split_qkv_case(t, (heads_shape){1, 77, 1, 7}, CLATTN_F16, true, CLATTN_F16, 83);
+    static const qkv_case cases[] = {
+        {{2, 7, 3, 16}, CLATTN_F32, CLATTN_F32, false, 2, 3, 1, 1},
+        {{2, 9, 2, 16}, CLATTN_F32, CLATTN_F32, false, 0, 0, 8, 1},
+        {{1, 33, 2, 40}, CLATTN_BF16, CLATTN_BF16, false, 2, 3, 1, 1},
+        {{1, 33, 2, 40}, CLATTN_BF16, CLATTN_BF16, false, 2, 4, 1, 3},
+        {{1, 33, 2, 40}, CLATTN_F16, CLATTN_F16, false, 2, 4, 2, 1},
+        {{2, 7, 4, 8}, CLATTN_F32, CLATTN_F32, true, 2, 3, 5, 1},
+        {{1, 77, 1, 7}, CLATTN_F16, CLATTN_F16, true, 2, 3, 1, 1},
+        {{3, 5, 2, 12}, CLATTN_BF16, CLATTN_F32, false, 2, 3, 3, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0] && !t->failed; ++i)
+        split_qkv_case(t, &cases[i], 80 + 2 * i);
 }
 
 /* A copy behind a user event must not run before it: the wait list reaches the enqueue.

@@ -141,22 +141,40 @@ static bool plan_needs_wide_index(const copy_plan *plan) {
 }
 
 /* The build options: the plan's, then the tuning parameters that reach the kernel (VEC). */
-static void plan_options(const copy_plan *plan, const clattn__copy_tuning *tuning, bool wide,
-                         bool aligned, char *out, size_t capacity) {
+static void plan_options(const copy_plan *plan, int parts, const clattn__copy_tuning *tuning,
+                         bool wide, bool aligned, char *out, size_t capacity) {
     bool raw = !plan->bias && plan->src_dtype == plan->dst_dtype;
     bool contig = plan->src_stride[3] == 1 && plan->dst_stride[3] == 1 &&
                   (!plan->bias || plan->bias_stride[3] <= 1);
     snprintf(out, capacity,
              "-cl-std=CL1.2 -DSRC_T=%s -DDST_T=%s -DCOPY_RAW=%d -DHAS_BIAS=%d -DBIAS_T=%s "
-             "-DCONTIG=%d -DALIGNED=%d -DIDX=%s",
+             "-DCONTIG=%d -DALIGNED=%d -DIDX=%s -DPARTS=%d",
              dtype_token(plan->src_dtype), dtype_token(plan->dst_dtype), raw ? 1 : 0,
              plan->bias ? 1 : 0, dtype_token(plan->bias ? plan->bias->dtype : CLATTN_F32),
-             contig ? 1 : 0, contig && aligned ? 1 : 0, wide ? "ulong" : "uint");
+             contig ? 1 : 0, contig && aligned ? 1 : 0, wide ? "ulong" : "uint", parts);
     clattn__copy_tuning_options(tuning, out, capacity);
 }
 
-/* `run` is copy4d's; transpose4d (NULL) has none. */
-static int set_copy_args(cl_kernel kernel, const copy_plan *plan, const uint64_t *run, bool wide) {
+/* The arguments of a fused QKV split after copy4d's own: parts 1 and 2's destinations, and how
+ * far each part starts past the one before in the source and the bias. */
+static int set_part_args(cl_kernel kernel, cl_uint arg, const copy_plan plans[3], bool wide) {
+    int status = CLATTN_SUCCESS;
+    for (int p = 1; p < 3 && status == CLATTN_SUCCESS; ++p) {
+        status = clattn__set_arg(kernel, arg++, sizeof(cl_mem), &plans[p].dst->buffer);
+        if (status == CLATTN_SUCCESS)
+            status = clattn__set_idx_arg(kernel, arg++, plans[p].dst_off, wide);
+    }
+    if (status == CLATTN_SUCCESS)
+        status = clattn__set_idx_arg(kernel, arg++, plans[1].src_off - plans[0].src_off, wide);
+    if (status == CLATTN_SUCCESS)
+        status = clattn__set_idx_arg(kernel, arg++, plans[1].bias_off - plans[0].bias_off, wide);
+    return status;
+}
+
+/* `run` is copy4d's; transpose4d (NULL) has none. `parts` plans: 1, or 3 for a fused QKV split
+ * (plans_fuse), which only copy4d takes. */
+static int set_copy_args(cl_kernel kernel, const copy_plan *plan, int parts, const uint64_t *run,
+                         bool wide) {
     int status = CLATTN_SUCCESS;
     cl_uint arg = 0;
     const struct {
@@ -182,21 +200,22 @@ static int set_copy_args(cl_kernel kernel, const copy_plan *plan, const uint64_t
             status = clattn__set_idx_arg(
                 kernel, arg++, i < 0 ? plan->bias_off : (uint64_t)plan->bias_stride[i], wide);
     }
+    if (parts == 3 && status == CLATTN_SUCCESS) status = set_part_args(kernel, arg, plan, wide);
     return status;
 }
 
 /* Builds `name` with `options` and runs it on a grid of items0 x items1 x (dims 0 and 1 of the
  * plan) work-items, in groups of at most `group`. Dims 1 and 2 stay within 65535 work-groups (a
  * GPU grid limit); the kernels loop past them. */
-static int launch(const copy_plan *plan, const char *name, const char *options, bool wide,
-                  const uint64_t *run, size_t items0, size_t items1, size_t group,
+static int launch(const copy_plan *plan, int parts, const char *name, const char *options,
+                  bool wide, const uint64_t *run, size_t items0, size_t items1, size_t group,
                   const clattn__call *call) {
     cl_kernel kernel = NULL;
     int status =
         clattn__create_kernel(call->context, call->device, "heads.cl", options, name, &kernel);
     if (status != CLATTN_SUCCESS) return status;
     size_t max_group = 1;
-    status = set_copy_args(kernel, plan, run, wide);
+    status = set_copy_args(kernel, plan, parts, run, wide);
     if (status == CLATTN_SUCCESS)
         status = clattn__kernel_max_group(kernel, call->device, &max_group);
     if (status == CLATTN_SUCCESS) {
@@ -223,10 +242,15 @@ static clattn__copy_tuning transpose_block(clattn__copy_tuning params) {
 
 /* A transposed view: the destination's unit-stride dim is strided in the source, whose own
  * unit-stride dim is the next one out (plan_copy orders the dims so, unless a broadcast dim of
- * stride 0 comes between them: copy4d takes those), and both span a whole block. */
-static bool plan_is_transpose(const copy_plan *plan, const clattn__copy_tuning *block) {
+ * stride 0 comes between them: copy4d takes those). */
+static bool plan_is_transposed(const copy_plan *plan) {
     return !plan->bias && plan->dst_stride[3] == 1 && plan->src_stride[3] > 1 &&
-           plan->src_stride[2] == 1 && plan->n[2] >= block->VEC && plan->n[3] >= block->VEC;
+           plan->src_stride[2] == 1;
+}
+
+/* A transposed view whose two inner dims both span a whole block: transpose4d's. */
+static bool plan_is_transpose(const copy_plan *plan, const clattn__copy_tuning *block) {
+    return plan_is_transposed(plan) && plan->n[2] >= block->VEC && plan->n[3] >= block->VEC;
 }
 
 /* transpose4d (cl/heads.cl): a VEC x VEC block a work-item, the group along dim 3 first, as
@@ -235,40 +259,75 @@ static bool plan_is_transpose(const copy_plan *plan, const clattn__copy_tuning *
 static int enqueue_transpose(const copy_plan *plan, const clattn__copy_tuning *block, bool wide,
                              const clattn__call *call) {
     char options[256];
-    plan_options(plan, block, wide, false, options, sizeof options);
+    plan_options(plan, 1, block, wide, false, options, sizeof options);
     size_t vec = (size_t)block->VEC;
-    return launch(plan, "transpose4d", options, wide, NULL, ((size_t)plan->n[3] + vec - 1) / vec,
+    return launch(plan, 1, "transpose4d", options, wide, NULL, ((size_t)plan->n[3] + vec - 1) / vec,
                   ((size_t)plan->n[2] + vec - 1) / vec, (size_t)block->GROUP, call);
 }
 
 /* copy4d (cl/heads.cl): runs of each row a work-item, vector accesses where rows are
- * contiguous. */
-static int enqueue_rows(const copy_plan *plan, const clattn__copy_tuning *params, bool wide,
-                        const clattn__call *call) {
+ * contiguous; `parts` plans, 1 or a fused QKV split's 3. */
+static int enqueue_rows(const copy_plan *plan, int parts, const clattn__copy_tuning *params,
+                        bool wide, const clattn__call *call) {
+    bool aligned = true;
+    for (int p = 0; p < parts; ++p)
+        aligned = aligned && plan_is_aligned(&plan[p], params->VEC, call->device);
     char options[256];
-    plan_options(plan, params, wide, plan_is_aligned(plan, params->VEC, call->device), options,
-                 sizeof options);
+    plan_options(plan, parts, params, wide, aligned, options, sizeof options);
     /* a run is a whole number of vectors, so only the last run of a row has a scalar tail */
     size_t run = clattn__round_up((size_t)plan->n[3], (size_t)params->VEC);
     if (run > (size_t)params->RUN) run = clattn__round_up((size_t)params->RUN, (size_t)params->VEC);
     const uint64_t run_arg = run;
-    return launch(plan, "copy4d", options, wide, &run_arg, ((size_t)plan->n[3] + run - 1) / run,
-                  (size_t)plan->n[2], (size_t)params->GROUP, call);
+    return launch(plan, parts, "copy4d", options, wide, &run_arg,
+                  ((size_t)plan->n[3] + run - 1) / run, (size_t)(parts * plan->n[2]),
+                  (size_t)params->GROUP, call);
+}
+
+/* The copy's plan: its dims simplified, 16-bit elements paired where they can be. */
+static void plan_for(const clattn_tensor *src, const clattn_tensor *bias, const clattn_tensor *dst,
+                     copy_plan *plan) {
+    plan_copy(src, bias, dst, plan);
+    pair_16bit_elements(plan);
+}
+
+/* Enqueues `parts` plans (1, or 3 that plans_fuse accepted) as one kernel, with the launch shape
+ * of the tuning table's copy row for the device (tuning_table.def). */
+static int enqueue_plans(const copy_plan *plan, int parts, const clattn__call *call) {
+    clattn__copy_tuning params;
+    int status = clattn__copy_tuning_get(call->device, plan->src->dtype, &params);
+    if (status != CLATTN_SUCCESS) return status;
+    bool wide = false;
+    for (int p = 0; p < parts; ++p) wide = wide || plan_needs_wide_index(&plan[p]);
+    const clattn__copy_tuning block = transpose_block(params);
+    if (parts == 1 && plan_is_transpose(plan, &block))
+        return enqueue_transpose(plan, &block, wide, call);
+    return enqueue_rows(plan, parts, &params, wide, call);
 }
 
 int clattn__copy_enqueue(const clattn_tensor *src, const clattn_tensor *bias,
                          const clattn_tensor *dst, const clattn__call *call) {
     copy_plan plan;
-    plan_copy(src, bias, dst, &plan);
-    pair_16bit_elements(&plan);
-    /* the launch shape: the tuning table's row for the device (tuning_table.def) */
-    clattn__copy_tuning params;
-    int status = clattn__copy_tuning_get(call->device, src->dtype, &params);
-    if (status != CLATTN_SUCCESS) return status;
-    bool wide = plan_needs_wide_index(&plan);
-    const clattn__copy_tuning block = transpose_block(params);
-    if (plan_is_transpose(&plan, &block)) return enqueue_transpose(&plan, &block, wide, call);
-    return enqueue_rows(&plan, &params, wide, call);
+    plan_for(src, bias, dst, &plan);
+    return enqueue_plans(&plan, 1, call);
+}
+
+/* The three plans of a packed QKV split can run as one copy4d: they differ only in where they
+ * start (same dtypes, sizes and strides; each part's source and bias equally far past the part
+ * before), and they are not transposes (transpose4d takes one view a launch). */
+static bool plans_fuse(const copy_plan plans[3]) {
+    const copy_plan *a = &plans[0];
+    if (plan_is_transposed(a)) return false;
+    for (int p = 1; p < 3; ++p) {
+        const copy_plan *b = &plans[p];
+        bool same = a->src_dtype == b->src_dtype && a->dst_dtype == b->dst_dtype &&
+                    a->dst->dtype == b->dst->dtype && (a->bias == NULL) == (b->bias == NULL);
+        for (int i = 0; i < 4 && same; ++i)
+            same = a->n[i] == b->n[i] && a->src_stride[i] == b->src_stride[i] &&
+                   a->dst_stride[i] == b->dst_stride[i] && a->bias_stride[i] == b->bias_stride[i];
+        if (!same || b->src_off < b[-1].src_off || b->bias_off < b[-1].bias_off) return false;
+    }
+    return plans[2].src_off - plans[1].src_off == plans[1].src_off - plans[0].src_off &&
+           plans[2].bias_off - plans[1].bias_off == plans[1].bias_off - plans[0].bias_off;
 }
 
 /* The checks clattn_copy makes; split/merge/qkv run them on the views they build. */
@@ -402,17 +461,15 @@ static int check_qkv(const clattn_tensor *x, const clattn_tensor *bias, int num_
     return status;
 }
 
-/* Enqueues the three copies; when the caller wants an event, a marker joins theirs. */
-static int enqueue_qkv(const clattn_tensor *x, const clattn_tensor *bias, int num_heads,
-                       const clattn_tensor *const outs[3], const clattn__call *call) {
+/* The three copies as separate launches; when the caller wants an event, a marker joins
+ * theirs. */
+static int enqueue_qkv_parts(const copy_plan plans[3], const clattn__call *call) {
     cl_event parts[3] = {NULL, NULL, NULL};
     int status = CLATTN_SUCCESS;
     for (int p = 0; p < 3 && status == CLATTN_SUCCESS; ++p) {
-        clattn_tensor src = heads_view(x, num_heads, 3, p);
-        clattn_tensor bias_view = bias ? qkv_bias_view(bias, x, num_heads, p) : src;
         clattn__call part = *call;
         part.event = call->event ? &parts[p] : NULL;
-        status = clattn__copy_enqueue(&src, bias ? &bias_view : NULL, outs[p], &part);
+        status = enqueue_plans(&plans[p], 1, &part);
     }
     if (status == CLATTN_SUCCESS && call->event) {
         cl_int err = clEnqueueMarkerWithWaitList(call->queue, 3, parts, call->event);
@@ -424,6 +481,21 @@ static int enqueue_qkv(const clattn_tensor *x, const clattn_tensor *bias, int nu
     for (int p = 0; p < 3; ++p)
         if (parts[p]) clReleaseEvent(parts[p]);
     return status;
+}
+
+/* One launch when q, k and v share a layout and dtype (plans_fuse): it reads each packed row
+ * once, in memory order. Otherwise three. */
+static int enqueue_qkv(const clattn_tensor *x, const clattn_tensor *bias, int num_heads,
+                       const clattn_tensor *const outs[3], const clattn__call *call) {
+    clattn_tensor src[3], bias_views[3];
+    copy_plan plans[3];
+    for (int p = 0; p < 3; ++p) {
+        src[p] = heads_view(x, num_heads, 3, p);
+        if (bias) bias_views[p] = qkv_bias_view(bias, x, num_heads, p);
+        plan_for(&src[p], bias ? &bias_views[p] : NULL, outs[p], &plans[p]);
+    }
+    if (plans_fuse(plans)) return enqueue_plans(plans, 3, call);
+    return enqueue_qkv_parts(plans, call);
 }
 
 int clattn_split_qkv(const clattn_tensor *x, const clattn_tensor *bias, int num_heads,
