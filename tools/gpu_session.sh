@@ -29,7 +29,8 @@
 # 7.8 a compute unit; issue 20 asks 80%), MHA and the f32 GEMMs on matmul_mma's
 # 3xTF32 products (UNIT_F32=1, not yet timed) beside CLBlast's SGEMM (UNIT_F32=0) and with 64
 # columns a warp, softmax as it was before rows were held in registers
-# (HOLD=0) and f16 outputs converted by the device (HALF_CVT=1), f16 copies in 8-byte chunks,
+# (HOLD=0) and f16 outputs converted by the device (HALF_CVT=1), split heads and the packed QKV
+# split (one launch for q, k and v, not yet timed on a GPU), f16 copies in 8-byte chunks,
 # then attention_units (the attention AMD's units take) on NVIDIA's tile, and attention_mma's
 # and matmul_mma's tilings beside their defaults.
 # GPU_TESTS holds clattn-tests' arguments, several runs separated by ';' (default: none, the
@@ -70,6 +71,7 @@ DEFAULT_ROWS=( # most wanted first: rows past the budget are skipped
   "sm-3pass|softmax --no-peers|softmax:HOLD=0,HALF_CVT=0"
   "sm-intcvt|softmax --only f16 --no-peers|softmax:HALF_CVT=0"
   "default|split_heads|"
+  "default|split_qkv|"
   "copy4|split_heads --only f16 --no-peers|copy:VEC=4,RUN=4"
   "units|attention --only f16 --no-peers|attention:PREFILL=6"
   "mm-n64|gemm --only f16 --no-peers|matmul:UNIT_N=64"
