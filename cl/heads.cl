@@ -17,7 +17,8 @@
  *   PARTS          1, or 3: a packed QKV split, one launch for the three outputs (see copy4d)
  *
  * Grid: dim 0 walks the innermost dim in runs of `run` elements (a kernel argument, a multiple of
- * VEC), dim 1 the second innermost dim, dim 2 the two outer dims flattened. No barriers.
+ * VEC), dim 1 the second innermost dim (PARTS times over), dim 2 the two outer dims flattened.
+ * No barriers.
  * The host picks `run` for the device:
  *   run == VEC   consecutive work-items touch consecutive VEC-wide chunks: a GPU coalesces them.
  *   run >= row   one work-item copies a whole row with VEC-wide loads: on a CPU (PoCL) the row
@@ -111,8 +112,9 @@
 #error "PARTS must be 1 or 3"
 #endif
 
-/* Grid dim 1 walks PARTS x n2 rows, the part outside: the rows of one packed row's q, k and v
- * are neighbours, so the three outputs are written while the source is read in memory order. */
+/* Grid dim 1 walks PARTS x n2 rows, the part outside. When plan dim 2 is the heads (the host
+ * puts them there when S > 3H), the rows of one packed row's q, k and v are neighbours, and the
+ * source is read in memory order. */
 __kernel void copy4d(__global const SRC_STORAGE *src, IDX src_off, IDX ss0, IDX ss1, IDX ss2,
                      IDX ss3, __global DST_STORAGE *dst, IDX dst_off, IDX ds0, IDX ds1, IDX ds2,
                      IDX ds3, IDX n0, IDX n1, IDX n2, IDX n3, IDX run BIAS_ARGS PART_ARGS) {

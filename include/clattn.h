@@ -317,8 +317,9 @@ CLATTN_API int clattn_merge_heads(const clattn_tensor *x, const clattn_tensor *o
 /* Packed QKV: x [B,S,3*H*D] (shape {1,B,S,3*H*D}, q then k then v along the last axis, each H*D
  * wide, the layout of a fused in-projection) -> q, k, v, each [B,H,S,D].
  * q[b,h,s,d] = x[b,s,0*H*D + h*D + d] + bias[0*H*D + h*D + d], likewise k (1) and v (2).
- * bias may be NULL; else its shape is {1,1,1,3*H*D}. Enqueues three copies; the returned event
- * completes when all three have. */
+ * bias may be NULL; else its shape is {1,1,1,3*H*D}. One kernel when q, k and v share a dtype
+ * and layout (their offsets may differ); otherwise three copies, whose returned event completes
+ * when all three have. */
 CLATTN_API int clattn_split_qkv(const clattn_tensor *x, const clattn_tensor *bias, int num_heads,
                                 const clattn_tensor *q, const clattn_tensor *k,
                                 const clattn_tensor *v, cl_command_queue queue, cl_uint num_wait,

@@ -430,13 +430,13 @@ static void split_then_merge_is_identity(test_ctx *t) {
 }
 
 /* A packed QKV split: x starts x_offset elements into its buffer, its rows x_pad elements
- * apart past their width, output p p x out_pad elements into its own buffer. `launches` is how many
- * kernels the split must enqueue: 1 when the three outputs' plans share a layout, 3 when they do
- * not. */
+ * apart past their width; output p starts p * out_pad elements into its own buffer, in
+ * out_dtype (k in k_dtype). `launches` is how many kernels the split must enqueue: 1 when the
+ * three outputs' plans share a layout, 3 when they do not. `wide` indexes in 64 bits. */
 typedef struct qkv_case {
     heads_shape sh;
-    clattn_dtype x_dtype, out_dtype;
-    bool bias;
+    clattn_dtype x_dtype, out_dtype, k_dtype;
+    bool bias, wide;
     int64_t x_pad;
     size_t x_offset, out_pad, launches;
 } qkv_case;
@@ -448,6 +448,21 @@ static void check_qkv_launches(test_ctx *t, const qkv_case *c, size_t n,
                      n, n ? ran[0].name : "none", c->launches);
 }
 
+/* The elements before the view (its offset) still hold the sentinel make_view wrote: no launch
+ * wrote another part's rows there. */
+static void check_prefix_untouched(test_ctx *t, const device_view *out, const char *what) {
+    const size_t bytes = out->view.offset * clattn_dtype_size(out->view.dtype);
+    uint8_t *back = malloc(bytes + 1);
+    if (back && test_read(t, out->view.buffer, back, bytes))
+        for (size_t i = 0; i < bytes; ++i)
+            if (back[i] != 0x5a) {
+                test_fail_at(t, __FILE__, __LINE__, "%s: byte %zu before the view was written",
+                             what, i);
+                break;
+            }
+    free(back);
+}
+
 static void split_qkv_case(test_ctx *t, const qkv_case *c, uint64_t seed) {
     const heads_shape sh = c->sh;
     device_view x = {0}, bias = {0}, out[3];
@@ -457,15 +472,19 @@ static void split_qkv_case(test_ctx *t, const qkv_case *c, uint64_t seed) {
         (!c->bias ||
          make_view(t, dense(CLATTN_F16, 1, 1, 1, 3 * sh.h * sh.d, 1), seed + 1, false, &bias));
     for (int p = 0; p < 3 && ok; ++p)
-        ok = make_view(t, dense(c->out_dtype, sh.b, sh.h, sh.s, sh.d, (size_t)p * c->out_pad), 0,
-                       true, &out[p]);
+        ok = make_view(t,
+                       dense(p == 1 ? c->k_dtype : c->out_dtype, sh.b, sh.h, sh.s, sh.d,
+                             (size_t)p * c->out_pad),
+                       0, true, &out[p]);
     if (ok) {
         cl_event done = NULL;
+        const uint64_t saved = c->wide ? clattn__narrow_index_limit_set(0) : 0;
         clattn__trace_kernels(true);
         int status =
             clattn_split_qkv(&x.view, c->bias ? &bias.view : NULL, (int)sh.h, &out[0].view,
                              &out[1].view, &out[2].view, clattn_env_queue(t->env), 0, NULL, &done);
         clattn__trace_kernels(false);
+        if (c->wide) clattn__narrow_index_limit_set(saved);
         clattn__traced_kernel ran[4];
         const size_t n = clattn__trace_take(ran, 4);
         if (status != CLATTN_SUCCESS || !done) {
@@ -476,8 +495,10 @@ static void split_qkv_case(test_ctx *t, const qkv_case *c, uint64_t seed) {
             clWaitForEvents(1, &done);
             clReleaseEvent(done);
             static const char *const names[3] = {"q", "k", "v"};
-            for (int p = 0; p < 3 && !t->failed; ++p)
+            for (int p = 0; p < 3 && !t->failed; ++p) {
                 check_heads_layout(t, &x, c->bias ? &bias : NULL, &out[p], sh, p, names[p]);
+                check_prefix_untouched(t, &out[p], names[p]);
+            }
         }
         for (size_t i = 0; i < n; ++i) clReleaseEvent(ran[i].event);
     }
@@ -486,19 +507,26 @@ static void split_qkv_case(test_ctx *t, const qkv_case *c, uint64_t seed) {
     for (int p = 0; p < 3; ++p) free_view(&out[p]);
 }
 
-/* One launch for outputs of one layout at any offsets (odd ones, aligned vectors, a dtype
- * conversion, a bias); three when the plans differ: raw 16-bit outputs at odd and even offsets,
- * of which only the even ones move in 32-bit pairs. */
+/* One launch for outputs of one layout at any offsets (odd ones, aligned rows in every output
+ * or in q's alone, a dtype conversion, a bias, 64-bit indices); three when the plans differ:
+ * raw 16-bit outputs at odd and even offsets, of which only the even ones move in 32-bit pairs,
+ * or a k of another dtype. The shapes put either the heads (S > 3H) or the sequence in the
+ * plan's dim 2, the one the launch multiplies by the parts. */
 static void split_qkv_with_and_without_bias(test_ctx *t) {
-    static const qkv_case cases[] = {
-        {{2, 7, 3, 16}, CLATTN_F32, CLATTN_F32, false, 2, 3, 1, 1},
-        {{2, 9, 2, 16}, CLATTN_F32, CLATTN_F32, false, 0, 0, 8, 1},
-        {{1, 33, 2, 40}, CLATTN_BF16, CLATTN_BF16, false, 2, 3, 1, 1},
-        {{1, 33, 2, 40}, CLATTN_BF16, CLATTN_BF16, false, 2, 4, 1, 3},
-        {{1, 33, 2, 40}, CLATTN_F16, CLATTN_F16, false, 2, 4, 2, 1},
-        {{2, 7, 4, 8}, CLATTN_F32, CLATTN_F32, true, 2, 3, 5, 1},
-        {{1, 77, 1, 7}, CLATTN_F16, CLATTN_F16, true, 2, 3, 1, 1},
-        {{3, 5, 2, 12}, CLATTN_BF16, CLATTN_F32, false, 2, 3, 3, 1},
+    const clattn_dtype f32 = CLATTN_F32, f16 = CLATTN_F16, bf16 = CLATTN_BF16;
+    const qkv_case cases[] = {
+        /* B,S,H,D      x     q, v  k     bias   wide   x_pad, x_offset, out_pad, launches */
+        {{2, 7, 3, 16}, f32, f32, f32, false, false, 2, 3, 1, 1},
+        {{2, 9, 2, 16}, f32, f32, f32, false, false, 0, 0, 8, 1},
+        {{2, 9, 2, 16}, f32, f32, f32, false, false, 0, 0, 1, 1},
+        {{1, 33, 2, 40}, bf16, bf16, bf16, false, false, 2, 3, 1, 1},
+        {{1, 33, 2, 40}, bf16, bf16, bf16, false, false, 2, 4, 1, 3},
+        {{1, 33, 2, 40}, f16, f16, f16, false, false, 2, 4, 2, 1},
+        {{2, 7, 4, 8}, f32, f32, f32, true, false, 2, 3, 5, 1},
+        {{1, 77, 1, 7}, f16, f16, f16, true, false, 2, 3, 1, 1},
+        {{3, 5, 2, 12}, bf16, f32, f32, false, false, 2, 3, 3, 1},
+        {{3, 5, 2, 12}, bf16, f32, f16, false, false, 2, 3, 3, 3},
+        {{2, 7, 3, 16}, f16, f32, f32, true, true, 2, 3, 1, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0] && !t->failed; ++i)
         split_qkv_case(t, &cases[i], 80 + 2 * i);
