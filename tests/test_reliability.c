@@ -181,6 +181,11 @@ static void a_failed_build_returns_its_log_and_the_next_call_builds(test_ctx *t)
     char *saved_dir = dir ? strdup(dir) : NULL;
     unsetenv("CLATTN_CACHE_DIR");
     clattn_cache_clear(NULL);
+    /* a device offered matrix units builds their probes first, and a probe's failed build only
+     * means "no unit": probed now, the armed fault hits the attention's own build */
+    unsigned units = 0;
+    CHECK(t, clattn_matrix_units(clattn_env_queue(t->env), &units) == CLATTN_SUCCESS,
+          "probing the matrix units: %s", clattn_last_error());
     clattn__fault_arm(CLATTN__FAULT_BUILD, 1);
     cl_event event;
     int failed = attend(t, &a, CLATTN_PATH_FUSED, NULL, &event);
