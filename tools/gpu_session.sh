@@ -15,24 +15,14 @@
 # more of clattn-bench's options ("attention --only f16 --time-wrong"), the tune part may be
 # empty, NAME=VALUE is set for that row alone (CLATTN_KERNEL_DIR=dir times another version of
 # the kernels beside this one in the same call). Without ROWs it runs DEFAULT_ROWS below: the
-# default rows of the issues' targets, first f32 prefill on the tf32 unit (3xTF32, the default
-# where the probe passes, not yet timed) beside it on the FMA units as before (UNIT_F32=0),
-# then linear attention on its tiles (TILES=1, the GPU row's, not yet timed) beside its row
-# kernels (TILES=0), non-causal with fewer, longer chunks (ITEMS=512) and causal, its decoding
-# step in one kernel (linear_recurrence, not yet timed) beside its four (RECURRENT=0), then
-# 3xTF32 with 16-key tiles (ptxas: 197 registers against 255) and with 32 queries a warp (each K and V
-# fragment split once for two m-tiles), then the causal f16 row with attention_mma's keys split
-# (UNIT_SPLIT, issue 24's open target; on an H200 at B=4 H=8 S=1024 the launch's 512 groups
-# allow 3 chunks: split512 runs 2 of 512 keys, split256 3 of 352; not with GPU_QUICK, whose
-# S=256 holds a single chunk) between two runs of the default, decoding with its keys in 2 and 4
-# times as many chunks (SPLIT_TARGET: 78.7% of copy on the H200, in 1024 groups of 1024 keys,
-# 7.8 a compute unit; issue 20 asks 80%), MHA and the f32 GEMMs on matmul_mma's
-# 3xTF32 products (UNIT_F32=1, not yet timed) beside CLBlast's SGEMM (UNIT_F32=0) and with 64
-# columns a warp, softmax as it was before rows were held in registers
-# (HOLD=0) and f16 outputs converted by the device (HALF_CVT=1), split heads and the packed QKV
-# split (one launch for q, k and v, not yet timed on a GPU), f16 copies in 8-byte chunks,
-# then attention_units (the attention AMD's units take) on NVIDIA's tile, and attention_mma's
-# and matmul_mma's tilings beside their defaults.
+# default rows of the issues' targets (f32 and f16 prefill, causal, decoding, linear attention
+# and its step, MHA, the GEMMs, softmax, the copies, the backward), then the questions the
+# last call (2026-11-30, bench/reference/nvidia-h200.json, c4) left open: linear attention
+# with fewer and more chunks than the row's ITEMS=512 (256; 2048, the old row), 3xTF32
+# attention with 16-key tiles (4% faster there, within the call's drift), matmul_mma's f32
+# products with 64 columns a warp (15-25% faster on the three GEMM shapes) in MHA and in the
+# composed backward before a row takes it, and the f16 prefill rows again (0.47x SDPA there,
+# 0.54-0.58x in earlier calls: issue 24 asks 0.5x).
 # GPU_TESTS holds clattn-tests' arguments, several runs separated by ';' (default: none, the
 # whole suite; "skip" skips it); GPU_QUICK=1 passes --quick to the benchmark. Each step has a
 # time limit (a bench row 120 s: rows took 1-42 s, and a kernel that NVIDIA's compiler chews on
@@ -44,42 +34,27 @@ cd "$(dirname "$0")/.."
 
 DEFAULT_ROWS=( # most wanted first: rows past the budget are skipped
   "default|attention|"
-  "fma-f32|attention --only f32 --no-peers|attention:UNIT_F32=0"
   "default|attention_causal|"
-  "fma-f32|attention_causal --only f32 --no-peers|attention:UNIT_F32=0"
-  "default|linear_attention|"
-  "lin-rows|linear_attention --no-peers|linear_attention:TILES=0"
-  "lin-items512|linear_attention --no-peers|linear_attention:ITEMS=512"
-  "default|linear_attention_causal|"
-  "lin-rows|linear_attention_causal --no-peers|linear_attention:TILES=0"
-  "default|linear_step|"
-  "step-chunked|linear_step --no-peers|linear_attention:RECURRENT=0"
-  "tf32-k16|attention --only f32 --no-peers|attention:UNIT_KEYS=16"
-  "tf32-q32|attention --only f32 --no-peers|attention:UNIT_KEYS=16,UNIT_QUERIES=32"
-  "split512|attention_causal --only f16 --no-peers|attention:UNIT_SPLIT=512"
-  "split256|attention_causal --only f16 --no-peers|attention:UNIT_SPLIT=256"
-  "again|attention_causal --only f16|"
   "default|attention_decode|"
-  "dec-target16|attention_decode --no-peers|attention:SPLIT_TARGET=16"
-  "dec-target32|attention_decode --no-peers|attention:SPLIT_TARGET=32"
+  "default|linear_attention|"
+  "default|linear_attention_causal|"
+  "default|linear_step|"
   "default|mha|"
-  "mha-sgemm|mha --only f32 --no-peers|matmul:UNIT_F32=0"
   "default|gemm --only f32|"
   "default|gemm --only f16|"
-  "mm-f32-n64|gemm --only f32 --no-peers|matmul:UNIT_N=64"
   "default|softmax|"
-  "sm-3pass|softmax --no-peers|softmax:HOLD=0,HALF_CVT=0"
-  "sm-intcvt|softmax --only f16 --no-peers|softmax:HALF_CVT=0"
   "default|split_heads|"
   "default|split_qkv|"
-  "copy4|split_heads --only f16 --no-peers|copy:VEC=4,RUN=4"
-  "units|attention --only f16 --no-peers|attention:PREFILL=6"
-  "mm-n64|gemm --only f16 --no-peers|matmul:UNIT_N=64"
-  "mm-at-slice|gemm --only f16 --no-peers|matmul:UNIT_AHEAD=0"
-  "q32|attention --only f16 --no-peers|attention:UNIT_QUERIES=32"
-  "keys64|attention --only f16 --no-peers|attention:UNIT_KEYS=64"
   "default|transpose|"
   "default|attention_backward --only f32|"
+  "lin-items256|linear_attention --no-peers|linear_attention:ITEMS=256"
+  "lin-items2048|linear_attention --no-peers|linear_attention:ITEMS=2048"
+  "tf32-k16|attention --only f32 --no-peers|attention:UNIT_KEYS=16"
+  "mm-f32-n64|gemm --only f32 --no-peers|matmul:UNIT_N=64"
+  "mha-n64|mha --only f32 --no-peers|matmul:UNIT_N=64"
+  "bwd-n64|attention_backward --only f32 --no-peers|matmul:UNIT_N=64"
+  "again|attention --only f16|"
+  "again|attention_causal --only f16|"
 )
 
 DEBS=(ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-c-headers opencl-clhpp-headers libclblast1

@@ -38,7 +38,7 @@
  * Default: PoCL on AVX-512 (2 cores): VEC 16 reached 43% of the copy bandwidth on an unmasked
  * 2048-key row against 27% at 8 (clattn-bench --op softmax), HALF_CVT 0 ran f16 rows 1.2-1.4x
  * faster than 1. HOLD 8: a GPU's 128 work-items of float4 hold rows up to 4096 keys in 32
- * registers each (not yet timed on a GPU). */
+ * registers each (on an H200, 2048-key rows: f32 0.33 ms against 0.40 without). */
 #define CLATTN__TUNING_SOFTMAX(X)                                                                  \
     X(VARIANT, 0, 0, 1, HOST)                                                                      \
     X(VEC, 16, 1, 16, VEC)                                                                         \
