@@ -22,6 +22,10 @@ typedef struct bench_options {
 typedef struct bench_timing {
     double first_ms; /* the first call: program build + first run */
     double min_ms, median_ms;
+    /* the median time until the call returned, before clFinish: the library's and the driver's
+     * host work (argument checks, the program cache, enqueues); the rest of median_ms is the
+     * device's and the queue's (launch latency) */
+    double host_ms;
     /* with CLATTN_BENCH_KERNELS=1, one more call's kernels, by name in the order of their first
      * launch, and each one's device time (profiling events; those of a name summed) */
     int kernels;

@@ -21,18 +21,26 @@ static int compare_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static int run_once(bench_fn fn, void *ctx, cl_command_queue queue, double *ms) {
+/* One call waited for: `ms` from the enqueue to the end of clFinish, `host_ms` until the call
+ * returned (the library's and the driver's work on the host; either may be NULL). */
+static int run_once(bench_fn fn, void *ctx, cl_command_queue queue, double *ms, double *host_ms) {
     double start = bench_now_ms();
     int status = fn(ctx, queue);
+    if (host_ms) *host_ms = bench_now_ms() - start;
     if (status == CLATTN_SUCCESS) status = clFinish(queue);
     if (ms) *ms = bench_now_ms() - start;
     return status;
 }
 
-static void summarize(double *times, int count, bench_timing *out) {
+static double median_of(double *times, int count) {
     qsort(times, (size_t)count, sizeof *times, compare_double);
+    return times[count / 2];
+}
+
+static void summarize(double *times, double *host_times, int count, bench_timing *out) {
+    out->host_ms = median_of(host_times, count);
+    out->median_ms = median_of(times, count);
     out->min_ms = times[0];
-    out->median_ms = times[count / 2];
 }
 
 _Static_assert(sizeof((bench_timing *)0)->kernel[0] == sizeof((clattn__traced_kernel *)0)->name,
@@ -54,7 +62,7 @@ static int trace_kernels(bench_fn fn, void *ctx, cl_command_queue queue, bench_t
     out->kernels = 0;
     if (!asked || strcmp(asked, "1") != 0) return CLATTN_SUCCESS;
     clattn__trace_kernels(true);
-    const int status = run_once(fn, ctx, queue, NULL);
+    const int status = run_once(fn, ctx, queue, NULL, NULL);
     clattn__trace_kernels(false);
     clattn__traced_kernel traced[64];
     const size_t count = clattn__trace_take(traced, 64);
@@ -76,26 +84,28 @@ int bench_time_beside(const bench_options *opt, bench_fn fn, void *ctx, bench_fn
                       cl_command_queue queue, bench_timing *out, bench_timing *ref_out) {
     *out = (bench_timing){0};
     if (ref_out) *ref_out = (bench_timing){0}; /* (ref's first call is not timed apart) */
-    int status = run_once(fn, ctx, queue, &out->first_ms);
+    int status = run_once(fn, ctx, queue, &out->first_ms, NULL);
     /* calls of seconds: the first warms up enough, and a few repeats tell enough (as the torch
      * peer does) */
     bench_options few = *opt;
     if (out->first_ms > 1000.0) few.warmup = 0, few.repeats = opt->repeats < 3 ? opt->repeats : 3;
     opt = &few;
     for (int i = 1; i < opt->warmup && status == CLATTN_SUCCESS; ++i) {
-        status = run_once(fn, ctx, queue, NULL);
-        if (ref && status == CLATTN_SUCCESS) status = run_once(ref, ref_ctx, queue, NULL);
+        status = run_once(fn, ctx, queue, NULL, NULL);
+        if (ref && status == CLATTN_SUCCESS) status = run_once(ref, ref_ctx, queue, NULL, NULL);
     }
-    double *times = calloc(2 * (size_t)opt->repeats, sizeof *times);
+    const size_t n = (size_t)opt->repeats;
+    double *times = calloc(4 * n, sizeof *times);
     if (!times) return CLATTN_ERR_OUT_OF_HOST_MEMORY;
-    double *ref_times = times + opt->repeats;
+    double *host = times + n, *ref_times = times + 2 * n, *ref_host = times + 3 * n;
     for (int i = 0; i < opt->repeats && status == CLATTN_SUCCESS; ++i) {
-        status = run_once(fn, ctx, queue, &times[i]);
-        if (ref && status == CLATTN_SUCCESS) status = run_once(ref, ref_ctx, queue, &ref_times[i]);
+        status = run_once(fn, ctx, queue, &times[i], &host[i]);
+        if (ref && status == CLATTN_SUCCESS)
+            status = run_once(ref, ref_ctx, queue, &ref_times[i], &ref_host[i]);
     }
     if (status == CLATTN_SUCCESS) {
-        summarize(times, opt->repeats, out);
-        if (ref) summarize(ref_times, opt->repeats, ref_out);
+        summarize(times, host, opt->repeats, out);
+        if (ref) summarize(ref_times, ref_host, opt->repeats, ref_out);
     }
     free(times);
     return status == CLATTN_SUCCESS ? trace_kernels(fn, ctx, queue, out) : status;
