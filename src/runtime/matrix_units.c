@@ -7,7 +7,6 @@
  * like the program cache's, until clattn_cache_clear.
  */
 #include "matrix_units.h"
-#include "device_facts.h"
 #include "kernel.h"
 #include "hooks.h"
 #include "launch.h"
@@ -209,10 +208,19 @@ int clattn__tf32_probe(const clattn__call *call, const char *options, bool *exac
     return probe_kernel(call, options, &tf32_probe_shape, 32, exact);
 }
 
+/* The extension list alone, not the whole of clattn__device_facts_get (a dozen queries and a
+ * copy): f32 calls ask this on every call. */
 static bool has_extension(cl_device_id device, const char *name) {
-    clattn__device_facts facts;
-    return clattn__device_facts_get(device, &facts) == CLATTN_SUCCESS &&
-           strstr(facts.extensions, name) != NULL;
+    size_t size = 0;
+    if (clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS, 0, NULL, &size) != CL_SUCCESS || !size)
+        return false;
+    char *extensions = calloc(size + 1, 1);
+    const bool has =
+        extensions &&
+        clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS, size, extensions, NULL) == CL_SUCCESS &&
+        strstr(extensions, name) != NULL;
+    free(extensions);
+    return has;
 }
 
 /* A device is handed inline PTX only when it says it is a CUDA device of compute capability 8.0

@@ -301,22 +301,31 @@ static const char *type_name(cl_device_type type) {
                                                : "other";
 }
 
+/* What the lookup keys read from the device, queried once a lookup. */
+typedef struct device_names {
+    char name[256], vendor[256];
+    cl_device_type type;
+} device_names;
+
+static void device_names_get(cl_device_id device, device_names *d) {
+    d->name[0] = d->vendor[0] = '\0';
+    d->type = 0;
+    clGetDeviceInfo(device, CL_DEVICE_NAME, sizeof d->name, d->name, NULL);
+    clGetDeviceInfo(device, CL_DEVICE_VENDOR, sizeof d->vendor, d->vendor, NULL);
+    clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof d->type, &d->type, NULL);
+}
+
 /* The device's key at lookup level 0 (name), 1 (vendor/type), 2 (type), 3 (default). */
-static void device_key(cl_device_id device, int level, char *key, size_t capacity) {
-    char name[256] = "", vendor[256] = "";
-    cl_device_type type = 0;
-    clGetDeviceInfo(device, CL_DEVICE_NAME, sizeof name, name, NULL);
-    clGetDeviceInfo(device, CL_DEVICE_VENDOR, sizeof vendor, vendor, NULL);
-    clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+static void device_key(const device_names *d, int level, char *key, size_t capacity) {
     switch (level) {
     case 0:
-        snprintf(key, capacity, "name:%s", name);
+        snprintf(key, capacity, "name:%s", d->name);
         break;
     case 1:
-        snprintf(key, capacity, "vendor:%s/%s", vendor, type_name(type));
+        snprintf(key, capacity, "vendor:%s/%s", d->vendor, type_name(d->type));
         break;
     case 2:
-        snprintf(key, capacity, "type:%s", type_name(type));
+        snprintf(key, capacity, "type:%s", type_name(d->type));
         break;
     default:
         snprintf(key, capacity, "default");
@@ -398,10 +407,12 @@ int clattn__tuning_find(cl_device_id device, const clattn__tuning_op *op, clattn
                         long *values, bool *found) {
     int status = CLATTN_SUCCESS;
     *found = false;
+    device_names names;
+    device_names_get(device, &names);
     for (int level = 0; level < 4 && status == CLATTN_SUCCESS; ++level) {
         bool here = false;
         char key[600];
-        device_key(device, level, key, sizeof key);
+        device_key(&names, level, key, sizeof key);
         status = find_row(key, op, dtype, values, &here);
         const char *why = here ? op->fits(device, values) : NULL;
         if (here && why)
