@@ -340,34 +340,42 @@ static bool kv_rows_aligned(const attention_args *a, const attention_launch *l,
  * fetched ahead or not (the launch's ahead), or double-buffered (its async). */
 static void mma_options(const attention_args *a, const attention_launch *l, char *options,
                         size_t size) {
-    const size_t used = strlen(options);
+    size_t used = strlen(options);
     const int native = l->on_unit ? 1 : 0;
-    char unit[64];
-    if (l->variant == CLATTN__ATTENTION_MMA)
-        snprintf(unit, sizeof unit, "-DMMA_PTX=%d", native);
-    else
-        snprintf(unit, sizeof unit, "-DMMA_UNIT=%d -DMMA_NATIVE=%d", l->tile.unit, native);
-    snprintf(options + used, size - used,
-             " -DMMA_T=%s %s -DMMA_WARPS=%d -DMMA_AHEAD=%d -DMMA_ASYNC=%d",
-             clattn_dtype_name(a->q->dtype), unit, l->warps, l->ahead && !l->async ? 1 : 0,
-             l->async ? 1 : 0);
+    clattn__define_str(options, size, &used, "MMA_T", clattn_dtype_name(a->q->dtype));
+    if (l->variant == CLATTN__ATTENTION_MMA) {
+        clattn__define_int(options, size, &used, "MMA_PTX", native);
+    } else {
+        clattn__define_int(options, size, &used, "MMA_UNIT", l->tile.unit);
+        clattn__define_int(options, size, &used, "MMA_NATIVE", native);
+    }
+    clattn__define_int(options, size, &used, "MMA_WARPS", l->warps);
+    clattn__define_int(options, size, &used, "MMA_AHEAD", l->ahead && !l->async ? 1 : 0);
+    clattn__define_int(options, size, &used, "MMA_ASYNC", l->async ? 1 : 0);
 }
 
 static void attention_options(const attention_args *a, const attention_launch *l, bool wide,
                               cl_device_id device, char *options, size_t size) {
-    snprintf(options, size,
-             "-cl-std=CL1.2 -DQ_T=%s -DK_T=%s -DV_T=%s -DO_T=%s -DHAS_LSE=%d -DLSE_T=%s "
-             "-DHEAD_DIM=%lld -DVALUE_DIM=%lld -DIDX=%s -DEMPTY_NAN=%d -DSPLITS=%d -DVARIANT=%d "
-             "-DALIGNED=%d",
-             clattn_dtype_name(a->q->dtype), clattn_dtype_name(a->k->dtype),
-             clattn_dtype_name(a->v->dtype), clattn_dtype_name(a->out->dtype), a->lse != NULL,
-             clattn_dtype_name(a->lse ? a->lse->dtype : CLATTN_F32), (long long)a->q->shape[3],
-             (long long)a->v->shape[3], wide ? "ulong" : "uint", a->mask.empty_rows_nan, l->splits,
-             l->variant, kv_rows_aligned(a, l, device));
+    snprintf(options, size, "-cl-std=CL1.2");
+    size_t used = strlen(options);
+    clattn__define_str(options, size, &used, "Q_T", clattn_dtype_name(a->q->dtype));
+    clattn__define_str(options, size, &used, "K_T", clattn_dtype_name(a->k->dtype));
+    clattn__define_str(options, size, &used, "V_T", clattn_dtype_name(a->v->dtype));
+    clattn__define_str(options, size, &used, "O_T", clattn_dtype_name(a->out->dtype));
+    clattn__define_int(options, size, &used, "HAS_LSE", a->lse != NULL);
+    clattn__define_str(options, size, &used, "LSE_T",
+                       clattn_dtype_name(a->lse ? a->lse->dtype : CLATTN_F32));
+    clattn__define_int(options, size, &used, "HEAD_DIM", a->q->shape[3]);
+    clattn__define_int(options, size, &used, "VALUE_DIM", a->v->shape[3]);
+    clattn__define_str(options, size, &used, "IDX", wide ? "ulong" : "uint");
+    clattn__define_int(options, size, &used, "EMPTY_NAN", a->mask.empty_rows_nan);
+    clattn__define_int(options, size, &used, "SPLITS", l->splits);
+    clattn__define_int(options, size, &used, "VARIANT", l->variant);
+    clattn__define_int(options, size, &used, "ALIGNED", kv_rows_aligned(a, l, device));
     clattn__attention_tuning_options(&l->t, options, size);
     if (l->variant == CLATTN__ATTENTION_MICRO) {
-        const size_t used = strlen(options);
-        snprintf(options + used, size - used, " -DROWS=%d", l->rows);
+        used = strlen(options);
+        clattn__define_int(options, size, &used, "ROWS", l->rows);
     }
     clattn__mask_options(&a->mask, options, size);
 }

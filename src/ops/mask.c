@@ -6,7 +6,6 @@
 
 #include <math.h>
 #include <stddef.h>
-#include <stdio.h>
 #include <string.h>
 
 /* A tensor broadcast to `target`: each dim equal to the target's, or 1 (its stride becomes 0). */
@@ -160,22 +159,17 @@ bool clattn__mask_needs_wide_index(const clattn__mask_plan *plan) {
 
 void clattn__mask_options(const clattn__mask_plan *plan, char *out, size_t capacity) {
     size_t used = strlen(out);
-    for (int i = 0; i < CLATTN__MASK_TENSOR_COUNT && used < capacity; ++i) {
+    for (int i = 0; i < CLATTN__MASK_TENSOR_COUNT; ++i) {
         const mask_tensor *m = &mask_tensors[i];
-        int n = snprintf(out + used, capacity - used, " -D%s=%d", m->has_macro, plan->has[i]);
-        if (n > 0) used += (size_t)n;
+        clattn__define_int(out, capacity, &used, m->has_macro, plan->has[i]);
         /* an absent tensor's type macro still names a dtype, so that the option set (and the
          * program cache key) is the same shape for every call */
         const clattn_dtype dtype = plan->has[i] ? plan->tensors[i].dtype : CLATTN_F32;
-        n = strcmp(m->type_macro, "FIXED") != 0 && used < capacity
-                ? snprintf(out + used, capacity - used, " -D%s=%s", m->type_macro,
-                           clattn_dtype_name(dtype))
-                : 0;
-        if (n > 0) used += (size_t)n;
+        if (strcmp(m->type_macro, "FIXED") != 0)
+            clattn__define_str(out, capacity, &used, m->type_macro, clattn_dtype_name(dtype));
     }
-    if (used < capacity)
-        snprintf(out + used, capacity - used, " -DHAS_SOFTCAP=%d -DHAS_GLOBAL=%d",
-                 plan->softcap > 0.0f, plan->global_stride > 0);
+    clattn__define_int(out, capacity, &used, "HAS_SOFTCAP", plan->softcap > 0.0f);
+    clattn__define_int(out, capacity, &used, "HAS_GLOBAL", plan->global_stride > 0);
 }
 
 int clattn__mask_set_args(cl_kernel kernel, cl_uint *arg, const clattn__mask_plan *plan,

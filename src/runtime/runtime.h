@@ -2,6 +2,7 @@
 #ifndef CLATTN_RUNTIME_RUNTIME_H
 #define CLATTN_RUNTIME_RUNTIME_H
 
+#include "build_options.h"
 #include "config.h"
 #include "device_facts.h"
 #include "hooks.h"

@@ -4,6 +4,7 @@
  * "op:NAME=VALUE,...;op:...". Malformed text is an error, never ignored.
  */
 #include "tuning.h"
+#include "build_options.h"
 #include "config.h"
 #include "device_facts.h"
 #include "testing.h"
@@ -105,12 +106,9 @@ static const char *gemm_fits(cl_device_id device, const clattn__gemm_tuning *t) 
 
 /* ---- each op's descriptor and typed accessors, from tuning_params.h ---- */
 
-/* " -DMACRO=value" appended at out[*used] while it fits (a build-options buffer is sized for
- * far more). */
+/* " -DMACRO=value" for a parameter the kernels see (HOST ones only size the launch). */
 static void append_define(char *out, size_t capacity, size_t *used, const char *macro, long value) {
-    if (strcmp(macro, "HOST") == 0 || *used >= capacity) return;
-    int n = snprintf(out + *used, capacity - *used, " -D%s=%ld", macro, value);
-    if (n > 0) *used += (size_t)n;
+    if (strcmp(macro, "HOST") != 0) clattn__define_int(out, capacity, used, macro, value);
 }
 
 #define NAME_OF(NAME, DEFAULT, MIN, MAX, MACRO)    #NAME,
