@@ -52,8 +52,7 @@ static void version_of(const char *text, const char *prefix, char *out, size_t c
     out[i] = '\0';
 }
 
-/* Whether the space-separated list holds `name` as a whole word. */
-static bool has_extension(const char *list, const char *name) {
+bool clattn__extension_listed(const char *list, const char *name) {
     const size_t n = strlen(name);
     for (const char *at = strstr(list, name); at; at = strstr(at + 1, name))
         if ((at == list || at[-1] == ' ') && (at[n] == ' ' || at[n] == '\0')) return true;
@@ -86,10 +85,10 @@ int clattn__device_facts_get(cl_device_id device, clattn__device_facts *f) {
         if (!all) return clattn__fail(CLATTN_ERR_OUT_OF_HOST_MEMORY, "device facts: no memory");
         all[0] = all[size] = '\0';
         clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS, size, all, NULL);
-        f->fp16 = has_extension(all, "cl_khr_fp16");
-        f->fp64 = has_extension(all, "cl_khr_fp64");
-        f->subgroups =
-            has_extension(all, "cl_khr_subgroups") || has_extension(all, "cl_intel_subgroups");
+        f->fp16 = clattn__extension_listed(all, "cl_khr_fp16");
+        f->fp64 = clattn__extension_listed(all, "cl_khr_fp64");
+        f->subgroups = clattn__extension_listed(all, "cl_khr_subgroups") ||
+                       clattn__extension_listed(all, "cl_intel_subgroups");
         snprintf(f->extensions, sizeof f->extensions, "%s", all);
         free(all);
     }

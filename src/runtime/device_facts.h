@@ -24,6 +24,10 @@ cl_uint clattn__device_base_align_bytes(cl_device_id device);
  * embedded profile may round toward zero). */
 bool clattn__device_full_profile(cl_device_id device);
 
+/* Whether the space-separated extension list holds `name` as a whole word (a name can be the
+ * start of another's). */
+bool clattn__extension_listed(const char *list, const char *name);
+
 /* Every fact at once, for reports (clattn_device_facts) and for the capability probes of
  * optional features: what the driver says, never a vendor name. */
 typedef struct clattn__device_facts {

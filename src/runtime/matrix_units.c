@@ -7,6 +7,7 @@
  * like the program cache's, until clattn_cache_clear.
  */
 #include "matrix_units.h"
+#include "device_facts.h"
 #include "kernel.h"
 #include "hooks.h"
 #include "launch.h"
@@ -218,7 +219,7 @@ static bool has_extension(cl_device_id device, const char *name) {
     const bool has =
         extensions &&
         clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS, size, extensions, NULL) == CL_SUCCESS &&
-        strstr(extensions, name) != NULL;
+        clattn__extension_listed(extensions, name);
     free(extensions);
     return has;
 }
