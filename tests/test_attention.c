@@ -682,7 +682,7 @@ static bool outputs_of(test_ctx *t, const at_spec *s, const at_data *d, int vari
  * as without them for the others. */
 static void prefill_takes_the_units_found(test_ctx *t) {
     if (!mma_runs_here(t)) return;
-    enum { CASES = 4, TAKEN = 2 }; /* the first TAKEN take attention_mma */
+    enum { CASES = 4, TAKEN = 2, F32_OFF = 3 }; /* the first TAKEN take attention_mma */
     static const char *const what[CASES] = {"f16 prefill", "f32 prefill", "f16 decoding",
                                             "f32 prefill with UNIT_F32=0"};
     at_spec s[CASES];
@@ -702,7 +702,8 @@ static void prefill_takes_the_units_found(test_ctx *t) {
     clattn_cache_clear(context); /* the probe's answer goes with the cache */
     clattn__hook_set(CLATTN__HOOK_MATRIX_EMULATION, 1);
     for (int c = 0; c < CASES; ++c) {
-        if (c == 3) ok = ok && clattn_tuning_override("attention", "UNIT_F32=0") == CLATTN_SUCCESS;
+        if (c == F32_OFF)
+            ok = ok && clattn_tuning_override("attention", "UNIT_F32=0") == CLATTN_SUCCESS;
         ok = ok && outputs_of(t, &s[c], &d[c], -1, &offered[c]);
     }
     clattn_tuning_override("attention", NULL);
@@ -712,7 +713,8 @@ static void prefill_takes_the_units_found(test_ctx *t) {
     clattn_cache_clear(context);
     /* the device's own units may include the tf32 unit (NVIDIA's), so UNIT_F32=0 stays set */
     for (int c = TAKEN; c < CASES; ++c) {
-        if (c == 3) ok = ok && clattn_tuning_override("attention", "UNIT_F32=0") == CLATTN_SUCCESS;
+        if (c == F32_OFF)
+            ok = ok && clattn_tuning_override("attention", "UNIT_F32=0") == CLATTN_SUCCESS;
         ok = ok && outputs_of(t, &s[c], &d[c], -1, &want[c]);
     }
     clattn_tuning_override("attention", NULL);

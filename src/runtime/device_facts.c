@@ -52,11 +52,34 @@ static void version_of(const char *text, const char *prefix, char *out, size_t c
     out[i] = '\0';
 }
 
-bool clattn__extension_listed(const char *list, const char *name) {
+/* Whether the space-separated list holds `name` as a whole word (a name can be the start of
+ * another's). */
+static bool extension_listed(const char *list, const char *name) {
     const size_t n = strlen(name);
     for (const char *at = strstr(list, name); at; at = strstr(at + 1, name))
         if ((at == list || at[-1] == ' ') && (at[n] == ' ' || at[n] == '\0')) return true;
     return false;
+}
+
+/* CL_DEVICE_EXTENSIONS, whole and terminated, into *all (the caller frees it; NULL where the
+ * driver gives none). */
+static int extension_list(cl_device_id device, char **all) {
+    size_t size = 0;
+    *all = NULL;
+    if (clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS, 0, NULL, &size) != CL_SUCCESS || !size)
+        return CLATTN_SUCCESS;
+    *all = calloc(size + 1, 1);
+    if (!*all) return clattn__fail(CLATTN_ERR_OUT_OF_HOST_MEMORY, "device facts: no memory");
+    clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS, size, *all, NULL);
+    return CLATTN_SUCCESS;
+}
+
+bool clattn__device_has_extension(cl_device_id device, const char *name) {
+    char *all = NULL;
+    const bool has =
+        extension_list(device, &all) == CLATTN_SUCCESS && all && extension_listed(all, name);
+    free(all);
+    return has;
 }
 
 /* CL_DEVICE_MAX_NUM_SUB_GROUPS (OpenCL 2.1), which the 1.2 headers clattn builds with lack. */
@@ -79,16 +102,14 @@ int clattn__device_facts_get(cl_device_id device, clattn__device_facts *f) {
                     &f->vector_float, NULL);
     clGetDeviceInfo(device, CL_DEVICE_PREFERRED_VECTOR_WIDTH_HALF, sizeof f->vector_half,
                     &f->vector_half, NULL);
-    size_t size = 0;
-    if (clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS, 0, NULL, &size) == CL_SUCCESS && size) {
-        char *all = malloc(size + 1);
-        if (!all) return clattn__fail(CLATTN_ERR_OUT_OF_HOST_MEMORY, "device facts: no memory");
-        all[0] = all[size] = '\0';
-        clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS, size, all, NULL);
-        f->fp16 = clattn__extension_listed(all, "cl_khr_fp16");
-        f->fp64 = clattn__extension_listed(all, "cl_khr_fp64");
-        f->subgroups = clattn__extension_listed(all, "cl_khr_subgroups") ||
-                       clattn__extension_listed(all, "cl_intel_subgroups");
+    char *all = NULL;
+    const int status = extension_list(device, &all);
+    if (status != CLATTN_SUCCESS) return status;
+    if (all) {
+        f->fp16 = extension_listed(all, "cl_khr_fp16");
+        f->fp64 = extension_listed(all, "cl_khr_fp64");
+        f->subgroups = extension_listed(all, "cl_khr_subgroups") ||
+                       extension_listed(all, "cl_intel_subgroups");
         snprintf(f->extensions, sizeof f->extensions, "%s", all);
         free(all);
     }

@@ -24,9 +24,9 @@ cl_uint clattn__device_base_align_bytes(cl_device_id device);
  * embedded profile may round toward zero). */
 bool clattn__device_full_profile(cl_device_id device);
 
-/* Whether the space-separated extension list holds `name` as a whole word (a name can be the
- * start of another's). */
-bool clattn__extension_listed(const char *list, const char *name);
+/* Whether CL_DEVICE_EXTENSIONS holds `name` as a whole word: one query, for the checks that run
+ * on every call (clattn__device_facts_get makes a dozen). */
+bool clattn__device_has_extension(cl_device_id device, const char *name);
 
 /* Every fact at once, for reports (clattn_device_facts) and for the capability probes of
  * optional features: what the driver says, never a vendor name. */

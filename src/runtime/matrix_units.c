@@ -209,27 +209,12 @@ int clattn__tf32_probe(const clattn__call *call, const char *options, bool *exac
     return probe_kernel(call, options, &tf32_probe_shape, 32, exact);
 }
 
-/* The extension list alone, not the whole of clattn__device_facts_get (a dozen queries and a
- * copy): f32 calls ask this on every call. */
-static bool has_extension(cl_device_id device, const char *name) {
-    size_t size = 0;
-    if (clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS, 0, NULL, &size) != CL_SUCCESS || !size)
-        return false;
-    char *extensions = calloc(size + 1, 1);
-    const bool has =
-        extensions &&
-        clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS, size, extensions, NULL) == CL_SUCCESS &&
-        clattn__extension_listed(extensions, name);
-    free(extensions);
-    return has;
-}
-
 /* A device is handed inline PTX only when it says it is a CUDA device of compute capability 8.0
  * or more (cl_nv_device_attribute_query; mma.m16n8k16 needs sm_80): another compiler given PTX
  * could fail in ways no build log reports (an LLVM backend may abort on an instruction it does
  * not know). The probe then decides. */
 static bool takes_ptx_mma(cl_device_id device) {
-    if (!has_extension(device, "cl_nv_device_attribute_query")) return false;
+    if (!clattn__device_has_extension(device, "cl_nv_device_attribute_query")) return false;
     cl_uint major = 0;
     return clGetDeviceInfo(device, CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV, sizeof major, &major,
                            NULL) == CL_SUCCESS &&
@@ -241,7 +226,7 @@ static bool takes_ptx_mma(cl_device_id device) {
  * build, on a matrix builtin the GPU lacks (WMMA's gfx11 form on gfx12 does), so a builtin goes
  * only to the architectures that have it, as PTX goes only to compute capability 8.0 and on. */
 static bool amd_isa_is(cl_device_id device, const char *const *isas) {
-    if (!has_extension(device, "cl_amd_device_attribute_query")) return false;
+    if (!clattn__device_has_extension(device, "cl_amd_device_attribute_query")) return false;
     char name[256] = "";
     if (clGetDeviceInfo(device, CL_DEVICE_NAME, sizeof name - 1, name, NULL) != CL_SUCCESS)
         return false;
@@ -263,7 +248,8 @@ static bool takes_amd_mfma(cl_device_id device) {
 /* Intel's dpas needs the subgroup width the builtins are defined for: the device's smallest
  * (the extension: "the subgroup size must be the minimum supported subgroup size"). */
 static bool takes_dpas(cl_device_id device, size_t width) {
-    if (!has_extension(device, "cl_intel_subgroup_matrix_multiply_accumulate")) return false;
+    if (!clattn__device_has_extension(device, "cl_intel_subgroup_matrix_multiply_accumulate"))
+        return false;
     size_t sizes[16] = {0}, bytes = 0;
     if (clGetDeviceInfo(device, CL_DEVICE_SUB_GROUP_SIZES_INTEL, sizeof sizes, sizes, &bytes) !=
             CL_SUCCESS ||
