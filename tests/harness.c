@@ -93,9 +93,17 @@ bool test_large_shapes(test_ctx *t) {
     return !(small && *small && strcmp(small, "0") != 0);
 }
 
-bool test_under_uninit_checker(void) {
-    const char *flag = getenv("CLATTN_TEST_UNINIT_CHECKER");
+static bool flag_set(const char *name) {
+    const char *flag = getenv(name);
     return flag && *flag && strcmp(flag, "0") != 0;
+}
+
+bool test_under_uninit_checker(void) {
+    return flag_set("CLATTN_TEST_UNINIT_CHECKER");
+}
+
+bool test_after_uninit_checker(void) {
+    return flag_set("CLATTN_TEST_AFTER_UNINIT_CHECKER");
 }
 
 uint64_t test_rand_u64(uint64_t *state) {

@@ -102,6 +102,10 @@ bool test_large_shapes(test_ctx *t);
  * root-caused). Tests leave those two out there; ci/test.sh runs the attention suites again
  * under Oclgrind without that checker, with them. */
 bool test_under_uninit_checker(void);
+/* CLATTN_TEST_AFTER_UNINIT_CHECKER=1 says an Oclgrind run with --uninitialized already ran these
+ * tests, and this run (Oclgrind without that checker) need repeat only what that one left out:
+ * a test's paths that the checker misreads. The attention suite's variants honour it. */
+bool test_after_uninit_checker(void);
 
 /* The library's scratch buffers still live above `baseline` (clattn__scratch_live) after
  * waiting up to a second for OpenCL to destroy the released ones, which it does once the

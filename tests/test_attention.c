@@ -178,13 +178,15 @@ static bool on_matrix_tiles(int variant) {
  * checker misreads them (README, Known limits). So do the micro and mma variants, for time:
  * built with -cl-opt-disable their tile arrays live in memory (and mma's emulated products in
  * local memory), and micro alone tripled that lane's attention tests; both ran clean there
- * (2026-11-27), and the other Oclgrind lane checks them for races and out-of-bounds accesses. */
+ * (2026-11-27). The Oclgrind lane after it (test_after_uninit_checker) runs only these: the
+ * others' races and out-of-bounds accesses were checked in the same cases there. */
 static bool variant_runs(int variant) {
     const bool split = clattn__hook_value(CLATTN__HOOK_ATTENTION_SPLITS) > 1;
     const bool scratch =
         variants[variant] == COMPOSED || variants[variant] == CLATTN__ATTENTION_LANES ||
         variants[variant] == CLATTN__ATTENTION_MICRO || on_matrix_tiles(variant) || split;
-    return !scratch || !test_under_uninit_checker();
+    if (test_under_uninit_checker()) return !scratch;
+    return scratch || !test_after_uninit_checker();
 }
 
 static void check_weights(test_ctx *t, const at_spec *s, const at_data *d, const float *w,
