@@ -183,6 +183,7 @@ static void rows_that_do_not_fit(test_ctx *t) {
     char with_row[256], without[256];
     warnings = 0;
     clattn_set_log_callback(count_warning, NULL);
+    clattn__tuning_set_test_row(NULL); /* forgets the kept answers: this lookup warns anew */
     int plain = clattn_tuning_lookup(device_of(t), "softmax", CLATTN_F32, without, sizeof without);
     const int before = warnings;
     const char *row[4] = {"softmax", "*", name, "VARIANT=0,VEC=16,GROUP=1024,SCRATCH=65536"};
@@ -197,6 +198,44 @@ static void rows_that_do_not_fit(test_ctx *t) {
     CHECK(t, warnings == 2 * before + 1, "%d warnings for the row that does not fit, %d without it",
           warnings - before, before);
     CHECK_OK(t, small_softmax(t, NULL));
+}
+
+/* The table's answers are kept per device, op, dtype and caps: a row is read (and its warning
+ * given) once, a cap that changes the answer changes it at the next lookup (its warnings once
+ * too), and lifting the cap brings the first answer back. A GROUP of 64 is the test row's; under a
+ * cap of 16 groups it does not fit, and the next level's answer (whatever this device's is) has
+ * another. */
+static void lookups_are_kept_per_device_and_cap(test_ctx *t) {
+    char name[256] = "name:";
+    clGetDeviceInfo(device_of(t), CL_DEVICE_NAME, sizeof name - 5, name + 5, NULL);
+    const char *row[4] = {"copy", "*", name, "VEC=4,RUN=4,GROUP=64"};
+    char first[256] = "", again[256] = "", capped[256] = "", capped_again[256] = "";
+    char lifted[256] = "";
+    if (clattn__device_max_group(device_of(t)) < 64)
+        return test_skip(t, "the device's groups are below the test row's 64");
+    clattn__tuning_set_test_row(row);
+    warnings = 0;
+    clattn_set_log_callback(count_warning, NULL);
+    CHECK_OK(t, clattn_tuning_lookup(device_of(t), "copy", CLATTN_F32, first, sizeof first));
+    CHECK_OK(t, clattn_tuning_lookup(device_of(t), "copy", CLATTN_F32, again, sizeof again));
+    const int quiet = warnings;
+    test_saved_env cap = test_env_set("CLATTN_MAX_WORK_GROUP", "16");
+    CHECK_OK(t, clattn_tuning_lookup(device_of(t), "copy", CLATTN_F32, capped, sizeof capped));
+    const int under_cap = warnings - quiet;
+    CHECK_OK(t, clattn_tuning_lookup(device_of(t), "copy", CLATTN_F32, capped_again,
+                                     sizeof capped_again));
+    const int repeated = warnings - quiet - under_cap;
+    test_env_restore(&cap);
+    CHECK_OK(t, clattn_tuning_lookup(device_of(t), "copy", CLATTN_F32, lifted, sizeof lifted));
+    clattn_set_log_callback(NULL, NULL);
+    clattn__tuning_set_test_row(NULL);
+    CHECK(t, strstr(first, "GROUP=64") && strcmp(first, again) == 0 && strcmp(first, lifted) == 0,
+          "the test row's answer: %s, again %s, after the cap %s", first, again, lifted);
+    CHECK(t, quiet == 0, "%d warnings for a row that fits", quiet);
+    CHECK(t,
+          !strstr(capped, "GROUP=64") && under_cap >= 1 && repeated == 0 &&
+              strcmp(capped, capped_again) == 0,
+          "under a cap of 16: %s, %d warnings, then %d more", capped, under_cap, repeated);
 }
 
 /* c = a b^T for a batch of 2 odd-sized matrices through the CLBlast bridge, against the host:
@@ -272,6 +311,7 @@ static const test_case cases[] = {
     {"malformed_overrides_are_errors", malformed_overrides_are_errors},
     {"environment_overrides", environment_overrides},
     {"rows_that_do_not_fit", rows_that_do_not_fit},
+    {"lookups_are_kept_per_device_and_cap", lookups_are_kept_per_device_and_cap, TAG_HOST},
     {"gemm_rows_reach_clblast", gemm_rows_reach_clblast},
 };
 SUITE_TAGGED(tuning_suite, "tuning", cases, TAG_SMOKE);

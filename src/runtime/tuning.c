@@ -332,8 +332,11 @@ static void device_key(const device_names *d, int level, char *key, size_t capac
 
 static const char *test_row_fields[4];
 
+static void memo_forget(void);
+
 void clattn__tuning_set_test_row(const char *const row[4]) {
     for (int i = 0; i < 4; ++i) test_row_fields[i] = row && row[0] ? row[i] : NULL;
+    memo_forget();
 }
 
 /* A row's parameters: those it gives, the op's defaults for the others (a row names what it
@@ -401,7 +404,8 @@ int clattn__tuning_check_table(void) {
     return status;
 }
 
-int clattn__tuning_find(cl_device_id device, const clattn__tuning_op *op, clattn_dtype dtype,
+/* The table's answer for the device, before the overrides: the first row by level that fits. */
+static int table_lookup(cl_device_id device, const clattn__tuning_op *op, clattn_dtype dtype,
                         long *values, bool *found) {
     int status = CLATTN_SUCCESS;
     *found = false;
@@ -422,6 +426,81 @@ int clattn__tuning_find(cl_device_id device, const clattn__tuning_op *op, clattn
         *found = here && (!why || level == 3);
         if (*found) break;
     }
+    return status;
+}
+
+/* ---- the memo of table lookups ---- */
+
+/* Every op call looks its parameters up, and the table's answer depends only on the device,
+ * the op, the dtype, the caps on groups and local memory that the fits checks read
+ * (CLATTN_MAX_WORK_GROUP, CLATTN_MAX_LOCAL_MEMORY: tests change them in a run) and the test row:
+ * so the answer is kept, per that key, and the lookup (three driver queries, the rows compared
+ * and parsed as text: most of an op call's own host work) runs once. A row's warning is given
+ * once, when its answer is first kept. Failed lookups are not kept (each call reports its
+ * error). The overrides are applied on top at every call. Each entry holds a reference to its
+ * device, so that a released sub-device's handle cannot come back as another device's. */
+typedef struct memo_entry {
+    cl_device_id device;
+    const clattn__tuning_op *op;
+    clattn_dtype dtype;
+    size_t group_cap;
+    cl_ulong local_cap;
+    bool found;
+    long values[CLATTN__TUNING_MAX_PARAMS];
+} memo_entry;
+
+#define MEMO_SIZE 64
+static pthread_mutex_t memo_lock = PTHREAD_MUTEX_INITIALIZER;
+static memo_entry memo[MEMO_SIZE];
+static size_t memo_next; /* the entry the next new answer replaces (round robin) */
+
+static void memo_forget(void) {
+    pthread_mutex_lock(&memo_lock);
+    for (size_t i = 0; i < MEMO_SIZE; ++i)
+        if (memo[i].device) clReleaseDevice(memo[i].device);
+    memset(memo, 0, sizeof memo);
+    memo_next = 0;
+    pthread_mutex_unlock(&memo_lock);
+}
+
+static bool memo_matches(const memo_entry *e, const memo_entry *key) {
+    return e->device == key->device && e->op == key->op && e->dtype == key->dtype &&
+           e->group_cap == key->group_cap && e->local_cap == key->local_cap;
+}
+
+/* table_lookup through the memo. */
+static int memo_lookup(cl_device_id device, const clattn__tuning_op *op, clattn_dtype dtype,
+                       long *values, bool *found) {
+    memo_entry key = {device, op, dtype, SIZE_MAX, CL_ULONG_MAX, false, {0}};
+    clattn__group_cap(&key.group_cap);
+    clattn__local_memory_cap(&key.local_cap);
+    bool hit = false;
+    pthread_mutex_lock(&memo_lock);
+    for (size_t i = 0; i < MEMO_SIZE && !hit; ++i)
+        if (memo_matches(&memo[i], &key)) {
+            hit = true;
+            *found = memo[i].found;
+            memcpy(values, memo[i].values, sizeof memo[i].values);
+        }
+    pthread_mutex_unlock(&memo_lock);
+    if (hit) return CLATTN_SUCCESS;
+    int status = table_lookup(device, op, dtype, key.values, &key.found);
+    if (status != CLATTN_SUCCESS) return status;
+    *found = key.found;
+    memcpy(values, key.values, sizeof key.values);
+    if (clRetainDevice(device) != CL_SUCCESS) return CLATTN_SUCCESS; /* (not kept) */
+    pthread_mutex_lock(&memo_lock);
+    memo_entry *slot = &memo[memo_next];
+    memo_next = (memo_next + 1) % MEMO_SIZE;
+    if (slot->device) clReleaseDevice(slot->device);
+    *slot = key;
+    pthread_mutex_unlock(&memo_lock);
+    return CLATTN_SUCCESS;
+}
+
+int clattn__tuning_find(cl_device_id device, const clattn__tuning_op *op, clattn_dtype dtype,
+                        long *values, bool *found) {
+    int status = memo_lookup(device, op, dtype, values, found);
     bool overridden = false, complete = false;
     if (status == CLATTN_SUCCESS) status = apply_overrides(op, values, &overridden, &complete);
     if (status == CLATTN_SUCCESS && overridden && !*found && !complete)
