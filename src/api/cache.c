@@ -5,9 +5,13 @@
 #include "ops/blas.h"
 #include "runtime/matrix_units.h"
 #include "runtime/program_cache.h"
+#include "runtime/tuning.h"
 
 void clattn_cache_clear(cl_context context) {
     clattn__program_cache_clear(context);
     clattn__matrix_units_clear(context);
-    if (!context) clattn__blas_cache_clear();
+    if (!context) {
+        clattn__blas_cache_clear();
+        clattn__tuning_forget();
+    }
 }

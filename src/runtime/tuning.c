@@ -305,12 +305,14 @@ typedef struct device_names {
     cl_device_type type;
 } device_names;
 
-static void device_names_get(cl_device_id device, device_names *d) {
+/* False when a query failed (the names are then empty, the type 0). */
+static bool device_names_get(cl_device_id device, device_names *d) {
     d->name[0] = d->vendor[0] = '\0';
     d->type = 0;
-    clGetDeviceInfo(device, CL_DEVICE_NAME, sizeof d->name, d->name, NULL);
-    clGetDeviceInfo(device, CL_DEVICE_VENDOR, sizeof d->vendor, d->vendor, NULL);
-    clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof d->type, &d->type, NULL);
+    return clGetDeviceInfo(device, CL_DEVICE_NAME, sizeof d->name, d->name, NULL) == CL_SUCCESS &&
+           clGetDeviceInfo(device, CL_DEVICE_VENDOR, sizeof d->vendor, d->vendor, NULL) ==
+               CL_SUCCESS &&
+           clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof d->type, &d->type, NULL) == CL_SUCCESS;
 }
 
 /* The device's key at lookup level 0 (name), 1 (vendor/type), 2 (type), 3 (default). */
@@ -332,11 +334,9 @@ static void device_key(const device_names *d, int level, char *key, size_t capac
 
 static const char *test_row_fields[4];
 
-static void memo_forget(void);
-
 void clattn__tuning_set_test_row(const char *const row[4]) {
     for (int i = 0; i < 4; ++i) test_row_fields[i] = row && row[0] ? row[i] : NULL;
-    memo_forget();
+    clattn__tuning_forget();
 }
 
 /* A row's parameters: those it gives, the op's defaults for the others (a row names what it
@@ -404,13 +404,14 @@ int clattn__tuning_check_table(void) {
     return status;
 }
 
-/* The table's answer for the device, before the overrides: the first row by level that fits. */
+/* The table's answer for the device, before the overrides: the first row by level that fits.
+ * *queried says whether the device answered every query. */
 static int table_lookup(cl_device_id device, const clattn__tuning_op *op, clattn_dtype dtype,
-                        long *values, bool *found) {
+                        long *values, bool *found, bool *queried) {
     int status = CLATTN_SUCCESS;
     *found = false;
     device_names names;
-    device_names_get(device, &names);
+    *queried = device_names_get(device, &names);
     for (int level = 0; level < 4 && status == CLATTN_SUCCESS; ++level) {
         bool here = false;
         char key[600];
@@ -433,18 +434,19 @@ static int table_lookup(cl_device_id device, const clattn__tuning_op *op, clattn
 
 /* Every op call looks its parameters up, and the table's answer depends only on the device,
  * the op, the dtype, the caps on groups and local memory that the fits checks read
- * (CLATTN_MAX_WORK_GROUP, CLATTN_MAX_LOCAL_MEMORY: tests change them in a run) and the test row:
- * so the answer is kept, per that key, and the lookup (three driver queries, the rows compared
- * and parsed as text: most of an op call's own host work) runs once. A row's warning is given
- * once, when its answer is first kept. Failed lookups are not kept (each call reports its
- * error). The overrides are applied on top at every call. Each entry holds a reference to its
- * device, so that a released sub-device's handle cannot come back as another device's. */
+ * (CLATTN_MAX_WORK_GROUP, CLATTN_MAX_LOCAL_MEMORY, kept as their text: tests change them in a
+ * run) and the test row: so the answer is kept, per that key, and the lookup (three driver
+ * queries, the rows compared and parsed as text: most of an op call's own host work) runs once.
+ * A row's warning is given once, when its answer is first kept. Failed lookups, and answers
+ * made while a driver query failed, are not kept. The overrides are applied on top at every
+ * call. Each entry holds a reference to its device, so that a released sub-device's handle
+ * cannot come back as another device's. */
+#define CAP_TEXT 24
 typedef struct memo_entry {
     cl_device_id device;
     const clattn__tuning_op *op;
     clattn_dtype dtype;
-    size_t group_cap;
-    cl_ulong local_cap;
+    char group_cap[CAP_TEXT], local_cap[CAP_TEXT]; /* the variables' text ("": unset) */
     bool found;
     long values[CLATTN__TUNING_MAX_PARAMS];
 } memo_entry;
@@ -452,31 +454,43 @@ typedef struct memo_entry {
 #define MEMO_SIZE 64
 static pthread_mutex_t memo_lock = PTHREAD_MUTEX_INITIALIZER;
 static memo_entry memo[MEMO_SIZE];
-static size_t memo_next; /* the entry the next new answer replaces (round robin) */
+static size_t memo_next;         /* the entry the next new answer replaces (round robin) */
+static unsigned memo_generation; /* one more at each forget: a lookup begun before is not kept */
 
-static void memo_forget(void) {
+void clattn__tuning_forget(void) {
     pthread_mutex_lock(&memo_lock);
     for (size_t i = 0; i < MEMO_SIZE; ++i)
         if (memo[i].device) clReleaseDevice(memo[i].device);
     memset(memo, 0, sizeof memo);
     memo_next = 0;
+    ++memo_generation;
     pthread_mutex_unlock(&memo_lock);
+}
+
+/* A cap variable's text into the key; false when it is too long to keep (no memo then). */
+static bool cap_text(const char *variable, char *out) {
+    const char *text = getenv(variable);
+    if (!text) text = "";
+    if (strlen(text) >= CAP_TEXT) return false;
+    strcpy(out, text);
+    return true;
 }
 
 static bool memo_matches(const memo_entry *e, const memo_entry *key) {
     return e->device == key->device && e->op == key->op && e->dtype == key->dtype &&
-           e->group_cap == key->group_cap && e->local_cap == key->local_cap;
+           strcmp(e->group_cap, key->group_cap) == 0 && strcmp(e->local_cap, key->local_cap) == 0;
 }
 
 /* table_lookup through the memo. */
 static int memo_lookup(cl_device_id device, const clattn__tuning_op *op, clattn_dtype dtype,
                        long *values, bool *found) {
-    memo_entry key = {device, op, dtype, SIZE_MAX, CL_ULONG_MAX, false, {0}};
-    clattn__group_cap(&key.group_cap);
-    clattn__local_memory_cap(&key.local_cap);
+    memo_entry key = {.device = device, .op = op, .dtype = dtype};
+    const bool keyed = cap_text("CLATTN_MAX_WORK_GROUP", key.group_cap) &&
+                       cap_text("CLATTN_MAX_LOCAL_MEMORY", key.local_cap);
     bool hit = false;
     pthread_mutex_lock(&memo_lock);
-    for (size_t i = 0; i < MEMO_SIZE && !hit; ++i)
+    const unsigned generation = memo_generation;
+    for (size_t i = 0; keyed && i < MEMO_SIZE && !hit; ++i)
         if (memo_matches(&memo[i], &key)) {
             hit = true;
             *found = memo[i].found;
@@ -484,16 +498,21 @@ static int memo_lookup(cl_device_id device, const clattn__tuning_op *op, clattn_
         }
     pthread_mutex_unlock(&memo_lock);
     if (hit) return CLATTN_SUCCESS;
-    int status = table_lookup(device, op, dtype, key.values, &key.found);
+    bool queried = false;
+    int status = table_lookup(device, op, dtype, key.values, &key.found, &queried);
     if (status != CLATTN_SUCCESS) return status;
     *found = key.found;
     memcpy(values, key.values, sizeof key.values);
-    if (clRetainDevice(device) != CL_SUCCESS) return CLATTN_SUCCESS; /* (not kept) */
+    if (!keyed || !queried || clRetainDevice(device) != CL_SUCCESS) return CLATTN_SUCCESS;
     pthread_mutex_lock(&memo_lock);
-    memo_entry *slot = &memo[memo_next];
-    memo_next = (memo_next + 1) % MEMO_SIZE;
-    if (slot->device) clReleaseDevice(slot->device);
-    *slot = key;
+    if (generation == memo_generation) {
+        memo_entry *slot = &memo[memo_next];
+        memo_next = (memo_next + 1) % MEMO_SIZE;
+        if (slot->device) clReleaseDevice(slot->device);
+        *slot = key;
+    } else {
+        clReleaseDevice(device);
+    }
     pthread_mutex_unlock(&memo_lock);
     return CLATTN_SUCCESS;
 }

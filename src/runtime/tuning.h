@@ -59,6 +59,10 @@ int clattn__tuning_find(cl_device_id device, const clattn__tuning_op *op, clattn
 int clattn__tuning_row(const clattn__tuning_op *op, clattn_dtype dtype, const char *key,
                        long *values);
 
+/* Forgets the table answers kept for the lookups (tuning.c, the memo), releasing their devices:
+ * clattn_cache_clear(NULL) and the test row call it. */
+void clattn__tuning_forget(void);
+
 /* Parses every row of the table: each names a known op and gives all its parameters within
  * their ranges (whether a row fits a device is checked at lookup). */
 int clattn__tuning_check_table(void);
