@@ -210,38 +210,79 @@ static void check_copy_kernel(test_ctx *t, clattn_tensor src, clattn_tensor dst,
     if (n) clReleaseEvent(ran[0].event);
 }
 
+/* Whether transpose_tiles' groups of 256 fit here: its largest group under the caps, asked of
+ * heads.cl built with its defaults (rusticl's llvmpipe gives it 32 work-items). */
+static bool tiles_fit(test_ctx *t) {
+    cl_device_id device = clattn_env_device(t->env);
+    cl_kernel kernel = NULL;
+    size_t most = 0;
+    int status =
+        clattn__create_kernel(clattn_env_context(t->env), device, "heads.cl",
+                              "-cl-std=CL1.2 -DVEC=4 -DTILES=1", "transpose_tiles", &kernel);
+    if (status == CLATTN_SUCCESS) status = clattn__kernel_max_group(kernel, device, &most);
+    clattn__release_kernel(kernel);
+    if (status != CLATTN_SUCCESS)
+        test_fail_at(t, __FILE__, __LINE__, "transpose_tiles alone -> %s: %s",
+                     clattn_status_name(status), clattn_last_error());
+    return most >= 256;
+}
+
+/* The kernel a transposed view of `dtype` takes here: transpose_tiles where the copy row (or an
+ * override) says TILES=1 and its groups fit, else transpose4d, or copy4d where the inner dims
+ * are under a block (`blocks` false). */
+static const char *transpose_kernel(test_ctx *t, clattn_dtype dtype, bool blocks) {
+    char params[256] = "";
+    clattn_tuning_lookup(clattn_env_device(t->env), "copy", dtype, params, sizeof params);
+    if (strstr(params, "TILES=1") && tiles_fit(t)) return "transpose_tiles";
+    return blocks ? "transpose4d" : "copy4d";
+}
+
+/* The transposed views of copy_transposed_views: the inner dims 45 x 37, tiles and blocks cut by
+ * both edges; 32 x 16 with outer strides that do not merge; 7 rows, under a block at VEC=8 (and
+ * the 16 that is capped to it). `pairs`: how many dtype pairs (of 9): the first is raw 16-bit,
+ * the first 3 raw and converting. */
+static void transposed_cases(test_ctx *t, int pairs, const char *what, uint64_t seed) {
+    static const clattn_dtype pair[9][2] = {
+        {CLATTN_F16, CLATTN_F16},  {CLATTN_F32, CLATTN_BF16}, {CLATTN_BF16, CLATTN_BF16},
+        {CLATTN_F32, CLATTN_F32},  {CLATTN_F32, CLATTN_F16},  {CLATTN_F16, CLATTN_F32},
+        {CLATTN_F16, CLATTN_BF16}, {CLATTN_BF16, CLATTN_F32}, {CLATTN_BF16, CLATTN_F16}};
+    for (int p = 0; p < pairs && !t->failed; ++p) {
+        const clattn_dtype a = pair[p][0], b = pair[p][1];
+        char label[64];
+        snprintf(label, sizeof label, "%s: transposed %s->%s", what, clattn_dtype_name(a),
+                 clattn_dtype_name(b));
+        clattn_tensor src = dense(a, 2, 3, 45, 37, 3);
+        check_copy_kernel(t, clattn_tensor_permute(src, swap_inner), dense(b, 2, 3, 37, 45, 1),
+                          seed + (uint64_t)p, label, transpose_kernel(t, a, true));
+    }
+    clattn_tensor whole = dense(CLATTN_F32, 3, 1, 32, 16, 0);
+    whole.strides[0] = 32 * 16 + 5;
+    check_copy_kernel(t, clattn_tensor_permute(whole, swap_inner),
+                      dense(CLATTN_F32, 3, 1, 16, 32, 2), seed + 10, what,
+                      transpose_kernel(t, CLATTN_F32, true));
+    clattn__copy_tuning row;
+    CHECK_OK(t, clattn__copy_tuning_get(clattn_env_device(t->env), CLATTN_BF16, &row));
+    clattn_tensor narrow = dense(CLATTN_BF16, 1, 1, 40, 7, 0);
+    check_copy_kernel(t, clattn_tensor_permute(narrow, swap_inner),
+                      dense(CLATTN_BF16, 1, 1, 7, 40, 0), seed + 11, what,
+                      transpose_kernel(t, CLATTN_BF16, row.VEC < 8));
+}
+
 /* A transposed view (the two inner dims swapped): blocks of VEC x VEC through registers
- * (transpose4d), with blocks cut by either edge, every dtype pair, and each block width the
- * tuning table can give (16 is capped to 8); inner dims shorter than a block go to copy4d. */
+ * (transpose4d), every dtype pair, and each block width the tuning table can give (16 is capped
+ * to 8); inner dims shorter than a block go to copy4d. Then the same views through local-memory
+ * tiles (transpose_tiles, TILES=1, the GPU rows'), dtype pairs raw and converting; where groups
+ * are capped below its 256 (the cbs lane), those fall back to transpose4d. */
 static void copy_transposed_views(test_ctx *t) {
-    for (int a = 0; a < 3; ++a)
-        for (int b = 0; b < 3 && !t->failed; ++b) {
-            char what[40];
-            snprintf(what, sizeof what, "transposed %s->%s", clattn_dtype_name(float_dtypes[a]),
-                     clattn_dtype_name(float_dtypes[b]));
-            clattn_tensor src = dense(float_dtypes[a], 2, 3, 45, 37, 3);
-            check_copy_kernel(t, clattn_tensor_permute(src, swap_inner),
-                              dense(float_dtypes[b], 2, 3, 37, 45, 1), 140 + a * 3 + b, what,
-                              "transpose4d");
-        }
-    static const char *const widths[] = {"VEC=2", "VEC=4", "VEC=16"};
-    for (int w = 0; w < 3 && !t->failed; ++w) {
+    /* small shapes (Oclgrind, whose GPU rows take the tiles: 1.3 s a pair there) take 3 pairs */
+    transposed_cases(t, test_large_shapes(t) ? 9 : 3, "the row", 140);
+    static const char *const widths[] = {"VEC=2", "VEC=4", "VEC=16", "TILES=1"};
+    for (int w = 0; w < 4 && !t->failed; ++w) {
         CHECK_OK(t, clattn_tuning_override("copy", widths[w]));
-        clattn_tensor src = dense(CLATTN_F16, 1, 2, 35, 33, 0);
-        check_copy_kernel(t, clattn_tensor_permute(src, swap_inner),
-                          dense(CLATTN_F16, 1, 2, 33, 35, 0), 150 + w, widths[w], "transpose4d");
-        check_copy_kernel(t, clattn_tensor_permute(src, swap_inner),
-                          dense(CLATTN_F32, 1, 2, 33, 35, 2), 155 + w, widths[w], "transpose4d");
-        /* a whole number of blocks, with outer strides that do not merge */
-        clattn_tensor whole = dense(CLATTN_F32, 3, 1, 32, 16, 0);
-        whole.strides[0] = 32 * 16 + 5;
-        check_copy_kernel(t, clattn_tensor_permute(whole, swap_inner),
-                          dense(CLATTN_F32, 3, 1, 16, 32, 2), 160 + w, widths[w], "transpose4d");
-        /* 7 rows: under a block at VEC=8 (and the 16 that is capped to it) */
-        clattn_tensor narrow = dense(CLATTN_BF16, 1, 1, 40, 7, 0);
-        check_copy_kernel(t, clattn_tensor_permute(narrow, swap_inner),
-                          dense(CLATTN_BF16, 1, 1, 7, 40, 0), 165 + w, widths[w],
-                          w < 2 ? "transpose4d" : "copy4d");
+        /* the tiles' 45 x 37 pairs on large shapes only (small shapes' rows are the GPU's,
+         * which took the tiles above); the narrow case's tiles are cut by both edges too */
+        const int pairs = w < 3 ? 1 : test_large_shapes(t) ? 3 : 0;
+        transposed_cases(t, pairs, widths[w], 160 + 20 * (uint64_t)w);
     }
     clattn_tuning_override("copy", NULL);
 }
@@ -312,19 +353,25 @@ static void copy_with_64_bit_indices(test_ctx *t) {
     check_copy_case(t, clattn_tensor_permute(dense(CLATTN_F32, 2, 7, 5, 9, 0), swap_middle), NULL,
                     dense(CLATTN_F32, 2, 5, 7, 9, 0), 56, "64-bit permuted");
     check_copy_kernel(t, clattn_tensor_permute(dense(CLATTN_BF16, 2, 3, 19, 21, 0), swap_inner),
-                      dense(CLATTN_F32, 2, 3, 21, 19, 1), 58, "64-bit transposed", "transpose4d");
+                      dense(CLATTN_F32, 2, 3, 21, 19, 1), 58, "64-bit transposed",
+                      transpose_kernel(t, CLATTN_BF16, true));
     clattn__narrow_index_limit_set(saved);
 }
 
 /* 76800 outer rows that do not merge: the launch caps dim 2 at 65535 and the kernel loops;
- * copy4d for 3 x 2 inner dims, transpose4d for 16 x 16 ones. */
+ * copy4d for 3 x 2 inner dims, transpose4d (or the row's transpose_tiles) for 16 x 16 ones, and
+ * transpose_tiles forced. */
 static void copy_loops_past_65535_work_groups(test_ctx *t) {
     if (!test_large_shapes(t)) return test_skip(t, "small shapes only (CLATTN_TEST_SMALL)");
     clattn_tensor src = clattn_tensor_permute(dense(CLATTN_F32, 256, 300, 2, 3, 0), swap_inner);
     check_copy_case(t, src, NULL, dense(CLATTN_F32, 256, 300, 3, 2, 0), 57, "76800 rows");
     src = clattn_tensor_permute(dense(CLATTN_F32, 256, 300, 16, 16, 0), swap_inner);
     check_copy_kernel(t, src, dense(CLATTN_F32, 256, 300, 16, 16, 0), 59, "76800 blocks",
-                      "transpose4d");
+                      transpose_kernel(t, CLATTN_F32, true));
+    CHECK_OK(t, clattn_tuning_override("copy", "TILES=1"));
+    check_copy_kernel(t, src, dense(CLATTN_F32, 256, 300, 16, 16, 0), 61, "76800 tiles",
+                      transpose_kernel(t, CLATTN_F32, true));
+    clattn_tuning_override("copy", NULL);
 }
 
 /* ---- split, merge, qkv ---- */

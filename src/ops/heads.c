@@ -265,6 +265,36 @@ static int enqueue_transpose(const copy_plan *plan, const clattn__copy_tuning *b
                   ((size_t)plan->n[2] + vec - 1) / vec, (size_t)block->GROUP, call);
 }
 
+/* transpose_tiles (cl/heads.cl): a group of TILE x TILE_ROWS moves TILE x TILE tiles through
+ * local memory. *taken is false, and nothing enqueued, where the kernel's groups cannot hold
+ * that many work-items (transpose4d, in the same program, takes the copy then). */
+enum { TILE = 32, TILE_ROWS = 8 };
+static int enqueue_tiles(const copy_plan *plan, const clattn__copy_tuning *block, bool wide,
+                         const clattn__call *call, bool *taken) {
+    char options[256];
+    plan_options(plan, 1, block, wide, false, options, sizeof options);
+    cl_kernel kernel = NULL;
+    size_t max_group = 0;
+    *taken = false;
+    int status = clattn__create_kernel(call->context, call->device, "heads.cl", options,
+                                       "transpose_tiles", &kernel);
+    if (status == CLATTN_SUCCESS)
+        status = clattn__kernel_max_group(kernel, call->device, &max_group);
+    if (status == CLATTN_SUCCESS && max_group >= TILE * TILE_ROWS) {
+        *taken = true;
+        const size_t tiles2 = ((size_t)plan->n[2] + TILE - 1) / TILE;
+        const size_t outer = (size_t)(plan->n[0] * plan->n[1]);
+        const size_t local[3] = {TILE, TILE_ROWS, 1};
+        const size_t global[3] = {clattn__round_up((size_t)plan->n[3], TILE),
+                                  (tiles2 < 65535 ? tiles2 : 65535) * TILE_ROWS,
+                                  outer < 65535 ? outer : 65535};
+        status = set_copy_args(kernel, plan, 1, NULL, wide);
+        if (status == CLATTN_SUCCESS) status = clattn__enqueue(call, kernel, 3, global, local);
+    }
+    clattn__release_kernel(kernel);
+    return status;
+}
+
 /* copy4d (cl/heads.cl): runs of each row a work-item, vector accesses where rows are
  * contiguous; `parts` plans, 1 or a fused QKV split's 3. */
 static int enqueue_rows(const copy_plan *plan, int parts, const clattn__copy_tuning *params,
@@ -299,6 +329,10 @@ static int enqueue_plans(const copy_plan *plan, int parts, const clattn__call *c
     bool wide = false;
     for (int p = 0; p < parts; ++p) wide = wide || plan_needs_wide_index(&plan[p]);
     const clattn__copy_tuning block = transpose_block(params);
+    bool taken = false;
+    if (parts == 1 && params.TILES && plan_is_transposed(plan))
+        status = enqueue_tiles(plan, &block, wide, call, &taken);
+    if (status != CLATTN_SUCCESS || taken) return status;
     if (parts == 1 && plan_is_transpose(plan, &block))
         return enqueue_transpose(plan, &block, wide, call);
     return enqueue_rows(plan, parts, &params, wide, call);

@@ -18,14 +18,18 @@
 #define CLATTN_RUNTIME_TUNING_PARAMS_H
 
 /* Copies (split/merge heads, packed QKV, clattn_copy). VEC: elements per vector access (2, 4,
- * 8, 16); RUN: elements one work-item copies along the innermost dim; GROUP: group size.
+ * 8, 16); RUN: elements one work-item copies along the innermost dim; GROUP: group size. TILES:
+ * transposed views by transpose_tiles (1: groups of 32 x 8 move 32 x 32 tiles through local
+ * memory, coalesced on both sides; where the kernel's groups cannot hold 256, as 0) or by
+ * transpose4d (0: a VEC x VEC register block a work-item).
  * Default: PoCL on AVX-512: a whole row per work-item (up to 4096 elements) in 16-element
  * vectors (64 bytes, a cache line) reached the copy kernel's bandwidth where a chunk per
  * work-item stayed at 25-45% of it (clattn-bench --op split_heads). */
 #define CLATTN__TUNING_COPY(X)                                                                     \
     X(VEC, 16, 2, 16, VEC)                                                                         \
     X(RUN, 4096, 1, 1 << 20, HOST)                                                                 \
-    X(GROUP, 64, 1, 1024, HOST)
+    X(GROUP, 64, 1, 1024, HOST)                                                                    \
+    X(TILES, 0, 0, 1, TILES)
 
 /* Softmax. VARIANT 0: softmax_rows (a work-item per row, VEC-wide vectors, GROUP rows a group,
  * SCRATCH floats of local memory per row keep the exponentials; HOLD unused); 1: softmax_group
