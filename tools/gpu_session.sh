@@ -24,7 +24,8 @@
 # composed backward before a row takes it, and the f16 prefill rows again (0.47x SDPA there,
 # 0.54-0.58x in earlier calls: issue 24 asks 0.5x). Since c4 the host path keeps its tuning
 # answers and lends kept kernels (PoCL: 79k to 65k instructions a call): every row's host_ms
-# (recorded since c4) beside its time says what the host costs on a GPU driver.
+# (recorded since c4) beside its time says what the host costs on a GPU driver. The transposes
+# now take local-memory tiles (TILES=1); the last row times transpose4d's blocks beside them.
 # GPU_TESTS holds clattn-tests' arguments, several runs separated by ';' (default: none, the
 # whole suite; "skip" skips it); GPU_QUICK=1 passes --quick to the benchmark. Each step has a
 # time limit (a bench row 120 s: rows took 1-42 s, and a kernel that NVIDIA's compiler chews on
@@ -57,6 +58,7 @@ DEFAULT_ROWS=( # most wanted first: rows past the budget are skipped
   "bwd-n64|attention_backward --only f32 --no-peers|matmul:UNIT_N=64"
   "again|attention --only f16|"
   "again|attention_causal --only f16|"
+  "blocks|transpose --no-peers|copy:TILES=0"
 )
 
 DEBS=(ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-c-headers opencl-clhpp-headers libclblast1
