@@ -2,9 +2,6 @@
  * keys, clearing, build failures with their logs, CLATTN_KERNEL_DIR, and four threads running ops
  * on their own queues over one context, every result checked. */
 #include "harness.h"
-#include "runtime/kernel.h"
-#include "runtime/program_cache.h"
-#include "runtime/testing.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -45,59 +42,6 @@ static void a_second_call_hits_and_options_are_keys(test_ctx *t) {
     CHECK_OK(t, small_copy(t, q, CLATTN_BF16)); /* other options: another program */
     clattn_cache_stats(&programs, &builds2, NULL);
     CHECK(t, programs == 2 && builds2 == builds1 + 1, "programs %zu builds %zu", programs, builds2);
-}
-
-/* A repeat call takes the kernel its program keeps instead of creating one, and gives it back
- * after the enqueue; a kernel one caller holds is lent to no other meanwhile (that one gets a
- * kernel of its own, kept too); a kernel held across clattn_cache_clear is its holder's to
- * release. */
-static void kernels_are_kept_and_lent_to_one_caller_at_a_time(test_ctx *t) {
-    clattn_cache_clear(NULL);
-    cl_command_queue q = clattn_env_queue(t->env);
-    size_t kept, lent;
-    CHECK_OK(t, small_copy(t, q, CLATTN_F32));
-    CHECK_OK(t, small_copy(t, q, CLATTN_F32));
-    clattn__kept_kernels(&kept, &lent);
-    CHECK(t, kept == 1 && lent == 0, "two copies: %zu kernels kept, %zu lent", kept, lent);
-    /* the copy's program, by its options less what the build appended (CLATTN_BUILD_OPTIONS) */
-    cl_context context = clattn_env_context(t->env);
-    cl_device_id device = clattn_env_device(t->env);
-    clattn__cached_program *programs = NULL;
-    size_t count = 0;
-    CHECK_OK(t, clattn__cache_snapshot(context, device, &programs, &count));
-    if (count != 1) {
-        clattn__cache_snapshot_free(programs, count);
-        return test_fail_at(t, __FILE__, __LINE__, "%zu programs cached after a copy", count);
-    }
-    char options[2048], appended[512];
-    const char *extra = getenv("CLATTN_BUILD_OPTIONS");
-    snprintf(options, sizeof options, "%s", programs[0].options);
-    snprintf(appended, sizeof appended, " %s", extra ? extra : "");
-    clattn__cache_snapshot_free(programs, count);
-    const size_t length = strlen(options), tail = strlen(appended);
-    if (length >= tail && strcmp(options + length - tail, appended) == 0)
-        options[length - tail] = '\0';
-    cl_kernel a = NULL, b = NULL, c = NULL;
-    CHECK_OK(t, clattn__create_kernel(context, device, "heads.cl", options, "copy4d", &a));
-    CHECK_OK(t, clattn__create_kernel(context, device, "heads.cl", options, "copy4d", &b));
-    clattn__kept_kernels(&kept, &lent);
-    CHECK(t, a && b && a != b && kept == 2 && lent == 2, "two holders: %p %p, %zu kept, %zu lent",
-          (void *)a, (void *)b, kept, lent);
-    clattn__release_kernel(b);
-    CHECK_OK(t, clattn__create_kernel(context, device, "heads.cl", options, "copy4d", &c));
-    CHECK(t, c == b, "the kernel given back was not lent again");
-    clattn__release_kernel(c);
-    clattn__kept_kernels(&kept, &lent);
-    CHECK(t, kept == 2 && lent == 1, "one holder: %zu kept, %zu lent", kept, lent);
-    clattn_cache_clear(NULL); /* `a` is held: the clear leaves it to its holder */
-    clattn__kept_kernels(&kept, &lent);
-    CHECK(t, kept == 0, "%zu kernels kept after the clear", kept);
-    char name[32] = "";
-    CHECK(t,
-          clGetKernelInfo(a, CL_KERNEL_FUNCTION_NAME, sizeof name, name, NULL) == CL_SUCCESS &&
-              strcmp(name, "copy4d") == 0,
-          "the kernel held across the clear is \"%s\"", name);
-    clattn__release_kernel(a);
 }
 
 static void clearing_one_context_keeps_the_others(test_ctx *t) {
@@ -407,8 +351,6 @@ static void threads_on_their_own_queues_share_the_cache(test_ctx *t) {
 
 static const test_case cases[] = {
     {"a_second_call_hits_and_options_are_keys", a_second_call_hits_and_options_are_keys},
-    {"kernels_are_kept_and_lent_to_one_caller_at_a_time",
-     kernels_are_kept_and_lent_to_one_caller_at_a_time},
     {"clearing_one_context_keeps_the_others", clearing_one_context_keeps_the_others},
     {"a_build_failure_returns_its_log_with_file_and_line",
      a_build_failure_returns_its_log_with_file_and_line},

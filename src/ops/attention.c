@@ -403,7 +403,7 @@ static int kernel_group_limit(const clattn__call *call, const attention_args *a,
                                        attention_kernels[l->variant], &kernel);
     *most = 0;
     if (status == CLATTN_SUCCESS) status = clattn__kernel_max_group(kernel, call->device, most);
-    clattn__release_kernel(kernel);
+    if (kernel) clReleaseKernel(kernel);
     return status;
 }
 
@@ -529,7 +529,7 @@ static int enqueue_pack(const attention_args *a, const attention_launch *l,
     if (status == CLATTN_SUCCESS) /* a work-item per (tile, d): LANES floats each */
         status = clattn__enqueue_items(call, kernel, packed_key_floats(a, l) / (size_t)l->t.LANES,
                                        64, prev, false);
-    clattn__release_kernel(kernel);
+    if (kernel) clReleaseKernel(kernel);
     return status;
 }
 
@@ -551,7 +551,7 @@ static int enqueue_merge(const attention_args *a, const clattn__call *call, cl_m
         (size_t)dims[0] * (size_t)dims[1] * (size_t)dims[2] * (size_t)a->v->shape[3];
     if (status == CLATTN_SUCCESS)
         status = clattn__enqueue_items(call, kernel, elements, 64, prev, true);
-    clattn__release_kernel(kernel);
+    if (kernel) clReleaseKernel(kernel);
     return status;
 }
 
@@ -603,7 +603,7 @@ static int enqueue_attention(const attention_args *a, const attention_launch *la
     if (status == CLATTN_SUCCESS && l.splits > 1)
         status = enqueue_merge(a, call, workspace, wide, options, &prev);
     if (prev) clReleaseEvent(prev);
-    clattn__release_kernel(kernel);
+    if (kernel) clReleaseKernel(kernel);
     return status;
 }
 

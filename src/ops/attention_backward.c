@@ -359,7 +359,7 @@ static int run_step(const backward_step *s, const char *name, step_fn fn) {
     int status = clattn__create_kernel(s->call->context, s->call->device, "attention_backward.cl",
                                        s->options, name, &kernel);
     if (status == CLATTN_SUCCESS) status = fn(s, kernel);
-    clattn__release_kernel(kernel);
+    if (kernel) clReleaseKernel(kernel);
     return status;
 }
 

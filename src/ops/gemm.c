@@ -61,7 +61,7 @@ static int pack_b(const clattn__call *call, const char *options, bool trans_b, s
         status = clattn__set_arg(kernel, arg++, sizeof sizes[i], &sizes[i]);
     if (status == CLATTN_SUCCESS)
         status = clattn__enqueue_items(call, kernel, items, 64, done, false);
-    clattn__release_kernel(kernel);
+    if (kernel) clReleaseKernel(kernel);
     return status;
 }
 
@@ -86,7 +86,7 @@ static int multiply(const clattn__call *call, const char *options, const matmul_
                      ? clattn__cl_fail(CL_OUT_OF_RESOURCES, "clEnqueueNDRangeKernel (matmul_tiles)")
                      : clattn__enqueue_link(call, kernel, global, 1, packed_done, true);
     }
-    clattn__release_kernel(kernel);
+    if (kernel) clReleaseKernel(kernel);
     return status;
 }
 
@@ -266,7 +266,7 @@ int clattn__gemm_units_batched(const clattn__call *call, clattn_dtype in, clattn
                      ? clattn__cl_fail(CL_OUT_OF_RESOURCES, "clEnqueueNDRangeKernel (matmul_mma)")
                      : clattn__enqueue(&step, kernel, 1, &global, &local);
     }
-    clattn__release_kernel(kernel);
+    if (kernel) clReleaseKernel(kernel);
     return status;
 }
 

@@ -228,7 +228,7 @@ static int launch(const copy_plan *plan, int parts, const char *name, const char
                             outer < 65535 ? outer : 65535};
         status = clattn__enqueue(call, kernel, 3, global, local);
     }
-    clattn__release_kernel(kernel);
+    clReleaseKernel(kernel);
     return status;
 }
 

@@ -457,7 +457,7 @@ static int create_step(const clattn__call *call, const char *op_file, const char
             *taken = *tiles;
             return status;
         }
-        clattn__release_kernel(*kernel);
+        clReleaseKernel(*kernel);
         *kernel = NULL;
     }
     return clattn__create_kernel(call->context, call->device, op_file, options, rows->name, kernel);
@@ -502,7 +502,8 @@ static int enqueue_linear(const linear_args *a, const linear_launch *l, const cl
         if (kernels[i])
             status = clattn__enqueue_items(call, kernels[i], items[i], caps[i], &prev, i == 3);
     if (prev) clReleaseEvent(prev);
-    for (int i = 0; i < 4; ++i) clattn__release_kernel(kernels[i]);
+    for (int i = 0; i < 4; ++i)
+        if (kernels[i]) clReleaseKernel(kernels[i]);
     return status;
 }
 
@@ -546,7 +547,7 @@ static int enqueue_recurrence(const linear_args *a, const linear_launch *l,
     if (status == CLATTN_SUCCESS)
         status = clattn__enqueue_link(call, kernel, groups * local, local, &prev, true);
     if (prev) clReleaseEvent(prev);
-    clattn__release_kernel(kernel);
+    if (kernel) clReleaseKernel(kernel);
     return status;
 }
 

@@ -318,7 +318,8 @@ static int enqueue_backward(const backward_args *a, const backward_launch *l,
         status = clattn__enqueue_items(call, kernels[i], items[i], group, &prev, i == ALL - 1);
     }
     if (prev) clReleaseEvent(prev);
-    for (int i = 0; i < ALL; ++i) clattn__release_kernel(kernels[i]);
+    for (int i = 0; i < ALL; ++i)
+        if (kernels[i]) clReleaseKernel(kernels[i]);
     return status;
 }
 

@@ -193,7 +193,7 @@ static int probe_kernel(const clattn__call *call, const char *options, const pro
         probe_16bit(shape, strstr(options, "bf16") != NULL, &store, &problem);
     if (status == CLATTN_SUCCESS && max_group >= group)
         status = run_probe(call, kernel, &problem, group, exact);
-    clattn__release_kernel(kernel);
+    if (kernel) clReleaseKernel(kernel);
     return status;
 }
 
