@@ -26,6 +26,9 @@
  *                loop is the inner loop, so it stays a stream of full-width vector moves, and
  *                far fewer work-items means far less work-group scheduling.
  */
+#ifndef VEC /* (before common.cl, whose vector helpers are defined for it) */
+#define VEC 4
+#endif
 #ifndef CLATTN_COMMON_CL
 #include "common.cl"
 #endif
@@ -47,9 +50,6 @@
 #endif
 #ifndef CONTIG
 #define CONTIG 1
-#endif
-#ifndef VEC
-#define VEC 4
 #endif
 #ifndef ALIGNED
 #define ALIGNED 0

@@ -220,7 +220,7 @@ static bool tiles_fit(test_ctx *t) {
         clattn__create_kernel(clattn_env_context(t->env), device, "heads.cl",
                               "-cl-std=CL1.2 -DVEC=4 -DTILES=1", "transpose_tiles", &kernel);
     if (status == CLATTN_SUCCESS) status = clattn__kernel_max_group(kernel, device, &most);
-    clattn__release_kernel(kernel);
+    if (kernel) clReleaseKernel(kernel);
     if (status != CLATTN_SUCCESS)
         test_fail_at(t, __FILE__, __LINE__, "transpose_tiles alone -> %s: %s",
                      clattn_status_name(status), clattn_last_error());

@@ -23,8 +23,8 @@
 # products with 64 columns a warp (15-25% faster on the three GEMM shapes) in MHA and in the
 # composed backward before a row takes it, and the f16 prefill rows again (0.47x SDPA there,
 # 0.54-0.58x in earlier calls: issue 24 asks 0.5x). Since c4 the host path keeps its tuning
-# answers and lends kept kernels (PoCL: 79k to 65k instructions a call): every row's host_ms
-# (recorded since c4) beside its time says what the host costs on a GPU driver. The transposes
+# answers (PoCL: 79k to 69k instructions a call): every row's host_ms (recorded since c4)
+# beside its time says what the host costs on a GPU driver. The transposes
 # now take local-memory tiles (TILES=1); the last row times transpose4d's blocks beside them.
 # GPU_TESTS holds clattn-tests' arguments, several runs separated by ';' (default: none, the
 # whole suite; "skip" skips it); GPU_QUICK=1 passes --quick to the benchmark. Each step has a

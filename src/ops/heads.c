@@ -291,7 +291,7 @@ static int enqueue_tiles(const copy_plan *plan, const clattn__copy_tuning *block
         status = set_copy_args(kernel, plan, 1, NULL, wide);
         if (status == CLATTN_SUCCESS) status = clattn__enqueue(call, kernel, 3, global, local);
     }
-    clattn__release_kernel(kernel);
+    if (kernel) clReleaseKernel(kernel);
     return status;
 }
 
