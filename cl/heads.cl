@@ -238,7 +238,7 @@ __kernel void transpose4d(__global const SRC_STORAGE *src, IDX src_off, IDX ss0,
  * with ss2 == 1 and ds3 == 1, without a bias.
  */
 #if TILES && !HAS_BIAS && PARTS == 1
-#define TILE      32
+#define TILE      32 /* (and src/ops/heads.c's enqueue_tiles) */
 #define TILE_ROWS 8
 
 __kernel __attribute__((reqd_work_group_size(TILE, TILE_ROWS, 1))) void

@@ -227,14 +227,14 @@ static bool tiles_fit(test_ctx *t) {
     return most >= 256;
 }
 
-/* The kernel a transposed view of `dtype` takes here: transpose_tiles where the copy row (or an
- * override) says TILES=1 and its groups fit, else transpose4d, or copy4d where the inner dims
- * are under a block (`blocks` false). */
+/* The kernel a transposed view of `dtype` takes here: copy4d where the inner dims are under a
+ * block (`blocks` false), else transpose_tiles where the copy row (or an override) says TILES=1
+ * and its groups fit, else transpose4d. */
 static const char *transpose_kernel(test_ctx *t, clattn_dtype dtype, bool blocks) {
+    if (!blocks) return "copy4d";
     char params[256] = "";
     clattn_tuning_lookup(clattn_env_device(t->env), "copy", dtype, params, sizeof params);
-    if (strstr(params, "TILES=1") && tiles_fit(t)) return "transpose_tiles";
-    return blocks ? "transpose4d" : "copy4d";
+    return strstr(params, "TILES=1") && tiles_fit(t) ? "transpose_tiles" : "transpose4d";
 }
 
 /* The transposed views of copy_transposed_views: the inner dims 45 x 37, tiles and blocks cut by
@@ -276,11 +276,12 @@ static void transposed_cases(test_ctx *t, int pairs, const char *what, uint64_t 
 static void copy_transposed_views(test_ctx *t) {
     /* small shapes (Oclgrind, whose GPU rows take the tiles: 1.3 s a pair there) take 3 pairs */
     transposed_cases(t, test_large_shapes(t) ? 9 : 3, "the row", 140);
-    static const char *const widths[] = {"VEC=2", "VEC=4", "VEC=16", "TILES=1"};
+    static const char *const widths[] = {"VEC=2,TILES=0", "VEC=4,TILES=0", "VEC=16,TILES=0",
+                                         "TILES=1"};
     for (int w = 0; w < 4 && !t->failed; ++w) {
         CHECK_OK(t, clattn_tuning_override("copy", widths[w]));
-        /* the tiles' 45 x 37 pairs on large shapes only (small shapes' rows are the GPU's,
-         * which took the tiles above); the narrow case's tiles are cut by both edges too */
+        /* the tiles' 45 x 37 pairs (tiles cut by both edges) on large shapes only: on small
+         * shapes' lanes the rows are the GPU's, which took the tiles above, or groups are capped */
         const int pairs = w < 3 ? 1 : test_large_shapes(t) ? 3 : 0;
         transposed_cases(t, pairs, widths[w], 160 + 20 * (uint64_t)w);
     }

@@ -1,7 +1,7 @@
 /*
  * Multi-head reshape ops: clattn_copy and the views that make split heads, merge heads and the
- * packed-QKV split out of it. Kernels: cl/heads.cl (copy4d, and transpose4d for transposed
- * views).
+ * packed-QKV split out of it. Kernels: cl/heads.cl (copy4d, and transpose4d or, on the copy
+ * row's TILES=1, transpose_tiles for transposed views).
  */
 #include "heads.h"
 
@@ -171,7 +171,7 @@ static int set_part_args(cl_kernel kernel, cl_uint arg, const copy_plan plans[3]
     return status;
 }
 
-/* `run` is copy4d's; transpose4d (NULL) has none. `parts` plans: 1, or 3 for a fused QKV split
+/* `run` is copy4d's; the transposes (NULL) have none. `parts` plans: 1, or 3 for a fused QKV split
  * (plans_fuse), which only copy4d takes. */
 static int set_copy_args(cl_kernel kernel, const copy_plan *plan, int parts, const uint64_t *run,
                          bool wide) {
@@ -265,9 +265,10 @@ static int enqueue_transpose(const copy_plan *plan, const clattn__copy_tuning *b
                   ((size_t)plan->n[2] + vec - 1) / vec, (size_t)block->GROUP, call);
 }
 
-/* transpose_tiles (cl/heads.cl): a group of TILE x TILE_ROWS moves TILE x TILE tiles through
- * local memory. *taken is false, and nothing enqueued, where the kernel's groups cannot hold
- * that many work-items (transpose4d, in the same program, takes the copy then). */
+/* transpose_tiles (cl/heads.cl, whose TILE and TILE_ROWS these are): a group of TILE x
+ * TILE_ROWS moves TILE x TILE tiles through local memory. *taken is false, and nothing
+ * enqueued, where the kernel's groups cannot hold that many work-items or the local memory (under
+ * CLATTN_MAX_LOCAL_MEMORY) a tile: transpose4d, in the same program, takes the copy then. */
 enum { TILE = 32, TILE_ROWS = 8 };
 static int enqueue_tiles(const copy_plan *plan, const clattn__copy_tuning *block, bool wide,
                          const clattn__call *call, bool *taken) {
@@ -280,7 +281,9 @@ static int enqueue_tiles(const copy_plan *plan, const clattn__copy_tuning *block
                                        "transpose_tiles", &kernel);
     if (status == CLATTN_SUCCESS)
         status = clattn__kernel_max_group(kernel, call->device, &max_group);
-    if (status == CLATTN_SUCCESS && max_group >= TILE * TILE_ROWS) {
+    const cl_ulong tile_bytes = TILE * (TILE + 1) * sizeof(float);
+    if (status == CLATTN_SUCCESS && max_group >= TILE * TILE_ROWS &&
+        clattn__device_local_bytes(call->device) >= tile_bytes) {
         *taken = true;
         const size_t tiles2 = ((size_t)plan->n[2] + TILE - 1) / TILE;
         const size_t outer = (size_t)(plan->n[0] * plan->n[1]);
@@ -330,7 +333,9 @@ static int enqueue_plans(const copy_plan *plan, int parts, const clattn__call *c
     for (int p = 0; p < parts; ++p) wide = wide || plan_needs_wide_index(&plan[p]);
     const clattn__copy_tuning block = transpose_block(params);
     bool taken = false;
-    if (parts == 1 && params.TILES && plan_is_transposed(plan))
+    /* (inner dims under a block go to copy4d, as without tiles: most of a tile's group would
+     * idle) */
+    if (parts == 1 && params.TILES && plan_is_transpose(plan, &block))
         status = enqueue_tiles(plan, &block, wide, call, &taken);
     if (status != CLATTN_SUCCESS || taken) return status;
     if (parts == 1 && plan_is_transpose(plan, &block))

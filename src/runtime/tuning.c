@@ -39,6 +39,10 @@ static const char *copy_fits(cl_device_id device, const clattn__copy_tuning *t) 
         return "VEC must be 2, 4, 8 or 16";
     if ((size_t)t->GROUP > clattn__device_max_group(device))
         return "GROUP exceeds the device's work-group size";
+    /* (the device's own limit: transpose_tiles requires groups of 256, which a compiler may
+     * refuse beyond it, while the caps only make the call fall back to transpose4d) */
+    if (t->TILES && clattn__device_group_limit(device) < 256)
+        return "TILES=1 needs work-groups of 256";
     return NULL;
 }
 
