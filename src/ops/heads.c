@@ -332,14 +332,14 @@ static int enqueue_plans(const copy_plan *plan, int parts, const clattn__call *c
     bool wide = false;
     for (int p = 0; p < parts; ++p) wide = wide || plan_needs_wide_index(&plan[p]);
     const clattn__copy_tuning block = transpose_block(params);
-    bool taken = false;
-    /* (inner dims under a block go to copy4d, as without tiles: most of a tile's group would
-     * idle) */
-    if (parts == 1 && params.TILES && plan_is_transpose(plan, &block))
-        status = enqueue_tiles(plan, &block, wide, call, &taken);
-    if (status != CLATTN_SUCCESS || taken) return status;
-    if (parts == 1 && plan_is_transpose(plan, &block))
-        return enqueue_transpose(plan, &block, wide, call);
+    /* (inner dims under a block go to copy4d, with or without tiles: most of a tile's group
+     * would idle) */
+    if (parts == 1 && plan_is_transpose(plan, &block)) {
+        bool taken = false;
+        if (params.TILES) status = enqueue_tiles(plan, &block, wide, call, &taken);
+        return status != CLATTN_SUCCESS || taken ? status
+                                                 : enqueue_transpose(plan, &block, wide, call);
+    }
     return enqueue_rows(plan, parts, &params, wide, call);
 }
 
