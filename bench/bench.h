@@ -43,6 +43,9 @@ int bench_time(const bench_options *opt, bench_fn fn, void *ctx, cl_command_queu
  * shared machine the bandwidth moves by half from one second to the next. */
 int bench_time_beside(const bench_options *opt, bench_fn fn, void *ctx, bench_fn ref, void *ref_ctx,
                       cl_command_queue queue, bench_timing *out, bench_timing *ref_out);
+/* One call of fn under the library's kernel trace: the name of its first kernel into `name`
+ * (left as it was where the call ran none), so a row names the variant the library chose. */
+int bench_kernel_that_ran(bench_fn fn, void *ctx, cl_command_queue queue, char name[64]);
 double bench_now_ms(void);
 
 /* The device's own ceilings (bench/roofline.cl): a copy kernel, an FMA kernel and, where

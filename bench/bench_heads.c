@@ -141,7 +141,11 @@ static int measure(const bench_options *opt, clattn_env *env, bench_ceilings *ce
         snprintf(shape, sizeof shape, "B=%lld S=%lld H=%lld D=%lld", (long long)c->b,
                  (long long)c->s, (long long)c->h, (long long)(c->e / c->h));
     int status = alloc_case(env, c, &x);
-    const char *kernel = transpose ? "transpose4d" : "copy4d";
+    /* the kernel the library chose for the shape and the device's row (transpose_tiles or
+     * transpose4d for a transposed view) */
+    char kernel[64] = "copy4d";
+    if (status == CLATTN_SUCCESS)
+        status = bench_kernel_that_ran(run_heads, &x, clattn_env_queue(env), kernel);
     const bench_row_name row = {c->op, kernel, c->dtype, shape};
     bool wrong = false;
     if (status == CLATTN_SUCCESS)

@@ -64,7 +64,7 @@ int bench_add_compute_row(bench_report *report, const clattn_env *env, const cha
 }
 
 void bench_print_header(FILE *out) {
-    fprintf(out, "%-13s %-8s %-5s %-24s %-7s %9s %9s %9s %11s %11s %6s %9s %8s\n", "op", "variant",
+    fprintf(out, "%-13s %-15s %-5s %-24s %-7s %9s %9s %9s %11s %11s %6s %9s %8s\n", "op", "variant",
             "dtype", "shape", "check", "median_ms", "min_ms", "first_ms", "value", "ceiling",
             "%roof", "torch_ms", "torch/us");
 }
@@ -74,7 +74,7 @@ void bench_print_record(FILE *out, const bench_record *r) {
     snprintf(value, sizeof value, "%.1f %s", r->value, r->metric);
     snprintf(ceiling, sizeof ceiling, "%.1f %s", r->ceiling, r->metric);
     if (strcmp(r->check, "wrong") == 0) {
-        fprintf(out, "%-13s %-8s %-5s %-24s %-7s (wrong result: not timed)\n", r->op, r->variant,
+        fprintf(out, "%-13s %-15s %-5s %-24s %-7s (wrong result: not timed)\n", r->op, r->variant,
                 r->dtype, r->shape, "WRONG");
         fflush(out);
         return;
@@ -83,7 +83,7 @@ void bench_print_record(FILE *out, const bench_record *r) {
         snprintf(torch, sizeof torch, "%.3f", r->torch_ms);
         snprintf(ratio, sizeof ratio, "%.2fx", r->torch_ms / r->timing.median_ms);
     }
-    fprintf(out, "%-13s %-8s %-5s %-24s %-7s %9.3f %9.3f %9.1f %11s %11s %5.0f%% %9s %8s\n", r->op,
+    fprintf(out, "%-13s %-15s %-5s %-24s %-7s %9.3f %9.3f %9.1f %11s %11s %5.0f%% %9s %8s\n", r->op,
             r->variant, r->dtype, r->shape, r->check, r->timing.median_ms, r->timing.min_ms,
             r->timing.first_ms, value, ceiling, r->roofline_pct, torch, ratio);
     for (int k = 0; k < r->timing.kernels; ++k)

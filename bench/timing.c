@@ -80,6 +80,18 @@ static int trace_kernels(bench_fn fn, void *ctx, cl_command_queue queue, bench_t
     return status;
 }
 
+int bench_kernel_that_ran(bench_fn fn, void *ctx, cl_command_queue queue, char name[64]) {
+    clattn__trace_kernels(true);
+    const int status = run_once(fn, ctx, queue, NULL, NULL);
+    clattn__trace_kernels(false);
+    clattn__traced_kernel traced[1];
+    if (clattn__trace_take(traced, 1) == 1) {
+        memcpy(name, traced[0].name, sizeof traced[0].name);
+        clReleaseEvent(traced[0].event);
+    }
+    return status;
+}
+
 int bench_time_beside(const bench_options *opt, bench_fn fn, void *ctx, bench_fn ref, void *ref_ctx,
                       cl_command_queue queue, bench_timing *out, bench_timing *ref_out) {
     *out = (bench_timing){0};
