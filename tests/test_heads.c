@@ -288,6 +288,25 @@ static void copy_transposed_views(test_ctx *t) {
     clattn_tuning_override("copy", NULL);
 }
 
+/* The copy kernels loop over grid dims 1 and 2 past 65535 work-groups (a GPU limit; the large
+ * shapes' copy_loops_past_65535_work_groups): with the limit lowered to one group (a hook),
+ * every lane runs those loops on small tensors, in copy4d (padded rows and heads, so no dims
+ * merge), transpose4d and transpose_tiles (forced; two tiles along dim 2). */
+static void copy_loops_past_the_grid_limit(test_ctx *t) {
+    clattn__hook_set(CLATTN__HOOK_GRID_GROUPS, 1);
+    clattn_tensor padded = dense(CLATTN_F32, 2, 3, 40, 24, 0);
+    padded.strides[2] = 29, padded.strides[1] = 40 * 29 + 3, padded.strides[0] = 3 * 40 * 29 + 9;
+    check_copy_kernel(t, padded, dense(CLATTN_F32, 2, 3, 40, 24, 1), 70, "rows", "copy4d");
+    const clattn_tensor src = clattn_tensor_permute(dense(CLATTN_F32, 2, 3, 45, 37, 3), swap_inner);
+    const clattn_tensor dst = dense(CLATTN_F32, 2, 3, 37, 45, 1);
+    CHECK_OK(t, clattn_tuning_override("copy", "VEC=4,TILES=0"));
+    check_copy_kernel(t, src, dst, 71, "blocks", "transpose4d");
+    CHECK_OK(t, clattn_tuning_override("copy", "TILES=1"));
+    check_copy_kernel(t, src, dst, 72, "tiles", transpose_kernel(t, CLATTN_F32, true));
+    clattn_tuning_override("copy", NULL);
+    clattn__hook_set(CLATTN__HOOK_GRID_GROUPS, -1);
+}
+
 static void copy_adds_a_broadcast_bias(test_ctx *t) {
     clattn_tensor bias = dense(CLATTN_F16, 1, 1, 1, 40, 2);
     bias.shape[1] = 3;
@@ -769,6 +788,7 @@ static const test_case cases[] = {
     {"copy_aligned_rows_every_dtype_pair", copy_aligned_rows_every_dtype_pair},
     {"copy_with_64_bit_indices", copy_with_64_bit_indices},
     {"copy_loops_past_65535_work_groups", copy_loops_past_65535_work_groups},
+    {"copy_loops_past_the_grid_limit", copy_loops_past_the_grid_limit},
     {"split_then_merge_is_identity", split_then_merge_is_identity},
     {"split_qkv_with_and_without_bias", split_qkv_with_and_without_bias},
     {"copy_waits_for_its_wait_list", copy_waits_for_its_wait_list},

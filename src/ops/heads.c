@@ -204,9 +204,16 @@ static int set_copy_args(cl_kernel kernel, const copy_plan *plan, int parts, con
     return status;
 }
 
+/* The most work-groups a launch takes along grid dims 1 and 2: 65535, a GPU grid limit; the
+ * kernels loop past it. A test lowers it (a hook) to run those loops on small tensors. */
+static size_t grid_groups_at_most(size_t groups) {
+    const int hooked = clattn__hook_value(CLATTN__HOOK_GRID_GROUPS);
+    const size_t limit = hooked > 0 ? (size_t)hooked : 65535;
+    return groups < limit ? groups : limit;
+}
+
 /* Builds `name` with `options` and runs it on a grid of items0 x items1 x (dims 0 and 1 of the
- * plan) work-items, in groups of at most `group`. Dims 1 and 2 stay within 65535 work-groups (a
- * GPU grid limit); the kernels loop past them. */
+ * plan) work-items, in groups of at most `group`, dims 1 and 2 within grid_groups_at_most. */
 static int launch(const copy_plan *plan, int parts, const char *name, const char *options,
                   bool wide, const uint64_t *run, size_t items0, size_t items1, size_t group,
                   const clattn__call *call) {
@@ -222,10 +229,9 @@ static int launch(const copy_plan *plan, int parts, const char *name, const char
         if (group > max_group) group = max_group;
         size_t local[3] = {clattn__pow2_at_least(items0, group), 1, 1};
         local[1] = clattn__pow2_at_least(items1, group / local[0]);
-        if (items1 > 65535 * local[1]) items1 = 65535 * local[1];
-        size_t outer = (size_t)(plan->n[0] * plan->n[1]);
-        size_t global[3] = {clattn__round_up(items0, local[0]), clattn__round_up(items1, local[1]),
-                            outer < 65535 ? outer : 65535};
+        const size_t groups1 = grid_groups_at_most((items1 + local[1] - 1) / local[1]);
+        const size_t outer = grid_groups_at_most((size_t)(plan->n[0] * plan->n[1]));
+        size_t global[3] = {clattn__round_up(items0, local[0]), groups1 * local[1], outer};
         status = clattn__enqueue(call, kernel, 3, global, local);
     }
     clReleaseKernel(kernel);
@@ -285,12 +291,10 @@ static int enqueue_tiles(const copy_plan *plan, const clattn__copy_tuning *block
     if (status == CLATTN_SUCCESS && max_group >= TILE * TILE_ROWS &&
         clattn__device_local_bytes(call->device) >= tile_bytes) {
         *taken = true;
-        const size_t tiles2 = ((size_t)plan->n[2] + TILE - 1) / TILE;
-        const size_t outer = (size_t)(plan->n[0] * plan->n[1]);
+        const size_t tiles2 = grid_groups_at_most(((size_t)plan->n[2] + TILE - 1) / TILE);
         const size_t local[3] = {TILE, TILE_ROWS, 1};
-        const size_t global[3] = {clattn__round_up((size_t)plan->n[3], TILE),
-                                  (tiles2 < 65535 ? tiles2 : 65535) * TILE_ROWS,
-                                  outer < 65535 ? outer : 65535};
+        const size_t global[3] = {clattn__round_up((size_t)plan->n[3], TILE), tiles2 * TILE_ROWS,
+                                  grid_groups_at_most((size_t)(plan->n[0] * plan->n[1]))};
         status = set_copy_args(kernel, plan, 1, NULL, wide);
         if (status == CLATTN_SUCCESS) status = clattn__enqueue(call, kernel, 3, global, local);
     }
