@@ -121,6 +121,19 @@
 #define CLIP_TO_SPLIT(r, split) (void)0
 #endif
 
+/* Where work-group `unit` of a launch of heads x blocks (query blocks of each (batch, head))
+ * works: (batch-head, block). order 0: a head's blocks in turn. order n > 0, for causal masks,
+ * where a head's last block sees the most keys: longest first (a GPU starts groups in order, so
+ * the last to start, which set the launch's tail, are then the lightest), blocks from the last,
+ * each across n heads (a section) before the next, so that the heads whose keys a section reads
+ * are few enough to stay in the cache (the host sizes n); the last section takes the heads left. */
+inline int2 unit_place(int unit, int blocks, int heads, int order) {
+    if (order <= 0) return (int2)(unit / blocks, unit % blocks);
+    const int section = unit / (order * blocks), within = unit % (order * blocks);
+    const int width = min(order, heads - section * order);
+    return (int2)(section * order + within % width, blocks - 1 - within / width);
+}
+
 /* Query row i's output (acc / l) and log-sum-exp from its online-softmax state. A row that saw
  * no key gets 0 (NaN with EMPTY_NAN) and -inf; a NaN score makes it NaN. Scalar stores: one per
  * output, any alignment. */
@@ -315,13 +328,14 @@ inline int2 group_key_span(__local int *span, int lo, int hi, int Sk) {
 __kernel void attention_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v),
                               __global CAT(storage_, O_T) * o, IDX o_off, IDX o_s0, IDX o_s1,
                               IDX o_s2, IDX o_s3, int B, int Hq, int Hkv, int Sq,
-                              int Sk LSE_PARAMS PART_PARAMS, MASK_PARAMS) {
+                              int Sk, int order LSE_PARAMS PART_PARAMS, MASK_PARAMS) {
     __local lane_t kt[TK * LANES(HEAD_DIM)], vt[TK * LANES(VALUE_DIM)];
     __local int span[2];
     const int nq = (int)get_local_size(0), blocks = (Sq + nq - 1) / nq;
-    const int group = (int)get_group_id(0), split = group % SPLITS, unit = group / SPLITS;
-    const int bh = unit / blocks, h = bh % Hq, b = bh / Hq, hk = h / (Hq / Hkv);
-    const int i = (unit % blocks) * nq + (int)get_local_id(0);
+    const int group = (int)get_group_id(0), split = group % SPLITS;
+    const int2 at = unit_place(group / SPLITS, blocks, B * Hq, order);
+    const int bh = at.x, h = bh % Hq, b = bh / Hq, hk = h / (Hq / Hkv);
+    const int i = at.y * nq + (int)get_local_id(0);
     MASK_PACK(p);
     mask_row r = mask_row_start(&p, b, h, min(i, Sq - 1), Sq, Sk);
     CLIP_TO_SPLIT(r, split);
@@ -1226,7 +1240,8 @@ MMA_INLINE void mma_clean_tile(__local uint *vt, __local int *garbage) {
 __kernel __attribute__((reqd_work_group_size(MMA_WARPS * MMA_WARP, 1, 1))) void
 attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v),
               __global CAT(storage_, O_T) * o, IDX o_off, IDX o_s0, IDX o_s1, IDX o_s2, IDX o_s3,
-              int B, int Hq, int Hkv, int Sq, int Sk LSE_PARAMS PART_PARAMS, MASK_PARAMS) {
+              int B, int Hq, int Hkv, int Sq, int Sk, int order LSE_PARAMS PART_PARAMS,
+              MASK_PARAMS) {
     __local float scratch[MMA_WARPS * MMA_SCRATCH_FLOATS];
     __local float xs[MMA_WARPS * MMA_EXCHANGE_FLOATS];
     /* a key tile and its values (two of each with MMA_ASYNC), row-major, two values a word (uint4:
@@ -1242,8 +1257,9 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
     const int lid = (int)get_local_id(0), warp = lid / MMA_WARP;
     const int blocks = (Sq + MMA_BQ - 1) / MMA_BQ;
     /* with SPLITS, SPLITS groups take a block's queries, each its chunk of the keys */
-    const int split = (int)get_group_id(0) % SPLITS, group = (int)get_group_id(0) / SPLITS;
-    const int bh = group / blocks, h = bh % Hq, b = bh / Hq, hk = h / (Hq / Hkv);
+    const int split = (int)get_group_id(0) % SPLITS;
+    const int2 at = unit_place((int)get_group_id(0) / SPLITS, blocks, B * Hq, order);
+    const int bh = at.x, h = bh % Hq, b = bh / Hq, hk = h / (Hq / Hkv);
     const mma_matrix qm = MMA_MATRIX(q, b, h), km = MMA_MATRIX(k, b, hk), vm = MMA_MATRIX(v, b, hk);
 #if SPLITS > 1
     const int2 split_keys = (int2)(split * chunk, split * chunk + chunk);
@@ -1255,7 +1271,7 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
     int lo = Sk, hi = 0;
     int2 plain = (int2)(0, Sk); /* the keys that each of the lane's rows sees plainly */
     UNROLL for (int a = 0; a < MMA_ROWS; ++a) {
-        rows[a] = (group % blocks) * MMA_BQ + warp * MMA_WQ + mma_lane_row(a);
+        rows[a] = at.y * MMA_BQ + warp * MMA_WQ + mma_lane_row(a);
         mask_row r = mma_row_mask(&p, b, h, rows[a], Sq, Sk);
 #if SPLITS > 1
         mask_row_clip(&r, split_keys.x, split_keys.y);
@@ -1267,7 +1283,7 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
     if (lid == 0) garbage[0] = garbage[1] = 0;
     const int2 keys = group_key_span(span, lo, hi, Sk); /* its barriers publish the flags */
 
-    mma_stage_q(&qm, (group % blocks) * MMA_BQ, Sq, qt); /* the first tile's barrier publishes it */
+    mma_stage_q(&qm, at.y * MMA_BQ, Sq, qt); /* the first tile's barrier publishes it */
     float acc[MMA_MT][MMA_VB][4], m[MMA_ROWS], l[MMA_ROWS];
     UNROLL for (int a = 0; a < MMA_ROWS; ++a) m[a] = -INFINITY, l[a] = 0.0f;
     UNROLL for (int mt = 0; mt < MMA_MT; ++mt)
@@ -1488,7 +1504,8 @@ MMA_INLINE void units_add_non_finite(const mma_matrix *v, int j0, int hi,
 __kernel __attribute__((reqd_work_group_size(MMA_THREADS, 1, 1))) MMA_SUBGROUP_ATTRIBUTE void
 attention_units(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v),
                 __global CAT(storage_, O_T) * o, IDX o_off, IDX o_s0, IDX o_s1, IDX o_s2,
-                IDX o_s3, int B, int Hq, int Hkv, int Sq, int Sk LSE_PARAMS, MASK_PARAMS) {
+                IDX o_s3, int B, int Hq, int Hkv, int Sq, int Sk, int order LSE_PARAMS,
+                MASK_PARAMS) {
     __local float scratch[MMA_WARPS * MMA_TILE_SCRATCH];
     /* the key tile and its values, row-major (V's NaN and Inf as 0); the group's q rows */
     __local uint4 kt4[MMA_KT * MMA_KS / 4], vt4[MMA_KT * MMA_VS / 4], qt4[MMA_BQ * MMA_KS / 4];
@@ -1506,9 +1523,10 @@ attention_units(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T,
     __local float *rescale = rows_all + sg * 2 * 16;
     __local ushort *pt = (__local ushort *)pt4 + sg * 16 * UNITS_PS;
     __local uchar *seen = seen_all + sg * 16 * MMA_KT;
-    const int blocks = (Sq + MMA_BQ - 1) / MMA_BQ, group = (int)get_group_id(0);
-    const int bh = group / blocks, h = bh % Hq, b = bh / Hq, hk = h / (Hq / Hkv);
-    const int first = (group % blocks) * MMA_BQ + sg * 16; /* the subgroup's first row */
+    const int blocks = (Sq + MMA_BQ - 1) / MMA_BQ;
+    const int2 at = unit_place((int)get_group_id(0), blocks, B * Hq, order);
+    const int bh = at.x, h = bh % Hq, b = bh / Hq, hk = h / (Hq / Hkv);
+    const int first = at.y * MMA_BQ + sg * 16; /* the subgroup's first row */
     const mma_matrix qm = MMA_MATRIX(q, b, h), km = MMA_MATRIX(k, b, hk), vm = MMA_MATRIX(v, b, hk);
     MASK_PACK(p);
     int lo = Sk, hi = 0;
@@ -1521,7 +1539,7 @@ attention_units(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T,
     if (lid == 0) garbage[0] = 0;
     const int2 keys = group_key_span(span, lo, hi, Sk); /* its barriers publish garbage[0] */
 
-    mma_stage_q(&qm, (group % blocks) * MMA_BQ, Sq, qt); /* the first tile's barrier publishes it */
+    mma_stage_q(&qm, at.y * MMA_BQ, Sq, qt); /* the first tile's barrier publishes it */
     float acc[UNITS_VT][MMA_CV], m[UNITS_ROWS], l[UNITS_ROWS];
     UNROLL for (int a = 0; a < UNITS_ROWS; ++a) m[a] = -INFINITY, l[a] = 0.0f;
     UNROLL for (int n = 0; n < UNITS_VT; ++n)
@@ -1613,7 +1631,7 @@ inline void micro_row_max(__local float (*red)[BQ], const float s[MQ][MK], float
 __kernel void attention_micro(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v),
                               __global CAT(storage_, O_T) * o, IDX o_off, IDX o_s0, IDX o_s1,
                               IDX o_s2, IDX o_s3, int B, int Hq, int Hkv, int Sq,
-                              int Sk LSE_PARAMS PART_PARAMS, MASK_PARAMS) {
+                              int Sk, int order LSE_PARAMS PART_PARAMS, MASK_PARAMS) {
     __local float qs[HEAD_DIM][BQ]; /* the block's queries, d-major */
     __local float ks[HEAD_DIM][TK]; /* a key tile, d-major */
     __local float vs[TK][VALUE_DIM];
@@ -1624,9 +1642,10 @@ __kernel void attention_micro(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENS
     const int tid = (int)get_local_id(0), tx = tid % COLS, ty = tid / COLS;
     const int threads = (int)get_local_size(0), rows = threads / COLS, bq = rows * MQ;
     const int blocks = (Sq + bq - 1) / bq;
-    const int group = (int)get_group_id(0), split = group % SPLITS, unit = group / SPLITS;
-    const int bh = unit / blocks, h = bh % Hq, b = bh / Hq, hk = h / (Hq / Hkv);
-    const int i0 = (unit % blocks) * bq;
+    const int group = (int)get_group_id(0), split = group % SPLITS;
+    const int2 at = unit_place(group / SPLITS, blocks, B * Hq, order);
+    const int bh = at.x, h = bh % Hq, b = bh / Hq, hk = h / (Hq / Hkv);
+    const int i0 = at.y * bq;
     MASK_PACK(p);
     mask_row r[MQ];
     int lo = Sk, hi = 0;

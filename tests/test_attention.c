@@ -1140,6 +1140,52 @@ static void fused_equals_composed(test_ctx *t) {
 
 /* The decode shape: a few queries against many keys, the keys split into chunks whose partial
  * results are merged by their log-sum-exp; against the reference and against the unsplit run. */
+/* LPT=1 (every row) starts a causal launch's longest groups first, a section of heads at a time
+ * (cl/attention.cl's unit_place). The order moves no bit: each variant that takes it (tiles,
+ * micro, mma, units) gives the same outputs and lse in a head's blocks in turn (0), longest
+ * first three heads a section (the last section takes the 2 heads left of 5: a place that no
+ * group took would keep test_buffer's fill) and, on large shapes, one, two and all 5 heads. */
+static void longest_groups_first_give_the_same_bits(test_ctx *t) {
+    static const int ordered[] = {CLATTN__ATTENTION_TILES, CLATTN__ATTENTION_MICRO,
+                                  CLATTN__ATTENTION_MMA, CLATTN__ATTENTION_UNITS};
+    static const int orders[] = {3, 1, 2, 5};
+    /* small shapes (Oclgrind: 4 s a run there) take 3 heads a section alone */
+    const bool large = test_large_shapes(t);
+    const int n_orders = large ? 4 : 1;
+    at_spec s = base(1, 5, 1, large ? 100 : 70, large ? 90 : 60, 16);
+    s.dt = CLATTN_F16, s.causal = 1, s.bottom_right = 1, s.lse = 1;
+    const size_t rows = (size_t)(s.B * s.Hq * s.Sq);
+    at_data d;
+    if (!prepare(t, &s, &d)) return;
+    for (int v = 0; v < 4 && !t->failed; ++v) {
+        /* as variant_runs: tiles where --uninitialized runs, the others after it; the units'
+         * groups of 128 (mma_runs_here) */
+        const int variant = ordered[v];
+        if (variant == CLATTN__ATTENTION_TILES ? test_after_uninit_checker()
+                                               : test_under_uninit_checker())
+            continue;
+        if (variant != CLATTN__ATTENTION_TILES && variant != CLATTN__ATTENTION_MICRO &&
+            clattn__device_max_group(clattn_env_device(t->env)) < 128)
+            continue;
+        float *out[2] = {NULL}, *lse[2] = {NULL};
+        clattn__hook_set(CLATTN__HOOK_ATTENTION_ORDER, 0);
+        bool ok = run_variant(t, &s, &d, variant, &out[0], &lse[0]);
+        for (int o = 0; o < n_orders && ok; ++o) {
+            clattn__hook_set(CLATTN__HOOK_ATTENTION_ORDER, orders[o]);
+            ok = run_variant(t, &s, &d, variant, &out[1], &lse[1]) &&
+                 same_floats(out[0], out[1], rows * (size_t)s.Dv) &&
+                 same_floats(lse[0], lse[1], rows);
+            CHECK(t, ok, "%s: %d heads a section changed the outputs", variant_names[variant],
+                  orders[o]);
+            free(out[1]), free(lse[1]);
+            out[1] = lse[1] = NULL;
+        }
+        clattn__hook_set(CLATTN__HOOK_ATTENTION_ORDER, -1);
+        free(out[0]), free(lse[0]);
+    }
+    free_data(&d);
+}
+
 static void split_keys_equal_the_plain_path(test_ctx *t) {
     if (test_under_uninit_checker())
         return test_skip(t, "split keys are checked without --uninitialized");
@@ -1215,5 +1261,6 @@ static const test_case cases[] = {
     {"composed_converts_any_layout", composed_converts_any_layout},
     {"fused_equals_composed", fused_equals_composed},
     {"split_keys_equal_the_plain_path", split_keys_equal_the_plain_path},
+    {"longest_groups_first_give_the_same_bits", longest_groups_first_give_the_same_bits},
 };
 SUITE(attention_suite, "attention", cases);

@@ -25,7 +25,9 @@
 # 0.54-0.58x in earlier calls: issue 24 asks 0.5x). Since c4 the host path keeps its tuning
 # answers (PoCL: 79k to 69k instructions a call): every row's host_ms (recorded since c4)
 # beside its time says what the host costs on a GPU driver. The transposes
-# now take local-memory tiles (TILES=1); the last row times transpose4d's blocks beside them.
+# now take local-memory tiles (TILES=1); a row times transpose4d's blocks beside them. Causal
+# prefill now starts its longest groups first (LPT=1): the last two rows time it off, and with
+# sections sized for a 50 MiB cache (the H100's and H200's L2) in case the driver reports less.
 # GPU_TESTS holds clattn-tests' arguments, several runs separated by ';' (default: none, the
 # whole suite; "skip" skips it); GPU_QUICK=1 passes --quick to the benchmark. Each step has a
 # time limit (a bench row 120 s: rows took 1-42 s, and a kernel that NVIDIA's compiler chews on
@@ -59,6 +61,8 @@ DEFAULT_ROWS=( # most wanted first: rows past the budget are skipped
   "again|attention --only f16|"
   "again|attention_causal --only f16|"
   "blocks|transpose --no-peers|copy:TILES=0"
+  "lpt-off|attention_causal --no-peers|attention:LPT=0"
+  "lpt-50mb|attention_causal --no-peers|attention:LPT_MB=50"
 )
 
 DEBS=(ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-c-headers opencl-clhpp-headers libclblast1

@@ -108,6 +108,32 @@ static size_t packed_key_floats(const attention_args *a, const attention_launch 
            clattn__round_up((size_t)a->k->shape[2], (size_t)l->t.LANES) * (size_t)a->k->shape[3];
 }
 
+/* The variants that launch a group per query block of a (batch, head), whose order
+ * (attention_launch's) the kernel takes. */
+static bool groups_by_block(int variant) {
+    return variant == CLATTN__ATTENTION_TILES || variant == CLATTN__ATTENTION_MICRO ||
+           variant == CLATTN__ATTENTION_MMA || variant == CLATTN__ATTENTION_UNITS;
+}
+
+/* The groups' order (cl/attention.cl's unit_place): under a causal mask with LPT, longest first,
+ * as many heads a section as the cache (LPT_MB, else the device's) holds the keys and values of
+ * (the query heads of a key head share its keys), at least 1; else 0, a head's blocks in turn. */
+static int block_order(const attention_args *a, const attention_launch *l, cl_device_id device) {
+    const int forced = clattn__hook_value(CLATTN__HOOK_ATTENTION_ORDER);
+    if (!groups_by_block(l->variant)) return 0;
+    if (forced >= 0) return forced;
+    if (!l->t.LPT || !a->mask.causal) return 0;
+    const uint64_t heads = (uint64_t)(a->q->shape[0] * a->q->shape[1]);
+    const uint64_t sharing = (uint64_t)(a->q->shape[1] / a->k->shape[1]);
+    const uint64_t kv_bytes =
+        (uint64_t)a->k->shape[2] * ((uint64_t)a->k->shape[3] * clattn_dtype_size(a->k->dtype) +
+                                    (uint64_t)a->v->shape[3] * clattn_dtype_size(a->v->dtype));
+    const uint64_t cache =
+        l->t.LPT_MB ? (uint64_t)l->t.LPT_MB << 20 : (uint64_t)clattn__device_cache_bytes(device);
+    const uint64_t fit = kv_bytes ? cache / kv_bytes * sharing : heads;
+    return (int)(fit < 1 ? 1 : fit < heads ? fit : heads);
+}
+
 static int set_attention_args(cl_kernel kernel, const attention_args *a, bool wide,
                               const attention_launch *l, cl_mem workspace) {
     cl_uint arg = 0;
@@ -119,6 +145,8 @@ static int set_attention_args(cl_kernel kernel, const attention_args *a, bool wi
                             (cl_int)a->q->shape[2], (cl_int)a->k->shape[2]};
     for (int i = 0; i < 5 && status == CLATTN_SUCCESS; ++i)
         status = clattn__set_arg(kernel, arg++, sizeof dims[i], &dims[i]);
+    if (status == CLATTN_SUCCESS && groups_by_block(l->variant))
+        status = clattn__set_arg(kernel, arg++, sizeof l->order, &l->order);
     if (status == CLATTN_SUCCESS && a->lse)
         status = clattn__set_view_args(kernel, &arg, a->lse, 1, wide);
     if (status == CLATTN_SUCCESS && l->splits > 1)
@@ -476,8 +504,9 @@ static int pick_launch(const clattn__call *call, const attention_args *a, attent
         l->t.TK /= 2;
     if (l->variant == CLATTN__ATTENTION_MICRO) fit_micro(l, device, d, dv, local_bytes);
     status = pick_units(call, a, prefill, l);
-    if (status != CLATTN_SUCCESS || on_matrix_tiles(l->variant)) return status;
-    pick_splits(l, device, a);
+    if (status != CLATTN_SUCCESS) return status;
+    if (!on_matrix_tiles(l->variant)) pick_splits(l, device, a);
+    l->order = block_order(a, l, device);
     return CLATTN_SUCCESS;
 }
 

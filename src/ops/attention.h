@@ -33,6 +33,8 @@ typedef struct clattn__attention_launch {
     bool ahead;        /* mma: the next key tile fetched into registers during this one */
     bool async;        /* mma: key tiles double-buffered, the next copied during this one */
     int warps;         /* mma, units: subgroups a group (4; mma: 2 where 4 do not fit) */
+    int order;         /* tiles, micro, mma, units: the groups' order (cl/attention.cl's
+                          unit_place: 0 in turn, n longest first n heads at a time) */
 } clattn__attention_launch;
 
 /* What a call runs, decided once. */

@@ -31,6 +31,12 @@ cl_uint clattn__device_compute_units(cl_device_id device) {
     return units ? units : 1;
 }
 
+cl_ulong clattn__device_cache_bytes(cl_device_id device) {
+    cl_ulong bytes = 0;
+    clGetDeviceInfo(device, CL_DEVICE_GLOBAL_MEM_CACHE_SIZE, sizeof bytes, &bytes, NULL);
+    return bytes;
+}
+
 cl_uint clattn__device_base_align_bytes(cl_device_id device) {
     cl_uint bits = 8;
     clGetDeviceInfo(device, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof bits, &bits, NULL);

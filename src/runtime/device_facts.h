@@ -18,6 +18,8 @@ size_t clattn__device_max_group(cl_device_id device);
 cl_ulong clattn__device_local_bytes(cl_device_id device);
 /* CL_DEVICE_MAX_COMPUTE_UNITS, at least 1. */
 cl_uint clattn__device_compute_units(cl_device_id device);
+/* CL_DEVICE_GLOBAL_MEM_CACHE_SIZE (0 where the device has none or does not say). */
+cl_ulong clattn__device_cache_bytes(cl_device_id device);
 /* CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes: every buffer and sub-buffer starts on a multiple. */
 cl_uint clattn__device_base_align_bytes(cl_device_id device);
 /* CL_DEVICE_PROFILE is FULL_PROFILE: vstore_half's default rounding is to nearest even (an

@@ -14,6 +14,7 @@ typedef enum clattn__hook {
     CLATTN__HOOK_SOFTMAX_VARIANT,   /* softmax kernel variant (ops/softmax.c) */
     CLATTN__HOOK_ATTENTION_VARIANT, /* fused attention kernel variant (ops/attention.c) */
     CLATTN__HOOK_ATTENTION_SPLITS,  /* > 0: split the keys that many ways */
+    CLATTN__HOOK_ATTENTION_ORDER,   /* >= 0: the groups' order, whatever the mask (unit_place) */
     CLATTN__HOOK_LINEAR_LAUNCH,     /* linear attention's launch row (ops/linear_attention.c) */
     CLATTN__HOOK_MATRIX_EMULATION,  /* 1-5: every device probes that tile unit, emulated */
     CLATTN__HOOK_GRID_GROUPS,       /* > 0: the copies' work-groups along grid dims 1 and 2 */

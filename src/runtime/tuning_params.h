@@ -84,7 +84,12 @@
  * after (0: no split; a causal launch's longest rows, which see every key, set its time), only
  * in a launch of fewer groups than SPLIT_TARGET a compute unit and in at most as many chunks as
  * make up for that, which bounds the partials (B * Hq * Sq * splits * (Dv + 2) floats of
- * workspace, rows that see none of a chunk included).
+ * workspace, rows that see none of a chunk included); LPT 1: under a causal mask, the variants
+ * that launch a group per query block (tiles, micro, mma, units) start the longest groups first
+ * (a head's last block sees the most keys; 0: a head's blocks in turn, as without a mask), so
+ * that the launch's tail is its lightest groups, a section of heads at a time: as many heads as
+ * LPT_MB MiB of cache (0: the device's CL_DEVICE_GLOBAL_MEM_CACHE_SIZE) holds the keys and
+ * values of.
  * Default: PoCL on AVX-512: blocks at 16 lanes (the tiles variant's one query per work-item ran
  * far slower there), clattn-bench --op attention_causal. */
 #define CLATTN__TUNING_ATTENTION(X)                                                                \
@@ -105,7 +110,9 @@
     X(UNIT_QUERIES, 16, 16, 32, MMA_WQ)                                                            \
     X(UNIT_AHEAD, 128, 0, 1 << 20, HOST)                                                           \
     X(UNIT_ASYNC, 1, 0, 1, HOST)                                                                   \
-    X(UNIT_SPLIT, 0, 0, 1 << 30, HOST)
+    X(UNIT_SPLIT, 0, 0, 1 << 30, HOST)                                                             \
+    X(LPT, 1, 0, 1, HOST)                                                                          \
+    X(LPT_MB, 0, 0, 1 << 16, HOST)
 
 /* Linear attention. LANES: head-dim vector width (narrowed at launch to divide the head dims);
  * ROWS: state rows per linear_states work-item, BM: queries per linear_outputs work-item, and
