@@ -128,6 +128,20 @@ cl_mem test_buffer_whole(test_ctx *t, size_t bytes) {
     return err == CL_SUCCESS ? m : NULL;
 }
 
+/* What a test may have changed in the library's choices, back to the library's own after each
+ * test, so that a test that failed (CHECK returns at once) leaks none of its hooks, overrides or
+ * fault sites into the next. */
+static void restore_library_choices(void) {
+    for (int hook = 0; hook < CLATTN__HOOKS; ++hook) clattn__hook_set((clattn__hook)hook, -1);
+    clattn__narrow_index_limit_set((uint64_t)1 << 31);
+    for (int site = 0; site < CLATTN__FAULT_SITES; ++site)
+        clattn__fault_arm((clattn__fault_site)site, 0);
+    clattn__tuning_set_test_row(NULL);
+#define RESTORE_OVERRIDE(name, params, kernels) clattn_tuning_override(#name, NULL);
+    CLATTN__TUNING_OPS(RESTORE_OVERRIDE)
+#undef RESTORE_OVERRIDE
+}
+
 /* ---- canaries ---- */
 
 /* Every test_buffer is the middle of a larger buffer whose guard regions, before and after,
@@ -402,6 +416,7 @@ int main(int argc, char **argv) {
             suite->cases[i].fn(&t);
             clFinish(clattn_env_queue(env));
             check_canaries(&t);
+            restore_library_choices();
             double ms = now_ms() - start;
             if (t.failed) {
                 ++failed;

@@ -399,6 +399,7 @@ static bool planned_launch(test_ctx *t, const at_spec *s, int asked,
                   v = clattn_tensor_4d(NULL, s->dt, s->B, s->Hkv, s->Sk, s->Dv),
                   o = clattn_tensor_4d(NULL, s->dt, s->B, s->Hq, s->Sq, s->Dv);
     clattn__attention_args a = {&q, &k, &v, &o, NULL, NULL, NULL, 1.0f, {0}};
+    a.mask.causal = s->causal, a.mask.align_bottom = s->bottom_right;
     clattn__call call;
     clattn__attention_schedule plan;
     clattn__hook_set(CLATTN__HOOK_ATTENTION_VARIANT, asked);
@@ -1186,6 +1187,41 @@ static void longest_groups_first_give_the_same_bits(test_ctx *t) {
     free_data(&d);
 }
 
+/* The order a launch plans (block_order in src/ops/attention.c): longest first only under a causal
+ * mask, with LPT, on the variants that launch a group per query block; a section holds the heads
+ * whose keys and values fit LPT_MB (the 2 query heads of a key head counted together), at least
+ * one; a hooked order at most the heads. 65536 queries give a head 1024 blocks or more, so the
+ * least section, a wave of 4 groups a compute unit, is one head on any device of up to 256
+ * units. Planned only: no buffer, no kernel. */
+static void causal_launches_plan_longest_first(test_ctx *t) {
+    at_spec s = base(2, 4, 2, 65536, 4096, 64); /* 2 MiB of keys and values a key head */
+    s.causal = 1;
+    static const struct {
+        const char *params;
+        int causal, variant, hooked, order;
+    } cases[] = {
+        {"LPT_MB=5", 1, CLATTN__ATTENTION_TILES, -1, 4},  /* 2 key heads: 4 query heads */
+        {"LPT_MB=1", 1, CLATTN__ATTENTION_TILES, -1, 1},  /* none fits: one head */
+        {"LPT_MB=64", 1, CLATTN__ATTENTION_TILES, -1, 8}, /* every head */
+        {"LPT_MB=64", 0, CLATTN__ATTENTION_TILES, -1, 0}, /* not causal */
+        {"LPT=0", 1, CLATTN__ATTENTION_TILES, -1, 0},     /* asked not to */
+        {"LPT_MB=64", 1, CLATTN__ATTENTION_BLOCKS, -1,
+         0},                                              /* a work-item's queries, not a group's */
+        {"LPT_MB=5", 0, CLATTN__ATTENTION_TILES, 100, 8}, /* hooked, at most the heads */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0] && !t->failed; ++i) {
+        CHECK_OK(t, clattn_tuning_override("attention", cases[i].params));
+        s.causal = cases[i].causal;
+        clattn__hook_set(CLATTN__HOOK_ATTENTION_ORDER, cases[i].hooked);
+        clattn__attention_launch launch;
+        CHECK(t, planned_launch(t, &s, cases[i].variant, &launch), "case %zu: no plan: %s", i,
+              clattn_last_error());
+        CHECK(t, launch.variant == cases[i].variant && launch.order == cases[i].order,
+              "case %zu (%s, causal %d): variant %d order %d, not %d and %d", i, cases[i].params,
+              cases[i].causal, launch.variant, launch.order, cases[i].variant, cases[i].order);
+    }
+}
+
 static void split_keys_equal_the_plain_path(test_ctx *t) {
     if (test_under_uninit_checker())
         return test_skip(t, "split keys are checked without --uninitialized");
@@ -1262,5 +1298,6 @@ static const test_case cases[] = {
     {"fused_equals_composed", fused_equals_composed},
     {"split_keys_equal_the_plain_path", split_keys_equal_the_plain_path},
     {"longest_groups_first_give_the_same_bits", longest_groups_first_give_the_same_bits},
+    {"causal_launches_plan_longest_first", causal_launches_plan_longest_first},
 };
 SUITE(attention_suite, "attention", cases);

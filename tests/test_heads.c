@@ -295,11 +295,13 @@ static void copy_transposed_views(test_ctx *t) {
 static void copy_loops_past_the_grid_limit(test_ctx *t) {
     clattn__hook_set(CLATTN__HOOK_GRID_GROUPS, 1);
     clattn_tensor padded = dense(CLATTN_F32, 2, 3, 40, 24, 0);
-    padded.strides[2] = 29, padded.strides[1] = 40 * 29 + 3, padded.strides[0] = 3 * 40 * 29 + 9;
+    padded.strides[2] = 29, padded.strides[1] = 40 * 29 + 3;
+    padded.strides[0] = 3 * padded.strides[1] + 9;
     check_copy_kernel(t, padded, dense(CLATTN_F32, 2, 3, 40, 24, 1), 70, "rows", "copy4d");
     const clattn_tensor src = clattn_tensor_permute(dense(CLATTN_F32, 2, 3, 45, 37, 3), swap_inner);
     const clattn_tensor dst = dense(CLATTN_F32, 2, 3, 37, 45, 1);
-    CHECK_OK(t, clattn_tuning_override("copy", "VEC=4,TILES=0"));
+    /* groups of 16 blocks: the GPU rows' 256 would hold the 10 rows of blocks in one group */
+    CHECK_OK(t, clattn_tuning_override("copy", "VEC=4,TILES=0,GROUP=16"));
     check_copy_kernel(t, src, dst, 71, "blocks", "transpose4d");
     CHECK_OK(t, clattn_tuning_override("copy", "TILES=1"));
     check_copy_kernel(t, src, dst, 72, "tiles", transpose_kernel(t, CLATTN_F32, true));

@@ -115,23 +115,52 @@ static bool groups_by_block(int variant) {
            variant == CLATTN__ATTENTION_MMA || variant == CLATTN__ATTENTION_UNITS;
 }
 
+/* Groups a compute unit is taken to run at once, for the least section below: the H200 ran
+ * attention_mma's groups 2 to 4 a multiprocessor (its registers and local memory). */
+#define LPT_GROUPS_A_UNIT 4
+
+/* The queries a group takes, as planned (tiles' and micro's group may shrink at the launch to
+ * what the built kernel allows: an estimate there). */
+static int64_t queries_a_group(const attention_launch *l) {
+    switch (l->variant) {
+    case CLATTN__ATTENTION_KEYS:
+        return 1;
+    case CLATTN__ATTENTION_TILES:
+        return l->t.GROUP;
+    case CLATTN__ATTENTION_MICRO:
+        return (int64_t)l->rows * l->t.MQ;
+    case CLATTN__ATTENTION_MMA:
+    case CLATTN__ATTENTION_UNITS:
+        return l->t.UNIT_QUERIES * l->warps;
+    default:
+        return l->t.BM * (int64_t)l->t.GROUP;
+    }
+}
+
 /* The groups' order (cl/attention.cl's unit_place): under a causal mask with LPT, longest first,
- * as many heads a section as the cache (LPT_MB, else the device's) holds the keys and values of
- * (the query heads of a key head share its keys), at least 1; else 0, a head's blocks in turn. */
+ * as many heads a section as the cache (LPT_MB, else the device's; all heads where it says
+ * none) holds the keys and values of (the query heads of a key head share its keys), and at
+ * least enough for LPT_GROUPS_A_UNIT groups a compute unit (a section that starts in less than
+ * a wave would end the launch on its heaviest blocks); else 0, a head's blocks in turn. A hooked
+ * order is kept, up to the heads. */
 static int block_order(const attention_args *a, const attention_launch *l, cl_device_id device) {
+    const uint64_t heads = (uint64_t)(a->q->shape[0] * a->q->shape[1]);
     const int forced = clattn__hook_value(CLATTN__HOOK_ATTENTION_ORDER);
     if (!groups_by_block(l->variant)) return 0;
-    if (forced >= 0) return forced;
+    if (forced >= 0) return (int)((uint64_t)forced < heads ? (uint64_t)forced : heads);
     if (!l->t.LPT || !a->mask.causal) return 0;
-    const uint64_t heads = (uint64_t)(a->q->shape[0] * a->q->shape[1]);
     const uint64_t sharing = (uint64_t)(a->q->shape[1] / a->k->shape[1]);
     const uint64_t kv_bytes =
         (uint64_t)a->k->shape[2] * ((uint64_t)a->k->shape[3] * clattn_dtype_size(a->k->dtype) +
                                     (uint64_t)a->v->shape[3] * clattn_dtype_size(a->v->dtype));
     const uint64_t cache =
         l->t.LPT_MB ? (uint64_t)l->t.LPT_MB << 20 : (uint64_t)clattn__device_cache_bytes(device);
-    const uint64_t fit = kv_bytes ? cache / kv_bytes * sharing : heads;
-    return (int)(fit < 1 ? 1 : fit < heads ? fit : heads);
+    uint64_t order = cache && kv_bytes ? cache / kv_bytes * sharing : heads;
+    const uint64_t queries = (uint64_t)queries_a_group(l), sq = (uint64_t)a->q->shape[2];
+    const uint64_t blocks = queries ? (sq + queries - 1) / queries : 1;
+    const uint64_t wave = (uint64_t)clattn__device_compute_units(device) * LPT_GROUPS_A_UNIT;
+    if (order * blocks < wave) order = (wave + blocks - 1) / blocks;
+    return (int)(order < 1 ? 1 : order < heads ? order : heads);
 }
 
 static int set_attention_args(cl_kernel kernel, const attention_args *a, bool wide,
@@ -167,10 +196,7 @@ static int set_attention_args(cl_kernel kernel, const attention_args *a, bool wi
 static void pick_splits(attention_launch *l, cl_device_id device, const attention_args *a) {
     const cl_uint units = clattn__device_compute_units(device);
     const int64_t Sk = a->k->shape[2];
-    const int64_t per = l->variant == CLATTN__ATTENTION_KEYS    ? 1
-                        : l->variant == CLATTN__ATTENTION_TILES ? (int64_t)l->t.GROUP
-                        : l->variant == CLATTN__ATTENTION_MICRO ? (int64_t)l->rows * l->t.MQ
-                                                                : l->t.BM * (int64_t)l->t.GROUP;
+    const int64_t per = queries_a_group(l);
     const int64_t groups = a->q->shape[0] * a->q->shape[1] * ((a->q->shape[2] + per - 1) / per);
     const int64_t want = ((int64_t)units * l->t.SPLIT_TARGET + groups - 1) / groups;
     int64_t splits = want < Sk / l->t.SPLIT_MIN ? want : Sk / l->t.SPLIT_MIN;
@@ -335,7 +361,7 @@ static void mma_splits(const attention_args *a, attention_launch *l, cl_uint uni
     const int64_t Sk = a->k->shape[2], tile = l->t.UNIT_KEYS;
     l->splits = 1, l->chunk = (int)Sk;
     if (l->variant != CLATTN__ATTENTION_MMA || l->t.UNIT_SPLIT <= 0) return;
-    const int64_t block = l->t.UNIT_QUERIES * l->warps;
+    const int64_t block = queries_a_group(l);
     const int64_t groups = a->q->shape[0] * a->q->shape[1] * ((a->q->shape[2] + block - 1) / block);
     int64_t most = ((int64_t)units * l->t.SPLIT_TARGET + groups - 1) / groups;
     if (most > ATTENTION_SPLIT_MAX) most = ATTENTION_SPLIT_MAX;

@@ -89,7 +89,7 @@
  * (a head's last block sees the most keys; 0: a head's blocks in turn, as without a mask), so
  * that the launch's tail is its lightest groups, a section of heads at a time: as many heads as
  * LPT_MB MiB of cache (0: the device's CL_DEVICE_GLOBAL_MEM_CACHE_SIZE) holds the keys and
- * values of.
+ * values of, and at least a wave's groups (src/ops/attention.c, block_order).
  * Default: PoCL on AVX-512: blocks at 16 lanes (the tiles variant's one query per work-item ran
  * far slower there), clattn-bench --op attention_causal. */
 #define CLATTN__TUNING_ATTENTION(X)                                                                \
