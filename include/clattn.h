@@ -180,7 +180,9 @@ CLATTN_API const clattn_device_desc *clattn_env_device_desc(const clattn_env *en
 /* What clattn relies on about `device`, as one line of space-separated name=value fields, in
  * this order: opencl (the OpenCL version), opencl_c, local_memory and max_work_group (bytes and
  * work-items, as clattn plans with them: under CLATTN_MAX_LOCAL_MEMORY and
- * CLATTN_MAX_WORK_GROUP), compute_units, fp16, fp64 and subgroups (yes or no: what the driver
+ * CLATTN_MAX_WORK_GROUP), compute_units, cache (bytes of global memory cache, 0 where the
+ * driver reports none: causal attention sizes its groups' order by it), fp16, fp64 and
+ * subgroups (yes or no: what the driver
  * reports, never inferred from a vendor name), vector_float and vector_half (the preferred
  * widths), extensions (the last field, its names separated by commas). Cut to `capacity`, always
  * terminated. Statuses: CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT, OpenCL's. */

@@ -180,8 +180,9 @@ static void facts_describe_the_device(test_ctx *t) {
     char facts[8192], version[128] = "";
     CHECK_OK(t, clattn_device_facts(device, facts, sizeof facts));
     static const char *const fields[] = {
-        "opencl=", "opencl_c=",  "local_memory=", "max_work_group=", "compute_units=", "fp16=",
-        "fp64=",   "subgroups=", "vector_float=", "vector_half=",    "extensions="};
+        "opencl=",        "opencl_c=",     "local_memory=", "max_work_group=",
+        "compute_units=", "cache=",        "fp16=",         "fp64=",
+        "subgroups=",     "vector_float=", "vector_half=",  "extensions="};
     const char *at = facts;
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; ++i) {
         const char *next = strstr(at, fields[i]);

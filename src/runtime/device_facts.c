@@ -104,6 +104,7 @@ int clattn__device_facts_get(cl_device_id device, clattn__device_facts *f) {
     f->local_bytes = clattn__device_local_bytes(device);
     f->max_group = clattn__device_max_group(device);
     f->compute_units = clattn__device_compute_units(device);
+    f->cache_bytes = clattn__device_cache_bytes(device);
     clGetDeviceInfo(device, CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT, sizeof f->vector_float,
                     &f->vector_float, NULL);
     clGetDeviceInfo(device, CL_DEVICE_PREFERRED_VECTOR_WIDTH_HALF, sizeof f->vector_half,
@@ -148,9 +149,9 @@ int clattn_device_facts(cl_device_id device, char *text, size_t capacity) {
     f.extensions[n] = '\0';
     snprintf(text, capacity,
              "opencl=%s opencl_c=%s local_memory=%llu max_work_group=%zu compute_units=%u "
-             "fp16=%s fp64=%s subgroups=%s vector_float=%u vector_half=%u extensions=%s",
+             "cache=%llu fp16=%s fp64=%s subgroups=%s vector_float=%u vector_half=%u extensions=%s",
              f.opencl, f.opencl_c, (unsigned long long)f.local_bytes, f.max_group, f.compute_units,
-             f.fp16 ? "yes" : "no", f.fp64 ? "yes" : "no", f.subgroups ? "yes" : "no",
-             f.vector_float, f.vector_half, f.extensions);
+             (unsigned long long)f.cache_bytes, f.fp16 ? "yes" : "no", f.fp64 ? "yes" : "no",
+             f.subgroups ? "yes" : "no", f.vector_float, f.vector_half, f.extensions);
     return CLATTN_SUCCESS;
 }

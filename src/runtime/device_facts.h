@@ -38,6 +38,7 @@ typedef struct clattn__device_facts {
     cl_ulong local_bytes; /* under CLATTN_MAX_LOCAL_MEMORY */
     size_t max_group;     /* under CLATTN_MAX_WORK_GROUP */
     cl_uint compute_units;
+    cl_ulong cache_bytes;              /* CL_DEVICE_GLOBAL_MEM_CACHE_SIZE */
     cl_uint vector_float, vector_half; /* CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT, _HALF */
     bool fp16, fp64;                   /* cl_khr_fp16; cl_khr_fp64 or a double config */
     bool subgroups;        /* cl_khr_subgroups, cl_intel_subgroups, or sub-groups in OpenCL 2.1+ */
