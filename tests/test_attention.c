@@ -1188,11 +1188,11 @@ static void longest_groups_first_give_the_same_bits(test_ctx *t) {
 }
 
 /* The order a launch plans (block_order in src/ops/attention.c): longest first only under a causal
- * mask, with LPT, on the variants that launch a group per query block; a section holds the heads
- * whose keys and values fit LPT_MB (the 2 query heads of a key head counted together), at least
- * one; a hooked order at most the heads. 65536 queries give a head 1024 blocks or more, so the
- * least section, a wave of 4 groups a compute unit, is one head on any device of up to 256
- * units. Planned only: no buffer, no kernel. */
+ * mask, with LPT (the GPU rows'), on the variants that launch a group per query block; a section
+ * holds the heads whose keys and values fit LPT_MB (the 2 query heads of a key head counted
+ * together), at least one; a hooked order at most the heads. 65536 queries give a head 1024 blocks
+ * or more, so the least section, a wave of 4 groups a compute unit, is one head on any device of up
+ * to 256 units. Planned only: no buffer, no kernel. */
 static void causal_launches_plan_longest_first(test_ctx *t) {
     at_spec s = base(2, 4, 2, 65536, 4096, 64); /* 2 MiB of keys and values a key head */
     s.causal = 1;
@@ -1200,14 +1200,13 @@ static void causal_launches_plan_longest_first(test_ctx *t) {
         const char *params;
         int causal, variant, hooked, order;
     } cases[] = {
-        {"LPT_MB=5", 1, CLATTN__ATTENTION_TILES, -1, 4},  /* 2 key heads: 4 query heads */
-        {"LPT_MB=1", 1, CLATTN__ATTENTION_TILES, -1, 1},  /* none fits: one head */
-        {"LPT_MB=64", 1, CLATTN__ATTENTION_TILES, -1, 8}, /* every head */
-        {"LPT_MB=64", 0, CLATTN__ATTENTION_TILES, -1, 0}, /* not causal */
-        {"LPT=0", 1, CLATTN__ATTENTION_TILES, -1, 0},     /* asked not to */
-        {"LPT_MB=64", 1, CLATTN__ATTENTION_BLOCKS, -1,
-         0},                                              /* a work-item's queries, not a group's */
-        {"LPT_MB=5", 0, CLATTN__ATTENTION_TILES, 100, 8}, /* hooked, at most the heads */
+        {"LPT=1,LPT_MB=5", 1, CLATTN__ATTENTION_TILES, -1, 4},   /* 2 key heads: 4 query heads */
+        {"LPT=1,LPT_MB=1", 1, CLATTN__ATTENTION_TILES, -1, 1},   /* none fits: one head */
+        {"LPT=1,LPT_MB=64", 1, CLATTN__ATTENTION_TILES, -1, 8},  /* every head */
+        {"LPT=1,LPT_MB=64", 0, CLATTN__ATTENTION_TILES, -1, 0},  /* not causal */
+        {"LPT=0", 1, CLATTN__ATTENTION_TILES, -1, 0},            /* asked not to */
+        {"LPT=1,LPT_MB=64", 1, CLATTN__ATTENTION_BLOCKS, -1, 0}, /* no group a block */
+        {"LPT=1,LPT_MB=5", 0, CLATTN__ATTENTION_TILES, 100, 8},  /* hooked, at most the heads */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0] && !t->failed; ++i) {
         CHECK_OK(t, clattn_tuning_override("attention", cases[i].params));

@@ -87,7 +87,9 @@
  * workspace, rows that see none of a chunk included); LPT 1: under a causal mask, the variants
  * that launch a group per query block (tiles, micro, mma, units) start the longest groups first
  * (a head's last block sees the most keys; 0: a head's blocks in turn, as without a mask), so
- * that the launch's tail is its lightest groups, a section of heads at a time: as many heads as
+ * that on a device that gives each compute unit the next group as one ends (a GPU) the
+ * launch's tail is its lightest groups (the type:gpu rows; on PoCL, whose threads seem to take
+ * contiguous ranges of groups, the heavy blocks went to one thread: 1.5x slower), a section of heads at a time: as many heads as
  * LPT_MB MiB of cache (0: the device's CL_DEVICE_GLOBAL_MEM_CACHE_SIZE) holds the keys and
  * values of, and at least a wave's groups (src/ops/attention.c, block_order).
  * Default: PoCL on AVX-512: blocks at 16 lanes (the tiles variant's one query per work-item ran
@@ -111,7 +113,7 @@
     X(UNIT_AHEAD, 128, 0, 1 << 20, HOST)                                                           \
     X(UNIT_ASYNC, 1, 0, 1, HOST)                                                                   \
     X(UNIT_SPLIT, 0, 0, 1 << 30, HOST)                                                             \
-    X(LPT, 1, 0, 1, HOST)                                                                          \
+    X(LPT, 0, 0, 1, HOST)                                                                          \
     X(LPT_MB, 0, 0, 1 << 16, HOST)
 
 /* Linear attention. LANES: head-dim vector width (narrowed at launch to divide the head dims);
