@@ -131,9 +131,9 @@ cl_mem test_buffer_whole(test_ctx *t, size_t bytes) {
 /* What a test may have changed in the library's choices, back to the library's own after each
  * test, so that a test that failed (CHECK returns at once) leaks none of its hooks, overrides or
  * fault sites into the next. */
-static void restore_library_choices(void) {
+static void restore_library_choices(uint64_t narrow_index_limit) {
     for (int hook = 0; hook < CLATTN__HOOKS; ++hook) clattn__hook_set((clattn__hook)hook, -1);
-    clattn__narrow_index_limit_set((uint64_t)1 << 31);
+    clattn__narrow_index_limit_set(narrow_index_limit);
     for (int site = 0; site < CLATTN__FAULT_SITES; ++site)
         clattn__fault_arm((clattn__fault_site)site, 0);
     clattn__tuning_set_test_row(NULL);
@@ -405,6 +405,7 @@ int main(int argc, char **argv) {
     printf("device: %s / %s (%s, driver %s)\n", desc->platform_name, desc->name, desc->version,
            desc->driver);
     fflush(stdout);
+    const uint64_t narrow_index_limit = clattn__narrow_index_limit(); /* the library's own */
     for (size_t s = 0; s < SUITE_COUNT; ++s) {
         const test_suite *suite = suites[s].suite;
         for (size_t i = 0; i < suite->count; ++i) {
@@ -416,7 +417,7 @@ int main(int argc, char **argv) {
             suite->cases[i].fn(&t);
             clFinish(clattn_env_queue(env));
             check_canaries(&t);
-            restore_library_choices();
+            restore_library_choices(narrow_index_limit);
             double ms = now_ms() - start;
             if (t.failed) {
                 ++failed;

@@ -159,8 +159,8 @@ static int block_order(const attention_args *a, const attention_launch *l, cl_de
     const uint64_t queries = (uint64_t)queries_a_group(l), sq = (uint64_t)a->q->shape[2];
     const uint64_t blocks = queries ? (sq + queries - 1) / queries : 1;
     const uint64_t wave = (uint64_t)clattn__device_compute_units(device) * LPT_GROUPS_A_UNIT;
-    if (order * blocks < wave) order = (wave + blocks - 1) / blocks;
-    return (int)(order < 1 ? 1 : order < heads ? order : heads);
+    if (order * blocks < wave) order = (wave + blocks - 1) / blocks; /* (so at least 1) */
+    return (int)(order < heads ? order : heads);
 }
 
 static int set_attention_args(cl_kernel kernel, const attention_args *a, bool wide,

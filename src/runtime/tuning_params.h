@@ -86,12 +86,13 @@
  * make up for that, which bounds the partials (B * Hq * Sq * splits * (Dv + 2) floats of
  * workspace, rows that see none of a chunk included); LPT 1: under a causal mask, the variants
  * that launch a group per query block (tiles, micro, mma, units) start the longest groups first
- * (a head's last block sees the most keys; 0: a head's blocks in turn, as without a mask), so
- * that on a device that gives each compute unit the next group as one ends (a GPU) the
- * launch's tail is its lightest groups (the type:gpu rows; on PoCL, whose threads seem to take
- * contiguous ranges of groups, the heavy blocks went to one thread: 1.5x slower), a section of heads at a time: as many heads as
- * LPT_MB MiB of cache (0: the device's CL_DEVICE_GLOBAL_MEM_CACHE_SIZE) holds the keys and
- * values of, and at least a wave's groups (src/ops/attention.c, block_order).
+ * (a head's last block sees the most keys; 0: a head's blocks in turn, as without a mask), a
+ * section of heads at a time, so that on a device that gives each compute unit the next group
+ * as one ends (a GPU: the type:gpu rows) the launch's tail is its lightest groups (on PoCL,
+ * whose threads seem to take contiguous ranges of groups, the heavy blocks went to one thread:
+ * 1.5x slower); LPT_MB: the cache a section's keys and values fill, in MiB (0: the device's
+ * CL_DEVICE_GLOBAL_MEM_CACHE_SIZE), at least a wave's groups (src/ops/attention.c,
+ * block_order).
  * Default: PoCL on AVX-512: blocks at 16 lanes (the tiles variant's one query per work-item ran
  * far slower there), clattn-bench --op attention_causal. */
 #define CLATTN__TUNING_ATTENTION(X)                                                                \
