@@ -291,21 +291,6 @@ __kernel void attention_blocks(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TEN
 
 #endif /* BUILDS(0) */
 
-#if BUILDS(1) || BUILDS(4) || BUILDS(5) || BUILDS(6)
-/* The first and the end of the keys any query of the work-group can see, from each work-item's
- * [lo, hi) (empty when lo >= hi): a tile no query sees is never loaded. */
-inline int2 group_key_span(__local int *span, int lo, int hi, int Sk) {
-    if (get_local_id(0) == 0) span[0] = Sk, span[1] = 0;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (lo < hi) {
-        atomic_min(&span[0], lo);
-        atomic_max(&span[1], hi);
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return (int2)(span[0], span[1]);
-}
-#endif
-
 #if BUILDS(1)
 
 /* Rows j0 .. j0 + TK - 1 of a [Sk, n] matrix into the local tile (TK rows of LANES(n) lane

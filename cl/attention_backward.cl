@@ -27,6 +27,9 @@
  *                     dim, K row by row.
  *   backward_merge    (SPLITS > 1) a work-item per element of dQ: the sum of the key splits'
  *                     partials, in split order.
+ *
+ * With TILED (GPUs: many work-items, little private memory) backward_keys_tiles and
+ * backward_queries_tiles replace pack, keys and queries (Tiles, below).
  *   backward_bias     (HAS_DBIAS) a work-item per element of dbias: dS recomputed over the
  *                     bias's broadcast dims and summed (0 for a bias broadcast over the keys).
  *
@@ -36,7 +39,7 @@
  *
  * Build options: Q_T, K_T, V_T, O_T (out), DO_T (dout), DQ_T, DK_T, DV_T, DB_T (dbias),
  * HEAD_DIM, VALUE_DIM, VEC (keys a tile, and head-dim lanes: it divides both head dims), BM,
- * SPLITS, HAS_DBIAS, IDX and the mask's.
+ * SPLITS, HAS_DBIAS, IDX and the mask's; TILED, and with it SLICES, BLK and GROUP_MAX (Tiles).
  */
 #ifndef CLATTN_COMMON_CL
 #include "common.cl"
@@ -59,6 +62,9 @@
  * the partials in split order. */
 #ifndef SPLITS
 #define SPLITS 1
+#endif
+#ifndef TILED
+#define TILED 0
 #endif
 #ifndef CLATTN_ROWS_CL
 #include "rows.cl"
@@ -159,6 +165,7 @@ __kernel void backward_rows(TENSOR_PARAMS(O_T, o), TENSOR_PARAMS(DO_T, dout),
     at[1] = delta;
 }
 
+#if !TILED
 /* packed + pack_off holds K's tiles of every (batch, kv head), then V's: a work-item per
  * (batch, kv head, tile, d), d over HEAD_DIM then VALUE_DIM, VEC floats each. */
 __kernel void backward_pack(TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v), __global float *packed,
@@ -187,6 +194,8 @@ __kernel void backward_pack(TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v), __glob
     }
 }
 
+#endif /* !TILED */
+
 /* Row i of (b, h): its mask row, lse and D_i; whether it is inside Sq and live. */
 inline bool row_start(const mask_params *p, __global const float *stats, int b, int h, int i,
                       int Hq, int Sq, int Sk, mask_row *r, float *lse, float *delta) {
@@ -202,6 +211,7 @@ inline keys_t tile_weights(keys_t x, float lse) {
     return select(exp(x - lse), (keys_t)0.0f, x == (keys_t)(-INFINITY));
 }
 
+#if !TILED
 __kernel void backward_keys(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(DO_T, dout), OUT_PARAMS(DK_T, dk),
                             OUT_PARAMS(DV_T, dv), __global const float *stats,
                             __global const float *packed, IDX pack_off, int B, int Hq, int Hkv,
@@ -350,6 +360,208 @@ __kernel void backward_queries(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
             CAT(store_, DQ_T)(dq, AT(dq, b, h, i0 + t, d), row[d]);
     }
 }
+
+#endif /* !TILED */
+
+
+#if TILED
+/*
+ * Tiles: the GPU kernels. A work-item holds one key (keys pass) or one query (queries pass) and
+ * a slice of its head dims, HEAD_DIM / SLICES of k (or q) and of dK (dQ), VALUE_DIM / SLICES of v
+ * (dO) and dV, so that what it holds stays in registers at any head dim; the group's SLICES
+ * work-items of a key add their partial dots through local memory, in slice order (the same
+ * bits in each). The other side (BLK queries with their dO, or BLK keys with their V) is staged
+ * in local memory by the whole group with coalesced loads, and every work-item of a slice reads
+ * the same element at once (a broadcast), as attention_tiles reads its K and V tiles. The
+ * products are those of the lanes kernels above; the summation orders differ. The pairs' dots
+ * go through local memory (red) even with one slice, so that no private array is indexed by
+ * the pair (GPUs keep such arrays in slow memory unless every loop over them is unrolled).
+ *
+ *   backward_keys_tiles     a group per GROUP / SLICES keys of one (batch, kv head): every block
+ *                           of BLK queries of each of its query heads that sees one of them
+ *   backward_queries_tiles  a group per GROUP / SLICES queries of one (batch, query head) and
+ *                           key split: the key tiles its rows see, BLK keys a tile
+ *
+ * A work-item's slice is local id / (keys or queries a group), so that a warp of 32 reads one
+ * slice when a group has 32 or more keys (queries) a slice. VEC is 1 (rows.cl's row loads).
+ */
+#define SLICE_D (HEAD_DIM / SLICES)
+#define SLICE_V (VALUE_DIM / SLICES)
+
+/* The dots of pair t (q.k and dO.v) from the partials each work-item of the pair's key (query)
+ * wrote to red[2t][lid] and red[2t + 1][lid], added in slice order: the same bits in each slice.
+ * `width`: keys (queries) a group, `at`: the work-item's key (query) in it. */
+inline float2 pair_dots(__local const float *red, int t, int width, int at) {
+    const int size = (int)get_local_size(0);
+    __local const float *x = red + 2 * t * size + at, *y = x + size;
+    float2 dots = (float2)(x[0], y[0]);
+    for (int c = 1; c < SLICES; ++c) dots += (float2)(x[c * width], y[c * width]);
+    return dots;
+}
+
+/* P and dS (times ds/dx) of a visible pair from its dots; *pr is 0 where the score is masked or
+ * its weight underflows. */
+inline float pair_grad(const mask_params *p, const mask_row *r, int j, float2 dots, float lse,
+                       float delta, float *pr) {
+    const float s = mask_score(p, r, j, dots.x);
+    *pr = s == -INFINITY ? 0.0f : exp(s - lse);
+    return tile_grad(p, dots.x, *pr, dots.y, delta);
+}
+
+__kernel void backward_keys_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
+                                  TENSOR_PARAMS(V_T, v), TENSOR_PARAMS(DO_T, dout),
+                                  OUT_PARAMS(DK_T, dk), OUT_PARAMS(DV_T, dv),
+                                  __global const float *stats, int B, int Hq, int Hkv, int Sq,
+                                  int Sk, MASK_PARAMS) {
+    /* a block's q and dO rows, aligned for the compilers that merge a slice's loads */
+    __local float qs[BLK * HEAD_DIM] __attribute__((aligned(16)));
+    __local float gos[BLK * VALUE_DIM] __attribute__((aligned(16)));
+    __local float red[2 * BLK * GROUP_MAX]; /* each work-item's partial dots */
+    __local mask_row rows[BLK];
+    __local float row_lse[BLK], row_delta[BLK];
+    __local int sees[BLK]; /* the row sees a key of the group */
+    const int lid = (int)get_local_id(0), size = (int)get_local_size(0);
+    const int width = size / SLICES, slice = lid / width, kk = lid % width;
+    const int tiles = (Sk + width - 1) / width, unit = (int)get_group_id(0);
+    const int tile = unit % tiles, bhk = unit / tiles, hk = bhk % Hkv, b = bhk / Hkv;
+    const int first = tile * width, last = min(first + width, Sk), j = first + kk;
+    const int d0 = slice * SLICE_D, e0 = slice * SLICE_V, group = Hq / Hkv;
+    MASK_PACK(p);
+
+    float kr[SLICE_D], vr[SLICE_V], gk[SLICE_D], gv[SLICE_V];
+    UNROLL for (int d = 0; d < SLICE_D; ++d) {
+        kr[d] = j < Sk ? CAT(load_, K_T)(k, AT(k, b, hk, j, d0 + d)) : 0.0f;
+        gk[d] = 0.0f;
+    }
+    UNROLL for (int e = 0; e < SLICE_V; ++e) {
+        vr[e] = j < Sk ? CAT(load_, V_T)(v, AT(v, b, hk, j, e0 + e)) : 0.0f;
+        gv[e] = 0.0f;
+    }
+    for (int h = hk * group; h < hk * group + group; ++h)
+        for (int i0 = 0; i0 < Sq; i0 += BLK) {
+            barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with the last block */
+            for (int t = lid; t < BLK; t += size) {
+                mask_row r;
+                float lse, delta;
+                const bool live = row_start(&p, stats, b, h, i0 + t, Hq, Sq, Sk, &r, &lse, &delta);
+                rows[t] = r, row_lse[t] = lse, row_delta[t] = delta;
+                sees[t] = live && r.lo < last && r.hi > first;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            bool any = false;
+            for (int t = 0; t < BLK; ++t) any = any || sees[t];
+            if (!any) continue; /* the same for the whole group */
+            /* rows that see none of the group's keys read as 0: they add nothing */
+            for (int e = lid; e < BLK * HEAD_DIM; e += size) {
+                const int t = e / HEAD_DIM;
+                qs[e] = sees[t] ? CAT(load_, Q_T)(q, AT(q, b, h, i0 + t, e % HEAD_DIM)) : 0.0f;
+            }
+            for (int e = lid; e < BLK * VALUE_DIM; e += size) {
+                const int t = e / VALUE_DIM;
+                gos[e] = sees[t] ? CAT(load_, DO_T)(dout, AT(dout, b, h, i0 + t, e % VALUE_DIM))
+                                 : 0.0f;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            for (int t = 0; t < BLK; ++t) {
+                float x = 0.0f, y = 0.0f;
+                UNROLL for (int d = 0; d < SLICE_D; ++d) x = fma(kr[d], qs[t * HEAD_DIM + d0 + d], x);
+                UNROLL for (int e = 0; e < SLICE_V; ++e) y = fma(vr[e], gos[t * VALUE_DIM + e0 + e], y);
+                red[2 * t * size + lid] = x, red[(2 * t + 1) * size + lid] = y;
+            }
+#if SLICES > 1
+            barrier(CLK_LOCAL_MEM_FENCE);
+#endif
+            for (int t = 0; t < BLK; ++t) {
+                const mask_row r = rows[t];
+                if (!sees[t] || j < r.lo || j >= r.hi) continue;
+                float pr;
+                const float gs = pair_grad(&p, &r, j, pair_dots(red, t, width, kk), row_lse[t],
+                                           row_delta[t], &pr);
+                if (!(pr > 0.0f)) continue; /* what a hidden pair holds never counts */
+                UNROLL for (int e = 0; e < SLICE_V; ++e)
+                    gv[e] = fma(pr, gos[t * VALUE_DIM + e0 + e], gv[e]);
+                UNROLL for (int d = 0; d < SLICE_D; ++d)
+                    gk[d] = fma(gs, qs[t * HEAD_DIM + d0 + d], gk[d]);
+            }
+        }
+    if (j >= Sk) return;
+    UNROLL for (int d = 0; d < SLICE_D; ++d) CAT(store_, DK_T)(dk, AT(dk, b, hk, j, d0 + d), gk[d]);
+    UNROLL for (int e = 0; e < SLICE_V; ++e) CAT(store_, DV_T)(dv, AT(dv, b, hk, j, e0 + e), gv[e]);
+}
+
+__kernel void backward_queries_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
+                                     TENSOR_PARAMS(V_T, v), TENSOR_PARAMS(DO_T, dout),
+                                     OUT_PARAMS(DQ_T, dq), __global const float *stats, int B,
+                                     int Hq, int Hkv, int Sq, int Sk, __global float *part,
+                                     IDX part_off, int chunk, MASK_PARAMS) {
+    /* a tile's k and v rows, aligned as the keys pass's q and dO */
+    __local float ks[BLK * HEAD_DIM] __attribute__((aligned(16)));
+    __local float vs[BLK * VALUE_DIM] __attribute__((aligned(16)));
+    __local float red[2 * BLK * GROUP_MAX];
+    __local int span[2];
+    const int lid = (int)get_local_id(0), size = (int)get_local_size(0);
+    const int width = size / SLICES, slice = lid / width, ii = lid % width;
+    const int blocks = (Sq + width - 1) / width, unit = (int)get_group_id(0);
+    const int split = unit % SPLITS, block = unit / SPLITS % blocks, bh = unit / SPLITS / blocks;
+    const int h = bh % Hq, b = bh / Hq, hk = h / (Hq / Hkv), i = block * width + ii;
+    const int d0 = slice * SLICE_D, e0 = slice * SLICE_V;
+    MASK_PACK(p);
+    mask_row r;
+    float lse, delta;
+    bool live = row_start(&p, stats, b, h, i, Hq, Sq, Sk, &r, &lse, &delta);
+#if SPLITS > 1
+    mask_row_clip(&r, split * chunk, split * chunk + chunk);
+#endif
+    live = live && r.lo < r.hi;
+    const int2 keys = group_key_span(span, live ? r.lo : Sk, live ? r.hi : 0, Sk);
+
+    float qr[SLICE_D], gor[SLICE_V], g[SLICE_D];
+    UNROLL for (int d = 0; d < SLICE_D; ++d) {
+        qr[d] = live ? CAT(load_, Q_T)(q, AT(q, b, h, i, d0 + d)) : 0.0f;
+        g[d] = 0.0f;
+    }
+    UNROLL for (int e = 0; e < SLICE_V; ++e)
+        gor[e] = live ? CAT(load_, DO_T)(dout, AT(dout, b, h, i, e0 + e)) : 0.0f;
+    for (int j0 = keys.x; j0 < keys.y; j0 += BLK) {
+        barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with the last tile */
+        /* keys no row of the group sees read as 0 */
+        for (int e = lid; e < BLK * HEAD_DIM; e += size) {
+            const int j = j0 + e / HEAD_DIM;
+            ks[e] = j < keys.y ? CAT(load_, K_T)(k, AT(k, b, hk, j, e % HEAD_DIM)) : 0.0f;
+        }
+        for (int e = lid; e < BLK * VALUE_DIM; e += size) {
+            const int j = j0 + e / VALUE_DIM;
+            vs[e] = j < keys.y ? CAT(load_, V_T)(v, AT(v, b, hk, j, e % VALUE_DIM)) : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int t = 0; t < BLK; ++t) {
+            float x = 0.0f, y = 0.0f;
+            UNROLL for (int d = 0; d < SLICE_D; ++d) x = fma(qr[d], ks[t * HEAD_DIM + d0 + d], x);
+            UNROLL for (int e = 0; e < SLICE_V; ++e) y = fma(gor[e], vs[t * VALUE_DIM + e0 + e], y);
+            red[2 * t * size + lid] = x, red[(2 * t + 1) * size + lid] = y;
+        }
+#if SLICES > 1
+        barrier(CLK_LOCAL_MEM_FENCE);
+#endif
+        for (int t = 0; t < BLK; ++t) {
+            const int j = j0 + t;
+            if (!live || j < r.lo || j >= r.hi) continue;
+            float pr;
+            const float gs = pair_grad(&p, &r, j, pair_dots(red, t, width, ii), lse, delta, &pr);
+            if (!(pr > 0.0f)) continue; /* what a hidden key holds never counts */
+            UNROLL for (int d = 0; d < SLICE_D; ++d) g[d] = fma(gs, ks[t * HEAD_DIM + d0 + d], g[d]);
+        }
+    }
+    if (i >= Sq) return;
+#if SPLITS > 1
+    __global float *at =
+        part + part_off + (((IDX)bh * (IDX)Sq + (IDX)i) * SPLITS + split) * HEAD_DIM + d0;
+    UNROLL for (int d = 0; d < SLICE_D; ++d) at[d] = g[d];
+#else
+    UNROLL for (int d = 0; d < SLICE_D; ++d) CAT(store_, DQ_T)(dq, AT(dq, b, h, i, d0 + d), g[d]);
+#endif
+}
+#endif /* TILED */
 
 #if SPLITS > 1
 __kernel void backward_merge(__global const float *part, IDX part_off, OUT_PARAMS(DQ_T, dq),

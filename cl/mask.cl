@@ -226,6 +226,20 @@ inline void mask_row_clip(mask_row *r, int first, int last) {
     r->hi = max(r->lo, min(r->hi, last));
 }
 
+/* The first and the end of the keys any query of the work-group can see, from each work-item's
+ * [lo, hi) (empty when lo >= hi): a tile no query sees is never loaded. Its barriers also
+ * publish what the group wrote to local memory before it. */
+inline int2 group_key_span(__local int *span, int lo, int hi, int Sk) {
+    if (get_local_id(0) == 0) span[0] = Sk, span[1] = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lo < hi) {
+        atomic_min(&span[0], lo);
+        atomic_max(&span[1], hi);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return (int2)(span[0], span[1]);
+}
+
 /* The keys [x, y) that are all visible to the row and whose scores the mask changes by nothing
  * but the scale (empty, x >= y, under a keep mask, bias, ALiBi or softcap): mask_score(p, r, j,
  * s) is p->scale * s for each of them. A key visible only as a global position does not count

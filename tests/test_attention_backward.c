@@ -638,6 +638,50 @@ static void gradients_with_split_keys(test_ctx *t) {
     clattn__hook_set(CLATTN__HOOK_ATTENTION_SPLITS, -1);
 }
 
+/* check_spec, and that the backward ran `kernel` among its kernels (a launch that fell back to
+ * another variant would pass the reference check alone). */
+static void check_spec_ran(test_ctx *t, const bw_spec *s, const char *what, const char *kernel) {
+    clattn__trace_kernels(true);
+    check_spec(t, s, what);
+    clattn__trace_kernels(false);
+    clattn__traced_kernel ran[16];
+    const size_t n = clattn__trace_take(ran, 16);
+    bool found = false;
+    for (size_t i = 0; i < n; ++i) {
+        found = found || strcmp(ran[i].name, kernel) == 0;
+        clReleaseEvent(ran[i].event);
+    }
+    CHECK(t, t->failed || found, "%s: %s did not run", what, kernel);
+}
+
+/* The GPU kernels (BWD_TILES=1), forced: the row's own sizes at D=64 (two slices a key), and
+ * groups of 24 (4 slices of 4 and 2 dims: D=16, Dv=8; 6 keys a group, Sk=23 leaving 5 in the
+ * last) with blocks of 3 rows (11 queries leaving 2), under GQA, causality from the bottom and
+ * every length part (a batch of no keys, rows past the query lengths), and the key split; then
+ * an odd head dim (one slice) in groups of 40. */
+static void tiles_kernels_give_the_gradients(test_ctx *t) {
+    if (skipped_under_uninit_checker(t)) return;
+    static const int32_t klen[2] = {23, 0}, qlen[2] = {7, 11}, split_klen[2] = {61, 17};
+    static const char *const small = "BWD_TILES=1,BWD_GROUP=24,BWD_SLICE=4,BWD_BLOCK=3";
+    CHECK_OK(t, clattn_tuning_override("attention", "BWD_TILES=1"));
+    bw_spec s = spec(2, 2, 1, 11, 23, 64);
+    s.causal = 1, s.bottom_right = 1, s.keep = 1;
+    check_spec_ran(t, &s, "the row's sizes, D=64", "backward_keys_tiles");
+    CHECK_OK(t, clattn_tuning_override("attention", small));
+    s = spec(2, 4, 2, 11, 23, 16);
+    s.Dv = 8, s.klen = klen, s.qlen = qlen, s.causal = 1, s.bottom_right = 1, s.keep = 1;
+    check_spec_ran(t, &s, "groups of 24, blocks of 3, lengths", "backward_queries_tiles");
+    clattn__hook_set(CLATTN__HOOK_ATTENTION_SPLITS, 2);
+    s = spec(2, 4, 2, 3, 61, 16);
+    s.klen = split_klen, s.causal = 1, s.bottom_right = 1, s.bias = BIAS_KEYS;
+    check_spec_ran(t, &s, "groups of 24, 2 splits", "backward_merge");
+    clattn__hook_set(CLATTN__HOOK_ATTENTION_SPLITS, -1);
+    CHECK_OK(t, clattn_tuning_override("attention", "BWD_TILES=1,BWD_GROUP=40"));
+    s = spec(1, 2, 2, 9, 21, 17);
+    check_spec_ran(t, &s, "D=17, groups of 40", "backward_keys_tiles");
+    clattn_tuning_override("attention", NULL);
+}
+
 /* Garbage (NaN, Inf, 1e30) wherever no query looks (q and dout past the query lengths, k and v
  * past the key lengths, the bias where the mask hides it) leaves every gradient bit for bit as it
  * was; those rows get exact zeros; and two runs give the same bits. */
@@ -714,8 +758,7 @@ static bool hide_a_key_and_a_row(test_ctx *t, bw_case *c) {
     return test_write(t, c->keep_t.buffer, c->keep, (size_t)(s->B * s->Sq * s->Sk));
 }
 
-static void invisible_garbage_changes_nothing(test_ctx *t) {
-    if (skipped_under_uninit_checker(t)) return;
+static void garbage_changes_nothing(test_ctx *t) {
     static const int32_t klen[2] = {13, 6}, qlen[2] = {7, 3};
     bw_spec s = spec(2, 2, 1, 9, 19, 16);
     s.klen = klen, s.qlen = qlen, s.keep = 1, s.bias = BIAS_FULL, s.causal = 1, s.bottom_right = 1;
@@ -747,6 +790,18 @@ static void invisible_garbage_changes_nothing(test_ctx *t) {
     }
     free_grads(&clean), free_grads(&again), free_grads(&dirty);
     free_case(&c);
+}
+
+/* On both kernel families: the lanes kernels, and the tiles in groups of 24, 4 slices a key. */
+static void invisible_garbage_changes_nothing(test_ctx *t) {
+    if (skipped_under_uninit_checker(t)) return;
+    static const char *const rows[2] = {"BWD_TILES=0",
+                                        "BWD_TILES=1,BWD_GROUP=24,BWD_SLICE=4,BWD_BLOCK=3"};
+    for (int i = 0; i < 2 && !t->failed; ++i) {
+        CHECK_OK(t, clattn_tuning_override("attention", rows[i]));
+        garbage_changes_nothing(t);
+    }
+    clattn_tuning_override("attention", NULL);
 }
 
 /* A caller's workspace of exactly the size asked gives the same bits as the library's own; one
@@ -1149,6 +1204,7 @@ static const test_case cases[] = {
     {"gradients_of_storage_and_layouts", gradients_of_storage_and_layouts},
     {"gradients_of_other_launches", gradients_of_other_launches},
     {"gradients_with_split_keys", gradients_with_split_keys},
+    {"tiles_kernels_give_the_gradients", tiles_kernels_give_the_gradients},
     {"invisible_garbage_changes_nothing", invisible_garbage_changes_nothing, TAG_SMOKE},
     {"caller_workspace", caller_workspace},
     {"bad_arguments_are_rejected", bad_arguments_are_rejected, TAG_HOST},

@@ -26,8 +26,11 @@
 # answers (PoCL: 79k to 69k instructions a call): every row's host_ms (recorded since c4)
 # beside its time says what the host costs on a GPU driver. The transposes
 # now take local-memory tiles (TILES=1); a row times transpose4d's blocks beside them. Causal
-# prefill now starts its longest groups first (LPT=1): the last two rows time it off, and with
-# sections sized for a 50 MiB cache (the H100's and H200's L2) in case the driver reports less.
+# prefill now starts its longest groups first (LPT=1): two rows time it off, and with sections
+# sized for a 50 MiB cache (the H100's and H200's L2) in case the driver reports less. The
+# backward now takes its tiles kernels on GPUs (BWD_TILES=1; the lanes kernels took 26.4 ms at
+# D=64 in c4): the default rows time them against PyTorch's autograd, causal too, and the last
+# four with groups of 256, slices of 16 and 64 dims (64: one slice at D=64), blocks of 32 rows.
 # GPU_TESTS holds clattn-tests' arguments, several runs separated by ';' (default: none, the
 # whole suite; "skip" skips it); GPU_QUICK=1 passes --quick to the benchmark. Each step has a
 # time limit (a bench row 120 s: rows took 1-42 s, and a kernel that NVIDIA's compiler chews on
@@ -63,6 +66,11 @@ DEFAULT_ROWS=( # most wanted first: rows past the budget are skipped
   "blocks|transpose --no-peers|copy:TILES=0"
   "lpt-off|attention_causal --no-peers|attention:LPT=0"
   "lpt-50mb|attention_causal --no-peers|attention:LPT_MB=50"
+  "default|attention_backward_causal --only f32|"
+  "bwd-g256|attention_backward --only f32 --no-peers|attention:BWD_GROUP=256"
+  "bwd-s16|attention_backward --only f32 --no-peers|attention:BWD_SLICE=16"
+  "bwd-s64|attention_backward --only f32 --no-peers|attention:BWD_SLICE=64"
+  "bwd-b32|attention_backward --only f32 --no-peers|attention:BWD_BLOCK=32"
 )
 
 DEBS=(ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-c-headers opencl-clhpp-headers libclblast1

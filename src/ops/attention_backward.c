@@ -1,7 +1,7 @@
 /*
  * The gradients of fused attention (cl/attention_backward.cl): validation, the launch, and the
  * chain of kernels: rows (D_i), pack (K and V in key tiles), keys (dK, dV), queries (dQ), and
- * bias (dbias) when asked.
+ * bias (dbias) when asked; on GPUs (BWD_TILES=1) rows, keys_tiles, queries_tiles and bias.
  */
 #include "attention.h"
 #include "softmax.h"
@@ -23,13 +23,18 @@ typedef struct backward_args {
     clattn__mask_plan mask;                            /* after the check */
 } backward_args;
 
-/* The launch, from the forward's tuning row (the backward has none of its own yet): LANES keys
+/* The launch, from the forward's tuning row (the backward's parameters are in it): LANES keys
  * a tile (narrowed to divide both head dims), BM queries a work-item, GROUP the group size, and
- * the key splits of the queries pass (SPLIT_TARGET, SPLIT_MIN: as the forward splits). */
+ * the key splits of the queries pass (SPLIT_TARGET, SPLIT_MIN: as the forward splits). The
+ * tiles kernels (BWD_TILES) take groups of `group` work-items, `slices` a key or query, `block`
+ * rows staged at a time, and one lane. */
 typedef struct backward_launch {
     long lanes, bm, group;
+    bool tiled;
+    int slices, block, group_max;   /* the tiles kernels' */
     int splits, chunk;              /* the keys in `splits` chunks of `chunk` (1: unsplit) */
-    size_t rows, tiles;             /* B*Hq*Sq query rows; key tiles of one (batch, kv head) */
+    size_t rows, tiles;             /* B*Hq*Sq query rows; key tiles (tiled: key groups) of one
+                                       (batch, kv head) */
     clattn__softmax_tuning softmax; /* the composed path's */
 } backward_launch;
 
@@ -138,14 +143,15 @@ static int check_call(backward_args *a, cl_context context) {
     return status;
 }
 
-/* The queries pass has a work-item per BM queries: with fewer than SPLIT_TARGET of them per
- * compute unit (few queries against many keys), the keys are cut into chunks of at least
- * SPLIT_MIN (whole 32-key tiles; a forced split, whole LANES tiles) and a merge sums the
- * partial dQ. */
+/* The queries pass has a work-item per BM queries (tiled: a group per group / slices queries):
+ * with fewer than SPLIT_TARGET of them per compute unit (few queries against many keys), the
+ * keys are cut into chunks of at least SPLIT_MIN (whole 32-key tiles; a forced split, whole
+ * LANES or `block` tiles) and a merge sums the partial dQ. */
 static void pick_splits(backward_launch *l, const clattn__attention_tuning *t, cl_device_id device,
                         const backward_args *a) {
     const int64_t Sk = a->k->shape[2];
-    const int64_t items = a->q->shape[0] * a->q->shape[1] * ((a->q->shape[2] + l->bm - 1) / l->bm);
+    const int64_t per = l->tiled ? l->group / l->slices : l->bm;
+    const int64_t items = a->q->shape[0] * a->q->shape[1] * ((a->q->shape[2] + per - 1) / per);
     const int64_t want =
         ((int64_t)clattn__device_compute_units(device) * t->SPLIT_TARGET + items - 1) / items;
     int64_t splits = want < Sk / t->SPLIT_MIN ? want : Sk / t->SPLIT_MIN;
@@ -154,24 +160,11 @@ static void pick_splits(backward_launch *l, const clattn__attention_tuning *t, c
     if (forced > 0) splits = forced;
     l->splits = 1, l->chunk = (int)Sk;
     if (splits < 2) return;
-    const int64_t tile = forced > 0 ? l->lanes : 32;
+    const int64_t tile = forced > 0 ? (l->tiled ? l->block : l->lanes) : 32;
     int64_t chunk = (Sk + splits - 1) / splits;
     chunk = (chunk + tile - 1) / tile * tile;
     l->chunk = (int)chunk;
     l->splits = (int)((Sk + chunk - 1) / chunk);
-}
-
-static int plan_launch(cl_device_id device, const backward_args *a, backward_launch *l) {
-    clattn__attention_tuning t;
-    int status = clattn__attention_tuning_get(device, a->q->dtype, &t);
-    if (status != CLATTN_SUCCESS) return status;
-    l->lanes = clattn__head_lanes((cl_uint)t.LANES, a->q->shape[3], a->v->shape[3]);
-    l->bm = t.BM;
-    l->group = t.GROUP;
-    l->rows = (size_t)(a->q->shape[0] * a->q->shape[1] * a->q->shape[2]);
-    l->tiles = (size_t)((a->k->shape[2] + l->lanes - 1) / l->lanes);
-    pick_splits(l, &t, device, a);
-    return CLATTN_SUCCESS;
 }
 
 /* Floats of scratch: each row's (lse, D_i), K's and V's packed tiles, then (split keys) the
@@ -180,6 +173,7 @@ static size_t stats_floats(const backward_launch *l) {
     return 2 * l->rows;
 }
 static size_t partials_at(const backward_args *a, const backward_launch *l) {
+    if (l->tiled) return stats_floats(l); /* the tiles kernels read K and V as they are */
     const size_t kv_tiles = (size_t)(a->k->shape[0] * a->k->shape[1]) * l->tiles;
     return stats_floats(l) +
            kv_tiles * (size_t)l->lanes * (size_t)(a->q->shape[3] + a->v->shape[3]);
@@ -202,15 +196,105 @@ static void backward_options(const backward_args *a, const backward_launch *l, b
     snprintf(options, size,
              "-cl-std=CL1.2 -DQ_T=%s -DK_T=%s -DV_T=%s -DO_T=%s -DDO_T=%s -DDQ_T=%s -DDK_T=%s "
              "-DDV_T=%s -DDB_T=%s -DHAS_DBIAS=%d -DHEAD_DIM=%lld -DVALUE_DIM=%lld -DVEC=%ld "
-             "-DBM=%ld -DSPLITS=%d -DIDX=%s",
+             "-DBM=%ld -DSPLITS=%d -DIDX=%s -DTILED=%d -DSLICES=%d -DBLK=%d -DGROUP_MAX=%d",
              clattn_dtype_name(a->q->dtype), clattn_dtype_name(a->k->dtype),
              clattn_dtype_name(a->v->dtype), clattn_dtype_name(a->out->dtype),
              clattn_dtype_name(a->dout->dtype), clattn_dtype_name(a->dq->dtype),
              clattn_dtype_name(a->dk->dtype), clattn_dtype_name(a->dv->dtype),
              clattn_dtype_name(a->dbias ? a->dbias->dtype : CLATTN_F32), a->dbias != NULL,
              (long long)a->q->shape[3], (long long)a->v->shape[3], l->lanes, l->bm, l->splits,
-             wide ? "ulong" : "uint");
+             wide ? "ulong" : "uint", l->tiled, l->slices, l->block, l->group_max);
     clattn__mask_options(&a->mask, options, size);
+}
+
+/* The tiles kernels' slices: the fewest (a power of two dividing both head dims) that leave a
+ * work-item at most BWD_SLICE dims of each. */
+static int tile_slices(const clattn__attention_tuning *t, int64_t d, int64_t dv) {
+    int slices = 1;
+    while ((d > dv ? d : dv) / slices > t->BWD_SLICE && d % (2 * slices) == 0 &&
+           dv % (2 * slices) == 0)
+        slices *= 2;
+    return slices;
+}
+
+/* The tiles kernels' local memory: the staged rows, the slices' partial dots, a block's mask
+ * rows and stats (a bound on the structs' size), the span. */
+static uint64_t tile_local_bytes(const backward_args *a, const backward_launch *l, int block) {
+    const uint64_t rows = (uint64_t)block * (uint64_t)(a->q->shape[3] + a->v->shape[3]);
+    const uint64_t red = 2 * (uint64_t)block * (uint64_t)l->group_max;
+    return 4 * (rows + red) + (uint64_t)block * 96 + 64;
+}
+
+/* The widest group both tiles kernels take on the call's device, built now (the program cache
+ * keeps them for the enqueue). */
+static int tiles_group_limit(const clattn__call *call, const backward_args *a,
+                             const backward_launch *l, size_t *most) {
+    char options[1024];
+    backward_options(a, l, needs_wide_index(a, l), options, sizeof options);
+    static const char *const names[2] = {"backward_keys_tiles", "backward_queries_tiles"};
+    int status = CLATTN_SUCCESS;
+    *most = SIZE_MAX;
+    for (int i = 0; i < 2 && status == CLATTN_SUCCESS; ++i) {
+        cl_kernel kernel = NULL;
+        size_t limit = 0;
+        status = clattn__create_kernel(call->context, call->device, "attention_backward.cl",
+                                       options, names[i], &kernel);
+        if (status == CLATTN_SUCCESS)
+            status = clattn__kernel_max_group(kernel, call->device, &limit);
+        if (kernel) clReleaseKernel(kernel);
+        if (limit < *most) *most = limit;
+    }
+    return status;
+}
+
+/* The key groups (tiled) or tiles of one (batch, kv head), then the queries pass's splits. */
+static void plan_keys(backward_launch *l, const clattn__attention_tuning *t, cl_device_id device,
+                      const backward_args *a) {
+    const long per_tile = l->tiled ? l->group / l->slices : l->lanes;
+    l->tiles = (size_t)((a->k->shape[2] + per_tile - 1) / per_tile);
+    pick_splits(l, t, device, a);
+}
+
+/* BWD_TILES: the slices, the block that fits the local memory, and the widest group of whole
+ * slices both kernels take (a device whose cap is lower takes fewer work-items a group). Where
+ * the local memory holds no block, or the device takes no group of `slices` work-items, the
+ * lanes kernels run: tiled stays false. */
+static int plan_tiles(const clattn__call *call, const clattn__attention_tuning *t,
+                      const backward_args *a, backward_launch *l) {
+    backward_launch tiles = *l;
+    tiles.tiled = true, tiles.lanes = 1;
+    tiles.slices = tile_slices(t, a->q->shape[3], a->v->shape[3]);
+    tiles.group_max = (int)(t->BWD_GROUP < tiles.slices ? tiles.slices : t->BWD_GROUP);
+    tiles.group = tiles.group_max / tiles.slices * tiles.slices;
+    const cl_ulong local = clattn__device_local_bytes(call->device);
+    tiles.block = (int)t->BWD_BLOCK;
+    while (tiles.block > 1 && tile_local_bytes(a, &tiles, tiles.block) > local) tiles.block /= 2;
+    if (tile_local_bytes(a, &tiles, tiles.block) > local) return CLATTN_SUCCESS;
+    plan_keys(&tiles, t, call->device, a);
+    size_t most = 0;
+    const int status = tiles_group_limit(call, a, &tiles, &most);
+    if (status != CLATTN_SUCCESS || most < (size_t)tiles.slices) return status;
+    if (most < (size_t)tiles.group) {
+        tiles.group = (long)(most / (size_t)tiles.slices * (size_t)tiles.slices);
+        plan_keys(&tiles, t, call->device, a);
+    }
+    *l = tiles;
+    return CLATTN_SUCCESS;
+}
+
+static int plan_launch(const clattn__call *call, const backward_args *a, backward_launch *l) {
+    clattn__attention_tuning t;
+    *l = (backward_launch){0};
+    int status = clattn__attention_tuning_get(call->device, a->q->dtype, &t);
+    if (status != CLATTN_SUCCESS) return status;
+    l->bm = t.BM;
+    l->rows = (size_t)(a->q->shape[0] * a->q->shape[1] * a->q->shape[2]);
+    if (t.BWD_TILES) status = plan_tiles(call, &t, a, l);
+    if (status != CLATTN_SUCCESS || l->tiled) return status;
+    l->lanes = clattn__head_lanes((cl_uint)t.LANES, a->q->shape[3], a->v->shape[3]);
+    l->group = t.GROUP;
+    plan_keys(l, &t, call->device, a);
+    return CLATTN_SUCCESS;
 }
 
 /* One kernel of the chain: its arguments set by the caller between create and enqueue. */
@@ -321,6 +405,42 @@ static int run_queries(const backward_step *s, cl_kernel kernel) {
                      a->dbias == NULL && s->l->splits == 1);
 }
 
+/* The tiles kernels: six or five tensors, the stats, the dims (and for the queries, the split
+ * partials and chunk) and the mask; groups of exactly `group`. */
+static int run_tiles_pass(const backward_step *s, cl_kernel kernel,
+                          const clattn_tensor *const *views, int count, size_t groups) {
+    const bool queries = count == 5;
+    cl_uint arg = 0;
+    int status = set_views(s, kernel, &arg, views, count);
+    if (status == CLATTN_SUCCESS)
+        status = clattn__set_arg(kernel, arg++, sizeof s->workspace, &s->workspace);
+    if (status == CLATTN_SUCCESS) status = set_dims_and_mask(s, kernel, &arg, queries);
+    const size_t group = (size_t)s->l->group;
+    if (status == CLATTN_SUCCESS)
+        status = clattn__enqueue_items(s->call, kernel, groups * group, group, s->prev,
+                                       queries && s->a->dbias == NULL && s->l->splits == 1);
+    return status;
+}
+
+/* A group per group / slices keys of each (batch, kv head). */
+static int run_keys_tiles(const backward_step *s, cl_kernel kernel) {
+    const backward_args *a = s->a;
+    const clattn_tensor *views[6] = {a->q, a->k, a->v, a->dout, a->dk, a->dv};
+    return run_tiles_pass(s, kernel, views, 6,
+                          (size_t)(a->k->shape[0] * a->k->shape[1]) * s->l->tiles);
+}
+
+/* A group per group / slices queries of each (batch, query head) and key split. */
+static int run_queries_tiles(const backward_step *s, cl_kernel kernel) {
+    const backward_args *a = s->a;
+    const clattn_tensor *views[5] = {a->q, a->k, a->v, a->dout, a->dq};
+    const size_t per = (size_t)(s->l->group / s->l->slices);
+    const size_t blocks = ((size_t)a->q->shape[2] + per - 1) / per;
+    return run_tiles_pass(s, kernel, views, 5,
+                          (size_t)(a->q->shape[0] * a->q->shape[1]) * blocks *
+                              (size_t)s->l->splits);
+}
+
 /* Split keys: a work-item per element of dQ sums the partials. */
 static int run_merge(const backward_step *s, cl_kernel kernel) {
     const backward_args *a = s->a;
@@ -371,9 +491,15 @@ static int enqueue_backward(const backward_args *a, const backward_launch *l,
     cl_event prev = NULL;
     const backward_step s = {call, options, a, l, workspace, wide, &prev};
     int status = run_step(&s, "backward_rows", run_rows);
-    if (status == CLATTN_SUCCESS) status = run_step(&s, "backward_pack", run_pack);
-    if (status == CLATTN_SUCCESS) status = run_step(&s, "backward_keys", run_keys);
-    if (status == CLATTN_SUCCESS) status = run_step(&s, "backward_queries", run_queries);
+    if (status == CLATTN_SUCCESS && l->tiled) {
+        status = run_step(&s, "backward_keys_tiles", run_keys_tiles);
+        if (status == CLATTN_SUCCESS)
+            status = run_step(&s, "backward_queries_tiles", run_queries_tiles);
+    } else if (status == CLATTN_SUCCESS) {
+        status = run_step(&s, "backward_pack", run_pack);
+        if (status == CLATTN_SUCCESS) status = run_step(&s, "backward_keys", run_keys);
+        if (status == CLATTN_SUCCESS) status = run_step(&s, "backward_queries", run_queries);
+    }
     if (status == CLATTN_SUCCESS && l->splits > 1)
         status = run_step(&s, "backward_merge", run_merge);
     if (status == CLATTN_SUCCESS && a->dbias) status = run_step(&s, "backward_bias", run_bias);
@@ -409,7 +535,7 @@ static int plan_call(backward_args *a, const clattn__call *call, backward_launch
         *bytes = clattn__attention_composed_backward_workspace(&g);
         return clattn__softmax_plan(call->device, CLATTN_F32, &l->softmax);
     }
-    status = plan_launch(call->device, a, l);
+    status = plan_launch(call, a, l);
     if (status == CLATTN_SUCCESS) *bytes = workspace_floats(a, l) * sizeof(float);
     return status;
 }

@@ -125,6 +125,8 @@ static void append_define(char *out, size_t capacity, size_t *used, const char *
 #define DEFINE(NAME, DEFAULT, MIN, MAX, MACRO)     append_define(out, capacity, &used, #MACRO, t->NAME);
 
 #define DEFINE_OP(op, PARAMS, has_default_row)                                                     \
+    _Static_assert(0 PARAMS(ONE) <= CLATTN__TUNING_MAX_PARAMS,                                     \
+                   #op " has more tuning parameters than CLATTN__TUNING_MAX_PARAMS");              \
     static void op##_unpack(const long *v, clattn__##op##_tuning *t) {                             \
         int i = 0;                                                                                 \
         PARAMS(UNPACK)                                                                             \

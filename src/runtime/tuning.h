@@ -6,7 +6,7 @@
 #include "status.h"
 #include "tuning_params.h"
 
-#define CLATTN__TUNING_MAX_PARAMS 20
+#define CLATTN__TUNING_MAX_PARAMS 32
 
 /* An op's parameters as the generic lookup sees them (made from tuning_params.h): names, the
  * "default" row, the range each value must lie in, the kernel macro each is built with (NULL:

@@ -92,7 +92,12 @@
  * whose threads seem to take contiguous ranges of groups, the heavy blocks went to one thread:
  * 1.5x slower); LPT_MB: the cache a section's keys and values fill, in MiB (0: the device's
  * CL_DEVICE_GLOBAL_MEM_CACHE_SIZE), at least a wave's groups (src/ops/attention.c,
- * block_order).
+ * block_order). The backward (clattn_attention_backward) reads this row too: LANES, BM, GROUP,
+ * SPLIT_TARGET and SPLIT_MIN size its lanes kernels (CPUs); BWD_TILES 1 takes its tiles kernels
+ * instead (GPUs: cl/attention_backward.cl, Tiles), groups of at most BWD_GROUP work-items, each
+ * holding a key's or a query's head dims in slices of at most BWD_SLICE (the slices a power of
+ * two that divides both head dims), the other side staged BWD_BLOCK rows at a time (halved
+ * until the local memory holds it).
  * Default: PoCL on AVX-512: blocks at 16 lanes (the tiles variant's one query per work-item ran
  * far slower there), clattn-bench --op attention_causal. */
 #define CLATTN__TUNING_ATTENTION(X)                                                                \
@@ -115,7 +120,11 @@
     X(UNIT_ASYNC, 1, 0, 1, HOST)                                                                   \
     X(UNIT_SPLIT, 0, 0, 1 << 30, HOST)                                                             \
     X(LPT, 0, 0, 1, HOST)                                                                          \
-    X(LPT_MB, 0, 0, 1 << 16, HOST)
+    X(LPT_MB, 0, 0, 1 << 16, HOST)                                                                 \
+    X(BWD_TILES, 0, 0, 1, HOST)                                                                    \
+    X(BWD_GROUP, 128, 1, 1024, HOST)                                                               \
+    X(BWD_BLOCK, 16, 1, 64, HOST)                                                                  \
+    X(BWD_SLICE, 32, 1, 256, HOST)
 
 /* Linear attention. LANES: head-dim vector width (narrowed at launch to divide the head dims);
  * ROWS: state rows per linear_states work-item, BM: queries per linear_outputs work-item, and
