@@ -70,8 +70,15 @@
 #include "rows.cl"
 #endif
 
-/* A tile of VEC keys as one value (a float when VEC is 1). */
-#if VEC > 1
+/* The lanes kernels' keys a tile: VEC (the tiles kernels' vectors run along the head dims). */
+#if TILED
+#define KEY_LANES 1
+#else
+#define KEY_LANES VEC
+#endif
+
+/* A tile of KEY_LANES keys as one value (a float when it is 1). */
+#if KEY_LANES > 1
 typedef floatV keys_t;
 #define LOAD_KEYS(i, p)     CAT(vload, VEC)(i, p)
 #define STORE_KEYS(v, i, p) CAT(vstore, VEC)(v, i, p)
@@ -90,12 +97,12 @@ typedef float keys_t;
 /* The masked scores of keys j0 .. j0 + VEC - 1 for one query row, from their raw dots x. A tile
  * that ends past Sk is masked key by key, so that no mask tensor is read past its end. */
 inline keys_t tile_mask(const mask_params *p, const mask_row *r, int j0, int Sk, keys_t x) {
-#if VEC > 1
+#if KEY_LANES > 1
     if (j0 + VEC <= Sk) return mask_chunk_score(p, r, j0, x);
 #endif
-    float lanes[VEC];
+    float lanes[KEY_LANES];
     STORE_KEYS(x, 0, lanes);
-    for (int e = 0; e < VEC; ++e)
+    for (int e = 0; e < KEY_LANES; ++e)
         lanes[e] = j0 + e < Sk ? mask_score(p, r, j0 + e, lanes[e]) : -INFINITY;
     return LOAD_KEYS(0, lanes);
 }
@@ -368,14 +375,15 @@ __kernel void backward_queries(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
 /*
  * Tiles: the GPU kernels. A work-item holds one key (keys pass) or one query (queries pass) and
  * a slice of its head dims, HEAD_DIM / SLICES of k (or q) and of dK (dQ), VALUE_DIM / SLICES of v
- * (dO) and dV, so that what it holds stays in registers at any head dim; the group's SLICES
- * work-items of a key add their partial dots through local memory, in slice order (the same
- * bits in each). The other side (BLK queries with their dO, or BLK keys with their V) is staged
- * in local memory by the whole group with coalesced loads, and every work-item of a slice reads
- * the same element at once (a broadcast), as attention_tiles reads its K and V tiles. The
+ * (dO) and dV, as lane vectors of VEC (which divides both slices), so that what it holds stays in
+ * registers at any head dim; the SLICES work-items of a key (query) add their partial dots
+ * through local memory, in slice order (the same bits in each). The other side (BLK queries
+ * with their dO, or BLK keys with their V) is staged in local memory by the whole group with
+ * coalesced loads, and every work-item of a slice reads the same lane vector at once (a
+ * broadcast, one vector load for VEC FMAs), as attention_tiles reads its K and V tiles. The
  * products are those of the lanes kernels above; the summation orders differ. The pairs' dots
- * go through local memory (red) even with one slice, so that no private array is indexed by
- * the pair (GPUs keep such arrays in slow memory unless every loop over them is unrolled).
+ * go through local memory (red) even with one slice, so that no private array is indexed by the
+ * pair (GPUs keep such arrays in slow memory unless every loop over them is unrolled).
  *
  *   backward_keys_tiles     a group per GROUP / SLICES keys of one (batch, kv head): every block
  *                           of BLK queries of each of its query heads that sees one of them
@@ -383,10 +391,10 @@ __kernel void backward_queries(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
  *                           key split: the key tiles its rows see, BLK keys a tile
  *
  * A work-item's slice is local id / (keys or queries a group), so that a warp of 32 reads one
- * slice when a group has 32 or more keys (queries) a slice. VEC is 1 (rows.cl's row loads).
+ * slice when a group has 32 or more keys (queries) a slice.
  */
-#define SLICE_D (HEAD_DIM / SLICES)
-#define SLICE_V (VALUE_DIM / SLICES)
+#define SLICE_D (HEAD_DIM / SLICES)  /* a slice's head dims of q and k */
+#define SLICE_V (VALUE_DIM / SLICES) /* and of v and dO */
 
 /* The dots of pair t (q.k and dO.v) from the partials each work-item of the pair's key (query)
  * wrote to red[2t][lid] and red[2t + 1][lid], added in slice order: the same bits in each slice.
@@ -399,8 +407,8 @@ inline float2 pair_dots(__local const float *red, int t, int width, int at) {
     return dots;
 }
 
-/* P and dS (times ds/dx) of a visible pair from its dots; *pr is 0 where the score is masked or
- * its weight underflows. */
+/* dS times ds/dx of a visible pair from its dots (q.k, dO.v): 0, and *pr 0, where the score is
+ * masked or its weight underflows. */
 inline float pair_grad(const mask_params *p, const mask_row *r, int j, float2 dots, float lse,
                        float delta, float *pr) {
     const float s = mask_score(p, r, j, dots.x);
@@ -408,14 +416,60 @@ inline float pair_grad(const mask_params *p, const mask_row *r, int j, float2 do
     return tile_grad(p, dots.x, *pr, dots.y, delta);
 }
 
+/* n elements (a row's slice, n a multiple of VEC) of a [.., n] row at `at` into `out`, or
+ * zeros when `take` is false. */
+#define LOAD_SLICE(T, p, at, n, take, out)                                                         \
+    do {                                                                                           \
+        if (take) {                                                                                \
+            LOAD_ROW(T, p, at, p##_s3, n, out);                                                    \
+        } else {                                                                                   \
+            UNROLL for (int c_ = 0; c_ < LANES(n); ++c_) out[c_] = 0.0f;                           \
+        }                                                                                          \
+    } while (0)
+
+/* Rows r0 .. r0 + BLK - 1 of head (b, h) of a [.., width n] tensor into `tile` as lane vectors,
+ * row-major; rows for which `take` (of the row's index t) is false read as 0. */
+#define STAGE_ROWS(T, p, b, h, r0, n, take, tile)                                                  \
+    for (int e = (int)get_local_id(0); e < BLK * LANES(n); e += (int)get_local_size(0)) {          \
+        const int t = e / LANES(n);                                                                \
+        tile[e] = (take) ? LOAD_LANES(T, p, AT(p, b, h, (r0) + t, e % LANES(n) * VEC), p##_s3)     \
+                         : (lane_t)0.0f;                                                           \
+    }
+
+/* The partial dot of a held slice `mine` with row t of a staged tile, from lane vector `first`. */
+#define SLICE_DOT(mine, tile, t, n, first, out)                                                    \
+    do {                                                                                           \
+        lane_t acc_ = 0.0f;                                                                        \
+        UNROLL for (int c_ = 0; c_ < LANES((n) / SLICES); ++c_) acc_ =                         \
+            fma(mine[c_], tile[(t)*LANES(n) + (first) + c_], acc_);                                \
+        out = DOT_FINISH(acc_);                                                                    \
+    } while (0)
+
+/* acc += w * row t of a staged tile, over the held slice. */
+#define SLICE_ADD(acc, w, tile, t, n, first)                                                       \
+    UNROLL for (int c_ = 0; c_ < LANES((n) / SLICES); ++c_) acc[c_] =                              \
+        fma((lane_t)(w), tile[(t)*LANES(n) + (first) + c_], acc[c_])
+
+/* A held slice of n elements into row `at` of a [.., n] output. */
+#define STORE_SLICE(T, p, at, n, acc)                                                              \
+    do {                                                                                           \
+        float row_[(n) / SLICES];                                                                  \
+        UNROLL for (int c_ = 0; c_ < LANES((n) / SLICES); ++c_) STORE_VEC(acc[c_], c_, row_);      \
+        for (int e_ = 0; e_ < (n) / SLICES; ++e_)                                                  \
+            CAT(store_, T)(p, (at) + (IDX)e_ * p##_s3, row_[e_]);                                  \
+    } while (0)
+#if VEC > 1
+#define STORE_VEC(v, c, row) CAT(vstore, VEC)(v, c, row)
+#else
+#define STORE_VEC(v, c, row) ((row)[c] = (v))
+#endif
+
 __kernel void backward_keys_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
                                   TENSOR_PARAMS(V_T, v), TENSOR_PARAMS(DO_T, dout),
                                   OUT_PARAMS(DK_T, dk), OUT_PARAMS(DV_T, dv),
                                   __global const float *stats, int B, int Hq, int Hkv, int Sq,
                                   int Sk, MASK_PARAMS) {
-    /* a block's q and dO rows, aligned for the compilers that merge a slice's loads */
-    __local float qs[BLK * HEAD_DIM] __attribute__((aligned(16)));
-    __local float gos[BLK * VALUE_DIM] __attribute__((aligned(16)));
+    __local lane_t qs[BLK * LANES(HEAD_DIM)], gos[BLK * LANES(VALUE_DIM)]; /* q and dO rows */
     __local float red[2 * BLK * GROUP_MAX]; /* each work-item's partial dots */
     __local mask_row rows[BLK];
     __local float row_lse[BLK], row_delta[BLK];
@@ -425,18 +479,14 @@ __kernel void backward_keys_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
     const int tiles = (Sk + width - 1) / width, unit = (int)get_group_id(0);
     const int tile = unit % tiles, bhk = unit / tiles, hk = bhk % Hkv, b = bhk / Hkv;
     const int first = tile * width, last = min(first + width, Sk), j = first + kk;
-    const int d0 = slice * SLICE_D, e0 = slice * SLICE_V, group = Hq / Hkv;
+    const int cd = slice * LANES(SLICE_D), cv = slice * LANES(SLICE_V), group = Hq / Hkv;
     MASK_PACK(p);
 
-    float kr[SLICE_D], vr[SLICE_V], gk[SLICE_D], gv[SLICE_V];
-    UNROLL for (int d = 0; d < SLICE_D; ++d) {
-        kr[d] = j < Sk ? CAT(load_, K_T)(k, AT(k, b, hk, j, d0 + d)) : 0.0f;
-        gk[d] = 0.0f;
-    }
-    UNROLL for (int e = 0; e < SLICE_V; ++e) {
-        vr[e] = j < Sk ? CAT(load_, V_T)(v, AT(v, b, hk, j, e0 + e)) : 0.0f;
-        gv[e] = 0.0f;
-    }
+    lane_t kr[LANES(SLICE_D)], vr[LANES(SLICE_V)], gk[LANES(SLICE_D)], gv[LANES(SLICE_V)];
+    LOAD_SLICE(K_T, k, AT(k, b, hk, j, cd * VEC), SLICE_D, j < Sk, kr);
+    LOAD_SLICE(V_T, v, AT(v, b, hk, j, cv * VEC), SLICE_V, j < Sk, vr);
+    UNROLL for (int c = 0; c < LANES(SLICE_D); ++c) gk[c] = 0.0f;
+    UNROLL for (int c = 0; c < LANES(SLICE_V); ++c) gv[c] = 0.0f;
     for (int h = hk * group; h < hk * group + group; ++h)
         for (int i0 = 0; i0 < Sq; i0 += BLK) {
             barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with the last block */
@@ -452,21 +502,12 @@ __kernel void backward_keys_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
             for (int t = 0; t < BLK; ++t) any = any || sees[t];
             if (!any) continue; /* the same for the whole group */
             /* rows that see none of the group's keys read as 0: they add nothing */
-            for (int e = lid; e < BLK * HEAD_DIM; e += size) {
-                const int t = e / HEAD_DIM;
-                qs[e] = sees[t] ? CAT(load_, Q_T)(q, AT(q, b, h, i0 + t, e % HEAD_DIM)) : 0.0f;
-            }
-            for (int e = lid; e < BLK * VALUE_DIM; e += size) {
-                const int t = e / VALUE_DIM;
-                gos[e] = sees[t] ? CAT(load_, DO_T)(dout, AT(dout, b, h, i0 + t, e % VALUE_DIM))
-                                 : 0.0f;
-            }
+            STAGE_ROWS(Q_T, q, b, h, i0, HEAD_DIM, sees[t], qs);
+            STAGE_ROWS(DO_T, dout, b, h, i0, VALUE_DIM, sees[t], gos);
             barrier(CLK_LOCAL_MEM_FENCE);
             for (int t = 0; t < BLK; ++t) {
-                float x = 0.0f, y = 0.0f;
-                UNROLL for (int d = 0; d < SLICE_D; ++d) x = fma(kr[d], qs[t * HEAD_DIM + d0 + d], x);
-                UNROLL for (int e = 0; e < SLICE_V; ++e) y = fma(vr[e], gos[t * VALUE_DIM + e0 + e], y);
-                red[2 * t * size + lid] = x, red[(2 * t + 1) * size + lid] = y;
+                SLICE_DOT(kr, qs, t, HEAD_DIM, cd, red[2 * t * size + lid]);
+                SLICE_DOT(vr, gos, t, VALUE_DIM, cv, red[(2 * t + 1) * size + lid]);
             }
 #if SLICES > 1
             barrier(CLK_LOCAL_MEM_FENCE);
@@ -478,15 +519,13 @@ __kernel void backward_keys_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
                 const float gs = pair_grad(&p, &r, j, pair_dots(red, t, width, kk), row_lse[t],
                                            row_delta[t], &pr);
                 if (!(pr > 0.0f)) continue; /* what a hidden pair holds never counts */
-                UNROLL for (int e = 0; e < SLICE_V; ++e)
-                    gv[e] = fma(pr, gos[t * VALUE_DIM + e0 + e], gv[e]);
-                UNROLL for (int d = 0; d < SLICE_D; ++d)
-                    gk[d] = fma(gs, qs[t * HEAD_DIM + d0 + d], gk[d]);
+                SLICE_ADD(gv, pr, gos, t, VALUE_DIM, cv);
+                SLICE_ADD(gk, gs, qs, t, HEAD_DIM, cd);
             }
         }
     if (j >= Sk) return;
-    UNROLL for (int d = 0; d < SLICE_D; ++d) CAT(store_, DK_T)(dk, AT(dk, b, hk, j, d0 + d), gk[d]);
-    UNROLL for (int e = 0; e < SLICE_V; ++e) CAT(store_, DV_T)(dv, AT(dv, b, hk, j, e0 + e), gv[e]);
+    STORE_SLICE(DK_T, dk, AT(dk, b, hk, j, cd * VEC), HEAD_DIM, gk);
+    STORE_SLICE(DV_T, dv, AT(dv, b, hk, j, cv * VEC), VALUE_DIM, gv);
 }
 
 __kernel void backward_queries_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
@@ -494,9 +533,7 @@ __kernel void backward_queries_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k
                                      OUT_PARAMS(DQ_T, dq), __global const float *stats, int B,
                                      int Hq, int Hkv, int Sq, int Sk, __global float *part,
                                      IDX part_off, int chunk, MASK_PARAMS) {
-    /* a tile's k and v rows, aligned as the keys pass's q and dO */
-    __local float ks[BLK * HEAD_DIM] __attribute__((aligned(16)));
-    __local float vs[BLK * VALUE_DIM] __attribute__((aligned(16)));
+    __local lane_t ks[BLK * LANES(HEAD_DIM)], vs[BLK * LANES(VALUE_DIM)]; /* k and v rows */
     __local float red[2 * BLK * GROUP_MAX];
     __local int span[2];
     const int lid = (int)get_local_id(0), size = (int)get_local_size(0);
@@ -504,7 +541,7 @@ __kernel void backward_queries_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k
     const int blocks = (Sq + width - 1) / width, unit = (int)get_group_id(0);
     const int split = unit % SPLITS, block = unit / SPLITS % blocks, bh = unit / SPLITS / blocks;
     const int h = bh % Hq, b = bh / Hq, hk = h / (Hq / Hkv), i = block * width + ii;
-    const int d0 = slice * SLICE_D, e0 = slice * SLICE_V;
+    const int cd = slice * LANES(SLICE_D), cv = slice * LANES(SLICE_V);
     MASK_PACK(p);
     mask_row r;
     float lse, delta;
@@ -515,30 +552,19 @@ __kernel void backward_queries_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k
     live = live && r.lo < r.hi;
     const int2 keys = group_key_span(span, live ? r.lo : Sk, live ? r.hi : 0, Sk);
 
-    float qr[SLICE_D], gor[SLICE_V], g[SLICE_D];
-    UNROLL for (int d = 0; d < SLICE_D; ++d) {
-        qr[d] = live ? CAT(load_, Q_T)(q, AT(q, b, h, i, d0 + d)) : 0.0f;
-        g[d] = 0.0f;
-    }
-    UNROLL for (int e = 0; e < SLICE_V; ++e)
-        gor[e] = live ? CAT(load_, DO_T)(dout, AT(dout, b, h, i, e0 + e)) : 0.0f;
+    lane_t qr[LANES(SLICE_D)], gor[LANES(SLICE_V)], g[LANES(SLICE_D)];
+    LOAD_SLICE(Q_T, q, AT(q, b, h, i, cd * VEC), SLICE_D, live, qr);
+    LOAD_SLICE(DO_T, dout, AT(dout, b, h, i, cv * VEC), SLICE_V, live, gor);
+    UNROLL for (int c = 0; c < LANES(SLICE_D); ++c) g[c] = 0.0f;
     for (int j0 = keys.x; j0 < keys.y; j0 += BLK) {
         barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with the last tile */
         /* keys no row of the group sees read as 0 */
-        for (int e = lid; e < BLK * HEAD_DIM; e += size) {
-            const int j = j0 + e / HEAD_DIM;
-            ks[e] = j < keys.y ? CAT(load_, K_T)(k, AT(k, b, hk, j, e % HEAD_DIM)) : 0.0f;
-        }
-        for (int e = lid; e < BLK * VALUE_DIM; e += size) {
-            const int j = j0 + e / VALUE_DIM;
-            vs[e] = j < keys.y ? CAT(load_, V_T)(v, AT(v, b, hk, j, e % VALUE_DIM)) : 0.0f;
-        }
+        STAGE_ROWS(K_T, k, b, hk, j0, HEAD_DIM, j0 + t < keys.y, ks);
+        STAGE_ROWS(V_T, v, b, hk, j0, VALUE_DIM, j0 + t < keys.y, vs);
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int t = 0; t < BLK; ++t) {
-            float x = 0.0f, y = 0.0f;
-            UNROLL for (int d = 0; d < SLICE_D; ++d) x = fma(qr[d], ks[t * HEAD_DIM + d0 + d], x);
-            UNROLL for (int e = 0; e < SLICE_V; ++e) y = fma(gor[e], vs[t * VALUE_DIM + e0 + e], y);
-            red[2 * t * size + lid] = x, red[(2 * t + 1) * size + lid] = y;
+            SLICE_DOT(qr, ks, t, HEAD_DIM, cd, red[2 * t * size + lid]);
+            SLICE_DOT(gor, vs, t, VALUE_DIM, cv, red[(2 * t + 1) * size + lid]);
         }
 #if SLICES > 1
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -549,16 +575,16 @@ __kernel void backward_queries_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k
             float pr;
             const float gs = pair_grad(&p, &r, j, pair_dots(red, t, width, ii), lse, delta, &pr);
             if (!(pr > 0.0f)) continue; /* what a hidden key holds never counts */
-            UNROLL for (int d = 0; d < SLICE_D; ++d) g[d] = fma(gs, ks[t * HEAD_DIM + d0 + d], g[d]);
+            SLICE_ADD(g, gs, ks, t, HEAD_DIM, cd);
         }
     }
     if (i >= Sq) return;
 #if SPLITS > 1
     __global float *at =
-        part + part_off + (((IDX)bh * (IDX)Sq + (IDX)i) * SPLITS + split) * HEAD_DIM + d0;
-    UNROLL for (int d = 0; d < SLICE_D; ++d) at[d] = g[d];
+        part + part_off + (((IDX)bh * (IDX)Sq + (IDX)i) * SPLITS + split) * HEAD_DIM + cd * VEC;
+    UNROLL for (int c = 0; c < LANES(SLICE_D); ++c) STORE_VEC(g[c], c, at);
 #else
-    UNROLL for (int d = 0; d < SLICE_D; ++d) CAT(store_, DQ_T)(dq, AT(dq, b, h, i, d0 + d), g[d]);
+    STORE_SLICE(DQ_T, dq, AT(dq, b, h, i, cd * VEC), HEAD_DIM, g);
 #endif
 }
 #endif /* TILED */

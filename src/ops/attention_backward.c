@@ -27,7 +27,8 @@ typedef struct backward_args {
  * a tile (narrowed to divide both head dims), BM queries a work-item, GROUP the group size, and
  * the key splits of the queries pass (SPLIT_TARGET, SPLIT_MIN: as the forward splits). The
  * tiles kernels (BWD_TILES) take groups of `group` work-items, `slices` a key or query, `block`
- * rows staged at a time, and one lane. */
+ * rows staged at a time, and vectors of `lanes` along the head dims (LANES, narrowed to divide
+ * both slices). */
 typedef struct backward_launch {
     long lanes, bm, group;
     bool tiled;
@@ -262,8 +263,10 @@ static void plan_keys(backward_launch *l, const clattn__attention_tuning *t, cl_
 static int plan_tiles(const clattn__call *call, const clattn__attention_tuning *t,
                       const backward_args *a, backward_launch *l) {
     backward_launch tiles = *l;
-    tiles.tiled = true, tiles.lanes = 1;
-    tiles.slices = tile_slices(t, a->q->shape[3], a->v->shape[3]);
+    const int64_t d = a->q->shape[3], dv = a->v->shape[3];
+    tiles.tiled = true;
+    tiles.slices = tile_slices(t, d, dv);
+    tiles.lanes = clattn__head_lanes((cl_uint)t->LANES, d / tiles.slices, dv / tiles.slices);
     tiles.group_max = (int)(t->BWD_GROUP < tiles.slices ? tiles.slices : t->BWD_GROUP);
     tiles.group = tiles.group_max / tiles.slices * tiles.slices;
     const cl_ulong local = clattn__device_local_bytes(call->device);
