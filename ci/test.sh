@@ -121,8 +121,11 @@ fi
 # cases on the emulated tf32 unit, which pocl-basic (5 s there: the GPU rows' attention tests
 # built their programs) and oclgrind-attention run: 45 s of PoCL builds here; and the test that
 # a gemm row's set reaches CLBlast, which rusticl runs in half a second: PoCL builds CLBlast's
-# GEMM program for that set alone in 30 s (Oclgrind runs the test's host checks).
+# GEMM program for that set alone in 30 s (Oclgrind runs the test's host checks); and the test
+# of the GEMM bridge's layouts against the host (CLBlast's programs for its shapes: 34 s of PoCL
+# builds here, 2 s in the rusticl lane, which runs it as a smoke test, and oclgrind-mha).
 pthread_selector='!half_storage_on_matrix_units|matrix_unit_cases_in_f32|gemm_rows_reach_clblast'
+pthread_selector+='|gemm_bridge_matches_host'
 lane pocl-pthread plain 1200 "$pthread_selector" "${pthread[@]}"
 # The other PoCL lanes check how work-groups run: one thread (basic), there with the GPU rows
 # above (gpu_rows), so the GPU's variants and tile sizes run in CI and its programs are dumped;
@@ -131,9 +134,10 @@ lane pocl-pthread plain 1200 "$pthread_selector" "${pthread[@]}"
 # run. They take a shorter fuzz test (CLATTN_FUZZ_N), since every random case compiles its own
 # program and the main lane has the long one, and both take the small shapes (the pthread lane
 # runs the large ones: they test sizes, not work-group methods), to keep CI inside its time. The
-# cbs lane leaves out the backward's tests but its tiles kernels' (the GPU's, groups sharing
-# local memory; the lanes kernels have no barriers and no local memory, so the work-group method
-# has nothing to change there, and those tests cost 80 s a lane), and the four tests that run CLBlast's own GEMMs under the default rows (the cap does not reach
+# cbs lane leaves out the backward's tests but its tiles kernels' in small groups (the GPU's,
+# groups sharing local memory; the lanes kernels have no barriers and no local memory, so the
+# work-group method has nothing to change there, and those tests cost 80 s a lane; the tiles at
+# the row's sizes, 14 s here, would be capped to the same 16 work-items), and the four tests that run CLBlast's own GEMMs under the default rows (the cap does not reach
 # CLBlast's kernels, so they would test PoCL's work-group method on CLBlast's code; 49 s), and
 # the tests of what each element becomes, whatever the group that computes it: the attention's
 # and linear attention's storage tests (every dtype and layout), linear attention's feature
@@ -142,6 +146,7 @@ lane pocl-pthread plain 1200 "$pthread_selector" "${pthread[@]}"
 cbs_left_out='gemm_bridge|gemm_rows_reach|clblast_failure_midway|storage_and_layouts|feature_maps'
 cbs_left_out+='|half_conversions_agree|copy_aligned_rows_every_dtype_pair'
 cbs_left_out+='|attention_backward.gradients|attention_backward.invisible|attention_backward.caller'
+cbs_left_out+='|attention_backward.tiles_kernels_give'
 cbs_left_out+='|attention_backward.composed|attention_backward.linear'
 lane pocl-basic plain 1200 "$gpu_rows_selector" "${basic[@]}"
 lane pocl-cbs plain 1200 "!$cbs_left_out" \

@@ -654,21 +654,31 @@ static void check_spec_ran(test_ctx *t, const bw_spec *s, const char *what, cons
     CHECK(t, t->failed || found, "%s: %s did not run", what, kernel);
 }
 
-/* The GPU kernels (BWD_TILES=1), forced: the row's own sizes at D=64 (two slices a key), and
- * groups of 24 (4 slices of 4 and 2 dims: D=16, Dv=8; 6 keys a group, Sk=23 leaving 5 in the
- * last) with blocks of 3 rows (11 queries leaving 2), under GQA, causality from the bottom and
- * every length part (a batch of no keys, rows past the query lengths), and the key split; then
- * an odd head dim (one slice) in groups of 40. */
+/* The GPU kernels (BWD_TILES=1), forced at the row's sizes: D=64 (two slices of a key, 64 keys
+ * a group), causal from the bottom with a keep mask; an odd head dim (one slice) in groups of
+ * 40. */
 static void tiles_kernels_give_the_gradients(test_ctx *t) {
     if (skipped_under_uninit_checker(t)) return;
-    static const int32_t klen[2] = {23, 0}, qlen[2] = {7, 11}, split_klen[2] = {61, 17};
-    static const char *const small = "BWD_TILES=1,BWD_GROUP=24,BWD_SLICE=4,BWD_BLOCK=3";
     CHECK_OK(t, clattn_tuning_override("attention", "BWD_TILES=1"));
     bw_spec s = spec(2, 2, 1, 11, 23, 64);
     s.causal = 1, s.bottom_right = 1, s.keep = 1;
     check_spec_ran(t, &s, "the row's sizes, D=64", "backward_keys_tiles");
-    CHECK_OK(t, clattn_tuning_override("attention", small));
-    s = spec(2, 4, 2, 11, 23, 16);
+    CHECK_OK(t, clattn_tuning_override("attention", "BWD_TILES=1,BWD_GROUP=40"));
+    s = spec(1, 2, 2, 9, 21, 17);
+    check_spec_ran(t, &s, "D=17, groups of 40", "backward_keys_tiles");
+    clattn_tuning_override("attention", NULL);
+}
+
+/* The tiles kernels in groups of 24 (4 slices of 4 and 2 dims: D=16, Dv=8; 6 keys a group, Sk=23
+ * leaving 5 in the last) with blocks of 3 rows (11 queries leaving 2), under GQA, causality from
+ * the bottom and every length part (a batch of no keys, rows past the query lengths); then the
+ * key split. */
+static void tiles_kernels_in_small_groups(test_ctx *t) {
+    if (skipped_under_uninit_checker(t)) return;
+    static const int32_t klen[2] = {23, 0}, qlen[2] = {7, 11}, split_klen[2] = {61, 17};
+    CHECK_OK(
+        t, clattn_tuning_override("attention", "BWD_TILES=1,BWD_GROUP=24,BWD_SLICE=4,BWD_BLOCK=3"));
+    bw_spec s = spec(2, 4, 2, 11, 23, 16);
     s.Dv = 8, s.klen = klen, s.qlen = qlen, s.causal = 1, s.bottom_right = 1, s.keep = 1;
     check_spec_ran(t, &s, "groups of 24, blocks of 3, lengths", "backward_queries_tiles");
     clattn__hook_set(CLATTN__HOOK_ATTENTION_SPLITS, 2);
@@ -676,9 +686,6 @@ static void tiles_kernels_give_the_gradients(test_ctx *t) {
     s.klen = split_klen, s.causal = 1, s.bottom_right = 1, s.bias = BIAS_KEYS;
     check_spec_ran(t, &s, "groups of 24, 2 splits", "backward_merge");
     clattn__hook_set(CLATTN__HOOK_ATTENTION_SPLITS, -1);
-    CHECK_OK(t, clattn_tuning_override("attention", "BWD_TILES=1,BWD_GROUP=40"));
-    s = spec(1, 2, 2, 9, 21, 17);
-    check_spec_ran(t, &s, "D=17, groups of 40", "backward_keys_tiles");
     clattn_tuning_override("attention", NULL);
 }
 
@@ -1205,6 +1212,7 @@ static const test_case cases[] = {
     {"gradients_of_other_launches", gradients_of_other_launches},
     {"gradients_with_split_keys", gradients_with_split_keys},
     {"tiles_kernels_give_the_gradients", tiles_kernels_give_the_gradients},
+    {"tiles_kernels_in_small_groups", tiles_kernels_in_small_groups},
     {"invisible_garbage_changes_nothing", invisible_garbage_changes_nothing, TAG_SMOKE},
     {"caller_workspace", caller_workspace},
     {"bad_arguments_are_rejected", bad_arguments_are_rejected, TAG_HOST},

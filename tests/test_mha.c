@@ -1167,7 +1167,7 @@ static const test_case cases[] = {
     {"hidden_rows_give_the_bias", hidden_rows_give_the_bias, TAG_SMOKE},
     {"half_storage_and_strided_rows", half_storage_and_strided_rows},
     {"half_storage_on_matrix_units", half_storage_on_matrix_units},
-    {"gemm_bridge_matches_host", gemm_bridge_matches_host},
+    {"gemm_bridge_matches_host", gemm_bridge_matches_host, TAG_SMOKE},
     {"gemm_kernel_matches_host", gemm_kernel_matches_host, TAG_SMOKE},
     {"f32_forward_on_the_tf32_unit_behind_a_gate", f32_forward_on_the_tf32_unit_behind_a_gate},
     {"gemm_on_matrix_units_matches_host", gemm_on_matrix_units_matches_host},
