@@ -376,7 +376,8 @@ __kernel void backward_queries(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
  * Tiles: the GPU kernels. A work-item holds one key (keys pass) or one query (queries pass) and
  * a slice of its head dims, HEAD_DIM / SLICES of k (or q) and of dK (dQ), VALUE_DIM / SLICES of v
  * (dO) and dV, as lane vectors of VEC (which divides both slices), so that what it holds stays in
- * registers at any head dim; the SLICES work-items of a key (query) add their partial dots
+ * registers (at most BWD_SLICE dims of each where a divisor of both head dims allows); the SLICES
+ * work-items of a key (query) add their partial dots
  * through local memory, in slice order (the same bits in each). The other side (BLK queries
  * with their dO, or BLK keys with their V) is staged in local memory by the whole group with
  * coalesced loads, and every work-item of a slice reads the same lane vector at once (a
@@ -455,7 +456,7 @@ inline float pair_grad(const mask_params *p, const mask_row *r, int j, float2 do
     do {                                                                                           \
         float row_[(n) / SLICES];                                                                  \
         UNROLL for (int c_ = 0; c_ < LANES((n) / SLICES); ++c_) STORE_VEC(acc[c_], c_, row_);      \
-        for (int e_ = 0; e_ < (n) / SLICES; ++e_)                                                  \
+        UNROLL for (int e_ = 0; e_ < (n) / SLICES; ++e_)                                           \
             CAT(store_, T)(p, (at) + (IDX)e_ * p##_s3, row_[e_]);                                  \
     } while (0)
 #if VEC > 1

@@ -526,6 +526,7 @@ static void gradients_of_shapes(test_ctx *t) {
     bw_spec s = spec(2, 2, 1, 6, 11, 32);
     s.Dv = 24;
     check_spec(t, &s, "Dv != D");
+    CHECK_OK(t, clattn_tuning_override("attention", "BWD_TILES=1"));
     if (test_large_shapes(t)) {
         s = spec(1, 1, 1, 5, 37, 256);
         s.Dv = 128;
@@ -655,14 +656,33 @@ static void check_spec_ran(test_ctx *t, const bw_spec *s, const char *what, cons
 }
 
 /* The GPU kernels (BWD_TILES=1), forced at the row's sizes: D=64 (two slices of a key, 64 keys
- * a group), causal from the bottom with a keep mask; an odd head dim (one slice) in groups of
- * 40. */
+ * or queries a group) over three key groups and two query blocks, causal from the bottom with
+ * a keep mask; in groups of 16 and 1 KiB of local memory, blocks of one row (D=64) and the lanes
+ * kernels where not one row fits (D=96); on large shapes D=256, Dv=128 (eight slices); an odd
+ * head dim (one slice) in groups of 40. */
 static void tiles_kernels_give_the_gradients(test_ctx *t) {
     if (skipped_under_uninit_checker(t)) return;
     CHECK_OK(t, clattn_tuning_override("attention", "BWD_TILES=1"));
-    bw_spec s = spec(2, 2, 1, 11, 23, 64);
+    bw_spec s = spec(1, 2, 1, 70, 140, 64);
     s.causal = 1, s.bottom_right = 1, s.keep = 1;
     check_spec_ran(t, &s, "the row's sizes, D=64", "backward_keys_tiles");
+    /* groups of 16 (every lane's cap allows them): a block of b rows takes (4 (D + Dv + 32) + 96)
+     * b + 64 bytes, 800 at D = 64 with one row, 1056 at D = 96 */
+    CHECK_OK(t, clattn_tuning_override("attention", "BWD_TILES=1,BWD_GROUP=16"));
+    s = spec(1, 2, 2, 9, 21, 64);
+    test_saved_env cap = test_env_set("CLATTN_MAX_LOCAL_MEMORY", "1024");
+    check_spec_ran(t, &s, "blocks of one row in 1 KiB", "backward_queries_tiles");
+    test_env_restore(&cap);
+    s = spec(1, 2, 2, 9, 21, 96);
+    cap = test_env_set("CLATTN_MAX_LOCAL_MEMORY", "1024");
+    check_spec_ran(t, &s, "the lanes kernels in 1 KiB at D=96", "backward_keys");
+    test_env_restore(&cap);
+    CHECK_OK(t, clattn_tuning_override("attention", "BWD_TILES=1"));
+    if (test_large_shapes(t)) {
+        s = spec(1, 1, 1, 5, 37, 256);
+        s.Dv = 128;
+        check_spec_ran(t, &s, "D=256 Dv=128", "backward_keys_tiles");
+    }
     CHECK_OK(t, clattn_tuning_override("attention", "BWD_TILES=1,BWD_GROUP=40"));
     s = spec(1, 2, 2, 9, 21, 17);
     check_spec_ran(t, &s, "D=17, groups of 40", "backward_keys_tiles");
@@ -684,7 +704,7 @@ static void tiles_kernels_in_small_groups(test_ctx *t) {
     clattn__hook_set(CLATTN__HOOK_ATTENTION_SPLITS, 2);
     s = spec(2, 4, 2, 3, 61, 16);
     s.klen = split_klen, s.causal = 1, s.bottom_right = 1, s.bias = BIAS_KEYS;
-    check_spec_ran(t, &s, "groups of 24, 2 splits", "backward_merge");
+    check_spec_ran(t, &s, "groups of 24, 2 splits", "backward_queries_tiles");
     clattn__hook_set(CLATTN__HOOK_ATTENTION_SPLITS, -1);
     clattn_tuning_override("attention", NULL);
 }

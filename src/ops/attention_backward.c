@@ -208,14 +208,18 @@ static void backward_options(const backward_args *a, const backward_launch *l, b
     clattn__mask_options(&a->mask, options, size);
 }
 
-/* The tiles kernels' slices: the fewest (a power of two dividing both head dims) that leave a
- * work-item at most BWD_SLICE dims of each. */
+/* The tiles kernels' slices: the fewest that divide both head dims and leave a work-item at most
+ * BWD_SLICE dims of each, else as many as divide both (their greatest common divisor). */
 static int tile_slices(const clattn__attention_tuning *t, int64_t d, int64_t dv) {
-    int slices = 1;
-    while ((d > dv ? d : dv) / slices > t->BWD_SLICE && d % (2 * slices) == 0 &&
-           dv % (2 * slices) == 0)
-        slices *= 2;
-    return slices;
+    int64_t common = d, rest = dv;
+    while (rest) {
+        const int64_t r = common % rest;
+        common = rest, rest = r;
+    }
+    const int64_t widest = d > dv ? d : dv;
+    for (int64_t slices = 1; slices < common; ++slices)
+        if (common % slices == 0 && widest / slices <= t->BWD_SLICE) return (int)slices;
+    return (int)common;
 }
 
 /* The tiles kernels' local memory: the staged rows, the slices' partial dots, a block's mask
@@ -257,29 +261,33 @@ static void plan_keys(backward_launch *l, const clattn__attention_tuning *t, cl_
 }
 
 /* BWD_TILES: the slices, the block that fits the local memory, and the widest group of whole
- * slices both kernels take (a device whose cap is lower takes fewer work-items a group). Where
- * the local memory holds no block, or the device takes no group of `slices` work-items, the
- * lanes kernels run: tiled stays false. */
+ * slices both kernels take, asked of the program the launch builds (its splits, and so its
+ * index width, follow the group). Where the local memory holds no block, or the device takes no
+ * group of `slices` work-items, the lanes kernels run: *l keeps tiled false. */
 static int plan_tiles(const clattn__call *call, const clattn__attention_tuning *t,
                       const backward_args *a, backward_launch *l) {
     backward_launch tiles = *l;
     const int64_t d = a->q->shape[3], dv = a->v->shape[3];
+    const size_t device_group = clattn__device_max_group(call->device);
     tiles.tiled = true;
     tiles.slices = tile_slices(t, d, dv);
     tiles.lanes = clattn__head_lanes((cl_uint)t->LANES, d / tiles.slices, dv / tiles.slices);
-    tiles.group_max = (int)(t->BWD_GROUP < tiles.slices ? tiles.slices : t->BWD_GROUP);
+    const size_t wanted = (size_t)t->BWD_GROUP;
+    tiles.group_max = (int)(wanted < device_group ? wanted : device_group);
+    if (tiles.group_max < tiles.slices) return CLATTN_SUCCESS;
     tiles.group = tiles.group_max / tiles.slices * tiles.slices;
     const cl_ulong local = clattn__device_local_bytes(call->device);
     tiles.block = (int)t->BWD_BLOCK;
     while (tiles.block > 1 && tile_local_bytes(a, &tiles, tiles.block) > local) tiles.block /= 2;
     if (tile_local_bytes(a, &tiles, tiles.block) > local) return CLATTN_SUCCESS;
-    plan_keys(&tiles, t, call->device, a);
-    size_t most = 0;
-    const int status = tiles_group_limit(call, a, &tiles, &most);
-    if (status != CLATTN_SUCCESS || most < (size_t)tiles.slices) return status;
-    if (most < (size_t)tiles.group) {
-        tiles.group = (long)(most / (size_t)tiles.slices * (size_t)tiles.slices);
+    for (;;) {
         plan_keys(&tiles, t, call->device, a);
+        size_t most = 0;
+        const int status = tiles_group_limit(call, a, &tiles, &most);
+        if (status != CLATTN_SUCCESS) return status;
+        if (most >= (size_t)tiles.group) break;
+        tiles.group = (long)(most / (size_t)tiles.slices * (size_t)tiles.slices);
+        if (tiles.group < tiles.slices) return CLATTN_SUCCESS;
     }
     *l = tiles;
     return CLATTN_SUCCESS;
@@ -409,7 +417,8 @@ static int run_queries(const backward_step *s, cl_kernel kernel) {
 }
 
 /* The tiles kernels: six or five tensors, the stats, the dims (and for the queries, the split
- * partials and chunk) and the mask; groups of exactly `group`. */
+ * partials and chunk) and the mask; groups of exactly `group`, which the plan asked this
+ * program to take (the kernels' grid assumes it). */
 static int run_tiles_pass(const backward_step *s, cl_kernel kernel,
                           const clattn_tensor *const *views, int count, size_t groups) {
     const bool queries = count == 5;
@@ -420,8 +429,8 @@ static int run_tiles_pass(const backward_step *s, cl_kernel kernel,
     if (status == CLATTN_SUCCESS) status = set_dims_and_mask(s, kernel, &arg, queries);
     const size_t group = (size_t)s->l->group;
     if (status == CLATTN_SUCCESS)
-        status = clattn__enqueue_items(s->call, kernel, groups * group, group, s->prev,
-                                       queries && s->a->dbias == NULL && s->l->splits == 1);
+        status = clattn__enqueue_link(s->call, kernel, groups * group, group, s->prev,
+                                      queries && s->a->dbias == NULL && s->l->splits == 1);
     return status;
 }
 

@@ -94,10 +94,11 @@
  * CL_DEVICE_GLOBAL_MEM_CACHE_SIZE), at least a wave's groups (src/ops/attention.c,
  * block_order). The backward (clattn_attention_backward) reads this row too: LANES, BM, GROUP,
  * SPLIT_TARGET and SPLIT_MIN size its lanes kernels (CPUs); BWD_TILES 1 takes its tiles kernels
- * instead (GPUs: cl/attention_backward.cl, Tiles), groups of at most BWD_GROUP work-items, each
- * holding a key's or a query's head dims in slices of at most BWD_SLICE (the slices a power of
- * two that divides both head dims), the other side staged BWD_BLOCK rows at a time (halved
- * until the local memory holds it).
+ * instead (GPUs: cl/attention_backward.cl, Tiles), groups of BWD_GROUP work-items (fewer where
+ * the device or the kernel takes fewer), each holding a key's or a query's head dims in slices
+ * of at most BWD_SLICE (the fewest slices that divide both head dims and allow it, else their
+ * greatest common divisor), the other side staged BWD_BLOCK rows at a time (halved until the
+ * local memory holds it).
  * Default: PoCL on AVX-512: blocks at 16 lanes (the tiles variant's one query per work-item ran
  * far slower there), clattn-bench --op attention_causal. */
 #define CLATTN__TUNING_ATTENTION(X)                                                                \
