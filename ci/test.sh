@@ -121,28 +121,29 @@ fi
 # cases on the emulated tf32 unit, which pocl-basic (5 s there: the GPU rows' attention tests
 # built their programs) and oclgrind-attention run: 45 s of PoCL builds here; and the test that
 # a gemm row's set reaches CLBlast, which rusticl runs in half a second: PoCL builds CLBlast's
-# GEMM program for that set alone in 30 s (Oclgrind runs the test's host checks); and the test
-# of the GEMM bridge's layouts against the host (CLBlast's programs for its shapes: 34 s of PoCL
-# builds here, 2 s in the rusticl lane, which runs it as a smoke test, and oclgrind-mha).
+# GEMM program for that set alone in 30 s (Oclgrind runs the test's host checks); and the GEMM
+# bridge's tests (its layouts against the host, CLBlast's codes through it): the first of them
+# builds CLBlast's batched GEMM program, 34-56 s of PoCL here, where the rusticl lane runs both
+# as smoke tests in 2 s, and oclgrind-mha runs them too.
 pthread_selector='!half_storage_on_matrix_units|matrix_unit_cases_in_f32|gemm_rows_reach_clblast'
-pthread_selector+='|gemm_bridge_matches_host'
+pthread_selector+='|gemm_bridge_matches_host|gemm_bridge_reports_clblast_codes'
 lane pocl-pthread plain 1200 "$pthread_selector" "${pthread[@]}"
-# The other PoCL lanes check how work-groups run: one thread (basic), there with the GPU rows
-# above (gpu_rows), so the GPU's variants and tile sizes run in CI and its programs are dumped;
-# the other work-group method (cbs), there with every group of clattn's kernels capped at 16
-# work-items (CLATTN_MAX_WORK_GROUP), so the small-group paths and the tuning table's fallbacks
-# run. They take a shorter fuzz test (CLATTN_FUZZ_N), since every random case compiles its own
-# program and the main lane has the long one, and both take the small shapes (the pthread lane
-# runs the large ones: they test sizes, not work-group methods), to keep CI inside its time. The
-# cbs lane leaves out the backward's tests but its tiles kernels' in small groups (the GPU's,
-# groups sharing local memory; the lanes kernels have no barriers and no local memory, so the
-# work-group method has nothing to change there, and those tests cost 80 s a lane; the tiles at
-# the row's sizes, 14 s here, would be capped to the same 16 work-items), and the four tests that run CLBlast's own GEMMs under the default rows (the cap does not reach
-# CLBlast's kernels, so they would test PoCL's work-group method on CLBlast's code; 49 s), and
-# the tests of what each element becomes, whatever the group that computes it: the attention's
-# and linear attention's storage tests (every dtype and layout), linear attention's feature
-# maps, the half conversions and the copies of every dtype pair (the work-group method does not
-# touch them, and the other PoCL lanes and Oclgrind run them; 80 s here).
+# The other PoCL lanes check how work-groups run: one thread (basic), there with the GPU rows above
+# (gpu_rows), so the GPU's variants and tile sizes run in CI and its programs are dumped; the other
+# work-group method (cbs), there with every group of clattn's kernels capped at 16 work-items
+# (CLATTN_MAX_WORK_GROUP), so the small-group paths and the tuning table's fallbacks run. They take
+# a shorter fuzz test (CLATTN_FUZZ_N), since every random case compiles its own program and the main
+# lane has the long one, and both take the small shapes (the pthread lane runs the large ones: they
+# test sizes, not work-group methods), to keep CI inside its time. The cbs lane leaves out the
+# backward's tests but its tiles kernels' in small groups (the GPU's, groups sharing local memory;
+# the lanes kernels have no barriers and no local memory, so the work-group method has nothing to
+# change there, and those tests cost 80 s a lane; the tiles at the row's sizes, 14 s here, would be
+# capped to the same 16 work-items), and the four tests that run CLBlast's own GEMMs under the
+# default rows (the cap does not reach CLBlast's kernels, so they would test PoCL's work-group
+# method on CLBlast's code; 49 s), and the tests of what each element becomes, whatever the group
+# that computes it: the attention's and linear attention's storage tests (every dtype and layout),
+# linear attention's feature maps, the half conversions and the copies of every dtype pair (the
+# work-group method does not touch them, and the other PoCL lanes and Oclgrind run them; 80 s here).
 cbs_left_out='gemm_bridge|gemm_rows_reach|clblast_failure_midway|storage_and_layouts|feature_maps'
 cbs_left_out+='|half_conversions_agree|copy_aligned_rows_every_dtype_pair'
 cbs_left_out+='|attention_backward.gradients|attention_backward.invisible|attention_backward.caller'
@@ -207,9 +208,12 @@ lane oclgrind-linear oclgrind 1200 'each:--suite linear_attention' "${uninit[@]}
 # backward's too, whose device tests skip under that checker; by exact name, since the substring
 # "attention" also picked six MHA tests the next lane runs), the attention suite's variants only
 # those the first pass left out (CLATTN_TEST_AFTER_UNINIT_CHECKER: the others ran the same cases
-# there, under the race and bounds checks too; 18 s of 106 here)...
+# there, under the race and bounds checks too; 18 s of 106 here), and the backward's tiles
+# kernels in small groups and under the garbage test, not at the GPU row's sizes (their barriers
+# and bounds are the same code; 12 s here)...
+attention_suites='--suite attention --suite attention_fuzz --suite attention_backward'
 lane oclgrind-attention oclgrind 1200 \
-  '--suite attention --suite attention_fuzz --suite attention_backward --suite linear_attention' \
+  "$attention_suites --suite linear_attention !tiles_kernels_give" \
   "${oclgrind_small[@]}" CLATTN_TEST_AFTER_UNINIT_CHECKER=1
 # ...the MHA suite (its CLBlast GEMMs are such a path)...
 lane oclgrind-mha oclgrind 1200 '--suite mha' "${oclgrind_small[@]}"

@@ -446,6 +446,23 @@ inline float pair_grad(const mask_params *p, const mask_row *r, int j, float2 do
         out = DOT_FINISH(acc_);                                                                    \
     } while (0)
 
+/* Each work-item's partial dots of its held slices (mk with the staged rows of tk, mv with those
+ * of tv) for the BLK rows, into red, then (SLICES > 1) the barrier after which pair_dots reads
+ * the other slices' (one slice reads only its own). Expects lid, size, cd and cv in scope. */
+#if SLICES > 1
+#define SLICES_MET() barrier(CLK_LOCAL_MEM_FENCE)
+#else
+#define SLICES_MET() (void)0
+#endif
+#define STAGED_DOTS(mk, tk, mv, tv)                                                                \
+    do {                                                                                           \
+        for (int t = 0; t < BLK; ++t) {                                                            \
+            SLICE_DOT(mk, tk, t, HEAD_DIM, cd, red[2 * t * size + lid]);                           \
+            SLICE_DOT(mv, tv, t, VALUE_DIM, cv, red[(2 * t + 1) * size + lid]);                    \
+        }                                                                                          \
+        SLICES_MET();                                                                              \
+    } while (0)
+
 /* acc += w * row t of a staged tile, over the held slice. */
 #define SLICE_ADD(acc, w, tile, t, n, first)                                                       \
     UNROLL for (int c_ = 0; c_ < LANES((n) / SLICES); ++c_) acc[c_] =                              \
@@ -506,13 +523,7 @@ __kernel void backward_keys_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
             STAGE_ROWS(Q_T, q, b, h, i0, HEAD_DIM, sees[t], qs);
             STAGE_ROWS(DO_T, dout, b, h, i0, VALUE_DIM, sees[t], gos);
             barrier(CLK_LOCAL_MEM_FENCE);
-            for (int t = 0; t < BLK; ++t) {
-                SLICE_DOT(kr, qs, t, HEAD_DIM, cd, red[2 * t * size + lid]);
-                SLICE_DOT(vr, gos, t, VALUE_DIM, cv, red[(2 * t + 1) * size + lid]);
-            }
-#if SLICES > 1
-            barrier(CLK_LOCAL_MEM_FENCE);
-#endif
+            STAGED_DOTS(kr, qs, vr, gos);
             for (int t = 0; t < BLK; ++t) {
                 const mask_row r = rows[t];
                 if (!sees[t] || j < r.lo || j >= r.hi) continue;
@@ -563,13 +574,7 @@ __kernel void backward_queries_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k
         STAGE_ROWS(K_T, k, b, hk, j0, HEAD_DIM, j0 + t < keys.y, ks);
         STAGE_ROWS(V_T, v, b, hk, j0, VALUE_DIM, j0 + t < keys.y, vs);
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (int t = 0; t < BLK; ++t) {
-            SLICE_DOT(qr, ks, t, HEAD_DIM, cd, red[2 * t * size + lid]);
-            SLICE_DOT(gor, vs, t, VALUE_DIM, cv, red[(2 * t + 1) * size + lid]);
-        }
-#if SLICES > 1
-        barrier(CLK_LOCAL_MEM_FENCE);
-#endif
+        STAGED_DOTS(qr, ks, gor, vs);
         for (int t = 0; t < BLK; ++t) {
             const int j = j0 + t;
             if (!live || j < r.lo || j >= r.hi) continue;

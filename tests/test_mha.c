@@ -1172,7 +1172,7 @@ static const test_case cases[] = {
     {"f32_forward_on_the_tf32_unit_behind_a_gate", f32_forward_on_the_tf32_unit_behind_a_gate},
     {"gemm_on_matrix_units_matches_host", gemm_on_matrix_units_matches_host},
     {"gemm_on_every_units_layout", gemm_on_every_units_layout},
-    {"gemm_bridge_reports_clblast_codes", gemm_bridge_reports_clblast_codes},
+    {"gemm_bridge_reports_clblast_codes", gemm_bridge_reports_clblast_codes, TAG_SMOKE},
     {"invalid_arguments", invalid_arguments, TAG_HOST | TAG_SMOKE},
 };
 SUITE(mha_suite, "mha", cases);
