@@ -445,20 +445,14 @@ static bool launch_wide(const attention_args *a, const attention_launch *l) {
            partial_floats(a, l) + packed_key_floats(a, l) >= (size_t)clattn__narrow_index_limit();
 }
 
-/* The widest group the launch's kernel takes on the call's device, built now (the program cache
- * keeps it for the enqueue). */
+/* The widest group the launch's kernel takes on the call's device. */
 static int kernel_group_limit(const clattn__call *call, const attention_args *a,
                               const attention_launch *l, size_t *most) {
     char options[1024];
     attention_options(a, l, launch_wide(a, l), call->device, options, sizeof options);
     if (on_matrix_tiles(l->variant)) mma_options(a, l, options, sizeof options);
-    cl_kernel kernel = NULL;
-    int status = clattn__create_kernel(call->context, call->device, "attention.cl", options,
-                                       attention_kernels[l->variant], &kernel);
-    *most = 0;
-    if (status == CLATTN_SUCCESS) status = clattn__kernel_max_group(kernel, call->device, most);
-    if (kernel) clReleaseKernel(kernel);
-    return status;
+    return clattn__kernels_group_limit(call->context, call->device, "attention.cl", options,
+                                       &attention_kernels[l->variant], 1, most);
 }
 
 /* The matrix-unit variants, for a prefill whose dtype's subgroup tile the device's probes found

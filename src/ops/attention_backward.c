@@ -230,26 +230,14 @@ static uint64_t tile_local_bytes(const backward_args *a, const backward_launch *
     return 4 * (rows + red) + (uint64_t)block * 96 + 64;
 }
 
-/* The widest group both tiles kernels take on the call's device, built now (the program cache
- * keeps them for the enqueue). */
+/* The widest group both tiles kernels take on the call's device. */
 static int tiles_group_limit(const clattn__call *call, const backward_args *a,
                              const backward_launch *l, size_t *most) {
     char options[1024];
     backward_options(a, l, needs_wide_index(a, l), options, sizeof options);
     static const char *const names[2] = {"backward_keys_tiles", "backward_queries_tiles"};
-    int status = CLATTN_SUCCESS;
-    *most = SIZE_MAX;
-    for (int i = 0; i < 2 && status == CLATTN_SUCCESS; ++i) {
-        cl_kernel kernel = NULL;
-        size_t limit = 0;
-        status = clattn__create_kernel(call->context, call->device, "attention_backward.cl",
-                                       options, names[i], &kernel);
-        if (status == CLATTN_SUCCESS)
-            status = clattn__kernel_max_group(kernel, call->device, &limit);
-        if (kernel) clReleaseKernel(kernel);
-        if (limit < *most) *most = limit;
-    }
-    return status;
+    return clattn__kernels_group_limit(call->context, call->device, "attention_backward.cl",
+                                       options, names, 2, most);
 }
 
 /* The key groups (tiled) or tiles of one (batch, kv head), then the queries pass's splits. */
@@ -419,9 +407,8 @@ static int run_queries(const backward_step *s, cl_kernel kernel) {
 /* The tiles kernels: six or five tensors, the stats, the dims (and for the queries, the split
  * partials and chunk) and the mask; groups of exactly `group`, which the plan asked this
  * program to take (the kernels' grid assumes it). */
-static int run_tiles_pass(const backward_step *s, cl_kernel kernel,
+static int run_tiles_pass(const backward_step *s, cl_kernel kernel, bool queries,
                           const clattn_tensor *const *views, int count, size_t groups) {
-    const bool queries = count == 5;
     cl_uint arg = 0;
     int status = set_views(s, kernel, &arg, views, count);
     if (status == CLATTN_SUCCESS)
@@ -438,7 +425,7 @@ static int run_tiles_pass(const backward_step *s, cl_kernel kernel,
 static int run_keys_tiles(const backward_step *s, cl_kernel kernel) {
     const backward_args *a = s->a;
     const clattn_tensor *views[6] = {a->q, a->k, a->v, a->dout, a->dk, a->dv};
-    return run_tiles_pass(s, kernel, views, 6,
+    return run_tiles_pass(s, kernel, false, views, 6,
                           (size_t)(a->k->shape[0] * a->k->shape[1]) * s->l->tiles);
 }
 
@@ -448,7 +435,7 @@ static int run_queries_tiles(const backward_step *s, cl_kernel kernel) {
     const clattn_tensor *views[5] = {a->q, a->k, a->v, a->dout, a->dq};
     const size_t per = (size_t)(s->l->group / s->l->slices);
     const size_t blocks = ((size_t)a->q->shape[2] + per - 1) / per;
-    return run_tiles_pass(s, kernel, views, 5,
+    return run_tiles_pass(s, kernel, true, views, 5,
                           (size_t)(a->q->shape[0] * a->q->shape[1]) * blocks *
                               (size_t)s->l->splits);
 }

@@ -3,6 +3,7 @@
  * (CLATTN_CACHE_DIR), then a build from source.
  */
 #include "kernel.h"
+#include "launch.h"
 #include "program_binary.h"
 #include "program_build.h"
 #include "program_cache.h"
@@ -10,6 +11,7 @@
 #include "sources.h"
 #include "status.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,4 +93,20 @@ int clattn__create_kernel(cl_context context, cl_device_id device, const char *o
         return clattn__fail(err, "clCreateKernel(%s) in cl/%s failed: %s", kernel_name, op_file,
                             clattn_status_name(err));
     return CLATTN_SUCCESS;
+}
+
+int clattn__kernels_group_limit(cl_context context, cl_device_id device, const char *op_file,
+                                const char *options, const char *const *names, int count,
+                                size_t *most) {
+    int status = CLATTN_SUCCESS;
+    *most = SIZE_MAX;
+    for (int i = 0; i < count && status == CLATTN_SUCCESS; ++i) {
+        cl_kernel kernel = NULL;
+        size_t limit = 0;
+        status = clattn__create_kernel(context, device, op_file, options, names[i], &kernel);
+        if (status == CLATTN_SUCCESS) status = clattn__kernel_max_group(kernel, device, &limit);
+        if (kernel) clReleaseKernel(kernel);
+        if (limit < *most) *most = limit;
+    }
+    return status;
 }

@@ -10,4 +10,12 @@
 int clattn__create_kernel(cl_context context, cl_device_id device, const char *op_file,
                           const char *options, const char *kernel_name, cl_kernel *kernel);
 
+/* The widest group each of the `count` kernels `names` of that program takes on `device` (the
+ * least of their clattn__kernel_max_group), built now: a plan asks the program it will launch,
+ * whose compiler may take fewer work-items than the device (registers), and the program cache
+ * keeps it for the enqueue. */
+int clattn__kernels_group_limit(cl_context context, cl_device_id device, const char *op_file,
+                                const char *options, const char *const *names, int count,
+                                size_t *most);
+
 #endif
