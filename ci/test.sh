@@ -85,9 +85,9 @@ pthread=(OCL_ICD_VENDORS="$pocl_icd" POCL_DEVICES=pthread CLATTN_DEVICE=pthread)
 # test that does not force a variant runs the GPU's), under 48 KiB of local memory (the least
 # of the three vendors' current GPUs), each program dumped. The tests of the tuning lookup
 # itself, and the one that caps groups below the rows' sizes (overrides do not shrink), would
-# see the override and are left to the other lanes; so are the two tests of CLBlast's own GEMMs
-# (no GPU row reaches CLBlast: they would rerun the pthread lane's; CLBlast's one compile of
-# its GEMM, about 15 s, then falls to the next test that calls it), and the test that two
+# see the override and are left to the other lanes; so are the three tests of CLBlast's own
+# GEMMs (no GPU row reaches CLBlast: they would rerun the pthread lane's, and the first of them
+# builds CLBlast's GEMM program, 35 s of PoCL here), and the test that two
 # m-tiles a warp give attention_mma's bits (no row asks for them; its two builds, 11 s, run in
 # the pthread lane), and the tests of matmul_mma alone (five builds, about 25 s, and the other
 # vendors' tile layouts, four; the pthread lane runs them, and MHA's units test dumps matmul_mma
@@ -97,7 +97,9 @@ pthread=(OCL_ICD_VENDORS="$pocl_icd" POCL_DEVICES=pthread CLATTN_DEVICE=pthread)
 gpu_rows=("CLATTN_TUNE=$(sed -n 's/^TUNING_ROW("\([a-z_]*\)", "\*", "type:gpu", "\([^"]*\)").*/\1:\2/p' \
   src/runtime/tuning_table.def | paste -sd';')" CLATTN_MAX_LOCAL_MEMORY=49152
   CLATTN_DUMP_PROGRAMS="$programs")
-gpu_rows_selector='--suite !tuning !the_work_group_cap_applies|gemm_bridge_matches|clblast_codes|two_m_tiles_a_warp|gemm_on_matrix_units|gemm_on_every_units_layout|units_on_every_tile'
+gpu_rows_selector='--suite !tuning !the_work_group_cap_applies|gemm_bridge_matches|clblast_codes'
+gpu_rows_selector+='|clblast_failure_midway|two_m_tiles_a_warp|gemm_on_matrix_units'
+gpu_rows_selector+='|gemm_on_every_units_layout|units_on_every_tile'
 basic=(OCL_ICD_VENDORS="$pocl_icd" POCL_DEVICES=basic CLATTN_DEVICE=basic CLATTN_FUZZ_N=8
   CLATTN_TEST_SMALL=1 "${gpu_rows[@]}")
 sanitizers=("${pthread[@]}"
@@ -124,34 +126,42 @@ fi
 # GEMM program for that set alone in 30 s (Oclgrind runs the test's host checks). The first test
 # here that calls CLBlast (the GEMM bridge's) builds CLBlast's GEMM program, 34-56 s of PoCL:
 # leaving it out only moves that build to the next one (a CLBlast failure midway), so the lane
-# keeps them, for the asan lane's sake too (the rusticl lane runs them as smoke tests).
+# keeps them, for the asan lane's sake too (the rusticl lane runs them as smoke tests). Nor the
+# two attention tests of the emulated units that pocl-basic runs as a GPU would, under the GPU
+# rows' tile sizes, and oclgrind-attention too: attention_mma's fixed cases in 16 bits and the
+# choice of it for prefill (their shapes are not the lane's to size; 41 s of PoCL builds here).
 pthread_selector='!half_storage_on_matrix_units|matrix_unit_cases_in_f32|gemm_rows_reach_clblast'
+pthread_selector+='|matrix_unit_cases_in_16_bits|prefill_takes_the_units_found'
 lane pocl-pthread plain 1200 "$pthread_selector" "${pthread[@]}"
 # The other PoCL lanes check how work-groups run: one thread (basic), there with the GPU rows above
-# (gpu_rows), so the GPU's variants and tile sizes run in CI and its programs are dumped; the other
-# work-group method (cbs), there with every group of clattn's kernels capped at 16 work-items
-# (CLATTN_MAX_WORK_GROUP), so the small-group paths and the tuning table's fallbacks run. They take
-# a shorter fuzz test (CLATTN_FUZZ_N), since every random case compiles its own program and the main
-# lane has the long one, and both take the small shapes (the pthread lane runs the large ones: they
-# test sizes, not work-group methods), to keep CI inside its time. The cbs lane leaves out the
-# backward's tests but its tiles kernels' in small groups (the GPU's, groups sharing local memory;
-# the lanes kernels have no barriers and no local memory, so the work-group method has nothing to
-# change there, and those tests cost 80 s a lane; the tiles at the row's sizes, 14 s here, would be
-# capped to the same 16 work-items), and the four tests that run CLBlast's own GEMMs under the
-# default rows (the cap does not reach CLBlast's kernels, so they would test PoCL's work-group
-# method on CLBlast's code; 49 s), and the tests of what each element becomes, whatever the group
-# that computes it: the attention's and linear attention's storage tests (every dtype and layout),
-# linear attention's feature maps, the half conversions and the copies of every dtype pair (the
-# work-group method does not touch them, and the other PoCL lanes and Oclgrind run them; 80 s here).
-cbs_left_out='gemm_bridge|gemm_rows_reach|clblast_failure_midway|storage_and_layouts|feature_maps'
-cbs_left_out+='|half_conversions_agree|copy_aligned_rows_every_dtype_pair'
-cbs_left_out+='|attention_backward.gradients|attention_backward.invisible|attention_backward.caller'
-cbs_left_out+='|attention_backward.tiles_kernels_give'
-cbs_left_out+='|attention_backward.composed|attention_backward.linear'
+# (gpu_rows), so the GPU's variants and tile sizes run in CI and its programs are dumped; and groups
+# of at most 16 work-items (small-groups: the pthread device with every group of clattn's kernels
+# capped, CLATTN_MAX_WORK_GROUP), so the small-group paths and the tuning table's fallbacks run.
+# (Debian's PoCL 3.1 has no other work-group method to run them with: it knows "loopvec", its
+# default, and "workitemrepl", whose builds took 3x as long here, and takes any other name, "cbs"
+# too, for its default.) They take a shorter fuzz test (CLATTN_FUZZ_N), since every random case
+# compiles its own program and the main lane has the long one, and both take the small shapes (the
+# pthread lane runs the large ones: they test sizes, not groups), to keep CI inside its time. The
+# small-groups lane leaves out what the cap does not change or does not reach:
+# - the backward's tests but its tiles kernels' in small groups (the lanes kernels' groups share
+#   nothing, 80 s a lane; the tiles at the row's sizes, 14 s here, would be capped to the same
+#   16 work-items);
+# - the four tests that run CLBlast's own GEMMs (the cap does not reach CLBlast's kernels; 49 s);
+# - the tests of what each element becomes, whatever the group that computes it: the attention's
+#   and linear attention's storage tests (every dtype and layout), linear attention's feature
+#   maps, the half conversions and the copies of every dtype pair (80 s here);
+# - the attention's head dims and lengths through every variant (37 s here): the cap shapes a
+#   variant's groups the same way at every head dim (the masks, GQA, NaN and split tests run
+#   every variant in these groups).
+small_groups_left_out='gemm_bridge|gemm_rows_reach|clblast_failure_midway|storage_and_layouts'
+small_groups_left_out+='|feature_maps|half_conversions_agree|copy_aligned_rows_every_dtype_pair'
+small_groups_left_out+='|attention_backward.gradients|attention_backward.invisible'
+small_groups_left_out+='|attention_backward.caller|attention_backward.tiles_kernels_give'
+small_groups_left_out+='|attention_backward.composed|attention_backward.linear'
+small_groups_left_out+='|attention.head_dims_and_lengths'
 lane pocl-basic plain 1200 "$gpu_rows_selector" "${basic[@]}"
-lane pocl-cbs plain 1200 "!$cbs_left_out" \
-  "${pthread[@]}" POCL_WORK_GROUP_METHOD=cbs CLATTN_FUZZ_N=8 CLATTN_MAX_WORK_GROUP=16 \
-  CLATTN_TEST_SMALL=1
+lane pocl-small-groups plain 1200 "!$small_groups_left_out" \
+  "${pthread[@]}" CLATTN_FUZZ_N=8 CLATTN_MAX_WORK_GROUP=16 CLATTN_TEST_SMALL=1
 # The GPU programs pocl-basic dumped, built offline for Intel (ocloc: dg2-g10, pvc, tgllp), AMD
 # (clang: gfx90a, gfx1100) and NVIDIA (clang: PTX for sm_80) by tools/compile_programs.py, each
 # op's programs reduced to a cover of their build options; a target is a test, which passes when
@@ -170,7 +180,9 @@ lane rusticl plain 1200 '--tag smoke' OCL_ICD_VENDORS="$rusticl_icd" RUSTICL_ENA
 # (tests/python/test_abi.py, through the layout helper built beside the runner).
 lane python python 1200 tests/python "${pthread[@]}" CLATTN_LIBRARY="$root/$build/libclattn.so" \
   CLATTN_ABI_HELPER="$root/$build/tests/libclattn_abi_layout.so"
-# clattn-tune's search over two ops (every candidate checked against the reference),
+# clattn-tune's search over two ops (every candidate checked against the reference): copy's
+# whole grid, and softmax's first 15 s of it (--budget; its whole grid, about 45 builds, took
+# 46 s, and the softmax suite runs every variant), so the search's stop at its budget runs too;
 # clattn-bench's default-vs-tuned rows, the Python binding's overhead row (its three chains
 # must agree), and the Python package installed by pip (ci/package.sh), run as a user runs them
 # (lane_tools).
@@ -419,7 +431,7 @@ lane_tools() {
         command=("$root/$build/tune/clattn-tune" --op copy --repeats 1) ;;
       tune-softmax)
         expect='^TUNING_ROW\("softmax"'
-        command=("$root/$build/tune/clattn-tune" --op softmax --repeats 1) ;;
+        command=("$root/$build/tune/clattn-tune" --op softmax --repeats 1 --budget 15) ;;
       bench-tuning)
         expect='linear_attention .*tuned/default time'
         command=("$root/$build/bench/clattn-bench" --op tuning --quick --repeats 2 --no-peers) ;;

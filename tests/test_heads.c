@@ -272,7 +272,7 @@ static void transposed_cases(test_ctx *t, int pairs, const char *what, uint64_t 
  * (transpose4d), every dtype pair, and each block width the tuning table can give (16 is capped
  * to 8); inner dims shorter than a block go to copy4d. Then the same views through local-memory
  * tiles (transpose_tiles, TILES=1, the GPU rows'), dtype pairs raw and converting; where groups
- * are capped below its 256 (the cbs lane), those fall back to transpose4d. */
+ * are capped below its 256 (the small-groups lane), those fall back to transpose4d. */
 static void copy_transposed_views(test_ctx *t) {
     /* small shapes (Oclgrind, whose GPU rows take the tiles: 1.3 s a pair there) take 3 pairs */
     transposed_cases(t, test_large_shapes(t) ? 9 : 3, "the row", 140);

@@ -21,8 +21,8 @@ static clattn__call probe_call(test_ctx *t) {
     return call;
 }
 
-/* A warp of 32 must fit one group, under CLATTN_MAX_WORK_GROUP too (the cbs lane caps groups at
- * 16: there every probe must fail). */
+/* A warp of 32 must fit one group, under CLATTN_MAX_WORK_GROUP too (the small-groups lane caps
+ * groups at 16: there every probe must fail). */
 static bool warps_fit(test_ctx *t) {
     return clattn__device_max_group(clattn_env_device(t->env)) >= 32;
 }
