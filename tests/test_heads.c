@@ -213,14 +213,11 @@ static void check_copy_kernel(test_ctx *t, clattn_tensor src, clattn_tensor dst,
 /* Whether transpose_tiles' groups of 256 fit here: its largest group under the caps, asked of
  * heads.cl built with its defaults (rusticl's llvmpipe gives it 32 work-items). */
 static bool tiles_fit(test_ctx *t) {
-    cl_device_id device = clattn_env_device(t->env);
-    cl_kernel kernel = NULL;
+    static const char *const name = "transpose_tiles";
     size_t most = 0;
-    int status =
-        clattn__create_kernel(clattn_env_context(t->env), device, "heads.cl",
-                              "-cl-std=CL1.2 -DVEC=4 -DTILES=1", "transpose_tiles", &kernel);
-    if (status == CLATTN_SUCCESS) status = clattn__kernel_max_group(kernel, device, &most);
-    if (kernel) clReleaseKernel(kernel);
+    const int status =
+        clattn__kernels_group_limit(clattn_env_context(t->env), clattn_env_device(t->env),
+                                    "heads.cl", "-cl-std=CL1.2 -DVEC=4 -DTILES=1", &name, 1, &most);
     if (status != CLATTN_SUCCESS)
         test_fail_at(t, __FILE__, __LINE__, "transpose_tiles alone -> %s: %s",
                      clattn_status_name(status), clattn_last_error());
