@@ -121,19 +121,6 @@
 #define CLIP_TO_SPLIT(r, split) (void)0
 #endif
 
-/* Where work-group `unit` of a launch of heads x blocks (query blocks of each (batch, head))
- * works: (batch-head, block). order 0: a head's blocks in turn. order n > 0, for causal masks,
- * where a head's last block sees the most keys: longest first (a GPU starts groups in order, so
- * the last to start, which set the launch's tail, are then the lightest), blocks from the last,
- * each across n heads (a section) before the next, so that the heads whose keys a section reads
- * are few enough to stay in the cache (the host sizes n); the last section takes the heads left. */
-inline int2 unit_place(int unit, int blocks, int heads, int order) {
-    if (order <= 0) return (int2)(unit / blocks, unit % blocks);
-    const int section = unit / (order * blocks), within = unit % (order * blocks);
-    const int width = min(order, heads - section * order);
-    return (int2)(section * order + within % width, blocks - 1 - within / width);
-}
-
 /* Query row i's output (acc / l) and log-sum-exp from its online-softmax state. A row that saw
  * no key gets 0 (NaN with EMPTY_NAN) and -inf; a NaN score makes it NaN. Scalar stores: one per
  * output, any alignment. */

@@ -389,7 +389,9 @@ __kernel void backward_queries(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
  *   backward_keys_tiles     a group per GROUP / SLICES keys of one (batch, kv head): every block
  *                           of BLK queries of each of its query heads that sees one of them
  *   backward_queries_tiles  a group per GROUP / SLICES queries of one (batch, query head) and
- *                           key split: the key tiles its rows see, BLK keys a tile
+ *                           key split: the key tiles its rows see, BLK keys a tile; the groups
+ *                           in the forward's order (`order`: unit_place, longest first under
+ *                           a causal mask where the row's LPT asks)
  *
  * A work-item's slice is local id / (keys or queries a group), so that a warp of 32 reads one
  * slice when a group has 32 or more keys (queries) a slice.
@@ -542,17 +544,18 @@ __kernel void backward_keys_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
 
 __kernel void backward_queries_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
                                      TENSOR_PARAMS(V_T, v), TENSOR_PARAMS(DO_T, dout),
-                                     OUT_PARAMS(DQ_T, dq), __global const float *stats, int B,
-                                     int Hq, int Hkv, int Sq, int Sk, __global float *part,
-                                     IDX part_off, int chunk, MASK_PARAMS) {
+                                     OUT_PARAMS(DQ_T, dq), __global const float *stats,
+                                     int order, int B, int Hq, int Hkv, int Sq, int Sk,
+                                     __global float *part, IDX part_off, int chunk, MASK_PARAMS) {
     __local lane_t ks[BLK * LANES(HEAD_DIM)], vs[BLK * LANES(VALUE_DIM)]; /* k and v rows */
     __local float red[2 * BLK * GROUP_MAX];
     __local int span[2];
     const int lid = (int)get_local_id(0), size = (int)get_local_size(0);
     const int width = size / SLICES, slice = lid / width, ii = lid % width;
     const int blocks = (Sq + width - 1) / width, unit = (int)get_group_id(0);
-    const int split = unit % SPLITS, block = unit / SPLITS % blocks, bh = unit / SPLITS / blocks;
-    const int h = bh % Hq, b = bh / Hq, hk = h / (Hq / Hkv), i = block * width + ii;
+    const int2 place = unit_place(unit / SPLITS, blocks, B * Hq, order); /* (bh, block) */
+    const int split = unit % SPLITS, bh = place.x;
+    const int h = bh % Hq, b = bh / Hq, hk = h / (Hq / Hkv), i = place.y * width + ii;
     const int cd = slice * LANES(SLICE_D), cv = slice * LANES(SLICE_V);
     MASK_PACK(p);
     mask_row r;

@@ -226,6 +226,19 @@ inline void mask_row_clip(mask_row *r, int first, int last) {
     r->hi = max(r->lo, min(r->hi, last));
 }
 
+/* Where work-group `unit` of a launch of heads x blocks (query blocks of each (batch, head))
+ * works: (batch-head, block). order 0: a head's blocks in turn. order n > 0, for causal masks,
+ * where a head's last block sees the most keys: longest first (a GPU starts groups in order, so
+ * the last to start, which set the launch's tail, are then the lightest), blocks from the last,
+ * each across n heads (a section) before the next, so that the heads whose keys a section reads
+ * are few enough to stay in the cache (the host sizes n); the last section takes the heads left. */
+inline int2 unit_place(int unit, int blocks, int heads, int order) {
+    if (order <= 0) return (int2)(unit / blocks, unit % blocks);
+    const int section = unit / (order * blocks), within = unit % (order * blocks);
+    const int width = min(order, heads - section * order);
+    return (int2)(section * order + within % width, blocks - 1 - within / width);
+}
+
 /* The first and the end of the keys any query of the work-group can see, from each work-item's
  * [lo, hi) (empty when lo >= hi): a tile no query sees is never loaded. Its barriers also
  * publish what the group wrote to local memory before it. */

@@ -1142,7 +1142,7 @@ static void fused_equals_composed(test_ctx *t) {
 /* The decode shape: a few queries against many keys, the keys split into chunks whose partial
  * results are merged by their log-sum-exp; against the reference and against the unsplit run. */
 /* LPT=1 (every row) starts a causal launch's longest groups first, a section of heads at a time
- * (cl/attention.cl's unit_place). The order moves no bit: each variant that takes it (tiles,
+ * (cl/mask.cl's unit_place). The order moves no bit: each variant that takes it (tiles,
  * micro, mma, units) gives the same outputs and lse in a head's blocks in turn (0), longest
  * first three heads a section (the last section takes the 2 heads left of 5: a place that no
  * group took would keep test_buffer's fill) and, on large shapes, one, two and all 5 heads. */
@@ -1187,12 +1187,12 @@ static void longest_groups_first_give_the_same_bits(test_ctx *t) {
     free_data(&d);
 }
 
-/* The order a launch plans (block_order in src/ops/attention.c): longest first only under a causal
- * mask, with LPT (the GPU rows'), on the variants that launch a group per query block; a section
- * holds the heads whose keys and values fit LPT_MB (the 2 query heads of a key head counted
- * together), at least one; a hooked order at most the heads. 65536 queries give a head 1024 blocks
- * or more, so the least section, a wave of 4 groups a compute unit, is one head on any device of up
- * to 256 units. Planned only: no buffer, no kernel. */
+/* The order a launch plans (clattn__attention_order in src/ops/attention.c): longest first only
+ * under a causal mask, with LPT (the GPU rows'), on the variants that launch a group per query
+ * block; a section holds the heads whose keys and values fit LPT_MB (the 2 query heads of a key
+ * head counted together), at least one; a hooked order at most the heads. 65536 queries give a head
+ * 1024 blocks or more, so the least section, a wave of 4 groups a compute unit, is one head on any
+ * device of up to 256 units. Planned only: no buffer, no kernel. */
 static void causal_launches_plan_longest_first(test_ctx *t) {
     at_spec s = base(2, 4, 2, 65536, 4096, 64); /* 2 MiB of keys and values a key head */
     s.causal = 1;

@@ -639,11 +639,8 @@ static void gradients_with_split_keys(test_ctx *t) {
     clattn__hook_set(CLATTN__HOOK_ATTENTION_SPLITS, -1);
 }
 
-/* check_spec, and that the backward ran `kernel` among its kernels (a launch that fell back to
- * another variant would pass the reference check alone). */
-static void check_spec_ran(test_ctx *t, const bw_spec *s, const char *what, const char *kernel) {
-    clattn__trace_kernels(true);
-    check_spec(t, s, what);
+/* Whether `kernel` ran since clattn__trace_kernels(true), whose trace this stops and takes. */
+static bool traced(const char *kernel) {
     clattn__trace_kernels(false);
     clattn__traced_kernel ran[16];
     const size_t n = clattn__trace_take(ran, 16);
@@ -652,7 +649,15 @@ static void check_spec_ran(test_ctx *t, const bw_spec *s, const char *what, cons
         found = found || strcmp(ran[i].name, kernel) == 0;
         clReleaseEvent(ran[i].event);
     }
-    CHECK(t, t->failed || found, "%s: %s did not run", what, kernel);
+    return found;
+}
+
+/* check_spec, and that the backward ran `kernel` among its kernels (a launch that fell back to
+ * another variant would pass the reference check alone). */
+static void check_spec_ran(test_ctx *t, const bw_spec *s, const char *what, const char *kernel) {
+    clattn__trace_kernels(true);
+    check_spec(t, s, what);
+    CHECK(t, traced(kernel) || t->failed, "%s: %s did not run", what, kernel);
 }
 
 /* The GPU kernels (BWD_TILES=1), forced at the row's sizes: D=64 (two slices of a key, 64 keys
@@ -828,6 +833,39 @@ static void invisible_garbage_changes_nothing(test_ctx *t) {
         CHECK_OK(t, clattn_tuning_override("attention", rows[i]));
         garbage_changes_nothing(t);
     }
+    clattn_tuning_override("attention", NULL);
+}
+
+/* The queries tiles in the forward's longest-first order (cl/mask.cl's unit_place, hooked: 3
+ * heads a section, the last taking the 2 left of 5; causal from the bottom, 4 query blocks a
+ * head) give the bits of a head's blocks in turn, unsplit and in 2 key splits (a split's groups
+ * beside each other), and the reference's gradients. */
+static void tiles_kernels_in_longest_first_order(test_ctx *t) {
+    if (skipped_under_uninit_checker(t)) return;
+    CHECK_OK(
+        t, clattn_tuning_override("attention", "BWD_TILES=1,BWD_GROUP=24,BWD_SLICE=4,BWD_BLOCK=3"));
+    bw_spec s = spec(1, 5, 1, 20, 23, 16); /* 6 queries a group */
+    s.Dv = 8, s.causal = 1, s.bottom_right = 1;
+    bw_case c;
+    if (!prepare_case(t, &s, &c)) test_fail_at(t, __FILE__, __LINE__, "could not prepare the case");
+    for (int splits = 1; splits <= 2 && !t->failed; ++splits) {
+        bw_grads in_turn = {0}, longest = {0};
+        clattn__hook_set(CLATTN__HOOK_ATTENTION_SPLITS, splits);
+        clattn__hook_set(CLATTN__HOOK_ATTENTION_ORDER, 0);
+        CHECK_OK(t, run_backward(t, &c, NULL, &in_turn, NULL));
+        clattn__hook_set(CLATTN__HOOK_ATTENTION_ORDER, 3);
+        clattn__trace_kernels(true);
+        CHECK_OK(t, run_backward(t, &c, NULL, &longest, NULL));
+        CHECK(t, traced("backward_queries_tiles") || t->failed,
+              "backward_queries_tiles did not run");
+        CHECK(t, t->failed || same_grads(&c, &in_turn, &longest),
+              "%d split(s): 3 heads a section changed a gradient", splits);
+        if (!t->failed) check_against_reference(t, &c, &longest, "longest first");
+        free_grads(&in_turn), free_grads(&longest);
+    }
+    free_case(&c);
+    clattn__hook_set(CLATTN__HOOK_ATTENTION_ORDER, -1);
+    clattn__hook_set(CLATTN__HOOK_ATTENTION_SPLITS, -1);
     clattn_tuning_override("attention", NULL);
 }
 
@@ -1233,6 +1271,7 @@ static const test_case cases[] = {
     {"gradients_with_split_keys", gradients_with_split_keys},
     {"tiles_kernels_give_the_gradients", tiles_kernels_give_the_gradients},
     {"tiles_kernels_in_small_groups", tiles_kernels_in_small_groups},
+    {"tiles_kernels_in_longest_first_order", tiles_kernels_in_longest_first_order},
     {"invisible_garbage_changes_nothing", invisible_garbage_changes_nothing, TAG_SMOKE},
     {"caller_workspace", caller_workspace},
     {"bad_arguments_are_rejected", bad_arguments_are_rejected, TAG_HOST},

@@ -137,30 +137,32 @@ static int64_t queries_a_group(const attention_launch *l) {
     }
 }
 
-/* The groups' order (cl/attention.cl's unit_place): under a causal mask with LPT, longest first,
- * as many heads a section as the cache (LPT_MB, else the device's; all heads where it says
- * none) holds the keys and values of (the query heads of a key head share its keys), and at
- * least enough for LPT_GROUPS_A_UNIT groups a compute unit (a section that starts in less than
- * a wave would end the launch on its heaviest blocks); else 0, a head's blocks in turn. A hooked
- * order is kept, up to the heads. */
-static int block_order(const attention_args *a, const attention_launch *l, cl_device_id device) {
-    const uint64_t heads = (uint64_t)(a->q->shape[0] * a->q->shape[1]);
+int clattn__attention_order(const clattn_tensor *q, const clattn_tensor *k, const clattn_tensor *v,
+                            bool causal, const clattn__attention_tuning *t, int64_t blocks,
+                            cl_device_id device) {
+    const uint64_t heads = (uint64_t)(q->shape[0] * q->shape[1]);
     const int forced = clattn__hook_value(CLATTN__HOOK_ATTENTION_ORDER);
-    if (!groups_by_block(l->variant)) return 0;
     if (forced >= 0) return (int)((uint64_t)forced < heads ? (uint64_t)forced : heads);
-    if (!l->t.LPT || !a->mask.causal) return 0;
-    const uint64_t sharing = (uint64_t)(a->q->shape[1] / a->k->shape[1]);
+    if (!t->LPT || !causal) return 0;
+    const uint64_t sharing = (uint64_t)(q->shape[1] / k->shape[1]);
     const uint64_t kv_bytes =
-        (uint64_t)a->k->shape[2] * ((uint64_t)a->k->shape[3] * clattn_dtype_size(a->k->dtype) +
-                                    (uint64_t)a->v->shape[3] * clattn_dtype_size(a->v->dtype));
+        (uint64_t)k->shape[2] * ((uint64_t)k->shape[3] * clattn_dtype_size(k->dtype) +
+                                 (uint64_t)v->shape[3] * clattn_dtype_size(v->dtype));
     const uint64_t cache =
-        l->t.LPT_MB ? (uint64_t)l->t.LPT_MB << 20 : (uint64_t)clattn__device_cache_bytes(device);
+        t->LPT_MB ? (uint64_t)t->LPT_MB << 20 : (uint64_t)clattn__device_cache_bytes(device);
     uint64_t order = cache && kv_bytes ? cache / kv_bytes * sharing : heads;
-    const uint64_t queries = (uint64_t)queries_a_group(l), sq = (uint64_t)a->q->shape[2];
-    const uint64_t blocks = queries ? (sq + queries - 1) / queries : 1;
     const uint64_t wave = (uint64_t)clattn__device_compute_units(device) * LPT_GROUPS_A_UNIT;
-    if (order * blocks < wave) order = (wave + blocks - 1) / blocks; /* (so at least 1) */
-    return (int)(order < heads ? order : heads);
+    const uint64_t launch_blocks = blocks > 0 ? (uint64_t)blocks : 1;
+    if (order * launch_blocks < wave) order = (wave + launch_blocks - 1) / launch_blocks;
+    return (int)(order < heads ? order : heads); /* (at least 1) */
+}
+
+/* The order of the variants that launch a group per query block; 0 for the others. */
+static int block_order(const attention_args *a, const attention_launch *l, cl_device_id device) {
+    if (!groups_by_block(l->variant)) return 0;
+    const int64_t queries = queries_a_group(l), sq = a->q->shape[2];
+    return clattn__attention_order(a->q, a->k, a->v, a->mask.causal, &l->t,
+                                   queries ? (sq + queries - 1) / queries : 1, device);
 }
 
 static int set_attention_args(cl_kernel kernel, const attention_args *a, bool wide,

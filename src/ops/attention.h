@@ -33,7 +33,7 @@ typedef struct clattn__attention_launch {
     bool ahead;        /* mma: the next key tile fetched into registers during this one */
     bool async;        /* mma: key tiles double-buffered, the next copied during this one */
     int warps;         /* mma, units: subgroups a group (4; mma: 2 where 4 do not fit) */
-    int order;         /* tiles, micro, mma, units: the groups' order (cl/attention.cl's
+    int order;         /* tiles, micro, mma, units: the groups' order (cl/mask.cl's
                           unit_place: 0 in turn, n longest first n heads at a time) */
 } clattn__attention_launch;
 
@@ -53,6 +53,17 @@ int clattn__attention_check(clattn__attention_args *a, const clattn_attention_op
  * matrix units on the call's queue, once); the buffers of a's views may be NULL. */
 int clattn__attention_plan(const clattn__attention_args *a, int path, const clattn__call *call,
                            clattn__attention_schedule *plan);
+/* The groups' order (cl/mask.cl's unit_place) of a launch of `blocks` query blocks of each
+ * (batch, query head) of q, whose keys and values are k and v: under a causal mask with the row's
+ * LPT, longest first, as many heads a section as the cache (LPT_MB, else the device's; all heads
+ * where it says none) holds the keys and values of (the query heads of a key head share its keys),
+ * and at least enough for LPT_GROUPS_A_UNIT groups a compute unit (a section that starts in less
+ * than a wave would end the launch on its heaviest blocks); else 0, a head's blocks in turn. A
+ * hooked order (CLATTN__HOOK_ATTENTION_ORDER) is kept, up to the heads. */
+int clattn__attention_order(const clattn_tensor *q, const clattn_tensor *k, const clattn_tensor *v,
+                            bool causal, const clattn__attention_tuning *t, int64_t blocks,
+                            cl_device_id device);
+
 /* Enqueues a checked call with its plan; `workspace` holds plan->bytes (NULL when 0). */
 int clattn__attention_enqueue(const clattn__attention_args *a,
                               const clattn__attention_schedule *plan, const clattn__call *call,

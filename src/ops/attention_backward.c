@@ -34,6 +34,8 @@ typedef struct backward_launch {
     bool tiled;
     int slices, block, group_max;   /* the tiles kernels' */
     int splits, chunk;              /* the keys in `splits` chunks of `chunk` (1: unsplit) */
+    int order;                      /* the queries tiles' groups' order (cl/mask.cl's unit_place;
+                                       the forward's, clattn__attention_order) */
     size_t rows, tiles;             /* B*Hq*Sq query rows; key tiles (tiled: key groups) of one
                                        (batch, kv head) */
     clattn__softmax_tuning softmax; /* the composed path's */
@@ -277,6 +279,9 @@ static int plan_tiles(const clattn__call *call, const clattn__attention_tuning *
         tiles.group = (long)(most / (size_t)tiles.slices * (size_t)tiles.slices);
         if (tiles.group < tiles.slices) return CLATTN_SUCCESS;
     }
+    const int64_t queries = tiles.group / tiles.slices;
+    tiles.order = clattn__attention_order(a->q, a->k, a->v, a->mask.causal, t,
+                                          (a->q->shape[2] + queries - 1) / queries, call->device);
     *l = tiles;
     return CLATTN_SUCCESS;
 }
@@ -404,15 +409,17 @@ static int run_queries(const backward_step *s, cl_kernel kernel) {
                      a->dbias == NULL && s->l->splits == 1);
 }
 
-/* The tiles kernels: six or five tensors, the stats, the dims (and for the queries, the split
- * partials and chunk) and the mask; groups of exactly `group`, which the plan asked this
- * program to take (the kernels' grid assumes it). */
+/* The tiles kernels: six or five tensors, the stats, (the queries': the groups' order,) the dims
+ * (and for the queries, the split partials and chunk) and the mask; groups of exactly `group`,
+ * which the plan asked this program to take (the kernels' grid assumes it). */
 static int run_tiles_pass(const backward_step *s, cl_kernel kernel, bool queries,
                           const clattn_tensor *const *views, int count, size_t groups) {
     cl_uint arg = 0;
     int status = set_views(s, kernel, &arg, views, count);
     if (status == CLATTN_SUCCESS)
         status = clattn__set_arg(kernel, arg++, sizeof s->workspace, &s->workspace);
+    if (status == CLATTN_SUCCESS && queries)
+        status = clattn__set_arg(kernel, arg++, sizeof s->l->order, &s->l->order);
     if (status == CLATTN_SUCCESS) status = set_dims_and_mask(s, kernel, &arg, queries);
     const size_t group = (size_t)s->l->group;
     if (status == CLATTN_SUCCESS)

@@ -85,22 +85,21 @@
  * in a launch of fewer groups than SPLIT_TARGET a compute unit and in at most as many chunks as
  * make up for that, which bounds the partials (B * Hq * Sq * splits * (Dv + 2) floats of
  * workspace, rows that see none of a chunk included); LPT 1: under a causal mask, the variants
- * that launch a group per query block (tiles, micro, mma, units) start the longest groups first
- * (a head's last block sees the most keys; 0: a head's blocks in turn, as without a mask), a
- * section of heads at a time, so that on a device that gives each compute unit the next group
- * as one ends (a GPU: the type:gpu rows) the launch's tail is its lightest groups (on PoCL,
- * whose threads seem to take contiguous ranges of groups, the heavy blocks went to one thread:
- * 1.5x slower); LPT_MB: the cache a section's keys and values fill, in MiB (0: the device's
- * CL_DEVICE_GLOBAL_MEM_CACHE_SIZE), at least a wave's groups (src/ops/attention.c,
- * block_order). The backward (clattn_attention_backward) reads this row too: LANES, BM, GROUP,
- * SPLIT_TARGET and SPLIT_MIN size its lanes kernels (CPUs); BWD_TILES 1 takes its tiles kernels
- * instead (GPUs: cl/attention_backward.cl, Tiles), groups of BWD_GROUP work-items (fewer where
- * the device or the kernel takes fewer), each holding a key's or a query's head dims in slices
- * of at most BWD_SLICE (the fewest slices that divide both head dims and allow it, else their
- * greatest common divisor), the other side staged BWD_BLOCK rows at a time (halved until the
- * local memory holds it).
- * Default: PoCL on AVX-512: blocks at 16 lanes (the tiles variant's one query per work-item ran
- * far slower there), clattn-bench --op attention_causal. */
+ * that launch a group per query block (tiles, micro, mma, units, and the backward's queries
+ * tiles) start the longest groups first (a head's last block sees the most keys; 0: a head's
+ * blocks in turn, as without a mask), a section of heads at a time, so that on a device that gives
+ * each compute unit the next group as one ends (a GPU: the type:gpu rows) the launch's tail is its
+ * lightest groups (on PoCL, whose threads seem to take contiguous ranges of groups, the heavy
+ * blocks went to one thread: 1.5x slower); LPT_MB: the cache a section's keys and values fill, in
+ * MiB (0: the device's CL_DEVICE_GLOBAL_MEM_CACHE_SIZE), at least a wave's groups
+ * (src/ops/attention.c, clattn__attention_order). The backward (clattn_attention_backward) reads
+ * this row too: LANES, BM, GROUP, SPLIT_TARGET and SPLIT_MIN size its lanes kernels (CPUs);
+ * BWD_TILES 1 takes its tiles kernels instead (GPUs: cl/attention_backward.cl, Tiles), groups of
+ * BWD_GROUP work-items (fewer where the device or the kernel takes fewer), each holding a key's or
+ * a query's head dims in slices of at most BWD_SLICE (the fewest slices that divide both head dims
+ * and allow it, else their greatest common divisor), the other side staged BWD_BLOCK rows at a time
+ * (halved until the local memory holds it). Default: PoCL on AVX-512: blocks at 16 lanes (the tiles
+ * variant's one query per work-item ran far slower there), clattn-bench --op attention_causal. */
 #define CLATTN__TUNING_ATTENTION(X)                                                                \
     X(PREFILL, 0, 0, 6, HOST)                                                                      \
     X(DECODE, 0, 0, 4, HOST)                                                                       \
