@@ -29,8 +29,10 @@
 # prefill now starts its longest groups first (LPT=1): two rows time it off, and with sections
 # sized for a 50 MiB cache (the H100's and H200's L2) in case the driver reports less. The
 # backward now takes its tiles kernels on GPUs (BWD_TILES=1; the lanes kernels took 26.4 ms at
-# D=64 in c4): the default rows time them against PyTorch's autograd, causal too, and the last
-# four with groups of 256, slices of 16 and 64 dims (64: one slice at D=64), blocks of 32 rows.
+# D=64 in c4): the default rows time them against PyTorch's autograd, causal too (its queries
+# pass longest first, LPT=1; a row without), and the last four with groups of 256, slices of 16
+# and 64 dims (64: one slice at D=64), blocks of 32 rows. The 16-bit reshape rows now move the
+# f32 rows' bytes (twice the batch: c4's f16 split heads read 46% of copy at half the bytes).
 # GPU_TESTS holds clattn-tests' arguments, several runs separated by ';' (default: none, the
 # whole suite; "skip" skips it); GPU_QUICK=1 passes --quick to the benchmark. Each step has a
 # time limit (a bench row 120 s: rows took 1-42 s, and a kernel that NVIDIA's compiler chews on
@@ -67,6 +69,7 @@ DEFAULT_ROWS=( # most wanted first: rows past the budget are skipped
   "lpt-off|attention_causal --no-peers|attention:LPT=0"
   "lpt-50mb|attention_causal --no-peers|attention:LPT_MB=50"
   "default|attention_backward_causal --only f32|"
+  "bwd-lpt-off|attention_backward_causal --only f32 --no-peers|attention:LPT=0"
   "bwd-g256|attention_backward --only f32 --no-peers|attention:BWD_GROUP=256"
   "bwd-s16|attention_backward --only f32 --no-peers|attention:BWD_SLICE=16"
   "bwd-s64|attention_backward --only f32 --no-peers|attention:BWD_SLICE=64"
