@@ -143,9 +143,9 @@ lane pocl-pthread plain 1200 "$pthread_selector" "${pthread[@]}"
 # compiles its own program and the main lane has the long one, and both take the small shapes (the
 # pthread lane runs the large ones: they test sizes, not groups), to keep CI inside its time. The
 # small-groups lane leaves out what the cap does not change or does not reach:
-# - the backward's tests but its tiles kernels' in small groups (the lanes kernels' groups share
-#   nothing, 80 s a lane; the tiles at the row's sizes, 14 s here, would be capped to the same
-#   16 work-items);
+# - the backward's tests but its tiles kernels' in small groups, in longest-first order and their
+#   plan (the lanes kernels' groups share nothing, 80 s a lane; the tiles at the row's sizes,
+#   14 s here, would be capped to the same 16 work-items);
 # - the four tests that run CLBlast's own GEMMs (the cap does not reach CLBlast's kernels; 49 s);
 # - the tests of what each element becomes, whatever the group that computes it: the attention's
 #   and linear attention's storage tests (every dtype and layout), linear attention's feature
@@ -181,7 +181,8 @@ lane python python 1200 tests/python "${pthread[@]}" CLATTN_LIBRARY="$root/$buil
   CLATTN_ABI_HELPER="$root/$build/tests/libclattn_abi_layout.so"
 # clattn-tune's search over two ops (every candidate checked against the reference): copy's
 # whole grid, and softmax's first 15 s of it (--budget; its whole grid, about 45 builds, took
-# 46 s, and the softmax suite runs every variant), so the search's stop at its budget runs too;
+# 46 s here, and the softmax suite runs every variant), so that here the search's stop at its
+# budget runs too (not asserted: a faster machine may finish the grid);
 # clattn-bench's default-vs-tuned rows, the Python binding's overhead row (its three chains
 # must agree), and the Python package installed by pip (ci/package.sh), run as a user runs them
 # (lane_tools).
@@ -191,7 +192,9 @@ lane tools tools 600 'tune-copy tune-softmax bench-tuning bench-python package' 
 # pointers), so that ci/lsan.supp can name driver code. The short fuzz test (the pthread lane
 # runs the long one; its every case builds a program, 270 s of this lane at full length).
 # Without the tests the pthread lane leaves out (this lane reads its PoCL cache: the programs
-# they would build here alone would cost as much).
+# they would build here alone would cost as much; of the emulated units' attention tests it
+# keeps those the pthread lane runs, which walk the same planning code: every tile, key splits,
+# two m-tiles a warp).
 lane asan asan 900 "$pthread_selector" "${sanitizers[@]}" CLATTN_FUZZ_N=12 \
   ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0:malloc_context_size=30
 # memcheck on the main build's runner (ci/valgrind.supp), over the tests that run no kernel, the
@@ -219,8 +222,8 @@ lane oclgrind-linear oclgrind 1200 'each:--suite linear_attention' "${uninit[@]}
 # "attention" also picked six MHA tests the next lane runs), the attention suite's variants only
 # those the first pass left out (CLATTN_TEST_AFTER_UNINIT_CHECKER: the others ran the same cases
 # there, under the race and bounds checks too; 18 s of 106 here), and the backward's tiles
-# kernels in small groups and under the garbage test, not at the GPU row's sizes (their barriers
-# and bounds are the same code; 12 s here)...
+# kernels in small groups, in longest-first order and under the garbage test, not at the GPU
+# row's sizes (their barriers and bounds are the same code; 12 s here)...
 attention_suites='--suite attention --suite attention_fuzz --suite attention_backward'
 lane oclgrind-attention oclgrind 1200 \
   "$attention_suites --suite linear_attention !tiles_kernels_give" \

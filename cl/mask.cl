@@ -226,7 +226,9 @@ inline void mask_row_clip(mask_row *r, int first, int last) {
     r->hi = max(r->lo, min(r->hi, last));
 }
 
-/* Where work-group `unit` of a launch of heads x blocks (query blocks of each (batch, head))
+/* (Here, beside group_key_span, since the attention's kernels and the backward's, which include
+ * this file, both place their groups so.)
+ * Where work-group `unit` of a launch of heads x blocks (query blocks of each (batch, head))
  * works: (batch-head, block). order 0: a head's blocks in turn. order n > 0, for causal masks,
  * where a head's last block sees the most keys: longest first (a GPU starts groups in order, so
  * the last to start, which set the launch's tail, are then the lightest), blocks from the last,

@@ -129,10 +129,12 @@ cl_mem test_buffer_whole(test_ctx *t, size_t bytes) {
 }
 
 /* What a test may have changed in the library's choices, back to the library's own after each
- * test, so that a test that failed (CHECK returns at once) leaks none of its hooks, overrides or
- * fault sites into the next. */
+ * test, so that a test that failed (CHECK returns at once) leaks none of its hooks, overrides,
+ * fault sites or kernel trace (on, its events held) into the next. */
 static void restore_library_choices(uint64_t narrow_index_limit) {
     for (int hook = 0; hook < CLATTN__HOOKS; ++hook) clattn__hook_set((clattn__hook)hook, -1);
+    clattn__trace_kernels(true); /* drops what the trace held */
+    clattn__trace_kernels(false);
     clattn__narrow_index_limit_set(narrow_index_limit);
     for (int site = 0; site < CLATTN__FAULT_SITES; ++site)
         clattn__fault_arm((clattn__fault_site)site, 0);

@@ -3,6 +3,7 @@
  * central finite differences of the forward references on small shapes with every mask part:
  * the kernels' tests will trust them. */
 #include "harness.h"
+#include "ops/attention.h"
 #include "ref.h"
 #include "runtime/runtime.h"
 #include "runtime/testing.h"
@@ -639,17 +640,19 @@ static void gradients_with_split_keys(test_ctx *t) {
     clattn__hook_set(CLATTN__HOOK_ATTENTION_SPLITS, -1);
 }
 
-/* Whether `kernel` ran since clattn__trace_kernels(true), whose trace this stops and takes. */
-static bool traced(const char *kernel) {
+/* Whether `kernel` (and `also`, unless NULL) ran since clattn__trace_kernels(true), whose trace
+ * this stops and takes. */
+static bool traced(const char *kernel, const char *also) {
     clattn__trace_kernels(false);
     clattn__traced_kernel ran[16];
     const size_t n = clattn__trace_take(ran, 16);
-    bool found = false;
+    bool found = false, found_also = also == NULL;
     for (size_t i = 0; i < n; ++i) {
         found = found || strcmp(ran[i].name, kernel) == 0;
+        found_also = found_also || strcmp(ran[i].name, also) == 0;
         clReleaseEvent(ran[i].event);
     }
-    return found;
+    return found && found_also;
 }
 
 /* check_spec, and that the backward ran `kernel` among its kernels (a launch that fell back to
@@ -657,7 +660,7 @@ static bool traced(const char *kernel) {
 static void check_spec_ran(test_ctx *t, const bw_spec *s, const char *what, const char *kernel) {
     clattn__trace_kernels(true);
     check_spec(t, s, what);
-    CHECK(t, traced(kernel) || t->failed, "%s: %s did not run", what, kernel);
+    CHECK(t, traced(kernel, NULL) || t->failed, "%s: %s did not run", what, kernel);
 }
 
 /* The GPU kernels (BWD_TILES=1), forced at the row's sizes: D=64 (two slices of a key, 64 keys
@@ -855,9 +858,10 @@ static void tiles_kernels_in_longest_first_order(test_ctx *t) {
         CHECK_OK(t, run_backward(t, &c, NULL, &in_turn, NULL));
         clattn__hook_set(CLATTN__HOOK_ATTENTION_ORDER, 3);
         clattn__trace_kernels(true);
-        CHECK_OK(t, run_backward(t, &c, NULL, &longest, NULL));
-        CHECK(t, traced("backward_queries_tiles") || t->failed,
-              "backward_queries_tiles did not run");
+        const int status = run_backward(t, &c, NULL, &longest, NULL);
+        const bool ran = traced("backward_queries_tiles", splits > 1 ? "backward_merge" : NULL);
+        CHECK_OK(t, status);
+        CHECK(t, ran, "%d split(s): backward_queries_tiles (and the merge) did not run", splits);
         CHECK(t, t->failed || same_grads(&c, &in_turn, &longest),
               "%d split(s): 3 heads a section changed a gradient", splits);
         if (!t->failed) check_against_reference(t, &c, &longest, "longest first");
@@ -867,6 +871,64 @@ static void tiles_kernels_in_longest_first_order(test_ctx *t) {
     clattn__hook_set(CLATTN__HOOK_ATTENTION_ORDER, -1);
     clattn__hook_set(CLATTN__HOOK_ATTENTION_SPLITS, -1);
     clattn_tuning_override("attention", NULL);
+}
+
+/* The order the backward plans for its queries tiles (clattn__attention_order, as the forward):
+ * longest first only under a causal mask with LPT; a section holds the heads whose keys and
+ * values fit LPT_MB (2 query heads a key head counted together), at least one; a hooked order at
+ * most the heads; none where the lanes kernels run. 4096 queries in groups of 6 give a head 683
+ * blocks, so the least section, a wave of 4 groups a compute unit, is one head on any device of
+ * up to 170 units. Planned only: the buffers are never written. */
+static void tiles_kernels_plan_longest_first(test_ctx *t) {
+    static const char tiles[] = "BWD_TILES=1,BWD_GROUP=24,BWD_SLICE=4,BWD_BLOCK=3,";
+    static const struct {
+        const char *params;
+        int causal, long_keys, hooked, tiled, order;
+    } cases[] = {
+        {"LPT=1,LPT_MB=1", 1, 0, -1, 1, 4},   /* 2 key heads of 384 KiB a MiB: 4 query heads */
+        {"LPT=1,LPT_MB=1", 1, 1, -1, 1, 1},   /* 1.5 MiB: none fits, one head */
+        {"LPT=1,LPT_MB=64", 1, 0, -1, 1, 8},  /* every head */
+        {"LPT=1,LPT_MB=64", 0, 0, -1, 1, 0},  /* not causal */
+        {"LPT=0", 1, 0, -1, 1, 0},            /* asked not to */
+        {"LPT=1,LPT_MB=1", 0, 0, 100, 1, 8},  /* hooked, at most the heads */
+        {"LPT=1,BWD_TILES=0", 1, 0, 3, 0, 0}, /* the lanes kernels: no order */
+    };
+    const int64_t B = 2, Hq = 4, Hkv = 2, Sq = 4096, D = 16, Dv = 8;
+    clattn_tensor q = clattn_tensor_4d(NULL, CLATTN_F32, B, Hq, Sq, D), dq = q, dout, out, lse;
+    out = dout = clattn_tensor_4d(NULL, CLATTN_F32, B, Hq, Sq, Dv);
+    lse = clattn_tensor_4d(NULL, CLATTN_F32, 1, B, Hq, Sq);
+    clattn_tensor *own[5] = {&q, &dq, &out, &dout, &lse};
+    for (int i = 0; i < 5; ++i)
+        own[i]->buffer = test_buffer_whole(t, (size_t)clattn_tensor_numel(own[i]) * 4);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0] && !t->failed; ++i) {
+        const int64_t Sk = cases[i].long_keys ? 16384 : 4096; /* (D + Dv) * 4 bytes a key */
+        clattn_tensor k = clattn_tensor_4d(NULL, CLATTN_F32, B, Hkv, Sk, D), dk = k;
+        clattn_tensor v = clattn_tensor_4d(NULL, CLATTN_F32, B, Hkv, Sk, Dv), dv = v;
+        clattn_tensor *kv[4] = {&k, &dk, &v, &dv};
+        for (int j = 0; j < 4; ++j)
+            kv[j]->buffer = test_buffer_whole(t, (size_t)clattn_tensor_numel(kv[j]) * 4);
+        clattn_mask mask = {0};
+        mask.causal = cases[i].causal;
+        char params[128];
+        snprintf(params, sizeof params, "%s%s", cases[i].tiled ? tiles : "", cases[i].params);
+        clattn__backward_plan plan = {0};
+        int status = clattn_tuning_override("attention", params);
+        clattn__hook_set(CLATTN__HOOK_ATTENTION_ORDER, cases[i].hooked);
+        if (status == CLATTN_SUCCESS)
+            status = clattn__attention_backward_plan(&q, &k, &v, &out, &dout, &lse, &mask, &dq, &dk,
+                                                     &dv, clattn_env_queue(t->env), &plan);
+        for (int j = 0; j < 4; ++j)
+            if (kv[j]->buffer) clReleaseMemObject(kv[j]->buffer);
+        if (status != CLATTN_SUCCESS)
+            test_fail_at(t, __FILE__, __LINE__, "case %zu: %s: %s", i, clattn_status_name(status),
+                         clattn_last_error());
+        else if (plan.tiled != cases[i].tiled || plan.order != cases[i].order)
+            test_fail_at(t, __FILE__, __LINE__,
+                         "case %zu (%s, causal %d): tiled %d order %d, not %d and %d", i, params,
+                         cases[i].causal, plan.tiled, plan.order, cases[i].tiled, cases[i].order);
+    }
+    for (int i = 0; i < 5; ++i)
+        if (own[i]->buffer) clReleaseMemObject(own[i]->buffer);
 }
 
 /* A caller's workspace of exactly the size asked gives the same bits as the library's own; one
@@ -1272,6 +1334,7 @@ static const test_case cases[] = {
     {"tiles_kernels_give_the_gradients", tiles_kernels_give_the_gradients},
     {"tiles_kernels_in_small_groups", tiles_kernels_in_small_groups},
     {"tiles_kernels_in_longest_first_order", tiles_kernels_in_longest_first_order},
+    {"tiles_kernels_plan_longest_first", tiles_kernels_plan_longest_first},
     {"invisible_garbage_changes_nothing", invisible_garbage_changes_nothing, TAG_SMOKE},
     {"caller_workspace", caller_workspace},
     {"bad_arguments_are_rejected", bad_arguments_are_rejected, TAG_HOST},

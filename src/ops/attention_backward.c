@@ -603,3 +603,21 @@ int clattn_attention_backward_workspace_size(const clattn_tensor *q, const clatt
     if (status == CLATTN_SUCCESS) status = plan_call(&a, &call, &l, bytes);
     return status;
 }
+
+int clattn__attention_backward_plan(const clattn_tensor *q, const clattn_tensor *k,
+                                    const clattn_tensor *v, const clattn_tensor *out,
+                                    const clattn_tensor *dout, const clattn_tensor *lse,
+                                    const clattn_mask *mask, const clattn_tensor *dq,
+                                    const clattn_tensor *dk, const clattn_tensor *dv,
+                                    cl_command_queue queue, clattn__backward_plan *plan) {
+    clattn__call call;
+    backward_args a = {q,    k,    v,  out, dout, lse, dq, dk, dv, NULL, CLATTN_PATH_FUSED,
+                       mask, 1.0f, {0}};
+    backward_launch l;
+    size_t bytes = 0;
+    int status = clattn__begin_call(&call, queue, 0, NULL, NULL);
+    if (status == CLATTN_SUCCESS) status = plan_call(&a, &call, &l, &bytes);
+    if (status == CLATTN_SUCCESS)
+        *plan = (clattn__backward_plan){l.tiled, (int)l.group, l.slices, l.splits, l.order};
+    return status;
+}

@@ -13,7 +13,7 @@ int clattn__create_kernel(cl_context context, cl_device_id device, const char *o
 /* The widest group each of the `count` kernels `names` of that program takes on `device` (the
  * least of their clattn__kernel_max_group), built now: a plan asks the program it will launch,
  * whose compiler may take fewer work-items than the device (registers), and the program cache
- * keeps it for the enqueue. */
+ * keeps it for the enqueue. On a failure *most is 0; with no kernel, SIZE_MAX. */
 int clattn__kernels_group_limit(cl_context context, cl_device_id device, const char *op_file,
                                 const char *options, const char *const *names, int count,
                                 size_t *most);
