@@ -1,14 +1,14 @@
 /*
  * libFuzzer target: the parsing that clattn_cache_import and the on-disk cache
  * (CLATTN_CACHE_DIR) do on a blob of program-binary entries before anything reaches the driver,
- * through clattn__cache_blob_scan (src/runtime/program_binary.c). No binary is ever given to the driver:
- * a forged one with a right checksum would be (README, Known limits).
+ * through clattn__cache_blob_scan (src/runtime/program_binary.c). No binary is ever given to the
+ * driver: a forged one with a right checksum would be (README, Known limits).
  *
  * The first byte is a flag: odd, the target rewrites each entry's checksum the way the export
  * writes it, so that inputs also reach what is checked after the checksum (the strings); the rest
- * is the blob. The layout (src/runtime/program_binary.c, write_entry): 8 bytes "CLATTNPB", u32 version,
- * u64 source hash, u64 binary size, six u32 string lengths, the strings, the binary, then u64
- * FNV-1a of everything before it, all little-endian.
+ * is the blob. The layout (src/runtime/program_binary.c, write_entry): 8 bytes "CLATTNPB", u32
+ * version, u64 source hash, u64 binary size, six u32 string lengths, the strings, the binary, then
+ * u64 FNV-1a of everything before it, all little-endian.
  *
  * Invariants: no sanitizer report; the scan stops inside the blob, and counts no more corrupt
  * entries than entries, and no more entries than the blob can hold.

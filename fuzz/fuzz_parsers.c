@@ -4,18 +4,19 @@
  * The first byte picks the parser (byte % 3) and a variant ((byte / 3) & 1); the rest is text,
  * up to its first NUL, split at newlines into fields:
  *
- *   0  device spec (src/runtime/device.c): clattn_select_device(text), or (variant 1) with the text in
- *      CLATTN_DEVICE and a NULL spec. Success picks the device the spec names ("P:D" indices or
- *      a case-insensitive substring of the platform or device name).
- *   1  tuning (src/runtime/tuning.c): OP \n PARAMS \n CLATTN_TUNE \n LOOKUP_OP. clattn_tuning_override(OP,
- *      PARAMS), then CLATTN_TUNE set to its field, then clattn_tuning_lookup(LOOKUP_OP or OP) into
- *      a 256-byte buffer (variant 1: a short one). A lookup that succeeds must give a parameter
- *      string that is itself a valid override of that op. Every override is reset after the input.
- *   2  build options (src/runtime/kernel.c, static full_options): CLATTN_BUILD_OPTIONS \n OPTIONS, reached
- *      through clattn__create_kernel on an op file that does not exist, so that no program is ever
- *      built: the call must fail, with CLATTN_ERR_INVALID_ARGUMENT when the options relax IEEE
- *      math (docs/design.md, Numerics: IEEE semantics are required), else with that or
- *      CLATTN_ERR_KERNEL_SOURCE.
+ *   0  device spec (src/runtime/device.c): clattn_select_device(text), or (variant 1) with the
+ *      text in CLATTN_DEVICE and a NULL spec. Success picks the device the spec names ("P:D"
+ *      indices or a case-insensitive substring of the platform or device name).
+ *   1  tuning (src/runtime/tuning.c): OP \n PARAMS \n CLATTN_TUNE \n LOOKUP_OP.
+ *      clattn_tuning_override(OP, PARAMS), then CLATTN_TUNE set to its field, then
+ *      clattn_tuning_lookup(LOOKUP_OP or OP) into a 256-byte buffer (variant 1: a short one). A
+ *      lookup that succeeds must give a parameter string that is itself a valid override of that
+ *      op. Every override is reset after the input.
+ *   2  build options (src/runtime/kernel.c, static full_options): CLATTN_BUILD_OPTIONS \n
+ *      OPTIONS, reached through clattn__create_kernel on an op file that does not exist, so that
+ *      no program is ever built: the call must fail, with CLATTN_ERR_INVALID_ARGUMENT when the
+ *      options relax IEEE math (docs/design.md, Numerics: IEEE semantics are required), else with
+ *      that or CLATTN_ERR_KERNEL_SOURCE.
  *
  *   first byte 0xF0-0xFF: the work-group cap (src/runtime/config.c, clattn__parse_group_cap, the
  *      CLATTN_MAX_WORK_GROUP parser): success only for decimal digits naming 1..65536, which

@@ -4,8 +4,8 @@
  *
  *   embed_cl OUT.c TABLE IN1.cl [IN2.cl ...]
  *
- * Each input becomes an entry of the array TABLE (type clattn__source_file, src/runtime/sources.h) named by
- * its base name ("heads.cl"); TABLE_count holds the number of entries.
+ * Each input becomes an entry of the array TABLE (type clattn__source_file, src/runtime/sources.h)
+ * named by its base name ("heads.cl"); TABLE_count holds the number of entries.
  */
 #include <stdio.h>
 #include <stdlib.h>
