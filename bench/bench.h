@@ -31,6 +31,11 @@ typedef struct bench_timing {
     int kernels;
     char kernel[BENCH_KERNELS][64]; /* as clattn__traced_kernel's names */
     double kernel_ms[BENCH_KERNELS];
+    /* with those, where a ceiling was timed beside: the ceiling kernel's work per ns by its own
+     * device time (the median of as many profiled runs as the row's repeats), so that the row's
+     * kernels can be set against the ceiling's kernel, neither counting the host or the launch
+     * (a call of tens of microseconds on a GPU spends a third of its time there); 0: none */
+    double ceiling_device_rate;
 } bench_timing;
 
 /* One measured op call: enqueue on `queue` and return a clattn status. */
@@ -108,7 +113,10 @@ typedef struct bench_record {
     double value;        /* in `metric` units */
     double ceiling;      /* the device's ceiling in the same units, timed beside this row */
     double roofline_pct; /* value / ceiling */
-    double torch_ms;     /* the peer's median; < 0 when not measured */
+    /* with CLATTN_BENCH_KERNELS=1: the same by device times alone, the row's traced kernels'
+     * (their first BENCH_KERNELS names) against the ceiling kernel's (0: not measured) */
+    double device_roofline_pct;
+    double torch_ms; /* the peer's median; < 0 when not measured */
 } bench_record;
 
 typedef struct bench_report {

@@ -33,6 +33,10 @@ static int add_row(bench_report *report, const clattn_env *env, const char *op, 
     r->value = timing->median_ms > 0 ? work / (timing->median_ms * 1e6) : 0.0;
     r->ceiling = ceiling;
     r->roofline_pct = 100.0 * r->value / ceiling;
+    double device_ms = 0.0;
+    for (int k = 0; k < timing->kernels; ++k) device_ms += timing->kernel_ms[k];
+    if (device_ms > 0.0 && timing->ceiling_device_rate > 0.0)
+        r->device_roofline_pct = 100.0 * work / (device_ms * 1e6) / timing->ceiling_device_rate;
     r->torch_ms = torch_ms;
     snprintf(r->check, sizeof r->check, "%s", report->check[0] ? report->check : "-");
     report->check[0] = '\0';
@@ -89,7 +93,10 @@ void bench_print_record(FILE *out, const bench_record *r) {
     for (int k = 0; k < r->timing.kernels; ++k)
         fprintf(out, "%s%s %.3f ms", k ? ", " : "  kernels: ", r->timing.kernel[k],
                 r->timing.kernel_ms[k]);
-    if (r->timing.kernels > 0) fprintf(out, "; on the host %.3f ms\n", r->timing.host_ms);
+    if (r->timing.kernels > 0) fprintf(out, "; on the host %.3f ms", r->timing.host_ms);
+    if (r->device_roofline_pct > 0.0)
+        fprintf(out, "; by device times %.0f%% of the ceiling's kernel", r->device_roofline_pct);
+    if (r->timing.kernels > 0) fprintf(out, "\n");
     fflush(out);
 }
 
@@ -170,6 +177,8 @@ int bench_write_json(const char *path, const bench_report *report,
         json_string(f, r->metric);
         fprintf(f, ", \"value\": %.4f, \"ceiling\": %.4f, \"roofline_pct\": %.2f", r->value,
                 r->ceiling, r->roofline_pct);
+        if (r->device_roofline_pct > 0.0)
+            fprintf(f, ", \"device_roofline_pct\": %.2f", r->device_roofline_pct);
         fprintf(f, ", \"peer_ratio\": {");
         if (r->torch_ms >= 0) fprintf(f, "\"torch\": %.4f", r->torch_ms / r->timing.median_ms);
         fprintf(f, "}, \"peer_ms\": {");

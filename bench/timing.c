@@ -298,13 +298,36 @@ void bench_ceilings_close(bench_ceilings *c) {
     release_run(&c->matrix_run);
 }
 
+/* The ceiling's work per ns by its kernel's own device time: the median of `repeats` profiled
+ * runs (0 where the queue keeps no profile). */
+static int ceiling_device_rate(const bench_options *opt, const bench_ceiling_run *run,
+                               cl_command_queue queue, double *rate) {
+    double *times = calloc((size_t)opt->repeats, sizeof *times);
+    if (!times) return CLATTN_ERR_OUT_OF_HOST_MEMORY;
+    cl_int err = CL_SUCCESS;
+    for (int i = 0; i < opt->repeats && err == CL_SUCCESS; ++i) {
+        cl_event event = NULL;
+        err = clEnqueueNDRangeKernel(queue, run->kernel, 1, NULL, &run->global,
+                                     run->local ? &run->local : NULL, 0, NULL, &event);
+        if (err == CL_SUCCESS) err = clWaitForEvents(1, &event);
+        if (err == CL_SUCCESS) times[i] = kernel_ms(event);
+        if (event) clReleaseEvent(event);
+    }
+    const double ms = err == CL_SUCCESS ? median_of(times, opt->repeats) : 0.0;
+    *rate = ms > 0.0 ? run->work / (ms * 1e6) : 0.0;
+    free(times);
+    return err;
+}
+
 /* fn timed alternately with the ceiling `run`; *rate is the ceiling's work per ns (GB/s or
- * GFLOP/s) over those runs. */
+ * GFLOP/s) over those runs; where fn's kernels were traced, the ceiling's device rate too. */
 static int time_beside_ceiling(const bench_options *opt, bench_ceiling_run *run, bench_fn fn,
                                void *ctx, cl_command_queue queue, bench_timing *out, double *rate) {
     bench_timing ceiling;
     int status = bench_time_beside(opt, fn, ctx, run_ceiling, run, queue, out, &ceiling);
     if (status == CLATTN_SUCCESS) *rate = ceiling_rate(run, &ceiling);
+    if (status == CLATTN_SUCCESS && out->kernels > 0)
+        status = ceiling_device_rate(opt, run, queue, &out->ceiling_device_rate);
     return status;
 }
 

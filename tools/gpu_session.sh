@@ -243,7 +243,8 @@ run() {
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv 2>&1
     export CLATTN_PEER_DEVICE=${CLATTN_PEER_DEVICE:-cuda} CLATTN_PYTHON=${CLATTN_PYTHON:-python3}
     export CLATTN_DEVICE=${CLATTN_DEVICE:-nvidia} CLATTN_CACHE_DIR=$work/cache
-    # each row's kernels timed apart too (kernels_ms in the JSON): where a call of several goes
+    # each row's kernels timed apart too (kernels_ms in the JSON): where a call of several goes;
+    # and its share of the ceiling by device times alone (device_roofline_pct)
     export CLATTN_BENCH_KERNELS=${CLATTN_BENCH_KERNELS:-1}
     CLATTN_BUILD_DIR=build step 300 build bash ci/build.sh || return 1
     # The probes first (seconds: whether the matrix units run), the rows, then the whole suite
