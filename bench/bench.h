@@ -16,6 +16,9 @@ typedef struct bench_options {
                        * are left out) */
     const char *peer_script; /* bench/peers/torch_ops.py; NULL: no peers */
     const char *python;      /* interpreter for the peer script */
+    /* --apart: a row's calls back to back, then its ceiling's, not alternated (on a GPU the FMA
+     * and matrix-unit ceilings draw the most power, and may lower the clocks the row then gets) */
+    bool apart;
 } bench_options;
 
 #define BENCH_KERNELS 8

@@ -19,7 +19,7 @@
 static void usage(FILE *out) {
     fprintf(out, "usage: clattn-bench [--device SPEC|all] [--op NAME] [--only TEXT] [--quick]\n"
                  "                    [--json FILE] [--repeats N]\n"
-                 "                    [--peer-script PATH | --no-peers] [--time-wrong]\n"
+                 "                    [--peer-script PATH | --no-peers] [--time-wrong] [--apart]\n"
                  "  SPEC: P:D or a name substring (as CLATTN_DEVICE); all: every device\n"
                  "  NAME: split_heads | merge_heads | split_qkv | transpose | softmax |\n"
                  "        softmax_masked | attention | attention_causal | attention_memory |\n"
@@ -29,7 +29,9 @@ static void usage(FILE *out) {
                  "        linear_attention | linear_attention_causal | linear_step |\n"
                  "        linear_crossover | gemm | mha | tuning\n"
                  "  TEXT: only the rows whose key holds it (\"f16 4,8,1024,64\")\n"
-                 "  --time-wrong: time rows whose check failed too (check: ablated)\n");
+                 "  --time-wrong: time rows whose check failed too (check: ablated)\n"
+                 "  --apart: time a row's calls back to back, then its ceiling's (default:\n"
+                 "           alternated, so both see the same machine)\n");
 }
 
 typedef struct bench_args {
@@ -45,7 +47,7 @@ static int parse_args(int argc, char **argv, bench_args *a) {
              CLATTN_SOURCE_DIR);
     const char *python = getenv("CLATTN_PYTHON");
     a->opt = (bench_options){
-        false, 0, 3, NULL, NULL, default_script, python ? python : "/usr/bin/python3"};
+        false, 0, 3, NULL, NULL, default_script, python ? python : "/usr/bin/python3", false};
     a->device = NULL;
     a->json = NULL;
     a->first_calls_only = false;
@@ -59,6 +61,8 @@ static int parse_args(int argc, char **argv, bench_args *a) {
             a->opt.peer_script = NULL;
         else if (strcmp(arg, "--time-wrong") == 0)
             a->time_wrong = true;
+        else if (strcmp(arg, "--apart") == 0)
+            a->opt.apart = true;
         else if (strcmp(arg, "--first-calls-only") == 0)
             a->first_calls_only = true;
         else if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0)

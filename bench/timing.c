@@ -319,12 +319,17 @@ static int ceiling_device_rate(const bench_options *opt, const bench_ceiling_run
     return err;
 }
 
-/* fn timed alternately with the ceiling `run`; *rate is the ceiling's work per ns (GB/s or
- * GFLOP/s) over those runs; where fn's kernels were traced, the ceiling's device rate too. */
+/* fn timed alternately with the ceiling `run` (with --apart, fn's calls then the ceiling's);
+ * *rate is the ceiling's work per ns (GB/s or GFLOP/s) over those runs; where fn's kernels were
+ * traced, the ceiling's device rate too. */
 static int time_beside_ceiling(const bench_options *opt, bench_ceiling_run *run, bench_fn fn,
                                void *ctx, cl_command_queue queue, bench_timing *out, double *rate) {
     bench_timing ceiling;
-    int status = bench_time_beside(opt, fn, ctx, run_ceiling, run, queue, out, &ceiling);
+    int status = opt->apart
+                     ? bench_time(opt, fn, ctx, queue, out)
+                     : bench_time_beside(opt, fn, ctx, run_ceiling, run, queue, out, &ceiling);
+    if (status == CLATTN_SUCCESS && opt->apart)
+        status = bench_time(opt, run_ceiling, run, queue, &ceiling);
     if (status == CLATTN_SUCCESS) *rate = ceiling_rate(run, &ceiling);
     if (status == CLATTN_SUCCESS && out->kernels > 0)
         status = ceiling_device_rate(opt, run, queue, &out->ceiling_device_rate);
