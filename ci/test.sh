@@ -144,8 +144,8 @@ lane pocl-pthread plain 1200 "$pthread_selector" "${pthread[@]}"
 # pthread lane runs the large ones: they test sizes, not groups), to keep CI inside its time. The
 # small-groups lane leaves out what the cap does not change or does not reach:
 # - the backward's tests but its tiles kernels' in small groups, in longest-first order and their
-#   plan (the lanes kernels' groups share nothing, 80 s a lane; the tiles at the row's sizes,
-#   14 s here, would be capped to the same 16 work-items);
+#   plan, and its random cases (the lanes kernels' groups share nothing, 80 s a lane; the tiles at
+#   the row's sizes, 14 s here, would be capped to the same 16 work-items);
 # - the four tests that run CLBlast's own GEMMs (the cap does not reach CLBlast's kernels; 49 s);
 # - the tests of what each element becomes, whatever the group that computes it: the attention's
 #   and linear attention's storage tests (every dtype and layout), linear attention's feature
@@ -222,8 +222,9 @@ lane oclgrind-linear oclgrind 1200 'each:--suite linear_attention' "${uninit[@]}
 # "attention" also picked six MHA tests the next lane runs), the attention suite's variants only
 # those the first pass left out (CLATTN_TEST_AFTER_UNINIT_CHECKER: the others ran the same cases
 # there, under the race and bounds checks too; 18 s of 106 here), and the backward's tiles
-# kernels in small groups, in longest-first order and under the garbage test, not at the GPU
-# row's sizes (their barriers and bounds are the same code; 12 s here)...
+# kernels in small groups, in longest-first order, under the garbage test and in its random
+# cases (10 s here), not at the GPU row's sizes (their barriers and bounds are the same code;
+# 12 s here)...
 attention_suites='--suite attention --suite attention_fuzz --suite attention_backward'
 lane oclgrind-attention oclgrind 1200 \
   "$attention_suites --suite linear_attention !tiles_kernels_give" \
