@@ -520,7 +520,13 @@ __kernel void backward_keys_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
             barrier(CLK_LOCAL_MEM_FENCE);
             bool any = false;
             for (int t = 0; t < BLK; ++t) any = any || sees[t];
-            if (!any) continue; /* the same for the whole group */
+            if (!any) { /* the same for the whole group */
+                /* a barrier on this path too: PoCL 3.1 got dK wrong for all but the first key of
+                 * each group (one row a block, a keep mask) when the skip went straight to the
+                 * loop's first barrier (tiles_kernels_blocks_of_one_row_under_a_keep_mask) */
+                barrier(CLK_LOCAL_MEM_FENCE);
+                continue;
+            }
             /* rows that see none of the group's keys read as 0: they add nothing */
             STAGE_ROWS(Q_T, q, b, h, i0, HEAD_DIM, sees[t], qs);
             STAGE_ROWS(DO_T, dout, b, h, i0, VALUE_DIM, sees[t], gos);
