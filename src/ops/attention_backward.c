@@ -38,6 +38,7 @@ typedef struct backward_launch {
                                        the forward's, clattn__attention_order) */
     size_t rows, tiles;             /* B*Hq*Sq query rows; key tiles (tiled: key groups) of one
                                        (batch, kv head) */
+    size_t query_blocks;            /* BM rows (tiled: a group's queries) of one (batch, q head) */
     clattn__softmax_tuning softmax; /* the composed path's */
 } backward_launch;
 
@@ -153,8 +154,7 @@ static int check_call(backward_args *a, cl_context context) {
 static void pick_splits(backward_launch *l, const clattn__attention_tuning *t, cl_device_id device,
                         const backward_args *a) {
     const int64_t Sk = a->k->shape[2];
-    const int64_t per = l->tiled ? l->group / l->slices : l->bm;
-    const int64_t items = a->q->shape[0] * a->q->shape[1] * ((a->q->shape[2] + per - 1) / per);
+    const int64_t items = a->q->shape[0] * a->q->shape[1] * (int64_t)l->query_blocks;
     const int64_t want =
         ((int64_t)clattn__device_compute_units(device) * t->SPLIT_TARGET + items - 1) / items;
     int64_t splits = want < Sk / t->SPLIT_MIN ? want : Sk / t->SPLIT_MIN;
@@ -242,11 +242,14 @@ static int tiles_group_limit(const clattn__call *call, const backward_args *a,
                                        options, names, 2, most);
 }
 
-/* The key groups (tiled) or tiles of one (batch, kv head), then the queries pass's splits. */
-static void plan_keys(backward_launch *l, const clattn__attention_tuning *t, cl_device_id device,
-                      const backward_args *a) {
+/* The key groups (tiled) or tiles of one (batch, kv head), the query blocks of one (batch,
+ * query head), then the queries pass's splits. */
+static void plan_blocks(backward_launch *l, const clattn__attention_tuning *t, cl_device_id device,
+                        const backward_args *a) {
     const long per_tile = l->tiled ? l->group / l->slices : l->lanes;
+    const long per_block = l->tiled ? l->group / l->slices : l->bm;
     l->tiles = (size_t)((a->k->shape[2] + per_tile - 1) / per_tile);
+    l->query_blocks = (size_t)((a->q->shape[2] + per_block - 1) / per_block);
     pick_splits(l, t, device, a);
 }
 
@@ -271,7 +274,7 @@ static int plan_tiles(const clattn__call *call, const clattn__attention_tuning *
     while (tiles.block > 1 && tile_local_bytes(a, &tiles, tiles.block) > local) tiles.block /= 2;
     if (tile_local_bytes(a, &tiles, tiles.block) > local) return CLATTN_SUCCESS;
     for (;;) {
-        plan_keys(&tiles, t, call->device, a);
+        plan_blocks(&tiles, t, call->device, a);
         size_t most = 0;
         const int status = tiles_group_limit(call, a, &tiles, &most);
         if (status != CLATTN_SUCCESS) return status;
@@ -279,9 +282,8 @@ static int plan_tiles(const clattn__call *call, const clattn__attention_tuning *
         tiles.group = (long)(most / (size_t)tiles.slices * (size_t)tiles.slices);
         if (tiles.group < tiles.slices) return CLATTN_SUCCESS;
     }
-    const int64_t queries = tiles.group / tiles.slices;
     tiles.order = clattn__attention_order(a->q, a->k, a->v, a->mask.causal, t,
-                                          (a->q->shape[2] + queries - 1) / queries, call->device);
+                                          (int64_t)tiles.query_blocks, call->device);
     *l = tiles;
     return CLATTN_SUCCESS;
 }
@@ -297,7 +299,7 @@ static int plan_launch(const clattn__call *call, const backward_args *a, backwar
     if (status != CLATTN_SUCCESS || l->tiled) return status;
     l->lanes = clattn__head_lanes((cl_uint)t.LANES, a->q->shape[3], a->v->shape[3]);
     l->group = t.GROUP;
-    plan_keys(l, &t, call->device, a);
+    plan_blocks(l, &t, call->device, a);
     return CLATTN_SUCCESS;
 }
 
@@ -403,9 +405,9 @@ static int run_keys(const backward_step *s, cl_kernel kernel) {
 static int run_queries(const backward_step *s, cl_kernel kernel) {
     const backward_args *a = s->a;
     const clattn_tensor *views[4] = {a->q, a->k, a->dout, a->dq};
-    const size_t blocks = (size_t)((a->q->shape[2] + s->l->bm - 1) / s->l->bm);
     return run_tiles(s, kernel, views,
-                     (size_t)(a->q->shape[0] * a->q->shape[1]) * blocks * (size_t)s->l->splits,
+                     (size_t)(a->q->shape[0] * a->q->shape[1]) * s->l->query_blocks *
+                         (size_t)s->l->splits,
                      a->dbias == NULL && s->l->splits == 1);
 }
 
@@ -440,10 +442,8 @@ static int run_keys_tiles(const backward_step *s, cl_kernel kernel) {
 static int run_queries_tiles(const backward_step *s, cl_kernel kernel) {
     const backward_args *a = s->a;
     const clattn_tensor *views[5] = {a->q, a->k, a->v, a->dout, a->dq};
-    const size_t per = (size_t)(s->l->group / s->l->slices);
-    const size_t blocks = ((size_t)a->q->shape[2] + per - 1) / per;
     return run_tiles_pass(s, kernel, true, views, 5,
-                          (size_t)(a->q->shape[0] * a->q->shape[1]) * blocks *
+                          (size_t)(a->q->shape[0] * a->q->shape[1]) * s->l->query_blocks *
                               (size_t)s->l->splits);
 }
 
@@ -585,6 +585,13 @@ int clattn_attention_backward(const clattn_tensor *q, const clattn_tensor *k,
     return status;
 }
 
+/* The plan of a call that enqueues nothing: its scratch bytes and launch. */
+static int plan_only(backward_args *a, cl_command_queue queue, backward_launch *l, size_t *bytes) {
+    clattn__call call;
+    const int status = clattn__begin_call(&call, queue, 0, NULL, NULL);
+    return status == CLATTN_SUCCESS ? plan_call(a, &call, l, bytes) : status;
+}
+
 int clattn_attention_backward_workspace_size(const clattn_tensor *q, const clattn_tensor *k,
                                              const clattn_tensor *v, const clattn_tensor *out,
                                              const clattn_tensor *dout, const clattn_tensor *lse,
@@ -592,16 +599,12 @@ int clattn_attention_backward_workspace_size(const clattn_tensor *q, const clatt
                                              const clattn_tensor *dk, const clattn_tensor *dv,
                                              const clattn_attention_backward_options *options,
                                              cl_command_queue queue, size_t *bytes) {
-    clattn__call call;
     backward_args a = {
         q,    k,    v,  out, dout, lse, dq, dk, dv, option_dbias(options), option_path(options),
         mask, 1.0f, {0}};
     backward_launch l;
-    int status = clattn__begin_call(&call, queue, 0, NULL, NULL);
-    if (status == CLATTN_SUCCESS && !bytes)
-        status = clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "bytes is NULL");
-    if (status == CLATTN_SUCCESS) status = plan_call(&a, &call, &l, bytes);
-    return status;
+    if (!bytes) return clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "bytes is NULL");
+    return plan_only(&a, queue, &l, bytes);
 }
 
 int clattn__attention_backward_plan(const clattn_tensor *q, const clattn_tensor *k,
@@ -610,13 +613,11 @@ int clattn__attention_backward_plan(const clattn_tensor *q, const clattn_tensor 
                                     const clattn_mask *mask, const clattn_tensor *dq,
                                     const clattn_tensor *dk, const clattn_tensor *dv,
                                     cl_command_queue queue, clattn__backward_plan *plan) {
-    clattn__call call;
     backward_args a = {q,    k,    v,  out, dout, lse, dq, dk, dv, NULL, CLATTN_PATH_FUSED,
                        mask, 1.0f, {0}};
     backward_launch l;
     size_t bytes = 0;
-    int status = clattn__begin_call(&call, queue, 0, NULL, NULL);
-    if (status == CLATTN_SUCCESS) status = plan_call(&a, &call, &l, &bytes);
+    const int status = plan_only(&a, queue, &l, &bytes);
     if (status == CLATTN_SUCCESS)
         *plan = (clattn__backward_plan){l.tiled, (int)l.group, l.slices, l.splits, l.order};
     return status;
