@@ -185,8 +185,11 @@ lane python python 1200 tests/python "${pthread[@]}" CLATTN_LIBRARY="$root/$buil
 # budget runs too (not asserted: a faster machine may finish the grid);
 # clattn-bench's default-vs-tuned rows, the Python binding's overhead row (its three chains
 # must agree), and the Python package installed by pip (ci/package.sh), run as a user runs them
-# (lane_tools).
-lane tools tools 600 'tune-copy tune-softmax bench-tuning bench-python package' "${pthread[@]}"
+# (lane_tools); and tests/probes/barrier_skip.c on the pthread device, which prints whether
+# PoCL still miscompiles a loop's skip past its barriers and fails if the form clattn's kernels
+# use instead (a barrier on the skipping path) is wrong.
+lane tools tools 600 \
+  'tune-copy tune-softmax bench-tuning bench-python package probe-barrier-skip' "${pthread[@]}"
 # The whole suite built by gcc with AddressSanitizer, UndefinedBehaviorSanitizer and
 # LeakSanitizer (ci/lsan.supp: the driver's own leaks only); whole stacks (libpocl has no frame
 # pointers), so that ci/lsan.supp can name driver code. The short fuzz test (the pthread lane
@@ -445,6 +448,9 @@ lane_tools() {
       package)
         expect='^library: .*/package/venv/.*/clattn/libclattn\.so$'
         command=(bash "$root/ci/package.sh" "$root/$build/package") ;;
+      probe-barrier-skip)
+        expect='with a barrier on the skip path: 0 of'
+        command=("$root/$build/tests/probe-barrier-skip") ;;
       *)
         echo "[$name] no tool check named $check"
         lane_f=$((lane_f + 1))

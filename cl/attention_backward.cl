@@ -523,7 +523,8 @@ __kernel void backward_keys_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
             if (!any) { /* the same for the whole group */
                 /* a barrier on this path too: PoCL 3.1 got dK wrong for all but the first key of
                  * each group (one row a block, a keep mask) when the skip went straight to the
-                 * loop's first barrier (tiles_kernels_blocks_of_one_row_under_a_keep_mask) */
+                 * loop's first barrier (tiles_kernels_blocks_of_one_row_under_a_keep_mask;
+                 * reduced: tests/probes/barrier_skip.c) */
                 barrier(CLK_LOCAL_MEM_FENCE);
                 continue;
             }

@@ -10,31 +10,11 @@
  * "unknown version" in its program deserializer), so a crash is the answer "it cannot".
  * tests/test_cache_files.c runs it before it hands a driver such a binary.
  */
-#define CL_TARGET_OPENCL_VERSION 120
-#include <CL/cl.h>
+#include "probe_device.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static cl_device_id find_device(const char *platform_name, const char *device_name) {
-    cl_platform_id platforms[16];
-    cl_uint np = 0;
-    if (clGetPlatformIDs(16, platforms, &np) != CL_SUCCESS) return NULL;
-    for (cl_uint p = 0; p < np && p < 16; ++p) {
-        char name[256] = "";
-        clGetPlatformInfo(platforms[p], CL_PLATFORM_NAME, sizeof name, name, NULL);
-        if (strcmp(name, platform_name) != 0) continue;
-        cl_device_id devices[16];
-        cl_uint nd = 0;
-        if (clGetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, 16, devices, &nd) != CL_SUCCESS)
-            continue;
-        for (cl_uint d = 0; d < nd && d < 16; ++d) {
-            clGetDeviceInfo(devices[d], CL_DEVICE_NAME, sizeof name, name, NULL);
-            if (strcmp(name, device_name) == 0) return devices[d];
-        }
-    }
-    return NULL;
-}
 
 int main(int argc, char **argv) {
     cl_device_id device = argc == 3 ? find_device(argv[1], argv[2]) : NULL;
