@@ -144,8 +144,9 @@ lane pocl-pthread plain 1200 "$pthread_selector" "${pthread[@]}"
 # pthread lane runs the large ones: they test sizes, not groups), to keep CI inside its time. The
 # small-groups lane leaves out what the cap does not change or does not reach:
 # - the backward's tests but its tiles kernels' in small groups, in longest-first order and their
-#   plan, and its random cases (the lanes kernels' groups share nothing, 80 s a lane; the tiles at
-#   the row's sizes, 14 s here, would be capped to the same 16 work-items);
+#   plans, and its random cases (the lanes kernels' groups share nothing, 80 s a lane; the tiles at
+#   the row's sizes, 14 s here, would be capped to the same 16 work-items; their split rows, which
+#   the random cases split too, are runs of row blocks, whatever the group);
 # - the four tests that run CLBlast's own GEMMs (the cap does not reach CLBlast's kernels; 49 s);
 # - the tests of what each element becomes, whatever the group that computes it: the attention's
 #   and linear attention's storage tests (every dtype and layout), linear attention's feature
@@ -157,6 +158,7 @@ small_groups_left_out='gemm_bridge|gemm_rows_reach|clblast_failure_midway|storag
 small_groups_left_out+='|feature_maps|half_conversions_agree|copy_aligned_rows_every_dtype_pair'
 small_groups_left_out+='|attention_backward.gradients|attention_backward.invisible'
 small_groups_left_out+='|attention_backward.caller|attention_backward.tiles_kernels_give'
+small_groups_left_out+='|attention_backward.tiles_kernels_with_split_rows'
 small_groups_left_out+='|attention_backward.composed|attention_backward.linear'
 lane pocl-basic plain 1200 "$gpu_rows_selector" "${basic[@]}"
 lane pocl-small-groups plain 1200 "!$small_groups_left_out" \

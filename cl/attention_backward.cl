@@ -63,6 +63,12 @@
 #ifndef SPLITS
 #define SPLITS 1
 #endif
+/* Splits of the query rows in the tiles keys pass (1: none): each group takes one run of the
+ * row blocks of its kv head's query heads and writes its partial dK and dV to `part`;
+ * backward_keys_merge sums them in split order. */
+#ifndef ROW_SPLITS
+#define ROW_SPLITS 1
+#endif
 #ifndef TILED
 #define TILED 0
 #endif
@@ -386,8 +392,11 @@ __kernel void backward_queries(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
  * go through local memory (red) even with one slice, so that no private array is indexed by the
  * pair (GPUs keep such arrays in slow memory unless every loop over them is unrolled).
  *
- *   backward_keys_tiles     a group per GROUP / SLICES keys of one (batch, kv head): every block
- *                           of BLK queries of each of its query heads that sees one of them
+ *   backward_keys_tiles     a group per GROUP / SLICES keys of one (batch, kv head) and row
+ *                           split: every block of BLK queries of each of its query heads (the
+ *                           split's run of them, in that order) that sees one of them
+ *   backward_keys_merge     (ROW_SPLITS > 1) a work-item per element of dK and dV: the sum of
+ *                           the row splits' partials, in split order
  *   backward_queries_tiles  a group per GROUP / SLICES queries of one (batch, query head) and
  *                           key split: the key tiles its rows see, BLK keys a tile; the groups
  *                           in the forward's order (`order`: unit_place, longest first under
@@ -487,8 +496,9 @@ inline float pair_grad(const mask_params *p, const mask_row *r, int j, float2 do
 __kernel void backward_keys_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
                                   TENSOR_PARAMS(V_T, v), TENSOR_PARAMS(DO_T, dout),
                                   OUT_PARAMS(DK_T, dk), OUT_PARAMS(DV_T, dv),
-                                  __global const float *stats, int B, int Hq, int Hkv, int Sq,
-                                  int Sk, MASK_PARAMS) {
+                                  __global const float *stats, __global float *part,
+                                  IDX part_off, int B, int Hq, int Hkv, int Sq, int Sk,
+                                  MASK_PARAMS) {
     __local lane_t qs[BLK * LANES(HEAD_DIM)], gos[BLK * LANES(VALUE_DIM)]; /* q and dO rows */
     __local float red[2 * BLK * GROUP_MAX]; /* each work-item's partial dots */
     __local mask_row rows[BLK];
@@ -496,10 +506,14 @@ __kernel void backward_keys_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
     __local int sees[BLK]; /* the row sees a key of the group */
     const int lid = (int)get_local_id(0), size = (int)get_local_size(0);
     const int width = size / SLICES, slice = lid / width, kk = lid % width;
-    const int tiles = (Sk + width - 1) / width, unit = (int)get_group_id(0);
+    const int tiles = (Sk + width - 1) / width, unit = (int)get_group_id(0) / ROW_SPLITS;
     const int tile = unit % tiles, bhk = unit / tiles, hk = bhk % Hkv, b = bhk / Hkv;
     const int first = tile * width, last = min(first + width, Sk), j = first + kk;
     const int cd = slice * LANES(SLICE_D), cv = slice * LANES(SLICE_V), group = Hq / Hkv;
+    /* the row blocks of the group's query heads, head by head, and the split's run of them */
+    const int blocks = (Sq + BLK - 1) / BLK, runs = group * blocks;
+    const int split = (int)get_group_id(0) % ROW_SPLITS;
+    const int per = (runs + ROW_SPLITS - 1) / ROW_SPLITS, u_end = min(split * per + per, runs);
     MASK_PACK(p);
 
     lane_t kr[LANES(SLICE_D)], vr[LANES(SLICE_V)], gk[LANES(SLICE_D)], gv[LANES(SLICE_V)];
@@ -507,47 +521,74 @@ __kernel void backward_keys_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
     LOAD_SLICE(V_T, v, AT(v, b, hk, j, cv * VEC), SLICE_V, j < Sk, vr);
     UNROLL for (int c = 0; c < LANES(SLICE_D); ++c) gk[c] = 0.0f;
     UNROLL for (int c = 0; c < LANES(SLICE_V); ++c) gv[c] = 0.0f;
-    for (int h = hk * group; h < hk * group + group; ++h)
-        for (int i0 = 0; i0 < Sq; i0 += BLK) {
-            barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with the last block */
-            for (int t = lid; t < BLK; t += size) {
-                mask_row r;
-                float lse, delta;
-                const bool live = row_start(&p, stats, b, h, i0 + t, Hq, Sq, Sk, &r, &lse, &delta);
-                rows[t] = r, row_lse[t] = lse, row_delta[t] = delta;
-                sees[t] = live && r.lo < last && r.hi > first;
-            }
-            barrier(CLK_LOCAL_MEM_FENCE);
-            bool any = false;
-            for (int t = 0; t < BLK; ++t) any = any || sees[t];
-            if (!any) { /* the same for the whole group */
-                /* a barrier on this path too: PoCL 3.1 got dK wrong for all but the first key of
-                 * each group (one row a block, a keep mask) when the skip went straight to the
-                 * loop's first barrier (tiles_kernels_blocks_of_one_row_under_a_keep_mask;
-                 * reduced: tests/probes/barrier_skip.c) */
-                barrier(CLK_LOCAL_MEM_FENCE);
-                continue;
-            }
-            /* rows that see none of the group's keys read as 0: they add nothing */
-            STAGE_ROWS(Q_T, q, b, h, i0, HEAD_DIM, sees[t], qs);
-            STAGE_ROWS(DO_T, dout, b, h, i0, VALUE_DIM, sees[t], gos);
-            barrier(CLK_LOCAL_MEM_FENCE);
-            STAGED_DOTS(kr, qs, vr, gos);
-            for (int t = 0; t < BLK; ++t) {
-                const mask_row r = rows[t];
-                if (!sees[t] || j < r.lo || j >= r.hi) continue;
-                float pr;
-                const float gs = pair_grad(&p, &r, j, pair_dots(red, t, width, kk), row_lse[t],
-                                           row_delta[t], &pr);
-                if (!(pr > 0.0f)) continue; /* what a hidden pair holds never counts */
-                SLICE_ADD(gv, pr, gos, t, VALUE_DIM, cv);
-                SLICE_ADD(gk, gs, qs, t, HEAD_DIM, cd);
-            }
+    for (int u = split * per; u < u_end; ++u) {
+        const int h = hk * group + u / blocks, i0 = u % blocks * BLK;
+        barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with the last block */
+        for (int t = lid; t < BLK; t += size) {
+            mask_row r;
+            float lse, delta;
+            const bool live = row_start(&p, stats, b, h, i0 + t, Hq, Sq, Sk, &r, &lse, &delta);
+            rows[t] = r, row_lse[t] = lse, row_delta[t] = delta;
+            sees[t] = live && r.lo < last && r.hi > first;
         }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        bool any = false;
+        for (int t = 0; t < BLK; ++t) any = any || sees[t];
+        if (!any) { /* the same for the whole group */
+            /* a barrier on this path too: PoCL 3.1 got dK wrong for all but the first key of
+             * each group (one row a block, a keep mask) when the skip went straight to the
+             * loop's first barrier (tiles_kernels_blocks_of_one_row_under_a_keep_mask;
+             * reduced: tests/probes/barrier_skip.c) */
+            barrier(CLK_LOCAL_MEM_FENCE);
+            continue;
+        }
+        /* rows that see none of the group's keys read as 0: they add nothing */
+        STAGE_ROWS(Q_T, q, b, h, i0, HEAD_DIM, sees[t], qs);
+        STAGE_ROWS(DO_T, dout, b, h, i0, VALUE_DIM, sees[t], gos);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        STAGED_DOTS(kr, qs, vr, gos);
+        for (int t = 0; t < BLK; ++t) {
+            const mask_row r = rows[t];
+            if (!sees[t] || j < r.lo || j >= r.hi) continue;
+            float pr;
+            const float gs = pair_grad(&p, &r, j, pair_dots(red, t, width, kk), row_lse[t],
+                                       row_delta[t], &pr);
+            if (!(pr > 0.0f)) continue; /* what a hidden pair holds never counts */
+            SLICE_ADD(gv, pr, gos, t, VALUE_DIM, cv);
+            SLICE_ADD(gk, gs, qs, t, HEAD_DIM, cd);
+        }
+    }
     if (j >= Sk) return;
+#if ROW_SPLITS > 1
+    __global float *at = part + part_off +
+                         (((IDX)bhk * (IDX)Sk + (IDX)j) * ROW_SPLITS + split) *
+                             (HEAD_DIM + VALUE_DIM);
+    UNROLL for (int c = 0; c < LANES(SLICE_D); ++c) STORE_VEC(gk[c], c, at + cd * VEC);
+    UNROLL for (int c = 0; c < LANES(SLICE_V); ++c) STORE_VEC(gv[c], c, at + HEAD_DIM + cv * VEC);
+#else
     STORE_SLICE(DK_T, dk, AT(dk, b, hk, j, cd * VEC), HEAD_DIM, gk);
     STORE_SLICE(DV_T, dv, AT(dv, b, hk, j, cv * VEC), VALUE_DIM, gv);
+#endif
 }
+
+#if ROW_SPLITS > 1
+__kernel void backward_keys_merge(__global const float *part, IDX part_off,
+                                  OUT_PARAMS(DK_T, dk), OUT_PARAMS(DV_T, dv), int B, int Hkv,
+                                  int Sk) {
+    const size_t item = get_global_id(0);
+    if (item >= (size_t)B * Hkv * Sk * (HEAD_DIM + VALUE_DIM)) return;
+    const int d = (int)(item % (HEAD_DIM + VALUE_DIM)), row = (int)(item / (HEAD_DIM + VALUE_DIM));
+    const int j = row % Sk, bhk = row / Sk, hk = bhk % Hkv, b = bhk / Hkv;
+    __global const float *at =
+        part + part_off + (IDX)row * ROW_SPLITS * (HEAD_DIM + VALUE_DIM) + (IDX)d;
+    float sum = 0.0f;
+    for (int s = 0; s < ROW_SPLITS; ++s) sum += at[(IDX)s * (HEAD_DIM + VALUE_DIM)];
+    if (d < HEAD_DIM)
+        CAT(store_, DK_T)(dk, AT(dk, b, hk, j, d), sum);
+    else
+        CAT(store_, DV_T)(dv, AT(dv, b, hk, j, d - HEAD_DIM), sum);
+}
+#endif
 
 __kernel void backward_queries_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
                                      TENSOR_PARAMS(V_T, v), TENSOR_PARAMS(DO_T, dout),

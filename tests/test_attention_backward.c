@@ -717,6 +717,37 @@ static void tiles_kernels_in_small_groups(test_ctx *t) {
     clattn_tuning_override("attention", NULL);
 }
 
+/* The keys pass with its rows split (forced: runs of whole blocks), which a GPU takes for few
+ * keys against many queries: groups of 24 (6 keys, Sk=23 leaving 5), blocks of 3 rows, two
+ * query heads a kv head of 11 rows each (4 blocks, so 8 runs a group), under causality from the
+ * bottom, a keep mask and the query lengths: 3 splits (runs of 3, 3 and 2 blocks) in f32, and 8
+ * (a block each) in f16 storage (the merge rounds each sum once) with the queries pass's keys
+ * split too (both partials in one workspace). */
+static void tiles_kernels_with_split_rows(test_ctx *t) {
+    if (skipped_under_uninit_checker(t)) return;
+    static const int32_t qlen[2] = {11, 5};
+    static const struct {
+        int row_splits, key_splits;
+        clattn_dtype dt;
+    } cases[] = {{3, -1, CLATTN_F32}, {8, 2, CLATTN_F16}};
+    CHECK_OK(
+        t, clattn_tuning_override("attention", "BWD_TILES=1,BWD_GROUP=24,BWD_SLICE=4,BWD_BLOCK=3"));
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0] && !t->failed; ++i) {
+        clattn__hook_set(CLATTN__HOOK_ROW_SPLITS, cases[i].row_splits);
+        clattn__hook_set(CLATTN__HOOK_ATTENTION_SPLITS, cases[i].key_splits);
+        bw_spec s = spec(2, 4, 2, 11, 23, 16);
+        s.Dv = 8, s.dt = cases[i].dt, s.qlen = qlen;
+        s.causal = 1, s.bottom_right = 1, s.keep = 1;
+        char what[64];
+        snprintf(what, sizeof what, "%d row splits, %d key splits, %s", cases[i].row_splits,
+                 cases[i].key_splits, clattn_dtype_name(cases[i].dt));
+        check_spec_ran(t, &s, what, "backward_keys_merge");
+    }
+    clattn__hook_set(CLATTN__HOOK_ATTENTION_SPLITS, -1);
+    clattn__hook_set(CLATTN__HOOK_ROW_SPLITS, -1);
+    clattn_tuning_override("attention", NULL);
+}
+
 /* Garbage (NaN, Inf, 1e30) wherever no query looks (q and dout past the query lengths, k and v
  * past the key lengths, the bias where the mask hides it) leaves every gradient bit for bit as it
  * was; those rows get exact zeros; and two runs give the same bits. */
@@ -873,6 +904,32 @@ static void tiles_kernels_in_longest_first_order(test_ctx *t) {
     clattn_tuning_override("attention", NULL);
 }
 
+/* The backward's plan for f32 q [B,Hq,Sq,D], k [B,Hkv,Sk,D] and v [B,Hkv,Sk,Dv] (dims in that
+ * order) under `mask`: buffers of their sizes, never written. */
+static int plan_for(test_ctx *t, const int64_t dims[7], const clattn_mask *mask,
+                    clattn__backward_plan *plan) {
+    const int64_t B = dims[0], Hq = dims[1], Hkv = dims[2], Sq = dims[3], Sk = dims[4];
+    const int64_t D = dims[5], Dv = dims[6];
+    clattn_tensor q = clattn_tensor_4d(NULL, CLATTN_F32, B, Hq, Sq, D), dq = q, dout, out, lse;
+    clattn_tensor k = clattn_tensor_4d(NULL, CLATTN_F32, B, Hkv, Sk, D), dk = k;
+    clattn_tensor v = clattn_tensor_4d(NULL, CLATTN_F32, B, Hkv, Sk, Dv), dv = v;
+    out = dout = clattn_tensor_4d(NULL, CLATTN_F32, B, Hq, Sq, Dv);
+    lse = clattn_tensor_4d(NULL, CLATTN_F32, 1, B, Hq, Sq);
+    clattn_tensor *all[9] = {&q, &dq, &out, &dout, &lse, &k, &dk, &v, &dv};
+    bool ready = true;
+    for (int i = 0; i < 9; ++i) {
+        all[i]->buffer = test_buffer_whole(t, (size_t)clattn_tensor_numel(all[i]) * 4);
+        ready = ready && all[i]->buffer;
+    }
+    const int status =
+        ready ? clattn__attention_backward_plan(&q, &k, &v, &out, &dout, &lse, mask, &dq, &dk, &dv,
+                                                clattn_env_queue(t->env), plan)
+              : CL_MEM_OBJECT_ALLOCATION_FAILURE;
+    for (int i = 0; i < 9; ++i)
+        if (all[i]->buffer) clReleaseMemObject(all[i]->buffer);
+    return status;
+}
+
 /* The order the backward plans for its queries tiles (clattn__attention_order, as the forward):
  * longest first only under a causal mask with LPT; a section holds the heads whose keys and
  * values fit LPT_MB (2 query heads a key head counted together), at least one; a hooked order at
@@ -893,20 +950,9 @@ static void tiles_kernels_plan_longest_first(test_ctx *t) {
         {"LPT=1,LPT_MB=1", 0, 0, 100, 1, 8},  /* hooked, at most the heads */
         {"LPT=1,BWD_TILES=0", 1, 0, 3, 0, 0}, /* the lanes kernels: no order */
     };
-    const int64_t B = 2, Hq = 4, Hkv = 2, Sq = 4096, D = 16, Dv = 8;
-    clattn_tensor q = clattn_tensor_4d(NULL, CLATTN_F32, B, Hq, Sq, D), dq = q, dout, out, lse;
-    out = dout = clattn_tensor_4d(NULL, CLATTN_F32, B, Hq, Sq, Dv);
-    lse = clattn_tensor_4d(NULL, CLATTN_F32, 1, B, Hq, Sq);
-    clattn_tensor *own[5] = {&q, &dq, &out, &dout, &lse};
-    for (int i = 0; i < 5; ++i)
-        own[i]->buffer = test_buffer_whole(t, (size_t)clattn_tensor_numel(own[i]) * 4);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0] && !t->failed; ++i) {
-        const int64_t Sk = cases[i].long_keys ? 16384 : 4096; /* (D + Dv) * 4 bytes a key */
-        clattn_tensor k = clattn_tensor_4d(NULL, CLATTN_F32, B, Hkv, Sk, D), dk = k;
-        clattn_tensor v = clattn_tensor_4d(NULL, CLATTN_F32, B, Hkv, Sk, Dv), dv = v;
-        clattn_tensor *kv[4] = {&k, &dk, &v, &dv};
-        for (int j = 0; j < 4; ++j)
-            kv[j]->buffer = test_buffer_whole(t, (size_t)clattn_tensor_numel(kv[j]) * 4);
+        /* (D + Dv) * 4 bytes a key */
+        const int64_t dims[7] = {2, 4, 2, 4096, cases[i].long_keys ? 16384 : 4096, 16, 8};
         clattn_mask mask = {0};
         mask.causal = cases[i].causal;
         char params[128];
@@ -914,11 +960,7 @@ static void tiles_kernels_plan_longest_first(test_ctx *t) {
         clattn__backward_plan plan = {0};
         int status = clattn_tuning_override("attention", params);
         clattn__hook_set(CLATTN__HOOK_ATTENTION_ORDER, cases[i].hooked);
-        if (status == CLATTN_SUCCESS)
-            status = clattn__attention_backward_plan(&q, &k, &v, &out, &dout, &lse, &mask, &dq, &dk,
-                                                     &dv, clattn_env_queue(t->env), &plan);
-        for (int j = 0; j < 4; ++j)
-            if (kv[j]->buffer) clReleaseMemObject(kv[j]->buffer);
+        if (status == CLATTN_SUCCESS) status = plan_for(t, dims, &mask, &plan);
         if (status != CLATTN_SUCCESS)
             test_fail_at(t, __FILE__, __LINE__, "case %zu: %s: %s", i, clattn_status_name(status),
                          clattn_last_error());
@@ -927,8 +969,56 @@ static void tiles_kernels_plan_longest_first(test_ctx *t) {
                          "case %zu (%s, causal %d): tiled %d order %d, not %d and %d", i, params,
                          cases[i].causal, plan.tiled, plan.order, cases[i].tiled, cases[i].order);
     }
-    for (int i = 0; i < 5; ++i)
-        if (own[i]->buffer) clReleaseMemObject(own[i]->buffer);
+    clattn_tuning_override("attention", NULL);
+}
+
+/* The row splits the backward plans for its keys tiles: a launch of fewer key groups than
+ * SPLIT_TARGET a compute unit splits its rows into as many runs as make up for that, of at least
+ * SPLIT_MIN rows and at most 128; a hooked split at most a run a block; none where the key
+ * groups fill the device, the rows are too few, or the lanes kernels run. Groups of 24 take 6
+ * keys (4 slices of D=16, Dv=8), so 16 keys are 3 groups a kv head, and 65536 keys 10923; 8
+ * query heads of 4096 rows are 256 runs of 128 rows. Planned only. */
+static void tiles_kernels_plan_row_splits(test_ctx *t) {
+    static const char tiles[] = "BWD_TILES=1,BWD_GROUP=24,BWD_SLICE=4,BWD_BLOCK=3,";
+    cl_uint units = 1;
+    clGetDeviceInfo(clattn_env_device(t->env), CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units,
+                    NULL);
+    const int64_t few = ((int64_t)units * 8 + 2) / 3; /* SPLIT_TARGET=8 over 3 key groups */
+    const struct {
+        const char *params;
+        int64_t Hq, Sq, Sk;
+        int hooked;
+        int64_t row_splits;
+    } cases[] = {
+        {"SPLIT_TARGET=8,SPLIT_MIN=128", 8, 4096, 16, -1, few < 128 ? few : 128},
+        {"SPLIT_TARGET=8,SPLIT_MIN=2048", 8, 4096, 16, -1, few < 16 ? few : 16},
+        {"SPLIT_TARGET=8,SPLIT_MIN=128", 1, 100, 16, -1, 1},     /* too few rows */
+        {"SPLIT_TARGET=8,SPLIT_MIN=128", 8, 4096, 65536, -1, 1}, /* the key groups fill it */
+        {"SPLIT_TARGET=8,SPLIT_MIN=128", 1, 100, 16, 1000, 34},  /* hooked: 34 blocks of 3 */
+        {"SPLIT_TARGET=8,BWD_TILES=0", 8, 4096, 16, 4, 1},       /* the lanes kernels */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0] && !t->failed; ++i) {
+        if (cases[i].Sk > 16 && units * 8 > 10923) continue; /* (no such device yet) */
+        const int64_t dims[7] = {1, cases[i].Hq, 1, cases[i].Sq, cases[i].Sk, 16, 8};
+        const bool tiled = strstr(cases[i].params, "BWD_TILES=0") == NULL;
+        char params[128];
+        snprintf(params, sizeof params, "%s%s", tiled ? tiles : "", cases[i].params);
+        clattn__backward_plan plan = {0};
+        int status = clattn_tuning_override("attention", params);
+        clattn__hook_set(CLATTN__HOOK_ROW_SPLITS, cases[i].hooked);
+        if (status == CLATTN_SUCCESS) status = plan_for(t, dims, NULL, &plan);
+        if (status != CLATTN_SUCCESS)
+            test_fail_at(t, __FILE__, __LINE__, "case %zu: %s: %s", i, clattn_status_name(status),
+                         clattn_last_error());
+        else if (plan.tiled != tiled || plan.row_splits != cases[i].row_splits)
+            test_fail_at(t, __FILE__, __LINE__,
+                         "case %zu (%s, Hq=%lld Sq=%lld Sk=%lld, %u units): tiled %d, %d row "
+                         "splits, not %d and %lld",
+                         i, params, (long long)cases[i].Hq, (long long)cases[i].Sq,
+                         (long long)cases[i].Sk, units, plan.tiled, plan.row_splits, tiled,
+                         (long long)cases[i].row_splits);
+    }
+    clattn_tuning_override("attention", NULL);
 }
 
 /* One random case of the fused backward (random_cases): its shape, dtype, layout, mask parts
@@ -989,7 +1079,8 @@ static void tiles_kernels_blocks_of_one_row_under_a_keep_mask(test_ctx *t) {
  * and Sk up to 40, 80 on large shapes, head dims from 1 to 64), dtypes, layouts, every
  * mask part, and the launch: the lanes kernels at random LANES and BM, or the tiles kernels in
  * random groups, slices and blocks, a third of them under a random local-memory cap, so that the
- * plan's every narrowing and fallback runs; a third with the keys split 2 to 4 ways. A seventh of
+ * plan's every narrowing and fallback runs; a third with the keys split 2 to 4 ways, a third
+ * (of the tiles') with the keys pass's rows split 2 to 8 ways. A seventh of
  * CLATTN_FUZZ_N cases (28, 10 with CLATTN_TEST_SMALL: 4 and 2; at least 2: each builds its own
  * programs, seconds on PoCL), from CLATTN_FUZZ_SEED (1); a failure names its case's seed and
  * launch. */
@@ -1007,18 +1098,22 @@ static void fused_gradients_of_random_cases(test_ctx *t) {
         const int splits = test_rand_u64(&rng) % 3 == 0 ? 2 + (int)(test_rand_u64(&rng) % 3) : -1;
         const bool capped = test_rand_u64(&rng) % 3 == 0;
         snprintf(cap, sizeof cap, "%d", 1024 + (int)(test_rand_u64(&rng) % 47) * 1024);
+        const int row_splits =
+            test_rand_u64(&rng) % 3 == 0 ? 2 + (int)(test_rand_u64(&rng) % 7) : -1;
         snprintf(what, sizeof what,
                  "case %llu: B=%lld Hq=%lld Hkv=%lld Sq=%lld Sk=%lld D=%lld Dv=%lld %s layout %d, "
                  "causal %d bottom-right %d window %d (%lld, %lld) global %lld alibi %d softcap %g "
-                 "keep %d bias %d klen %d qlen %d scale %g; %s, splits %d, local memory %s",
+                 "keep %d bias %d klen %d qlen %d scale %g; %s, splits %d, row splits %d, "
+                 "local memory %s",
                  (unsigned long long)(first + (uint64_t)i), (long long)s.B, (long long)s.Hq,
                  (long long)s.Hkv, (long long)s.Sq, (long long)s.Sk, (long long)s.D,
                  (long long)s.Dv, clattn_dtype_name(s.dt), s.layout, s.causal, s.bottom_right,
                  s.window, (long long)s.left, (long long)s.right, (long long)s.global_stride,
                  s.alibi, (double)s.softcap, s.keep, s.bias, s.klen != NULL, s.qlen != NULL,
-                 (double)s.scale, params, splits, capped ? cap : "the device's");
+                 (double)s.scale, params, splits, row_splits, capped ? cap : "the device's");
         CHECK_OK(t, clattn_tuning_override("attention", params));
         clattn__hook_set(CLATTN__HOOK_ATTENTION_SPLITS, splits);
+        clattn__hook_set(CLATTN__HOOK_ROW_SPLITS, row_splits);
         if (capped) { /* (below the lane's own cap: pocl-basic's 48 KiB) */
             test_saved_env saved = test_env_set("CLATTN_MAX_LOCAL_MEMORY", cap);
             check_spec(t, &s, what);
@@ -1028,6 +1123,7 @@ static void fused_gradients_of_random_cases(test_ctx *t) {
         }
     }
     clattn__hook_set(CLATTN__HOOK_ATTENTION_SPLITS, -1);
+    clattn__hook_set(CLATTN__HOOK_ROW_SPLITS, -1);
     clattn_tuning_override("attention", NULL);
 }
 
@@ -1433,8 +1529,10 @@ static const test_case cases[] = {
     {"gradients_with_split_keys", gradients_with_split_keys},
     {"tiles_kernels_give_the_gradients", tiles_kernels_give_the_gradients},
     {"tiles_kernels_in_small_groups", tiles_kernels_in_small_groups},
+    {"tiles_kernels_with_split_rows", tiles_kernels_with_split_rows},
     {"tiles_kernels_in_longest_first_order", tiles_kernels_in_longest_first_order},
     {"tiles_kernels_plan_longest_first", tiles_kernels_plan_longest_first},
+    {"tiles_kernels_plan_row_splits", tiles_kernels_plan_row_splits},
     {"tiles_kernels_blocks_of_one_row_under_a_keep_mask",
      tiles_kernels_blocks_of_one_row_under_a_keep_mask},
     {"fused_gradients_of_random_cases", fused_gradients_of_random_cases},

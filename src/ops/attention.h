@@ -90,11 +90,11 @@ typedef struct clattn__attention_grads {
 
 /* The fused backward's launch for clattn_attention_backward's arguments (tests): whether it
  * takes the tiles kernels, their group and slices a key or query, the queries pass's key splits
- * and its groups' order (clattn__attention_order). Checks and plans as the call does; enqueues
- * nothing. */
+ * and its groups' order (clattn__attention_order), the keys pass's row splits. Checks and plans
+ * as the call does; enqueues nothing. */
 typedef struct clattn__backward_plan {
     bool tiled;
-    int group, slices, splits, order;
+    int group, slices, splits, order, row_splits;
 } clattn__backward_plan;
 int clattn__attention_backward_plan(const clattn_tensor *q, const clattn_tensor *k,
                                     const clattn_tensor *v, const clattn_tensor *out,

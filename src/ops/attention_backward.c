@@ -1,7 +1,8 @@
 /*
  * The gradients of fused attention (cl/attention_backward.cl): validation, the launch, and the
  * chain of kernels: rows (D_i), pack (K and V in key tiles), keys (dK, dV), queries (dQ), and
- * bias (dbias) when asked; on GPUs (BWD_TILES=1) rows, keys_tiles, queries_tiles and bias.
+ * bias (dbias) when asked; on GPUs (BWD_TILES=1) rows, keys_tiles (and keys_merge where it splits
+ * its rows), queries_tiles and bias.
  */
 #include "attention.h"
 #include "softmax.h"
@@ -34,6 +35,7 @@ typedef struct backward_launch {
     bool tiled;
     int slices, block, group_max;   /* the tiles kernels' */
     int splits, chunk;              /* the keys in `splits` chunks of `chunk` (1: unsplit) */
+    int row_splits;                 /* the keys tiles' runs of row blocks (1: unsplit) */
     int order;                      /* the queries tiles' groups' order (cl/mask.cl's unit_place;
                                        the forward's, clattn__attention_order) */
     size_t rows, tiles;             /* B*Hq*Sq query rows; key tiles (tiled: key groups) of one
@@ -170,8 +172,28 @@ static void pick_splits(backward_launch *l, const clattn__attention_tuning *t, c
     l->splits = (int)((Sk + chunk - 1) / chunk);
 }
 
+/* The tiles keys pass has a group per group / slices keys of each (batch, kv head), each walking
+ * the rows of the kv head's query heads: with fewer than SPLIT_TARGET such groups per compute
+ * unit (few keys against many queries, as in cross-attention to a short text, or many query
+ * heads a kv head), the rows are cut into runs of at least SPLIT_MIN of them (whole blocks; a
+ * forced split, at most one block a run) and a merge sums the partial dK and dV. The lanes
+ * kernels (CPUs) do not split their rows. */
+static void pick_row_splits(backward_launch *l, const clattn__attention_tuning *t,
+                            cl_device_id device, const backward_args *a) {
+    const int64_t groups = a->k->shape[0] * a->k->shape[1] * (int64_t)l->tiles;
+    const int64_t heads = a->q->shape[1] / a->k->shape[1], Sq = a->q->shape[2];
+    const int64_t runs = heads * ((Sq + l->block - 1) / l->block); /* row blocks a group walks */
+    const int64_t want =
+        ((int64_t)clattn__device_compute_units(device) * t->SPLIT_TARGET + groups - 1) / groups;
+    int64_t splits = want < heads * Sq / t->SPLIT_MIN ? want : heads * Sq / t->SPLIT_MIN;
+    if (splits > BACKWARD_SPLIT_MAX) splits = BACKWARD_SPLIT_MAX;
+    const int forced = clattn__hook_value(CLATTN__HOOK_ROW_SPLITS);
+    if (forced > 0) splits = forced < runs ? forced : runs;
+    l->row_splits = splits > 1 ? (int)splits : 1;
+}
+
 /* Floats of scratch: each row's (lse, D_i), K's and V's packed tiles, then (split keys) the
- * partial dQ of each split. */
+ * partial dQ of each split, then (split rows) the partial dK and dV of each. */
 static size_t stats_floats(const backward_launch *l) {
     return 2 * l->rows;
 }
@@ -181,10 +203,17 @@ static size_t partials_at(const backward_args *a, const backward_launch *l) {
     return stats_floats(l) +
            kv_tiles * (size_t)l->lanes * (size_t)(a->q->shape[3] + a->v->shape[3]);
 }
-static size_t workspace_floats(const backward_args *a, const backward_launch *l) {
+static size_t key_partials_at(const backward_args *a, const backward_launch *l) {
     const size_t partials =
         l->splits > 1 ? l->rows * (size_t)l->splits * (size_t)a->q->shape[3] : 0;
     return partials_at(a, l) + partials;
+}
+static size_t workspace_floats(const backward_args *a, const backward_launch *l) {
+    const size_t keys = (size_t)(a->k->shape[0] * a->k->shape[1] * a->k->shape[2]);
+    const size_t partials =
+        l->row_splits > 1 ? keys * (size_t)l->row_splits * (size_t)(a->k->shape[3] + a->v->shape[3])
+                          : 0;
+    return key_partials_at(a, l) + partials;
 }
 
 static bool needs_wide_index(const backward_args *a, const backward_launch *l) {
@@ -199,14 +228,15 @@ static void backward_options(const backward_args *a, const backward_launch *l, b
     snprintf(options, size,
              "-cl-std=CL1.2 -DQ_T=%s -DK_T=%s -DV_T=%s -DO_T=%s -DDO_T=%s -DDQ_T=%s -DDK_T=%s "
              "-DDV_T=%s -DDB_T=%s -DHAS_DBIAS=%d -DHEAD_DIM=%lld -DVALUE_DIM=%lld -DVEC=%ld "
-             "-DBM=%ld -DSPLITS=%d -DIDX=%s -DTILED=%d -DSLICES=%d -DBLK=%d -DGROUP_MAX=%d",
+             "-DBM=%ld -DSPLITS=%d -DIDX=%s -DTILED=%d -DSLICES=%d -DBLK=%d -DGROUP_MAX=%d "
+             "-DROW_SPLITS=%d",
              clattn_dtype_name(a->q->dtype), clattn_dtype_name(a->k->dtype),
              clattn_dtype_name(a->v->dtype), clattn_dtype_name(a->out->dtype),
              clattn_dtype_name(a->dout->dtype), clattn_dtype_name(a->dq->dtype),
              clattn_dtype_name(a->dk->dtype), clattn_dtype_name(a->dv->dtype),
              clattn_dtype_name(a->dbias ? a->dbias->dtype : CLATTN_F32), a->dbias != NULL,
              (long long)a->q->shape[3], (long long)a->v->shape[3], l->lanes, l->bm, l->splits,
-             wide ? "ulong" : "uint", l->tiled, l->slices, l->block, l->group_max);
+             wide ? "ulong" : "uint", l->tiled, l->slices, l->block, l->group_max, l->row_splits);
     clattn__mask_options(&a->mask, options, size);
 }
 
@@ -243,7 +273,7 @@ static int tiles_group_limit(const clattn__call *call, const backward_args *a,
 }
 
 /* The key groups (tiled) or tiles of one (batch, kv head), the query blocks of one (batch,
- * query head), then the queries pass's splits. */
+ * query head), then the queries pass's key splits and (tiled) the keys pass's row splits. */
 static void plan_blocks(backward_launch *l, const clattn__attention_tuning *t, cl_device_id device,
                         const backward_args *a) {
     const long per_tile = l->tiled ? l->group / l->slices : l->lanes;
@@ -251,6 +281,8 @@ static void plan_blocks(backward_launch *l, const clattn__attention_tuning *t, c
     l->tiles = (size_t)((a->k->shape[2] + per_tile - 1) / per_tile);
     l->query_blocks = (size_t)((a->q->shape[2] + per_block - 1) / per_block);
     pick_splits(l, t, device, a);
+    l->row_splits = 1;
+    if (l->tiled) pick_row_splits(l, t, device, a);
 }
 
 /* BWD_TILES: the slices, the block that fits the local memory, and the widest group of whole
@@ -293,7 +325,7 @@ static int plan_launch(const clattn__call *call, const backward_args *a, backwar
     *l = (backward_launch){0};
     int status = clattn__attention_tuning_get(call->device, a->q->dtype, &t);
     if (status != CLATTN_SUCCESS) return status;
-    l->bm = t.BM;
+    l->bm = t.BM, l->row_splits = 1;
     l->rows = (size_t)(a->q->shape[0] * a->q->shape[1] * a->q->shape[2]);
     if (t.BWD_TILES) status = plan_tiles(call, &t, a, l);
     if (status != CLATTN_SUCCESS || l->tiled) return status;
@@ -411,15 +443,20 @@ static int run_queries(const backward_step *s, cl_kernel kernel) {
                      a->dbias == NULL && s->l->splits == 1);
 }
 
-/* The tiles kernels: six or five tensors, the stats, (the queries': the groups' order,) the dims
- * (and for the queries, the split partials and chunk) and the mask; groups of exactly `group`,
- * which the plan asked this program to take (the kernels' grid assumes it). */
+/* The tiles kernels: six or five tensors, the stats, (the keys': their split partials; the
+ * queries': the groups' order,) the dims (and for the queries, the split partials and chunk)
+ * and the mask; groups of exactly `group`, which the plan asked this program to take (the
+ * kernels' grid assumes it). */
 static int run_tiles_pass(const backward_step *s, cl_kernel kernel, bool queries,
                           const clattn_tensor *const *views, int count, size_t groups) {
     cl_uint arg = 0;
     int status = set_views(s, kernel, &arg, views, count);
     if (status == CLATTN_SUCCESS)
         status = clattn__set_arg(kernel, arg++, sizeof s->workspace, &s->workspace);
+    if (status == CLATTN_SUCCESS && !queries)
+        status = clattn__set_arg(kernel, arg++, sizeof s->workspace, &s->workspace);
+    if (status == CLATTN_SUCCESS && !queries)
+        status = clattn__set_idx_arg(kernel, arg++, key_partials_at(s->a, s->l), s->wide);
     if (status == CLATTN_SUCCESS && queries)
         status = clattn__set_arg(kernel, arg++, sizeof s->l->order, &s->l->order);
     if (status == CLATTN_SUCCESS) status = set_dims_and_mask(s, kernel, &arg, queries);
@@ -430,12 +467,30 @@ static int run_tiles_pass(const backward_step *s, cl_kernel kernel, bool queries
     return status;
 }
 
-/* A group per group / slices keys of each (batch, kv head). */
+/* A group per group / slices keys of each (batch, kv head) and row split. */
 static int run_keys_tiles(const backward_step *s, cl_kernel kernel) {
     const backward_args *a = s->a;
     const clattn_tensor *views[6] = {a->q, a->k, a->v, a->dout, a->dk, a->dv};
     return run_tiles_pass(s, kernel, false, views, 6,
-                          (size_t)(a->k->shape[0] * a->k->shape[1]) * s->l->tiles);
+                          (size_t)(a->k->shape[0] * a->k->shape[1]) * s->l->tiles *
+                              (size_t)s->l->row_splits);
+}
+
+/* Split rows: a work-item per element of dK and dV sums the partials. */
+static int run_keys_merge(const backward_step *s, cl_kernel kernel) {
+    const backward_args *a = s->a;
+    const clattn_tensor *views[2] = {a->dk, a->dv};
+    cl_uint arg = 0;
+    int status = clattn__set_arg(kernel, arg++, sizeof s->workspace, &s->workspace);
+    if (status == CLATTN_SUCCESS)
+        status = clattn__set_idx_arg(kernel, arg++, key_partials_at(a, s->l), s->wide);
+    if (status == CLATTN_SUCCESS) status = set_views(s, kernel, &arg, views, 2);
+    const int64_t dims[3] = {a->k->shape[0], a->k->shape[1], a->k->shape[2]};
+    if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, dims, 3);
+    const size_t items = (size_t)(dims[0] * dims[1] * dims[2] * (a->k->shape[3] + a->v->shape[3]));
+    if (status == CLATTN_SUCCESS)
+        status = clattn__enqueue_items(s->call, kernel, items, 64, s->prev, false);
+    return status;
 }
 
 /* A group per group / slices queries of each (batch, query head) and key split. */
@@ -499,6 +554,8 @@ static int enqueue_backward(const backward_args *a, const backward_launch *l,
     int status = run_step(&s, "backward_rows", run_rows);
     if (status == CLATTN_SUCCESS && l->tiled) {
         status = run_step(&s, "backward_keys_tiles", run_keys_tiles);
+        if (status == CLATTN_SUCCESS && l->row_splits > 1)
+            status = run_step(&s, "backward_keys_merge", run_keys_merge);
         if (status == CLATTN_SUCCESS)
             status = run_step(&s, "backward_queries_tiles", run_queries_tiles);
     } else if (status == CLATTN_SUCCESS) {
@@ -619,6 +676,7 @@ int clattn__attention_backward_plan(const clattn_tensor *q, const clattn_tensor 
     size_t bytes = 0;
     const int status = plan_only(&a, queue, &l, &bytes);
     if (status == CLATTN_SUCCESS)
-        *plan = (clattn__backward_plan){l.tiled, (int)l.group, l.slices, l.splits, l.order};
+        *plan = (clattn__backward_plan){l.tiled,  (int)l.group, l.slices,
+                                        l.splits, l.order,      l.row_splits};
     return status;
 }

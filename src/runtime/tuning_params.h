@@ -98,8 +98,10 @@
  * BWD_GROUP work-items (fewer where the device or the kernel takes fewer), each holding a key's or
  * a query's head dims in slices of at most BWD_SLICE (the fewest slices that divide both head dims
  * and allow it, else their greatest common divisor), the other side staged BWD_BLOCK rows at a time
- * (halved until the local memory holds it). Default: PoCL on AVX-512: blocks at 16 lanes (the tiles
- * variant's one query per work-item ran far slower there), clattn-bench --op attention_causal. */
+ * (halved until the local memory holds it); SPLIT_TARGET and SPLIT_MIN split both tiles passes
+ * (the queries' keys, the keys' query rows). Default: PoCL on AVX-512: blocks at 16 lanes (the
+ * tiles variant's one query per work-item ran far slower there), clattn-bench --op
+ * attention_causal. */
 #define CLATTN__TUNING_ATTENTION(X)                                                                \
     X(PREFILL, 0, 0, 6, HOST)                                                                      \
     X(DECODE, 0, 0, 4, HOST)                                                                       \
