@@ -5,7 +5,9 @@
  * forward's 4*B*H*Sq*Sk*D (the five products dS needs: q k^T, dO v^T, dV, dQ, dK), halved under
  * causal masking; the peer differentiates matmul -> masked_fill -> softmax -> matmul (or SDPA
  * where torch has it). The memory row runs a length whose scores would not fit, and reports
- * the scratch. The forward runs once, untimed, for out and lse.
+ * the scratch; the cross row attends many queries to a few keys (a diffusion model's 64 x 64
+ * latents to 77 text tokens), where the keys pass has few groups. The forward runs once,
+ * untimed, for out and lse.
  *
  * linear_attention_backward[_causal]: GFLOP/s counting 8*B*H*S*D*Dv, twice the forward's count
  * (dq and the key side each take two products of its size); the peer differentiates the
@@ -18,11 +20,16 @@
 #include <string.h>
 
 typedef struct backward_case {
-    const char *op; /* attention_backward | attention_backward_causal | ..._memory, or
-                     * linear_attention_backward[_causal] */
+    const char *op; /* attention_backward | attention_backward_causal | ..._memory | ..._cross,
+                     * or linear_attention_backward[_causal] */
     int64_t b, h, s, d;
     clattn_attention_path path; /* attention: fused, or the composed (GEMM) path */
+    int64_t sk;                 /* keys, where not s (the cross row) */
 } backward_case;
+
+static int64_t keys_of(const backward_case *c) {
+    return c->sk ? c->sk : c->s;
+}
 
 /* q, k, v, dout, then the forward's out, then the gradients dq, dk, dv */
 enum { Q, K, V, DOUT, OUT, DQ, DK, DV, TENSORS };
@@ -42,8 +49,7 @@ static bool is_linear(const backward_case *c) {
 }
 
 static bool is_causal(const backward_case *c) {
-    return strcmp(c->op, "attention_backward") != 0 &&
-           strcmp(c->op, "linear_attention_backward") != 0;
+    return strstr(c->op, "causal") || strcmp(c->op, "attention_backward_memory") == 0;
 }
 
 static int run_backward(void *p, cl_command_queue queue) {
@@ -62,10 +68,12 @@ static int alloc_case(clattn_env *env, const backward_case *c, backward_ctx *x) 
     x->c = c;
     x->mask.causal = is_causal(c);
     x->options.path = c->path;
-    const int64_t shape[4] = {c->b, c->h, c->s, c->d}, lse_shape[4] = {1, c->b, c->h, c->s};
+    const int64_t rows[4] = {c->b, c->h, c->s, c->d}, keys[4] = {c->b, c->h, keys_of(c), c->d};
+    const int64_t lse_shape[4] = {1, c->b, c->h, c->s};
     int status = CLATTN_SUCCESS;
     for (int i = 0; i < TENSORS && status == CLATTN_SUCCESS; ++i) {
-        status = clattn_env_alloc(env, CLATTN_F32, shape, &x->t[i]);
+        const bool key_side = i == K || i == V || i == DK || i == DV;
+        status = clattn_env_alloc(env, CLATTN_F32, key_side ? keys : rows, &x->t[i]);
         if (status == CLATTN_SUCCESS && i <= DOUT)
             status = bench_fill_random(env, &x->t[i], (uint64_t)(i + 40), 1.0f, &x->host[i]);
     }
@@ -101,9 +109,9 @@ static void free_case(backward_ctx *x) {
 /* Query row i of head (b, h), in float64: dq_i = scale sum_j P_ij (dO_i . v_j - D_i) k_j. */
 static void reference_dq_row(const backward_ctx *x, int64_t bh, int64_t i, double *w, double *dq) {
     const backward_case *c = x->c;
-    const int64_t d = c->d, keys = x->mask.causal ? i + 1 : c->s;
+    const int64_t d = c->d, keys = x->mask.causal ? i + 1 : keys_of(c);
     const float *q = x->host[Q] + (bh * c->s + i) * d, *dout = x->host[DOUT] + (bh * c->s + i) * d;
-    const float *k = x->host[K] + bh * c->s * d, *v = x->host[V] + bh * c->s * d;
+    const float *k = x->host[K] + bh * keys_of(c) * d, *v = x->host[V] + bh * keys_of(c) * d;
     const double scale = 1.0 / sqrt((double)d);
     double top = -INFINITY, sum = 0, delta = 0;
     for (int64_t j = 0; j < keys; ++j) {
@@ -128,23 +136,27 @@ static void reference_dq_row(const backward_ctx *x, int64_t bh, int64_t i, doubl
 static bool check_head(const backward_ctx *x, int64_t bh, const float *const got[3],
                        bench_report *report) {
     const backward_case *c = x->c;
-    const size_t n = (size_t)(c->s * c->d), at = (size_t)bh * n;
-    double *want[3] = {malloc(n * 8), malloc(n * 8), malloc(n * 8)};
+    const int64_t sk = keys_of(c);
+    const size_t n[3] = {(size_t)(c->s * c->d), (size_t)(sk * c->d), (size_t)(sk * c->d)};
+    const size_t at[3] = {(size_t)bh * n[0], (size_t)bh * n[1], (size_t)bh * n[2]};
+    double *want[3] = {malloc(n[0] * 8), malloc(n[1] * 8), malloc(n[2] * 8)};
     const ref_mask mask = {.causal = x->mask.causal};
-    const ref_linear linear = {1, 1, 1, c->s, c->s, c->d, c->d, CLATTN_FEATURE_ELU1, 1e-6, &mask};
-    const float *in[4] = {x->host[Q] + at, x->host[K] + at, x->host[V] + at, x->host[DOUT] + at};
+    const ref_linear linear = {1, 1, 1, c->s, sk, c->d, c->d, CLATTN_FEATURE_ELU1, 1e-6, &mask};
+    const float *in[4] = {x->host[Q] + at[0], x->host[K] + at[1], x->host[V] + at[2],
+                          x->host[DOUT] + at[0]};
     bool ok = want[0] && want[1] && want[2];
     if (ok && is_linear(c))
         ok = ref_linear_attention_backward(&linear, in[0], in[1], in[2], in[3], want[0], want[1],
                                            want[2]);
     else if (ok)
-        ok = ref_attention_backward(in[0], in[1], in[2], in[3], 1, 1, 1, c->s, c->s, c->d, c->d,
+        ok = ref_attention_backward(in[0], in[1], in[2], in[3], 1, 1, 1, c->s, sk, c->d, c->d,
                                     1.0 / sqrt((double)c->d), &mask, want[0], want[1], want[2],
                                     NULL);
     static const char *const names[3] = {"dq", "dk", "dv"};
     for (int g = 0; g < 3 && ok; ++g)
-        for (size_t e = 0; e < n && ok; ++e)
-            ok = bench_close(report, names[g], at + e, got[g][at + e], want[g][e], 1.0, CLATTN_F32);
+        for (size_t e = 0; e < n[g] && ok; ++e)
+            ok = bench_close(report, names[g], at[g] + e, got[g][at[g] + e], want[g][e], 1.0,
+                             CLATTN_F32);
     for (int g = 0; g < 3; ++g) free(want[g]);
     return ok;
 }
@@ -155,7 +167,8 @@ static int check_backward(void *p, clattn_env *env, bench_report *report, bool *
     backward_ctx *x = p;
     const backward_case *c = x->c;
     float *got[3] = {NULL, NULL, NULL};
-    double *w = malloc((size_t)c->s * 2 * sizeof *w), *want = malloc((size_t)c->d * sizeof *want);
+    double *w = malloc((size_t)keys_of(c) * 2 * sizeof *w);
+    double *want = malloc((size_t)c->d * sizeof *want);
     int status = w && want ? CLATTN_SUCCESS : CLATTN_ERR_OUT_OF_HOST_MEMORY;
     for (int g = 0; g < 3 && status == CLATTN_SUCCESS; ++g)
         status = bench_read(env, &x->t[DQ + g], &got[g]);
@@ -179,11 +192,14 @@ static const char *case_op(const void *cases, int i) {
     return ((const backward_case *)cases)[i].op;
 }
 
-/* The peer's key: the memory row runs no peer (its scores would need 8 GiB). */
+/* The peer's key: the memory row runs no peer (its scores would need 8 GiB); the cross row's
+ * dims are B,H,Sq,Sk,D. */
 static void case_key(const void *cases, int i, char *key, size_t capacity) {
     const backward_case *c = (const backward_case *)cases + i;
-    snprintf(key, capacity, "%s f32 %lld,%lld,%lld,%lld", c->op, (long long)c->b, (long long)c->h,
-             (long long)c->s, (long long)c->d);
+    char keys[24] = "";
+    if (c->sk) snprintf(keys, sizeof keys, "%lld,", (long long)c->sk);
+    snprintf(key, capacity, "%s f32 %lld,%lld,%lld,%s%lld", c->op, (long long)c->b, (long long)c->h,
+             (long long)c->s, keys, (long long)c->d);
 }
 
 static int measure(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
@@ -194,8 +210,13 @@ static int measure(const bench_options *opt, clattn_env *env, bench_ceilings *ce
     double ceiling = 0;
     int status = alloc_case(env, c, &x);
     char shape[160];
-    snprintf(shape, sizeof shape, "B=%lld H=%lld S=%lld D=%lld%s", (long long)c->b, (long long)c->h,
-             (long long)c->s, (long long)c->d,
+    char length[48];
+    if (c->sk)
+        snprintf(length, sizeof length, "Sq=%lld Sk=%lld", (long long)c->s, (long long)c->sk);
+    else
+        snprintf(length, sizeof length, "S=%lld", (long long)c->s);
+    snprintf(shape, sizeof shape, "B=%lld H=%lld %s D=%lld%s", (long long)c->b, (long long)c->h,
+             length, (long long)c->d,
              !is_causal(c)  ? ""
              : is_linear(c) ? " causal"
                             : " causal(flops/2)");
@@ -213,7 +234,7 @@ static int measure(const bench_options *opt, clattn_env *env, bench_ceilings *ce
                  (double)x.workspace_bytes / 1048576.0);
     }
     const double flops = is_linear(c) ? 8.0 * (double)(c->b * c->h * c->s * c->d * c->d)
-                                      : 10.0 * (double)(c->b * c->h * c->s * c->s * c->d) *
+                                      : 10.0 * (double)(c->b * c->h * c->s * keys_of(c) * c->d) *
                                             (is_causal(c) ? 0.5 : 1.0);
     if (status == CLATTN_SUCCESS && !wrong)
         status = bench_add_compute_row(report, env, c->op, variant, CLATTN_F32, shape, &timing,
@@ -228,13 +249,15 @@ int bench_attention_backward(const bench_options *opt, clattn_env *env, bench_ce
     const int64_t long_s = opt->quick ? 2048 : 16384;
     const clattn_attention_path fused = CLATTN_PATH_FUSED, composed = CLATTN_PATH_COMPOSED;
     const backward_case cases[] = {
-        {"attention_backward", b, 8, s, 64, fused},
-        {"attention_backward", b, 8, s, 64, composed},
-        {"attention_backward_causal", b, 8, s, 64, fused},
-        {"attention_backward_memory", 1, 8, long_s, 64, fused},
-        {"linear_attention_backward", b, 8, s, 64, fused},
-        {"linear_attention_backward_causal", b, 8, s, 64, fused},
-        {"linear_attention_backward_causal", b, 8, opt->quick ? 512 : 4096, 64, fused},
+        {"attention_backward", b, 8, s, 64, fused, 0},
+        {"attention_backward", b, 8, s, 64, composed, 0},
+        {"attention_backward_causal", b, 8, s, 64, fused, 0},
+        {"attention_backward_memory", 1, 8, long_s, 64, fused, 0},
+        {"attention_backward_cross", opt->quick ? 1 : 2, 8, opt->quick ? 1024 : 4096, 64, fused,
+         77},
+        {"linear_attention_backward", b, 8, s, 64, fused, 0},
+        {"linear_attention_backward_causal", b, 8, s, 64, fused, 0},
+        {"linear_attention_backward_causal", b, 8, opt->quick ? 512 : 4096, 64, fused, 0},
     };
     const bench_family family = {sizeof cases / sizeof cases[0], case_op, case_key, measure};
     return bench_run_family(opt, env, ceilings, report, &family, cases);

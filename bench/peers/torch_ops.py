@@ -19,6 +19,7 @@ when a case cannot run. DIMS is a comma-separated list whose meaning depends on 
   attention_decode B,H,Sq,Sk,D  the same, Sq queries against Sk cached keys, no mask
   attention_backward[_causal] B,H,S,D  torch.autograd.grad of that forward (taken once) in q, k,
                          v given dout; scaled_dot_product_attention's where torch has it
+  attention_backward_cross B,H,Sq,Sk,D  the same, Sq queries against Sk keys, no mask
   (attention_memory is not here: its scores would need 8 GiB; the row reports n/a)
   linear_attention B,H,S,D   phi = elu + 1; (phi(q) @ (phi(k)^T @ v)) / (phi(q) @ phi(k).sum + eps)
   linear_attention_causal B,H,S,D  the cumsum form: cumsum of the [B,H,S,D,D] outer products
@@ -117,8 +118,9 @@ def attention(dtype, b, h, s, d):
     return _attention(dtype, b, h, s, d, False)
 
 
-def _attention_backward(dtype, b, h, s, d, causal):
-    q, k, v = (torch.randn(b, h, s, d).to(dtype).requires_grad_() for _ in range(3))
+def _attention_backward(dtype, b, h, s, d, causal, sk=None):
+    q = torch.randn(b, h, s, d).to(dtype).requires_grad_()
+    k, v = (torch.randn(b, h, sk or s, d).to(dtype).requires_grad_() for _ in range(2))
     dout = torch.randn(b, h, s, d).to(dtype)
     if SDPA is not None:
         out = SDPA(q, k, v, is_causal=causal)
@@ -133,6 +135,10 @@ def attention_backward(dtype, b, h, s, d):
 
 def attention_backward_causal(dtype, b, h, s, d):
     return _attention_backward(dtype, b, h, s, d, True)
+
+
+def attention_backward_cross(dtype, b, h, sq, sk, d):
+    return _attention_backward(dtype, b, h, sq, d, False, sk)
 
 
 def attention_causal(dtype, b, h, s, d):
@@ -235,6 +241,7 @@ OPS = {
     "attention_decode": attention_decode,
     "attention_backward": attention_backward,
     "attention_backward_causal": attention_backward_causal,
+    "attention_backward_cross": attention_backward_cross,
     "linear_attention": linear_attention,
     "linear_attention_causal": linear_attention_causal,
     "linear_attention_backward": linear_attention_backward,
