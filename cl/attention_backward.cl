@@ -39,7 +39,8 @@
  *
  * Build options: Q_T, K_T, V_T, O_T (out), DO_T (dout), DQ_T, DK_T, DV_T, DB_T (dbias),
  * HEAD_DIM, VALUE_DIM, VEC (keys a tile, and head-dim lanes: it divides both head dims), BM,
- * SPLITS, HAS_DBIAS, IDX and the mask's; TILED, and with it SLICES, BLK and GROUP_MAX (Tiles).
+ * SPLITS, HAS_DBIAS, IDX and the mask's; TILED, and with it SLICES, BLK, GROUP_MAX and
+ * ROW_SPLITS (Tiles).
  */
 #ifndef CLATTN_COMMON_CL
 #include "common.cl"

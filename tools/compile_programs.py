@@ -132,8 +132,8 @@ def programs(folder):
 # smallest and largest values (the compilers differ between sizes in registers and spills, whose
 # worst case the largest shows), not every value the tests happened to use.
 SIZES = tuple("-D%s=" % name for name in ("HEAD_DIM", "VALUE_DIM", "BM", "BN", "TK", "SPLITS",
-                                            "ROWS", "BR", "BC", "BQ", "TS", "STEP_TOKENS",
-                                            "STEP_HEADS"))
+                                            "ROW_SPLITS", "ROWS", "BR", "BC", "BQ", "TS",
+                                            "STEP_TOKENS", "STEP_HEADS"))
 
 
 def cover(options_of):

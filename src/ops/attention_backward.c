@@ -175,9 +175,9 @@ static void pick_splits(backward_launch *l, const clattn__attention_tuning *t, c
 /* The tiles keys pass has a group per group / slices keys of each (batch, kv head), each walking
  * the rows of the kv head's query heads: with fewer than SPLIT_TARGET such groups per compute
  * unit (few keys against many queries, as in cross-attention to a short text, or many query
- * heads a kv head), the rows are cut into runs of at least SPLIT_MIN of them (whole blocks; a
- * forced split, at most one block a run) and a merge sums the partial dK and dV. The lanes
- * kernels (CPUs) do not split their rows. */
+ * heads a kv head), the rows are cut into runs of whole blocks, at least SPLIT_MIN rows each but
+ * the last (a forced split: at least one block each), and a merge sums the partial dK and dV.
+ * The lanes kernels (CPUs) do not split their rows. */
 static void pick_row_splits(backward_launch *l, const clattn__attention_tuning *t,
                             cl_device_id device, const backward_args *a) {
     const int64_t groups = a->k->shape[0] * a->k->shape[1] * (int64_t)l->tiles;
@@ -188,7 +188,8 @@ static void pick_row_splits(backward_launch *l, const clattn__attention_tuning *
     int64_t splits = want < heads * Sq / t->SPLIT_MIN ? want : heads * Sq / t->SPLIT_MIN;
     if (splits > BACKWARD_SPLIT_MAX) splits = BACKWARD_SPLIT_MAX;
     const int forced = clattn__hook_value(CLATTN__HOOK_ROW_SPLITS);
-    if (forced > 0) splits = forced < runs ? forced : runs;
+    if (forced > 0) splits = forced;
+    if (splits > runs) splits = runs; /* (SPLIT_MIN may be less than a block) */
     l->row_splits = splits > 1 ? (int)splits : 1;
 }
 
@@ -645,7 +646,9 @@ int clattn_attention_backward(const clattn_tensor *q, const clattn_tensor *k,
 /* The plan of a call that enqueues nothing: its scratch bytes and launch. */
 static int plan_only(backward_args *a, cl_command_queue queue, backward_launch *l, size_t *bytes) {
     clattn__call call;
-    const int status = clattn__begin_call(&call, queue, 0, NULL, NULL);
+    int status = clattn__begin_call(&call, queue, 0, NULL, NULL);
+    if (status == CLATTN_SUCCESS && !bytes)
+        status = clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "bytes is NULL");
     return status == CLATTN_SUCCESS ? plan_call(a, &call, l, bytes) : status;
 }
 
@@ -660,7 +663,6 @@ int clattn_attention_backward_workspace_size(const clattn_tensor *q, const clatt
         q,    k,    v,  out, dout, lse, dq, dk, dv, option_dbias(options), option_path(options),
         mask, 1.0f, {0}};
     backward_launch l;
-    if (!bytes) return clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "bytes is NULL");
     return plan_only(&a, queue, &l, bytes);
 }
 
