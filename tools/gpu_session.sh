@@ -31,8 +31,10 @@
 # backward now takes its tiles kernels on GPUs (BWD_TILES=1; the lanes kernels took 26.4 ms at
 # D=64 in c4): the default rows time them against PyTorch's autograd, causal too (its queries
 # pass longest first, LPT=1; a row without), the cross row (4096 queries against 77 keys, whose
-# keys pass splits its rows: and a row without, SPLIT_MIN past its rows), and the last four with
-# groups of 256, slices of 16 and 64 dims (64: one slice at D=64), blocks of 32 rows. The 16-bit reshape rows now move the
+# keys pass splits its rows: and a row without, SPLIT_MIN past its rows), the default row without
+# splits (on an H200's 132 units its 512 key groups split their rows 3 ways, and its queries
+# pass its keys 3 ways), and the last four with groups of 256, slices of 16 and 64 dims (64: one
+# slice at D=64), blocks of 32 rows. The 16-bit reshape rows now move the
 # f32 rows' bytes (twice the batch: c4's f16 split heads read 46% of copy at half the bytes).
 # In c4 f32 prefill's call took 0.339 ms where its kernel took 0.260 (D=128: 0.634 and 0.507),
 # timed alternately with the FMA ceiling: the `apart` row times the attention rows back to back
@@ -78,6 +80,7 @@ DEFAULT_ROWS=( # most wanted first: rows past the budget are skipped
   "bwd-lpt-off|attention_backward_causal --only f32 --no-peers|attention:LPT=0"
   "default|attention_backward_cross|"
   "bwd-rows-off|attention_backward_cross --no-peers|attention:SPLIT_MIN=1048576"
+  "bwd-splits-off|attention_backward --only f32 --no-peers|attention:SPLIT_MIN=1048576"
   "bwd-g256|attention_backward --only f32 --no-peers|attention:BWD_GROUP=256"
   "bwd-s16|attention_backward --only f32 --no-peers|attention:BWD_SLICE=16"
   "bwd-s64|attention_backward --only f32 --no-peers|attention:BWD_SLICE=64"
