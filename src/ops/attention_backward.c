@@ -193,8 +193,9 @@ static void pick_row_splits(backward_launch *l, const clattn__attention_tuning *
     l->row_splits = splits > 1 ? (int)splits : 1;
 }
 
-/* Floats of scratch: each row's (lse, D_i), K's and V's packed tiles, then (split keys) the
- * partial dQ of each split, then (split rows) the partial dK and dV of each. */
+/* Floats of scratch: each row's (lse, D_i), K's and V's packed tiles, then the partials: (split
+ * keys) the partial dQ of each split, or in the same place (split rows) the partial dK and dV of
+ * each, which the keys merge has summed before the queries pass writes its own. */
 static size_t stats_floats(const backward_launch *l) {
     return 2 * l->rows;
 }
@@ -204,17 +205,13 @@ static size_t partials_at(const backward_args *a, const backward_launch *l) {
     return stats_floats(l) +
            kv_tiles * (size_t)l->lanes * (size_t)(a->q->shape[3] + a->v->shape[3]);
 }
-static size_t key_partials_at(const backward_args *a, const backward_launch *l) {
-    const size_t partials =
-        l->splits > 1 ? l->rows * (size_t)l->splits * (size_t)a->q->shape[3] : 0;
-    return partials_at(a, l) + partials;
-}
 static size_t workspace_floats(const backward_args *a, const backward_launch *l) {
     const size_t keys = (size_t)(a->k->shape[0] * a->k->shape[1] * a->k->shape[2]);
-    const size_t partials =
+    const size_t dq = l->splits > 1 ? l->rows * (size_t)l->splits * (size_t)a->q->shape[3] : 0;
+    const size_t dkv =
         l->row_splits > 1 ? keys * (size_t)l->row_splits * (size_t)(a->k->shape[3] + a->v->shape[3])
                           : 0;
-    return key_partials_at(a, l) + partials;
+    return partials_at(a, l) + (dq > dkv ? dq : dkv);
 }
 
 static bool needs_wide_index(const backward_args *a, const backward_launch *l) {
@@ -457,7 +454,7 @@ static int run_tiles_pass(const backward_step *s, cl_kernel kernel, bool queries
     if (status == CLATTN_SUCCESS && !queries)
         status = clattn__set_arg(kernel, arg++, sizeof s->workspace, &s->workspace);
     if (status == CLATTN_SUCCESS && !queries)
-        status = clattn__set_idx_arg(kernel, arg++, key_partials_at(s->a, s->l), s->wide);
+        status = clattn__set_idx_arg(kernel, arg++, partials_at(s->a, s->l), s->wide);
     if (status == CLATTN_SUCCESS && queries)
         status = clattn__set_arg(kernel, arg++, sizeof s->l->order, &s->l->order);
     if (status == CLATTN_SUCCESS) status = set_dims_and_mask(s, kernel, &arg, queries);
@@ -484,7 +481,7 @@ static int run_keys_merge(const backward_step *s, cl_kernel kernel) {
     cl_uint arg = 0;
     int status = clattn__set_arg(kernel, arg++, sizeof s->workspace, &s->workspace);
     if (status == CLATTN_SUCCESS)
-        status = clattn__set_idx_arg(kernel, arg++, key_partials_at(a, s->l), s->wide);
+        status = clattn__set_idx_arg(kernel, arg++, partials_at(a, s->l), s->wide);
     if (status == CLATTN_SUCCESS) status = set_views(s, kernel, &arg, views, 2);
     const int64_t dims[3] = {a->k->shape[0], a->k->shape[1], a->k->shape[2]};
     if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, dims, 3);
