@@ -722,7 +722,8 @@ static void tiles_kernels_in_small_groups(test_ctx *t) {
  * query heads a kv head of 11 rows each (4 blocks, so 8 runs a group), under causality from the
  * bottom, a keep mask and the query lengths: 3 splits (runs of 3, 3 and 2 blocks) in f32, and 8
  * (a block each) in f16 storage (the merge rounds each sum once) with the queries pass's keys
- * split too (both partials in one workspace). */
+ * split too (both partials in one region of the workspace, one after the other). A smoke test:
+ * it builds every GPU kernel of the backward (the rusticl lane's only run of them). */
 static void tiles_kernels_with_split_rows(test_ctx *t) {
     if (skipped_under_uninit_checker(t)) return;
     static const int32_t qlen[2] = {11, 5};
@@ -1536,7 +1537,7 @@ static const test_case cases[] = {
     {"gradients_with_split_keys", gradients_with_split_keys},
     {"tiles_kernels_give_the_gradients", tiles_kernels_give_the_gradients},
     {"tiles_kernels_in_small_groups", tiles_kernels_in_small_groups},
-    {"tiles_kernels_with_split_rows", tiles_kernels_with_split_rows},
+    {"tiles_kernels_with_split_rows", tiles_kernels_with_split_rows, TAG_SMOKE},
     {"tiles_kernels_in_longest_first_order", tiles_kernels_in_longest_first_order},
     {"tiles_kernels_plan_longest_first", tiles_kernels_plan_longest_first},
     {"tiles_kernels_plan_row_splits", tiles_kernels_plan_row_splits},
