@@ -325,6 +325,65 @@ def test_attention_backward_masks_and_bias_gradients(ctx):
         ctx.attention_backward(q, q, k, v, q, np.zeros((2, 3, 10), np.float32), return_dbias=True)
 
 
+def test_autograd_attention_trains_like_torch(ctx):
+    """clattn.autograd.attention inside a PyTorch graph: its out is Context.attention's, and
+    backward() fills q, k, v and the bias with torch.autograd's gradients of the float64 form
+    (bottom-right causal with key lengths, GQA, a learned per-head bias); a dtype or device it
+    cannot take is refused by name."""
+    import clattn.autograd
+
+    shapes = ((2, 4, 9, 16), (2, 2, 13, 16), (2, 2, 13, 8))
+    q, k, v = (torch.tensor(RNG.standard_normal(s), dtype=torch.float32, requires_grad=True)
+               for s in shapes)
+    bias = torch.tensor(RNG.standard_normal((1, 4, 9, 13)), dtype=torch.float32,
+                        requires_grad=True)
+    weight = RNG.standard_normal((2, 4, 9, 8)).astype(np.float32)  # the loss is sum(out * w)
+    mask = dict(causal="bottom_right", key_lengths=[13, 6])
+    plain = ctx.attention(q.detach().numpy(), k.detach().numpy(), v.detach().numpy(), 0.3,
+                          bias=bias.detach().numpy(), **mask)
+    out = clattn.autograd.attention(ctx, q, k, v, 0.3, bias=bias.detach().numpy(), **mask)
+    assert np.array_equal(out.detach().numpy(), plain)  # a bias array: no gradient asked
+    out = clattn.autograd.attention(ctx, q, k, v, 0.3, bias=bias, **mask)
+    assert np.array_equal(out.detach().numpy(), plain)
+    (out * torch.from_numpy(weight)).sum().backward()
+    i, j = np.arange(9)[:, None], np.arange(13)[None, :]
+    visible = np.stack([(j <= i + n - 9) & (j < n) for n in (13, 6)])[:, None]
+    want = torch_attention_grads(*(t.detach().numpy() for t in (q, k, v)), weight, 0.3,
+                                 visible, bias.detach().numpy())
+    for name, t, w in zip(("dq", "dk", "dv", "dbias"), (q, k, v, bias), want):
+        assert t.grad.dtype == torch.float32 and t.grad.shape == t.shape, name
+        assert_close(t.grad.numpy(), w, 1e-4, 2e-5, "autograd " + name)
+    # float16 storage: gradients in float16, within its rounding of the float64 ones
+    q16, k16, v16 = (t.detach().half().requires_grad_() for t in (q, k, v))
+    clattn.autograd.attention(ctx, q16, k16, v16, causal=True).sum().backward()
+    want = torch_attention_grads(*(t.detach().float().numpy() for t in (q16, k16, v16)),
+                                 np.ones((2, 4, 9, 8), np.float32), 0.25,
+                                 np.arange(13)[None, :] <= np.arange(9)[:, None])
+    for name, t, w in zip(("dq", "dk", "dv"), (q16, k16, v16), want):
+        assert t.grad.dtype == torch.float16, name
+        assert_close(t.grad.float().numpy(), w, 1e-2, 4e-3, "autograd f16 " + name)
+    with pytest.raises(TypeError, match="q: torch.float64"):
+        clattn.autograd.attention(ctx, q.double(), k.double(), v.double())
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        clattn.autograd.attention(ctx, q, k, v, return_lse=True)
+
+
+def test_autograd_linear_attention_trains_like_torch(ctx):
+    """clattn.autograd.linear_attention's gradients against torch.autograd of the causal
+    cumsum form, GQA."""
+    import clattn.autograd
+
+    shapes = ((1, 4, 12, 8), (1, 2, 12, 8), (1, 2, 12, 8))
+    arrays = [RNG.standard_normal(s).astype(np.float32) for s in shapes]
+    q, k, v = (torch.tensor(a, requires_grad=True) for a in arrays)
+    weight = RNG.standard_normal((1, 4, 12, 8)).astype(np.float32)
+    out = clattn.autograd.linear_attention(ctx, q, k, v, causal=True)
+    (out * torch.from_numpy(weight)).sum().backward()
+    want = torch_linear(*arrays, True, dout=weight)
+    for name, t, w in zip(("dq", "dk", "dv"), (q, k, v), want):
+        assert_close(t.grad.numpy(), w, 1e-4, 2e-5, "autograd linear " + name)
+
+
 def torch_linear(q, k, v, causal, feature_map="elu1", eps=1e-6, dout=None):
     """The forms a PyTorch user writes, in float64: non-causal through phi(k)^T v, causal through
     cumsum over the outer products; GQA by repeating the kv heads. With dout: the gradients
