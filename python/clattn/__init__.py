@@ -526,6 +526,11 @@ class Context:
         bits = (1 << i for i in range(32) if units.value >> i & 1)
         return [self._lib.clattn_matrix_unit_name(bit).decode() for bit in bits]
 
+    @property
+    def closed(self):
+        """Whether close() has run (or begun)."""
+        return self._closing
+
     def close(self):
         """Releases every tensor of the context (using one afterwards is a ValueError), then the
         context and queue."""

@@ -13,8 +13,10 @@ layers run on the CPU; the Context's device tensors (clattn.Tensor) keep data on
 attention() keeps the forward's out and lse (FlashAttention's contract, O(S) memory beside out)
 for its backward. A bias that requires grad gets dbias, summed over the dims it broadcasts, as
 autograd sums a broadcast; the other mask keywords (causal, window, key_lengths, mask, ...) are
-Context.attention's and have no gradient. Importing this module imports torch; the rest of the
-package does not need it.
+Context.attention's and have no gradient. The backward runs on the forward's Context, which must
+still be open then. There is no double backward (create_graph=True through these ops is an
+error): the backward is clattn's kernels, not a graph of PyTorch operations. Importing this
+module imports torch; the rest of the package does not need it.
 """
 import torch
 
@@ -30,16 +32,27 @@ def _numpy(t):
     return t.detach().contiguous().numpy()
 
 
+def _check_tensor(name, t, dtype=None):
+    """A CPU tensor of float32 or float16 (of `dtype` where given); else a named refusal."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError("%s: expected a torch.Tensor, got %s" % (name, type(t).__name__))
+    if t.device.type != "cpu":
+        raise ValueError("%s: on %s; clattn.autograd takes CPU tensors (clattn copies them to "
+                         "its own device)" % (name, t.device))
+    if t.dtype not in _DTYPES or (dtype is not None and t.dtype != dtype):
+        raise TypeError("%s: %s; expected float32 or float16%s" % (
+            name, t.dtype, "" if dtype is None else ", the same for q, k and v"))
+
+
 def _check_inputs(q, k, v):
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError("%s: expected a torch.Tensor, got %s" % (name, type(t).__name__))
-        if t.device.type != "cpu":
-            raise ValueError("%s: on %s; clattn.autograd takes CPU tensors (clattn copies them "
-                             "to its own device)" % (name, t.device))
-        if t.dtype not in _DTYPES or t.dtype != q.dtype:
-            raise TypeError("%s: %s; expected float32 or float16, the same for q, k and v"
-                            % (name, t.dtype))
+        _check_tensor(name, t, q.dtype if isinstance(q, torch.Tensor) else None)
+
+
+def _check_open(ctx):
+    if ctx.closed:
+        raise RuntimeError("clattn.autograd: the Context the forward ran on is closed; run the "
+                           "backward before closing it")
 
 
 def _plain(keywords, allowed, what):
@@ -55,24 +68,27 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(fctx, ctx, scale, mask, q, k, v, bias):
         fctx.ctx, fctx.scale, fctx.mask = ctx, scale, mask
-        fctx.bias = None if bias is None else _numpy(bias)
-        fctx.bias_dtype = None if bias is None else bias.dtype
-        out, lse = ctx.attention(_numpy(q), _numpy(k), _numpy(v), scale, bias=fctx.bias,
-                                 return_lse=True, **mask)
+        out, lse = ctx.attention(_numpy(q), _numpy(k), _numpy(v), scale,
+                                 bias=None if bias is None else _numpy(bias), return_lse=True,
+                                 **mask)
         out = torch.from_numpy(out)
         fctx.lse = lse  # float32, (B, Hq, Sq): not a tensor autograd needs to know
-        fctx.save_for_backward(q, k, v, out)
+        # (the bias too, so that an in-place change before the backward is autograd's error)
+        fctx.save_for_backward(q, k, v, out, bias)
         return out
 
     @staticmethod
+    @torch.autograd.function.once_differentiable
     def backward(fctx, dout):
-        q, k, v, out = fctx.saved_tensors
+        q, k, v, out, bias = fctx.saved_tensors
+        _check_open(fctx.ctx)
         want_dbias = fctx.needs_input_grad[6]
         grads = fctx.ctx.attention_backward(
             _numpy(dout.to(q.dtype)), _numpy(q), _numpy(k), _numpy(v), _numpy(out), fctx.lse,
-            fctx.scale, bias=fctx.bias, return_dbias=want_dbias, **fctx.mask)
+            fctx.scale, bias=None if bias is None else _numpy(bias), return_dbias=want_dbias,
+            **fctx.mask)
         dq, dk, dv = (torch.from_numpy(g) for g in grads[:3])
-        dbias = torch.from_numpy(grads[3]).to(fctx.bias_dtype) if want_dbias else None
+        dbias = torch.from_numpy(grads[3]).to(bias.dtype) if want_dbias else None
         return None, None, None, dq, dk, dv, dbias
 
 
@@ -84,6 +100,8 @@ def attention(ctx, q, k, v, scale=None, *, bias=None, **mask):
     _check_inputs(q, k, v)
     if bias is not None and not isinstance(bias, torch.Tensor):
         bias = torch.as_tensor(bias, dtype=torch.float32)
+    if bias is not None:
+        _check_tensor("bias", bias)
     return _Attention.apply(ctx, scale, _plain(mask, _MASK_KEYWORDS, "attention"), q, k, v,
                             bias)
 
@@ -98,8 +116,10 @@ class _LinearAttention(torch.autograd.Function):
         return torch.from_numpy(out)
 
     @staticmethod
+    @torch.autograd.function.once_differentiable
     def backward(fctx, dout):
         q, k, v = fctx.saved_tensors
+        _check_open(fctx.ctx)
         grads = fctx.ctx.linear_attention_backward(_numpy(dout.to(q.dtype)), _numpy(q),
                                                    _numpy(k), _numpy(v), *fctx.args,
                                                    **fctx.lengths)

@@ -328,8 +328,9 @@ def test_attention_backward_masks_and_bias_gradients(ctx):
 def test_autograd_attention_trains_like_torch(ctx):
     """clattn.autograd.attention inside a PyTorch graph: its out is Context.attention's, and
     backward() fills q, k, v and the bias with torch.autograd's gradients of the float64 form
-    (bottom-right causal with key lengths, GQA, a learned per-head bias); a dtype or device it
-    cannot take is refused by name."""
+    (bottom-right causal with key lengths, GQA, a learned per-head bias); a bias array or an
+    input not asking takes no gradient; there is no double backward, nor a backward after the
+    Context closed; a dtype it cannot take is refused by name."""
     import clattn.autograd
 
     shapes = ((2, 4, 9, 16), (2, 2, 13, 16), (2, 2, 13, 8))
@@ -362,15 +363,34 @@ def test_autograd_attention_trains_like_torch(ctx):
     for name, t, w in zip(("dq", "dk", "dv"), (q16, k16, v16), want):
         assert t.grad.dtype == torch.float16, name
         assert_close(t.grad.float().numpy(), w, 1e-2, 4e-3, "autograd f16 " + name)
+    # a bias array, and v not asking: the others' gradients as before, none for them
+    q2, k2, v2 = (t.detach().clone().requires_grad_(t is not v) for t in (q, k, v))
+    out = clattn.autograd.attention(ctx, q2, k2, v2, 0.3, bias=bias.detach().numpy(), **mask)
+    (out * torch.from_numpy(weight)).sum().backward()
+    assert v2.grad is None
+    assert np.array_equal(q2.grad.numpy(), q.grad.numpy())
+    assert np.array_equal(k2.grad.numpy(), k.grad.numpy())
+    # no double backward: the backward is clattn's kernels
+    (g,) = torch.autograd.grad(clattn.autograd.attention(ctx, q, k, v).sum(), q,
+                               create_graph=True)
+    with pytest.raises(RuntimeError):  # (torch names what it could not differentiate)
+        g.sum().backward()
     with pytest.raises(TypeError, match="q: torch.float64"):
         clattn.autograd.attention(ctx, q.double(), k.double(), v.double())
+    with pytest.raises(TypeError, match="bias: torch.float64"):
+        clattn.autograd.attention(ctx, q, k, v, bias=bias.double())
     with pytest.raises(TypeError, match="unexpected keyword"):
         clattn.autograd.attention(ctx, q, k, v, return_lse=True)
+    # the backward needs the forward's Context open
+    with clattn.Context() as other:
+        out = clattn.autograd.attention(other, q, k, v)
+    with pytest.raises(RuntimeError, match="is closed"):
+        out.sum().backward()
 
 
 def test_autograd_linear_attention_trains_like_torch(ctx):
-    """clattn.autograd.linear_attention's gradients against torch.autograd of the causal
-    cumsum form, GQA."""
+    """clattn.autograd.linear_attention: its out is Context.linear_attention's, its gradients
+    torch.autograd's of the causal cumsum form, GQA."""
     import clattn.autograd
 
     shapes = ((1, 4, 12, 8), (1, 2, 12, 8), (1, 2, 12, 8))
@@ -378,9 +398,11 @@ def test_autograd_linear_attention_trains_like_torch(ctx):
     q, k, v = (torch.tensor(a, requires_grad=True) for a in arrays)
     weight = RNG.standard_normal((1, 4, 12, 8)).astype(np.float32)
     out = clattn.autograd.linear_attention(ctx, q, k, v, causal=True)
+    assert np.array_equal(out.detach().numpy(), ctx.linear_attention(*arrays, causal=True))
     (out * torch.from_numpy(weight)).sum().backward()
     want = torch_linear(*arrays, True, dout=weight)
     for name, t, w in zip(("dq", "dk", "dv"), (q, k, v), want):
+        assert t.grad.dtype == torch.float32 and t.grad.shape == t.shape, name
         assert_close(t.grad.numpy(), w, 1e-4, 2e-5, "autograd linear " + name)
 
 
