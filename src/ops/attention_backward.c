@@ -185,7 +185,8 @@ static void pick_row_splits(backward_launch *l, const clattn__attention_tuning *
     const int64_t runs = heads * ((Sq + l->block - 1) / l->block); /* row blocks a group walks */
     const int64_t want =
         ((int64_t)clattn__device_compute_units(device) * t->SPLIT_TARGET + groups - 1) / groups;
-    int64_t splits = want < heads * Sq / t->SPLIT_MIN ? want : heads * Sq / t->SPLIT_MIN;
+    const int64_t most = heads * Sq / t->SPLIT_MIN;
+    int64_t splits = want < most ? want : most;
     if (splits > BACKWARD_SPLIT_MAX) splits = BACKWARD_SPLIT_MAX;
     const int forced = clattn__hook_value(CLATTN__HOOK_ROW_SPLITS);
     if (forced > 0) splits = forced;
@@ -323,7 +324,7 @@ static int plan_launch(const clattn__call *call, const backward_args *a, backwar
     *l = (backward_launch){0};
     int status = clattn__attention_tuning_get(call->device, a->q->dtype, &t);
     if (status != CLATTN_SUCCESS) return status;
-    l->bm = t.BM, l->row_splits = 1;
+    l->bm = t.BM;
     l->rows = (size_t)(a->q->shape[0] * a->q->shape[1] * a->q->shape[2]);
     if (t.BWD_TILES) status = plan_tiles(call, &t, a, l);
     if (status != CLATTN_SUCCESS || l->tiled) return status;
@@ -344,14 +345,16 @@ typedef struct backward_step {
     cl_event *prev;
 } backward_step;
 
-/* stats and packed: the workspace, at offsets 0 and pack_off. */
-static int set_scratch_args(const backward_step *s, cl_kernel kernel, cl_uint *arg, bool stats) {
+/* The workspace as a kernel's scratch: (with `stats`, the rows' stats at offset 0, then) the
+ * buffer and offset `at` (K and V packed, at stats_floats, or the split partials, at
+ * partials_at). */
+static int set_scratch_args(const backward_step *s, cl_kernel kernel, cl_uint *arg, bool stats,
+                            size_t at) {
     int status = CLATTN_SUCCESS;
     if (stats) status = clattn__set_arg(kernel, (*arg)++, sizeof s->workspace, &s->workspace);
     if (status == CLATTN_SUCCESS)
         status = clattn__set_arg(kernel, (*arg)++, sizeof s->workspace, &s->workspace);
-    if (status == CLATTN_SUCCESS)
-        status = clattn__set_idx_arg(kernel, (*arg)++, stats_floats(s->l), s->wide);
+    if (status == CLATTN_SUCCESS) status = clattn__set_idx_arg(kernel, (*arg)++, at, s->wide);
     return status;
 }
 
@@ -380,7 +383,8 @@ static int run_pack(const backward_step *s, cl_kernel kernel) {
     const clattn_tensor *views[2] = {a->k, a->v};
     cl_uint arg = 0;
     int status = set_views(s, kernel, &arg, views, 2);
-    if (status == CLATTN_SUCCESS) status = set_scratch_args(s, kernel, &arg, false);
+    if (status == CLATTN_SUCCESS)
+        status = set_scratch_args(s, kernel, &arg, false, stats_floats(s->l));
     if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, a->k->shape, 3);
     if (status == CLATTN_SUCCESS) /* for the key lengths */
         status = clattn__mask_set_args(kernel, &arg, &a->mask, a->scale, s->wide);
@@ -399,9 +403,7 @@ static int set_dims_and_mask(const backward_step *s, cl_kernel kernel, cl_uint *
                              a->k->shape[2]};
     int status = clattn__set_int_args(kernel, arg, dims, 5);
     if (status == CLATTN_SUCCESS && partials)
-        status = clattn__set_arg(kernel, (*arg)++, sizeof s->workspace, &s->workspace);
-    if (status == CLATTN_SUCCESS && partials)
-        status = clattn__set_idx_arg(kernel, (*arg)++, partials_at(a, s->l), s->wide);
+        status = set_scratch_args(s, kernel, arg, false, partials_at(a, s->l));
     const int64_t chunk = s->l->chunk;
     if (status == CLATTN_SUCCESS && partials) status = clattn__set_int_args(kernel, arg, &chunk, 1);
     if (status == CLATTN_SUCCESS)
@@ -416,7 +418,8 @@ static int run_tiles(const backward_step *s, cl_kernel kernel, const clattn_tens
     cl_uint arg = 0;
     const bool queries = views[3] == s->a->dq;
     int status = set_views(s, kernel, &arg, views, 4);
-    if (status == CLATTN_SUCCESS) status = set_scratch_args(s, kernel, &arg, true);
+    if (status == CLATTN_SUCCESS)
+        status = set_scratch_args(s, kernel, &arg, true, stats_floats(s->l));
     if (status == CLATTN_SUCCESS) status = set_dims_and_mask(s, kernel, &arg, queries);
     if (status == CLATTN_SUCCESS)
         status = clattn__enqueue_items(s->call, kernel, items, (size_t)s->l->group, s->prev, last);
@@ -450,11 +453,8 @@ static int run_tiles_pass(const backward_step *s, cl_kernel kernel, bool queries
     cl_uint arg = 0;
     int status = set_views(s, kernel, &arg, views, count);
     if (status == CLATTN_SUCCESS)
-        status = clattn__set_arg(kernel, arg++, sizeof s->workspace, &s->workspace);
-    if (status == CLATTN_SUCCESS && !queries)
-        status = clattn__set_arg(kernel, arg++, sizeof s->workspace, &s->workspace);
-    if (status == CLATTN_SUCCESS && !queries)
-        status = clattn__set_idx_arg(kernel, arg++, partials_at(s->a, s->l), s->wide);
+        status = queries ? clattn__set_arg(kernel, arg++, sizeof s->workspace, &s->workspace)
+                         : set_scratch_args(s, kernel, &arg, true, partials_at(s->a, s->l));
     if (status == CLATTN_SUCCESS && queries)
         status = clattn__set_arg(kernel, arg++, sizeof s->l->order, &s->l->order);
     if (status == CLATTN_SUCCESS) status = set_dims_and_mask(s, kernel, &arg, queries);
@@ -479,9 +479,7 @@ static int run_keys_merge(const backward_step *s, cl_kernel kernel) {
     const backward_args *a = s->a;
     const clattn_tensor *views[2] = {a->dk, a->dv};
     cl_uint arg = 0;
-    int status = clattn__set_arg(kernel, arg++, sizeof s->workspace, &s->workspace);
-    if (status == CLATTN_SUCCESS)
-        status = clattn__set_idx_arg(kernel, arg++, partials_at(a, s->l), s->wide);
+    int status = set_scratch_args(s, kernel, &arg, false, partials_at(a, s->l));
     if (status == CLATTN_SUCCESS) status = set_views(s, kernel, &arg, views, 2);
     const int64_t dims[3] = {a->k->shape[0], a->k->shape[1], a->k->shape[2]};
     if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, dims, 3);
@@ -504,9 +502,7 @@ static int run_queries_tiles(const backward_step *s, cl_kernel kernel) {
 static int run_merge(const backward_step *s, cl_kernel kernel) {
     const backward_args *a = s->a;
     cl_uint arg = 0;
-    int status = clattn__set_arg(kernel, arg++, sizeof s->workspace, &s->workspace);
-    if (status == CLATTN_SUCCESS)
-        status = clattn__set_idx_arg(kernel, arg++, partials_at(a, s->l), s->wide);
+    int status = set_scratch_args(s, kernel, &arg, false, partials_at(a, s->l));
     if (status == CLATTN_SUCCESS) status = clattn__set_view_args(kernel, &arg, a->dq, 0, s->wide);
     if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, a->q->shape, 3);
     if (status == CLATTN_SUCCESS)
