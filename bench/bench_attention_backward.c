@@ -6,7 +6,9 @@
  * causal masking; the peer differentiates matmul -> masked_fill -> softmax -> matmul (or SDPA
  * where torch has it). The memory row runs a length whose scores would not fit, and reports
  * the scratch; the cross row attends many queries to a few keys (a diffusion model's 64 x 64
- * latents to 77 text tokens), where the keys pass has few groups. The forward runs once,
+ * latents to 77 text tokens), where the keys pass has few groups; the bias row adds a
+ * learned bias shared by the batches ([1,H,S,S], as T5's and Swin's relative position biases)
+ * and asks for its gradient, as PyTorch's autograd computes it too. The forward runs once,
  * untimed, for out and lse.
  *
  * linear_attention_backward[_causal]: GFLOP/s counting 8*B*H*S*D*Dv, twice the forward's count
@@ -20,8 +22,8 @@
 #include <string.h>
 
 typedef struct backward_case {
-    const char *op; /* attention_backward | attention_backward_causal | ..._memory | ..._cross,
-                     * or linear_attention_backward[_causal] */
+    const char *op; /* attention_backward | attention_backward_causal | ..._memory | ..._cross |
+                     * ..._bias, or linear_attention_backward[_causal] */
     int64_t b, h, s, d;
     clattn_attention_path path; /* attention: fused, or the composed (GEMM) path */
     int64_t sk;                 /* keys, where not s (the cross row) */
@@ -41,11 +43,17 @@ typedef struct backward_ctx {
     clattn_attention_backward_options options;
     clattn_linear_options linear; /* the linear rows' (feature map elu1) */
     size_t workspace_bytes;
-    float *host[4]; /* q, k, v, dout */
+    float *host[4];            /* q, k, v, dout */
+    clattn_tensor bias, dbias; /* the bias row's [1,H,S,S] */
+    float *host_bias;
 } backward_ctx;
 
 static bool is_linear(const backward_case *c) {
     return strncmp(c->op, "linear", 6) == 0;
+}
+
+static bool has_bias(const backward_case *c) {
+    return strcmp(c->op, "attention_backward_bias") == 0;
 }
 
 static bool is_causal(const backward_case *c) {
@@ -78,6 +86,15 @@ static int alloc_case(clattn_env *env, const backward_case *c, backward_ctx *x) 
             status = bench_fill_random(env, &x->t[i], (uint64_t)(i + 40), 1.0f, &x->host[i]);
     }
     if (status == CLATTN_SUCCESS) status = clattn_env_alloc(env, CLATTN_F32, lse_shape, &x->lse);
+    if (status == CLATTN_SUCCESS && has_bias(c)) {
+        const int64_t bias_shape[4] = {1, c->h, c->s, c->s};
+        status = clattn_env_alloc(env, CLATTN_F32, bias_shape, &x->bias);
+        if (status == CLATTN_SUCCESS)
+            status = bench_fill_random(env, &x->bias, 45, 1.0f, &x->host_bias);
+        if (status == CLATTN_SUCCESS)
+            status = clattn_env_alloc(env, CLATTN_F32, bias_shape, &x->dbias);
+        x->mask.bias = &x->bias, x->options.dbias = &x->dbias;
+    }
     cl_command_queue queue = clattn_env_queue(env);
     x->linear = (clattn_linear_options)CLATTN_LINEAR_OPTIONS_DEFAULT;
     if (status == CLATTN_SUCCESS && is_linear(c))
@@ -101,6 +118,8 @@ static int alloc_case(clattn_env *env, const backward_case *c, backward_ctx *x) 
 static void free_case(backward_ctx *x) {
     for (int i = 0; i < TENSORS; ++i) clattn_tensor_free(&x->t[i]);
     clattn_tensor_free(&x->lse);
+    clattn_tensor_free(&x->bias), clattn_tensor_free(&x->dbias);
+    free(x->host_bias);
     if (x->options.workspace) clReleaseMemObject(x->options.workspace);
     if (x->linear.workspace) clReleaseMemObject(x->linear.workspace);
     for (int i = 0; i < 4; ++i) free(x->host[i]);
@@ -161,8 +180,47 @@ static bool check_head(const backward_ctx *x, int64_t bh, const float *const got
     return ok;
 }
 
+/* The bias row: the last head of every batch whole (dq, dk, dv), and its bias's gradient, which
+ * sums over the batches, against tests/ref.c's float64 reference. */
+static bool check_bias_head(const backward_ctx *x, const float *const got[3], const float *dbias,
+                            bench_report *report) {
+    const backward_case *c = x->c;
+    const size_t rows = (size_t)(c->s * c->d), scores = (size_t)(c->s * c->s);
+    const size_t count = (size_t)c->b * rows, h = (size_t)c->h - 1;
+    float *in[4];
+    double *want[4] = {calloc(count, 8), calloc(count, 8), calloc(count, 8), calloc(scores, 8)};
+    double *bias = malloc(scores * 8);
+    bool ok = want[0] && want[1] && want[2] && want[3] && bias;
+    for (int g = 0; g < 4; ++g) ok = (in[g] = ok ? malloc(count * 4) : NULL) != NULL;
+    for (int64_t b = 0; b < c->b && ok; ++b) /* head h of each batch, dense [B,1,S,D] */
+        for (int g = 0; g < 4; ++g)
+            memcpy(in[g] + (size_t)b * rows, x->host[g] + ((size_t)b * (size_t)c->h + h) * rows,
+                   rows * 4);
+    for (size_t e = 0; e < scores && ok; ++e) bias[e] = x->host_bias[h * scores + e];
+    const ref_mask mask = {.bias = bias, .bias_strides = {0, 0, c->s, 1}};
+    if (ok)
+        ok = ref_attention_backward(in[0], in[1], in[2], in[3], c->b, 1, 1, c->s, c->s, c->d, c->d,
+                                    1.0 / sqrt((double)c->d), &mask, want[0], want[1], want[2],
+                                    want[3]);
+    static const char *const names[3] = {"dq", "dk", "dv"};
+    for (int64_t b = 0; b < c->b && ok; ++b)
+        for (int g = 0; g < 3 && ok; ++g)
+            for (size_t e = 0; e < rows && ok; ++e) {
+                const size_t at = ((size_t)b * (size_t)c->h + h) * rows + e;
+                ok = bench_close(report, names[g], at, got[g][at], want[g][(size_t)b * rows + e],
+                                 1.0, CLATTN_F32);
+            }
+    for (size_t e = 0; e < scores && ok; ++e)
+        ok = bench_close(report, "dbias", h * scores + e, dbias[h * scores + e], want[3][e], 1.0,
+                         CLATTN_F32);
+    for (int g = 0; g < 4; ++g) free(in[g]), free(want[g]);
+    free(bias);
+    return ok;
+}
+
 /* Attention: 8 sampled dq rows at every length. The last head whole where its O(Sq Sk)
- * reference is quick (linear attention's longer rows are checked by the suite, not here). */
+ * reference is quick (linear attention's longer rows are checked by the suite, not here); the
+ * bias row checks its own way. */
 static int check_backward(void *p, clattn_env *env, bench_report *report, bool *ok) {
     backward_ctx *x = p;
     const backward_case *c = x->c;
@@ -174,6 +232,16 @@ static int check_backward(void *p, clattn_env *env, bench_report *report, bool *
         status = bench_read(env, &x->t[DQ + g], &got[g]);
     uint64_t state = 17;
     *ok = status == CLATTN_SUCCESS;
+    if (*ok && has_bias(c)) {
+        float *dbias = NULL;
+        status = bench_read(env, &x->dbias, &dbias);
+        *ok = status == CLATTN_SUCCESS &&
+              check_bias_head(x, (const float *const *)got, dbias, report);
+        free(dbias);
+        for (int g = 0; g < 3; ++g) free(got[g]);
+        free(w), free(want);
+        return status;
+    }
     for (int n = 0; n < 8 && *ok && !is_linear(c); ++n) {
         const size_t row = bench_sample(&state, (size_t)(c->b * c->h * c->s));
         reference_dq_row(x, (int64_t)row / c->s, (int64_t)row % c->s, w, want);
@@ -255,6 +323,7 @@ int bench_attention_backward(const bench_options *opt, clattn_env *env, bench_ce
         {"attention_backward_memory", 1, 8, long_s, 64, fused, 0},
         {"attention_backward_cross", opt->quick ? 1 : 2, 8, opt->quick ? 1024 : 4096, 64, fused,
          77},
+        {"attention_backward_bias", b, 8, s, 64, fused, 0},
         {"linear_attention_backward", b, 8, s, 64, fused, 0},
         {"linear_attention_backward_causal", b, 8, s, 64, fused, 0},
         {"linear_attention_backward_causal", b, 8, opt->quick ? 512 : 4096, 64, fused, 0},

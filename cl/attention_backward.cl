@@ -30,8 +30,8 @@
  *
  * With TILED (GPUs: many work-items, little private memory) backward_keys_tiles and
  * backward_queries_tiles replace pack, keys and queries (Tiles, below).
- *   backward_bias     (HAS_DBIAS) a work-item per element of dbias: dS recomputed over the
- *                     bias's broadcast dims and summed (0 for a bias broadcast over the keys).
+ * dbias (HAS_DBIAS) is added up by the keys passes, which hold every visible pair's dS (Bias,
+ * below), with backward_bias_clear and backward_bias_merge around them.
  *
  * Invisible positions never reach a gradient: a masked score gives P = 0 and dS is selected 0
  * where P is not positive, the packed K and V are 0 past the key lengths, and dQ skips the K
@@ -39,7 +39,7 @@
  *
  * Build options: Q_T, K_T, V_T, O_T (out), DO_T (dout), DQ_T, DK_T, DV_T, DB_T (dbias),
  * HEAD_DIM, VALUE_DIM, VEC (keys a tile, and head-dim lanes: it divides both head dims), BM,
- * SPLITS, HAS_DBIAS, IDX and the mask's; TILED, and with it SLICES, BLK, GROUP_MAX and
+ * SPLITS, HAS_DBIAS, DBIAS_MODE (Bias), IDX and the mask's; TILED, and with it SLICES, BLK, GROUP_MAX and
  * ROW_SPLITS (Tiles).
  */
 #ifndef CLATTN_COMMON_CL
@@ -225,11 +225,95 @@ inline keys_t tile_weights(keys_t x, float lse) {
     return select(exp(x - lse), (keys_t)0.0f, x == (keys_t)(-INFINITY));
 }
 
+/*
+ * Bias. dbias has shape n0 x n1 x n2 x n3, each dim the scores' or 1 (summed over). Its element
+ * is the sum of dS_ij over the pairs it broadcasts to, and the keys passes (a work-item per key,
+ * or tile of keys, of one (batch, kv head), walking every row of its query heads) meet each
+ * pair once, so they put dS in place as they go (DBIAS_MODE, chosen by the host's plan_bias):
+ *
+ *   0  nothing: no dbias, or a bias that is one value along the keys (n3 = 1), which shifts a
+ *      row's logits alike: its gradient, the sum of the row's dS, is exactly 0 (P sums to 1),
+ *      and backward_bias_merge writes it as such rather than as the rounding of that sum
+ *   1  each element is one pair's (no broadcast dim sums any): the pass stores every pair's dS
+ *      into dbias, 0 where the pair is hidden (its block skipped, its row dead)
+ *   2  the broadcast dims sum pairs of several work-items: each adds its visible pairs into its
+ *      own f32 replica of dbias, one per batch where n0 = 1, per kv head where n1 = 1, and per
+ *      row split (bias_splits) where an element's rows may fall in several splits (a key bias;
+ *      a bias shared by the query heads of a kv head), all zeroed by backward_bias_clear, and
+ *      backward_bias_merge sums the replicas in order. The pairs of one element that one
+ *      work-item meets (its kv head's query heads, a key bias's rows) it adds in walk order.
+ *
+ * No two work-items ever write one place, so there are no atomics and the bits are the same
+ * from run to run. A replica's rows are BIAS_ROW floats (Sk rounded up to the keys a tile), so
+ * that a lanes work-item writes whole vectors that no other work-item touches.
+ */
+#ifndef DBIAS_MODE
+#define DBIAS_MODE 0
+#endif
+#define BIAS_ROW(Sk)  (((Sk) + KEY_LANES - 1) / KEY_LANES * KEY_LANES)
+#define BIAS_STORES   (DBIAS_MODE == 1) /* every pair, 0 where hidden */
+
+#if DBIAS_MODE > 0
+/* the keys passes' last parameters: dbias, the replicas, dbias's dims, the row splits apart */
+#define KEYS_BIAS_PARAMS                                                                           \
+    , OUT_PARAMS(DB_T, db), __global float *bpart, IDX bpart_off, int n0, int n1, int n2, int n3, \
+        int bias_splits
+
+/* The replica of (batch b, kv head hk, row split) (DBIAS_MODE 2). */
+inline int bias_replica(int n0, int n1, int Hkv, int splits, int b, int hk, int split) {
+    const int rb = n0 > 1 ? 0 : b, rk = n1 > 1 ? 0 : hk, heads = n1 > 1 ? 1 : Hkv;
+    return (rb * heads + rk) * splits + (splits > 1 ? split : 0);
+}
+
+/* Where pair (b, h, i, j) puts its dS: (1) its element of dbias, (2) the element in the replica
+ * of (b, hk, split). Expects the kernel's KEYS_BIAS_PARAMS, Hkv and Sk in scope. */
+#define BIAS_ELEMENT(b, h, i, j) AT(db, n0 > 1 ? (b) : 0, n1 > 1 ? (h) : 0, n2 > 1 ? (i) : 0, j)
+#define BIAS_PARTIAL(b, h, hk, split, i, j)                                                        \
+    (bpart + bpart_off +                                                                           \
+     ((((IDX)bias_replica(n0, n1, Hkv, bias_splits, b, hk, split) * n0 + (n0 > 1 ? (b) : 0)) *    \
+           n1 +                                                                                    \
+       (n1 > 1 ? (h) : 0)) *                                                                       \
+          n2 +                                                                                     \
+      (n2 > 1 ? (i) : 0)) *                                                                        \
+         (IDX)BIAS_ROW(Sk) +                                                                       \
+     (IDX)(j))
+
+/* dS of a tile of keys (keys_t) from P, dP and D_i: 0 where P is not positive. */
+#define BIAS_TERM(pr, dp, delta) select((keys_t)0.0f, (pr) * ((dp) - (delta)), (pr) > (keys_t)0.0f)
+
+/* Puts one pair's dS in place: stores it (1) or adds it (2). */
+#if DBIAS_MODE == 1
+#define BIAS_PUT(b, h, hk, split, i, j, term) CAT(store_, DB_T)(db, BIAS_ELEMENT(b, h, i, j), term)
+#else
+#define BIAS_PUT(b, h, hk, split, i, j, term) (*BIAS_PARTIAL(b, h, hk, split, i, j) += (term))
+#endif
+
+/* The same for a tile of KEY_LANES keys from key j0 of row i (the lanes kernels): (1) key by key
+ * up to Sk, (2) as one vector in the padded replica row. */
+#if DBIAS_MODE == 1
+#define BIAS_PUT_TILE(b, h, hk, i, j0, terms)                                                      \
+    do {                                                                                           \
+        float lanes_[KEY_LANES];                                                                   \
+        STORE_KEYS(terms, 0, lanes_);                                                              \
+        for (int e_ = 0; e_ < KEY_LANES && (j0) + e_ < Sk; ++e_)                                   \
+            BIAS_PUT(b, h, hk, 0, i, (j0) + e_, lanes_[e_]);                                       \
+    } while (0)
+#else
+#define BIAS_PUT_TILE(b, h, hk, i, j0, terms)                                                      \
+    do {                                                                                           \
+        __global float *at_ = BIAS_PARTIAL(b, h, hk, 0, i, j0);                                    \
+        STORE_KEYS(LOAD_KEYS(0, at_) + (terms), 0, at_);                                           \
+    } while (0)
+#endif
+#else
+#define KEYS_BIAS_PARAMS
+#endif
+
 #if !TILED
 __kernel void backward_keys(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(DO_T, dout), OUT_PARAMS(DK_T, dk),
                             OUT_PARAMS(DV_T, dv), __global const float *stats,
                             __global const float *packed, IDX pack_off, int B, int Hq, int Hkv,
-                            int Sq, int Sk, MASK_PARAMS) {
+                            int Sq, int Sk, MASK_PARAMS KEYS_BIAS_PARAMS) {
     const int tiles = (Sk + VEC - 1) / VEC;
     const int item = (int)get_global_id(0);
     if (item >= B * Hkv * tiles) return;
@@ -254,7 +338,14 @@ __kernel void backward_keys(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(DO_T, dout), OU
                           j0 < r[t].hi && j0 + VEC > r[t].lo;
                 any = any || live[t];
             }
-            if (!any) continue;
+            if (!any) {
+#if BIAS_STORES
+                UNROLL for (int t = 0; t < BM; ++t) {
+                    if (i0 + t < Sq) BIAS_PUT_TILE(b, h, hk, i0 + t, j0, (keys_t)0.0f);
+                }
+#endif
+                continue;
+            }
             float qs[BM][HEAD_DIM], dos[BM][VALUE_DIM];
             UNROLL for (int t = 0; t < BM; ++t) LOAD_QUERY_ROWS(t, i0 + t, live[t]);
             keys_t s[BM], dp[BM], pr[BM], gs[BM];
@@ -265,6 +356,20 @@ __kernel void backward_keys(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(DO_T, dout), OU
                 pr[t] = tile_weights(x, lse[t]);
                 gs[t] = tile_grad(&p, s[t], pr[t], dp[t], delta[t]);
             }
+#if BIAS_STORES
+            UNROLL for (int t = 0; t < BM; ++t) {
+                if (i0 + t < Sq)
+                    BIAS_PUT_TILE(b, h, hk, i0 + t, j0, BIAS_TERM(pr[t], dp[t], delta[t]));
+            }
+#elif DBIAS_MODE == 2
+            keys_t rows_sum = 0.0f; /* n2 = 1: the block's rows, one element */
+            UNROLL for (int t = 0; t < BM; ++t) {
+                const keys_t term = BIAS_TERM(pr[t], dp[t], delta[t]);
+                if (n2 > 1 && live[t]) BIAS_PUT_TILE(b, h, hk, i0 + t, j0, term);
+                rows_sum += term;
+            }
+            if (n2 == 1) BIAS_PUT_TILE(b, h, hk, 0, j0, rows_sum);
+#endif
             for (int e = 0; e < VALUE_DIM; ++e) {
                 keys_t acc = gv[e];
                 UNROLL for (int t = 0; t < BM; ++t) acc = fma((keys_t)dos[t][e], pr[t], acc);
@@ -499,7 +604,7 @@ __kernel void backward_keys_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
                                   OUT_PARAMS(DK_T, dk), OUT_PARAMS(DV_T, dv),
                                   __global const float *stats, __global float *part,
                                   IDX part_off, int B, int Hq, int Hkv, int Sq, int Sk,
-                                  MASK_PARAMS) {
+                                  MASK_PARAMS KEYS_BIAS_PARAMS) {
     __local lane_t qs[BLK * LANES(HEAD_DIM)], gos[BLK * LANES(VALUE_DIM)]; /* q and dO rows */
     __local float red[2 * BLK * GROUP_MAX]; /* each work-item's partial dots */
     __local mask_row rows[BLK];
@@ -536,6 +641,10 @@ __kernel void backward_keys_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
         bool any = false;
         for (int t = 0; t < BLK; ++t) any = any || sees[t];
         if (!any) { /* the same for the whole group */
+#if BIAS_STORES
+            for (int t = 0; t < BLK; ++t)
+                if (slice == 0 && j < Sk && i0 + t < Sq) BIAS_PUT(b, h, hk, split, i0 + t, j, 0.0f);
+#endif
             /* a barrier on this path too: PoCL 3.1 got dK wrong for all but the first key of
              * each group (one row a block, a keep mask) when the skip went straight to the
              * loop's first barrier (tiles_kernels_blocks_of_one_row_under_a_keep_mask;
@@ -550,13 +659,22 @@ __kernel void backward_keys_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
         STAGED_DOTS(kr, qs, vr, gos);
         for (int t = 0; t < BLK; ++t) {
             const mask_row r = rows[t];
-            if (!sees[t] || j < r.lo || j >= r.hi) continue;
-            float pr;
-            const float gs = pair_grad(&p, &r, j, pair_dots(red, t, width, kk), row_lse[t],
-                                       row_delta[t], &pr);
-            if (!(pr > 0.0f)) continue; /* what a hidden pair holds never counts */
-            SLICE_ADD(gv, pr, gos, t, VALUE_DIM, cv);
-            SLICE_ADD(gk, gs, qs, t, HEAD_DIM, cd);
+            float term = 0.0f; /* dbias's */
+            if (sees[t] && j >= r.lo && j < r.hi) {
+                float pr;
+                const float2 dots = pair_dots(red, t, width, kk);
+                const float gs = pair_grad(&p, &r, j, dots, row_lse[t], row_delta[t], &pr);
+                if (pr > 0.0f) { /* what a hidden pair holds never counts */
+                    term = pr * (dots.y - row_delta[t]);
+                    SLICE_ADD(gv, pr, gos, t, VALUE_DIM, cv);
+                    SLICE_ADD(gk, gs, qs, t, HEAD_DIM, cd);
+                }
+            }
+#if BIAS_STORES
+            if (slice == 0 && j < Sk && i0 + t < Sq) BIAS_PUT(b, h, hk, split, i0 + t, j, term);
+#elif DBIAS_MODE == 2
+            if (slice == 0 && term != 0.0f) BIAS_PUT(b, h, hk, split, i0 + t, j, term);
+#endif
         }
     }
     if (j >= Sk) return;
@@ -662,51 +780,26 @@ __kernel void backward_merge(__global const float *part, IDX part_off, OUT_PARAM
 #endif
 
 #if HAS_DBIAS
-/* The dot of rows at `a` (stride sa) and `b` (stride sb), n elements, in f32. */
-#define ROW_DOT(TA, pa, a, sa, TB, pb, b_, sb, n, out)                                             \
-    do {                                                                                           \
-        lane_t ra_[LANES(n)], rb_[LANES(n)], acc_ = 0.0f;                                          \
-        LOAD_ROW(TA, pa, a, sa, n, ra_);                                                           \
-        LOAD_ROW(TB, pb, b_, sb, n, rb_);                                                          \
-        for (int c = 0; c < LANES(n); ++c) acc_ = fma(ra_[c], rb_[c], acc_);                       \
-        out = DOT_FINISH(acc_);                                                                    \
-    } while (0)
+/* DBIAS_MODE 2: zeros into the `count` floats of the replicas. */
+__kernel void backward_bias_clear(__global float *bpart, IDX bpart_off, IDX count) {
+    const IDX item = (IDX)get_global_id(0);
+    if (item < count) bpart[bpart_off + item] = 0.0f;
+}
 
-/* dbias has shape n0 x n1 x n2 x n3, each dim the scores' or 1 (summed over). A bias that is
- * one value along the keys (n3 = 1) shifts a row's logits alike, which the softmax ignores: its
- * gradient, the sum of the row's dS, is exactly 0 (P sums to 1), and it is written as such
- * rather than as the rounding of that sum. */
-__kernel void backward_bias(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v),
-                            TENSOR_PARAMS(DO_T, dout), OUT_PARAMS(DB_T, db), int n0, int n1,
-                            int n2, int n3, __global const float *stats, int B, int Hq, int Hkv,
-                            int Sq, int Sk, MASK_PARAMS) {
+/* A work-item per element of dbias: the sum of its `replicas` partials in replica order (rows of
+ * `row` floats), or 0 with none (a bias one value along the keys). */
+__kernel void backward_bias_merge(__global const float *bpart, IDX bpart_off,
+                                  OUT_PARAMS(DB_T, db), int n0, int n1, int n2, int n3,
+                                  int replicas, int row) {
     const size_t item = get_global_id(0);
     if (item >= (size_t)n0 * n1 * n2 * n3) return;
     const int e3 = (int)(item % n3), e2 = (int)(item / n3 % n2);
     const int e1 = (int)(item / n3 / n2 % n1), e0 = (int)(item / n3 / n2 / n1);
-    MASK_PACK(p);
+    __global const float *at =
+        bpart + bpart_off + (((IDX)e0 * n1 + (IDX)e1) * n2 + (IDX)e2) * (IDX)row + (IDX)e3;
+    const IDX stride = (IDX)n0 * n1 * n2 * (IDX)row;
     float sum = 0.0f;
-    for (int b = n0 == 1 ? 0 : e0; b < (n0 == 1 ? B : e0 + 1) && n3 > 1; ++b)
-        for (int h = n1 == 1 ? 0 : e1; h < (n1 == 1 ? Hq : e1 + 1); ++h) {
-            const int hk = h / (Hq / Hkv);
-            for (int i = n2 == 1 ? 0 : e2; i < (n2 == 1 ? Sq : e2 + 1); ++i) {
-                __global const float *at = ROW_STATS(b, h, i);
-                const float lse = at[0], delta = at[1];
-                if (lse == -INFINITY) continue;
-                const mask_row r = mask_row_start(&p, b, h, i, Sq, Sk);
-                for (int j = n3 == 1 ? r.lo : max(e3, r.lo);
-                     j < (n3 == 1 ? r.hi : min(e3 + 1, r.hi)); ++j) {
-                    float x, dp;
-                    ROW_DOT(Q_T, q, AT(q, b, h, i, 0), q_s3, K_T, k, AT(k, b, hk, j, 0), k_s3,
-                            HEAD_DIM, x);
-                    const float pr = exp(mask_score(&p, &r, j, x) - lse);
-                    if (!(pr > 0.0f)) continue;
-                    ROW_DOT(DO_T, dout, AT(dout, b, h, i, 0), dout_s3, V_T, v, AT(v, b, hk, j, 0),
-                            v_s3, VALUE_DIM, dp);
-                    sum = fma(pr, dp - delta, sum);
-                }
-            }
-        }
+    for (int r = 0; r < replicas; ++r) sum += at[(IDX)r * stride];
     CAT(store_, DB_T)(db, AT(db, e0, e1, e2, e3), sum);
 }
 #endif

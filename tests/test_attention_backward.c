@@ -187,8 +187,18 @@ static void linear_reference_matches_finite_differences(test_ctx *t) {
 
 /* ---- the kernels (src/ops/attention_backward.c) against the float64 reference ---- */
 
-/* [B,Hq,Sq,Sk], [1,Hq,Sq,Sk], [B,1,1,Sk], [B,1,Sq,1], [1,Hq,1,1] */
-enum { BIAS_NONE, BIAS_FULL, BIAS_HEADS, BIAS_KEYS, BIAS_ROWS, BIAS_PER_HEAD };
+/* [B,Hq,Sq,Sk], [1,Hq,Sq,Sk], [B,1,1,Sk], [1,1,Sq,Sk], [1,Hq,1,Sk], then the two one value along
+ * the keys: [B,1,Sq,1], [1,Hq,1,1] */
+enum {
+    BIAS_NONE,
+    BIAS_FULL,
+    BIAS_HEADS,
+    BIAS_KEYS,
+    BIAS_SHARED,
+    BIAS_HEAD_KEYS,
+    BIAS_ROWS,
+    BIAS_PER_HEAD
+};
 
 typedef struct bw_spec {
     int64_t B, Hq, Hkv, Sq, Sk, D, Dv;
@@ -237,6 +247,8 @@ static void bias_shape(const bw_spec *s, int64_t n[4]) {
     for (int i = 0; i < 4; ++i) n[i] = full[i];
     if (s->bias == BIAS_HEADS) n[0] = 1;
     if (s->bias == BIAS_KEYS) n[1] = n[2] = 1;
+    if (s->bias == BIAS_SHARED) n[0] = n[1] = 1;
+    if (s->bias == BIAS_HEAD_KEYS) n[0] = n[2] = 1;
     if (s->bias == BIAS_ROWS) n[1] = n[3] = 1;
     if (s->bias == BIAS_PER_HEAD) n[0] = n[2] = n[3] = 1;
 }
@@ -570,6 +582,8 @@ static void gradients_of_biases(test_ctx *t) {
                                         "dense bias",
                                         "per-head bias",
                                         "key-padding bias",
+                                        "bias shared by batches and heads",
+                                        "per-head key bias",
                                         "per-query bias",
                                         "a scalar per head"};
     for (int bias = BIAS_FULL; bias <= BIAS_PER_HEAD; ++bias) {
@@ -722,22 +736,25 @@ static void tiles_kernels_in_small_groups(test_ctx *t) {
  * query heads a kv head of 11 rows each (4 blocks, so 8 runs a group), under causality from the
  * bottom, a keep mask and the query lengths: 3 splits (runs of 3, 3 and 2 blocks) in f32, and 8
  * (a block each) in f16 storage (the merge rounds each sum once) with the queries pass's keys
- * split too (both partials in one region of the workspace, one after the other). A smoke test:
- * it builds every GPU kernel of the backward (the rusticl lane's only run of them). */
+ * split too (both partials in one region of the workspace, one after the other). Each adds up
+ * a dbias whose elements' rows fall in several splits (a replica a split): shared by the batches
+ * and the query heads of a kv head, and a key bias. A smoke test: it builds every GPU kernel of
+ * the backward (the rusticl lane's only run of them). */
 static void tiles_kernels_with_split_rows(test_ctx *t) {
     if (skipped_under_uninit_checker(t)) return;
     static const int32_t qlen[2] = {11, 5};
     static const struct {
         int row_splits, key_splits;
         clattn_dtype dt;
-    } cases[] = {{3, -1, CLATTN_F32}, {8, 2, CLATTN_F16}};
+        int bias;
+    } cases[] = {{3, -1, CLATTN_F32, BIAS_SHARED}, {8, 2, CLATTN_F16, BIAS_KEYS}};
     CHECK_OK(
         t, clattn_tuning_override("attention", "BWD_TILES=1,BWD_GROUP=24,BWD_SLICE=4,BWD_BLOCK=3"));
     for (size_t i = 0; i < sizeof cases / sizeof cases[0] && !t->failed; ++i) {
         clattn__hook_set(CLATTN__HOOK_ROW_SPLITS, cases[i].row_splits);
         clattn__hook_set(CLATTN__HOOK_ATTENTION_SPLITS, cases[i].key_splits);
         bw_spec s = spec(2, 4, 2, 11, 23, 16);
-        s.Dv = 8, s.dt = cases[i].dt, s.qlen = qlen;
+        s.Dv = 8, s.dt = cases[i].dt, s.qlen = qlen, s.bias = cases[i].bias;
         s.causal = 1, s.bottom_right = 1, s.keep = 1;
         char what[64];
         snprintf(what, sizeof what, "%d row splits, %d key splits, %s", cases[i].row_splits,

@@ -20,6 +20,8 @@ when a case cannot run. DIMS is a comma-separated list whose meaning depends on 
   attention_backward[_causal] B,H,S,D  torch.autograd.grad of that forward (taken once) in q, k,
                          v given dout; scaled_dot_product_attention's where torch has it
   attention_backward_cross B,H,Sq,Sk,D  the same, Sq queries against Sk keys, no mask
+  attention_backward_bias B,H,S,D  the same with a learned bias [1,H,S,S] added to the scores
+                         (SDPA's attn_mask where torch has it), the gradient in the bias too
   (attention_memory is not here: its scores would need 8 GiB; the row reports n/a)
   linear_attention B,H,S,D   phi = elu + 1; (phi(q) @ (phi(k)^T @ v)) / (phi(q) @ phi(k).sum + eps)
   linear_attention_causal B,H,S,D  the cumsum form: cumsum of the [B,H,S,D,D] outer products
@@ -118,15 +120,24 @@ def attention(dtype, b, h, s, d):
     return _attention(dtype, b, h, s, d, False)
 
 
-def _attention_backward(dtype, b, h, s, d, causal, sk=None):
+def _attention_backward(dtype, b, h, s, d, causal, sk=None, bias=False):
     q = torch.randn(b, h, s, d).to(dtype).requires_grad_()
     k, v = (torch.randn(b, h, sk or s, d).to(dtype).requires_grad_() for _ in range(2))
     dout = torch.randn(b, h, s, d).to(dtype)
-    if SDPA is not None:
+    wrt = (q, k, v)
+    if bias:
+        mask = torch.randn(1, h, s, sk or s).to(dtype).requires_grad_()
+        wrt = (q, k, v, mask)
+        if SDPA is not None:
+            out = SDPA(q, k, v, attn_mask=mask)
+        else:
+            scores = (q @ k.transpose(-1, -2)) * d ** -0.5 + mask
+            out = torch.softmax(scores, -1) @ v
+    elif SDPA is not None:
         out = SDPA(q, k, v, is_causal=causal)
     else:
         out = _attention(dtype, b, h, s, d, causal, (q, k, v))()
-    return lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+    return lambda: torch.autograd.grad(out, wrt, dout, retain_graph=True)
 
 
 def attention_backward(dtype, b, h, s, d):
@@ -139,6 +150,10 @@ def attention_backward_causal(dtype, b, h, s, d):
 
 def attention_backward_cross(dtype, b, h, sq, sk, d):
     return _attention_backward(dtype, b, h, sq, d, False, sk)
+
+
+def attention_backward_bias(dtype, b, h, s, d):
+    return _attention_backward(dtype, b, h, s, d, False, bias=True)
 
 
 def attention_causal(dtype, b, h, s, d):
@@ -242,6 +257,7 @@ OPS = {
     "attention_backward": attention_backward,
     "attention_backward_causal": attention_backward_causal,
     "attention_backward_cross": attention_backward_cross,
+    "attention_backward_bias": attention_backward_bias,
     "linear_attention": linear_attention,
     "linear_attention_causal": linear_attention_causal,
     "linear_attention_backward": linear_attention_backward,

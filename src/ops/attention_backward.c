@@ -1,8 +1,9 @@
 /*
  * The gradients of fused attention (cl/attention_backward.cl): validation, the launch, and the
- * chain of kernels: rows (D_i), pack (K and V in key tiles), keys (dK, dV), queries (dQ), and
- * bias (dbias) when asked; on GPUs (BWD_TILES=1) rows, keys_tiles (and keys_merge where it splits
- * its rows), queries_tiles and bias.
+ * chain of kernels: rows (D_i), pack (K and V in key tiles), keys (dK, dV), queries (dQ); on
+ * GPUs (BWD_TILES=1) rows, keys_tiles (and keys_merge where it splits its rows) and
+ * queries_tiles. dbias, when asked, is added up by the keys pass, between a clear (or a merge of
+ * nothing, which zeroes dbias) before it and a merge of its replicas after the rest (plan_bias).
  */
 #include "attention.h"
 #include "softmax.h"
@@ -36,6 +37,8 @@ typedef struct backward_launch {
     int slices, block, group_max;   /* the tiles kernels' */
     int splits, chunk;              /* the keys in `splits` chunks of `chunk` (1: unsplit) */
     int row_splits;                 /* the keys tiles' runs of row blocks (1: unsplit) */
+    int bias_mode;                  /* cl/attention_backward.cl's DBIAS_MODE */
+    int bias_replicas, bias_splits; /* DBIAS_MODE 2: dbias's f32 replicas, of them per row split */
     int order;                      /* the queries tiles' groups' order (cl/mask.cl's unit_place;
                                        the forward's, clattn__attention_order) */
     size_t rows, tiles;             /* B*Hq*Sq query rows; key tiles (tiled: key groups) of one
@@ -194,9 +197,44 @@ static void pick_row_splits(backward_launch *l, const clattn__attention_tuning *
     l->row_splits = splits > 1 ? (int)splits : 1;
 }
 
+/* How the keys pass puts dbias together (cl/attention_backward.cl, Bias): nothing where there is
+ * no dbias or the bias is one value along the keys (its gradient is 0); every pair's dS stored
+ * straight into dbias where each element is one pair's (1); else (2) added into f32 replicas of
+ * dbias, one per batch the bias is broadcast over, per kv head where it is broadcast over the
+ * heads, and per row split unless an element is one (query head, row), so that no two
+ * work-items ever write one place. */
+static void plan_bias(backward_launch *l, const backward_args *a) {
+    l->bias_mode = 0, l->bias_replicas = 0, l->bias_splits = 1;
+    const int64_t *n = a->dbias ? a->dbias->shape : NULL, *q = a->q->shape;
+    if (!n || n[3] == 1) return;
+    const int64_t Hkv = a->k->shape[1];
+    if ((n[0] > 1 || q[0] == 1) && (n[1] > 1 || q[1] == 1) && (n[2] > 1 || q[2] == 1)) {
+        l->bias_mode = 1;
+        return;
+    }
+    const bool one_row = (n[2] > 1 || q[2] == 1) && (n[1] > 1 || q[1] == Hkv);
+    l->bias_mode = 2;
+    l->bias_splits = one_row ? 1 : l->row_splits;
+    l->bias_replicas = (int)((n[0] == 1 ? q[0] : 1) * (n[1] == 1 ? Hkv : 1)) * l->bias_splits;
+}
+
+/* A replica's row: Sk rounded up to the lanes kernels' key tiles. */
+static size_t bias_row(const backward_args *a, const backward_launch *l) {
+    const size_t keys = l->tiled ? 1 : (size_t)l->lanes, Sk = (size_t)a->k->shape[2];
+    return (Sk + keys - 1) / keys * keys;
+}
+
+/* Floats of dbias's replicas (DBIAS_MODE 2). */
+static size_t bias_floats(const backward_args *a, const backward_launch *l) {
+    if (l->bias_mode != 2) return 0;
+    const int64_t *n = a->dbias->shape;
+    return (size_t)l->bias_replicas * (size_t)(n[0] * n[1] * n[2]) * bias_row(a, l);
+}
+
 /* Floats of scratch: each row's (lse, D_i), K's and V's packed tiles, then the partials: (split
  * keys) the partial dQ of each split, or in the same place (split rows) the partial dK and dV of
- * each, which the keys merge has summed before the queries pass writes its own. */
+ * each, which the keys merge has summed before the queries pass writes its own; then dbias's
+ * replicas, which the keys pass fills beside its own partials and the last merge reads. */
 static size_t stats_floats(const backward_launch *l) {
     return 2 * l->rows;
 }
@@ -206,13 +244,16 @@ static size_t partials_at(const backward_args *a, const backward_launch *l) {
     return stats_floats(l) +
            kv_tiles * (size_t)l->lanes * (size_t)(a->q->shape[3] + a->v->shape[3]);
 }
-static size_t workspace_floats(const backward_args *a, const backward_launch *l) {
+static size_t bias_at(const backward_args *a, const backward_launch *l) {
     const size_t keys = (size_t)(a->k->shape[0] * a->k->shape[1] * a->k->shape[2]);
     const size_t dq = l->splits > 1 ? l->rows * (size_t)l->splits * (size_t)a->q->shape[3] : 0;
     const size_t dkv =
         l->row_splits > 1 ? keys * (size_t)l->row_splits * (size_t)(a->k->shape[3] + a->v->shape[3])
                           : 0;
     return partials_at(a, l) + (dq > dkv ? dq : dkv);
+}
+static size_t workspace_floats(const backward_args *a, const backward_launch *l) {
+    return bias_at(a, l) + bias_floats(a, l);
 }
 
 static bool needs_wide_index(const backward_args *a, const backward_launch *l) {
@@ -228,14 +269,15 @@ static void backward_options(const backward_args *a, const backward_launch *l, b
              "-cl-std=CL1.2 -DQ_T=%s -DK_T=%s -DV_T=%s -DO_T=%s -DDO_T=%s -DDQ_T=%s -DDK_T=%s "
              "-DDV_T=%s -DDB_T=%s -DHAS_DBIAS=%d -DHEAD_DIM=%lld -DVALUE_DIM=%lld -DVEC=%ld "
              "-DBM=%ld -DSPLITS=%d -DIDX=%s -DTILED=%d -DSLICES=%d -DBLK=%d -DGROUP_MAX=%d "
-             "-DROW_SPLITS=%d",
+             "-DROW_SPLITS=%d -DDBIAS_MODE=%d",
              clattn_dtype_name(a->q->dtype), clattn_dtype_name(a->k->dtype),
              clattn_dtype_name(a->v->dtype), clattn_dtype_name(a->out->dtype),
              clattn_dtype_name(a->dout->dtype), clattn_dtype_name(a->dq->dtype),
              clattn_dtype_name(a->dk->dtype), clattn_dtype_name(a->dv->dtype),
              clattn_dtype_name(a->dbias ? a->dbias->dtype : CLATTN_F32), a->dbias != NULL,
              (long long)a->q->shape[3], (long long)a->v->shape[3], l->lanes, l->bm, l->splits,
-             wide ? "ulong" : "uint", l->tiled, l->slices, l->block, l->group_max, l->row_splits);
+             wide ? "ulong" : "uint", l->tiled, l->slices, l->block, l->group_max, l->row_splits,
+             l->bias_mode);
     clattn__mask_options(&a->mask, options, size);
 }
 
@@ -272,7 +314,8 @@ static int tiles_group_limit(const clattn__call *call, const backward_args *a,
 }
 
 /* The key groups (tiled) or tiles of one (batch, kv head), the query blocks of one (batch,
- * query head), then the queries pass's key splits and (tiled) the keys pass's row splits. */
+ * query head), then the queries pass's key splits, (tiled) the keys pass's row splits, and how
+ * that pass adds up dbias. */
 static void plan_blocks(backward_launch *l, const clattn__attention_tuning *t, cl_device_id device,
                         const backward_args *a) {
     const long per_tile = l->tiled ? l->group / l->slices : l->lanes;
@@ -282,6 +325,7 @@ static void plan_blocks(backward_launch *l, const clattn__attention_tuning *t, c
     pick_splits(l, t, device, a);
     l->row_splits = 1;
     if (l->tiled) pick_row_splits(l, t, device, a);
+    plan_bias(l, a);
 }
 
 /* BWD_TILES: the slices, the block that fits the local memory, and the widest group of whole
@@ -411,8 +455,28 @@ static int set_dims_and_mask(const backward_step *s, cl_kernel kernel, cl_uint *
     return status;
 }
 
+/* The keys passes' last arguments where they add up dbias: dbias, its replicas (the workspace
+ * at bias_at), its dims and the row splits the replicas keep apart. */
+static int set_keys_bias_args(const backward_step *s, cl_kernel kernel, cl_uint *arg) {
+    const backward_args *a = s->a;
+    if (s->l->bias_mode == 0) return CLATTN_SUCCESS;
+    int status = clattn__set_view_args(kernel, arg, a->dbias, 0, s->wide);
+    if (status == CLATTN_SUCCESS)
+        status = set_scratch_args(s, kernel, arg, false, bias_at(a, s->l));
+    if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, arg, a->dbias->shape, 4);
+    const int64_t splits = s->l->bias_splits;
+    if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, arg, &splits, 1);
+    return status;
+}
+
+/* Whether the queries pass (no key splits) or the dQ merge ends the chain: not where dbias's
+ * replicas are merged after it. */
+static bool queries_end_chain(const backward_launch *l) {
+    return l->bias_mode != 2;
+}
+
 /* The keys and queries kernels: four tensors, the scratch, the dims (and for the queries, the
- * split partials and chunk) and the mask. */
+ * split partials and chunk), the mask (and for the keys, dbias's). */
 static int run_tiles(const backward_step *s, cl_kernel kernel, const clattn_tensor *const views[4],
                      size_t items, bool last) {
     cl_uint arg = 0;
@@ -421,6 +485,7 @@ static int run_tiles(const backward_step *s, cl_kernel kernel, const clattn_tens
     if (status == CLATTN_SUCCESS)
         status = set_scratch_args(s, kernel, &arg, true, stats_floats(s->l));
     if (status == CLATTN_SUCCESS) status = set_dims_and_mask(s, kernel, &arg, queries);
+    if (status == CLATTN_SUCCESS && !queries) status = set_keys_bias_args(s, kernel, &arg);
     if (status == CLATTN_SUCCESS)
         status = clattn__enqueue_items(s->call, kernel, items, (size_t)s->l->group, s->prev, last);
     return status;
@@ -441,13 +506,13 @@ static int run_queries(const backward_step *s, cl_kernel kernel) {
     return run_tiles(s, kernel, views,
                      (size_t)(a->q->shape[0] * a->q->shape[1]) * s->l->query_blocks *
                          (size_t)s->l->splits,
-                     a->dbias == NULL && s->l->splits == 1);
+                     queries_end_chain(s->l) && s->l->splits == 1);
 }
 
 /* The tiles kernels: six or five tensors, the stats, (the keys': their split partials; the
- * queries': the groups' order,) the dims (and for the queries, the split partials and chunk)
- * and the mask; groups of exactly `group`, which the plan asked this program to take (the
- * kernels' grid assumes it). */
+ * queries': the groups' order,) the dims (and for the queries, the split partials and chunk),
+ * the mask (and for the keys, dbias's); groups of exactly `group`, which the plan asked this
+ * program to take (the kernels' grid assumes it). */
 static int run_tiles_pass(const backward_step *s, cl_kernel kernel, bool queries,
                           const clattn_tensor *const *views, int count, size_t groups) {
     cl_uint arg = 0;
@@ -458,10 +523,11 @@ static int run_tiles_pass(const backward_step *s, cl_kernel kernel, bool queries
     if (status == CLATTN_SUCCESS && queries)
         status = clattn__set_arg(kernel, arg++, sizeof s->l->order, &s->l->order);
     if (status == CLATTN_SUCCESS) status = set_dims_and_mask(s, kernel, &arg, queries);
+    if (status == CLATTN_SUCCESS && !queries) status = set_keys_bias_args(s, kernel, &arg);
     const size_t group = (size_t)s->l->group;
     if (status == CLATTN_SUCCESS)
         status = clattn__enqueue_link(s->call, kernel, groups * group, group, s->prev,
-                                      queries && s->a->dbias == NULL && s->l->splits == 1);
+                                      queries && queries_end_chain(s->l) && s->l->splits == 1);
     return status;
 }
 
@@ -507,24 +573,43 @@ static int run_merge(const backward_step *s, cl_kernel kernel) {
     if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, a->q->shape, 3);
     if (status == CLATTN_SUCCESS)
         status = clattn__enqueue_items(s->call, kernel, s->l->rows * (size_t)a->q->shape[3], 64,
-                                       s->prev, a->dbias == NULL);
+                                       s->prev, queries_end_chain(s->l));
     return status;
 }
 
-static int run_bias(const backward_step *s, cl_kernel kernel) {
-    const backward_args *a = s->a;
-    const clattn_tensor *views[5] = {a->q, a->k, a->v, a->dout, a->dbias};
+/* DBIAS_MODE 2, before the keys pass: zeros into dbias's replicas. */
+static int run_bias_clear(const backward_step *s, cl_kernel kernel) {
+    const size_t count = bias_floats(s->a, s->l);
     cl_uint arg = 0;
-    int status = set_views(s, kernel, &arg, views, 5);
-    if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, a->dbias->shape, 4);
+    int status = set_scratch_args(s, kernel, &arg, false, bias_at(s->a, s->l));
+    if (status == CLATTN_SUCCESS) status = clattn__set_idx_arg(kernel, arg++, count, s->wide);
     if (status == CLATTN_SUCCESS)
-        status = clattn__set_arg(kernel, arg++, sizeof s->workspace, &s->workspace);
-    if (status == CLATTN_SUCCESS) status = set_dims_and_mask(s, kernel, &arg, false);
+        status = clattn__enqueue_items(s->call, kernel, count, 256, s->prev, false);
+    return status;
+}
+
+/* A work-item per element of dbias: the sum of its replicas (DBIAS_MODE 2: last in the chain),
+ * or (with none, `replicas` 0: a bias one value along the keys) zeros. */
+static int run_bias_merge(const backward_step *s, cl_kernel kernel, int replicas) {
+    const backward_args *a = s->a;
     const int64_t *n = a->dbias->shape;
+    const int64_t tail[2] = {replicas, (int64_t)bias_row(a, s->l)};
+    cl_uint arg = 0;
+    int status = set_scratch_args(s, kernel, &arg, false, bias_at(a, s->l));
+    if (status == CLATTN_SUCCESS)
+        status = clattn__set_view_args(kernel, &arg, a->dbias, 0, s->wide);
+    if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, n, 4);
+    if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, tail, 2);
     if (status == CLATTN_SUCCESS)
         status = clattn__enqueue_items(s->call, kernel, (size_t)(n[0] * n[1] * n[2] * n[3]), 64,
-                                       s->prev, true);
+                                       s->prev, replicas > 0);
     return status;
+}
+static int run_bias_zeros(const backward_step *s, cl_kernel kernel) {
+    return run_bias_merge(s, kernel, 0);
+}
+static int run_bias_sums(const backward_step *s, cl_kernel kernel) {
+    return run_bias_merge(s, kernel, s->l->bias_replicas);
 }
 
 typedef int (*step_fn)(const backward_step *s, cl_kernel kernel);
@@ -546,6 +631,10 @@ static int enqueue_backward(const backward_args *a, const backward_launch *l,
     cl_event prev = NULL;
     const backward_step s = {call, options, a, l, workspace, wide, &prev};
     int status = run_step(&s, "backward_rows", run_rows);
+    if (status == CLATTN_SUCCESS && a->dbias && l->bias_mode == 0)
+        status = run_step(&s, "backward_bias_merge", run_bias_zeros);
+    if (status == CLATTN_SUCCESS && l->bias_mode == 2)
+        status = run_step(&s, "backward_bias_clear", run_bias_clear);
     if (status == CLATTN_SUCCESS && l->tiled) {
         status = run_step(&s, "backward_keys_tiles", run_keys_tiles);
         if (status == CLATTN_SUCCESS && l->row_splits > 1)
@@ -559,7 +648,8 @@ static int enqueue_backward(const backward_args *a, const backward_launch *l,
     }
     if (status == CLATTN_SUCCESS && l->splits > 1)
         status = run_step(&s, "backward_merge", run_merge);
-    if (status == CLATTN_SUCCESS && a->dbias) status = run_step(&s, "backward_bias", run_bias);
+    if (status == CLATTN_SUCCESS && l->bias_mode == 2)
+        status = run_step(&s, "backward_bias_merge", run_bias_sums);
     if (prev) clReleaseEvent(prev);
     return status;
 }
