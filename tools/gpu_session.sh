@@ -80,6 +80,7 @@ DEFAULT_ROWS=( # most wanted first: rows past the budget are skipped
   "bwd-lpt-off|attention_backward_causal --only f32 --no-peers|attention:LPT=0"
   "default|attention_backward_cross|"
   "bwd-rows-off|attention_backward_cross --no-peers|attention:SPLIT_MIN=1048576"
+  "default|attention_backward_bias|"
   "bwd-splits-off|attention_backward --only f32 --no-peers|attention:SPLIT_MIN=1048576"
   "bwd-g256|attention_backward --only f32 --no-peers|attention:BWD_GROUP=256"
   "bwd-s16|attention_backward --only f32 --no-peers|attention:BWD_SLICE=16"
