@@ -181,41 +181,43 @@ static bool check_head(const backward_ctx *x, int64_t bh, const float *const got
 }
 
 /* The bias row: the last head of every batch whole (dq, dk, dv), and its bias's gradient, which
- * sums over the batches, against tests/ref.c's float64 reference. */
-static bool check_bias_head(const backward_ctx *x, const float *const got[3], const float *dbias,
-                            bench_report *report) {
+ * sums over the batches, against tests/ref.c's float64 reference (B heads' work: the row's
+ * shapes keep it to seconds). *ok is whether they agree. */
+static int check_bias_head(const backward_ctx *x, const float *const got[3], const float *dbias,
+                           bench_report *report, bool *ok) {
     const backward_case *c = x->c;
     const size_t rows = (size_t)(c->s * c->d), scores = (size_t)(c->s * c->s);
     const size_t count = (size_t)c->b * rows, h = (size_t)c->h - 1;
     float *in[4];
     double *want[4] = {calloc(count, 8), calloc(count, 8), calloc(count, 8), calloc(scores, 8)};
     double *bias = malloc(scores * 8);
-    bool ok = want[0] && want[1] && want[2] && want[3] && bias;
-    for (int g = 0; g < 4; ++g) ok = (in[g] = ok ? malloc(count * 4) : NULL) != NULL;
-    for (int64_t b = 0; b < c->b && ok; ++b) /* head h of each batch, dense [B,1,S,D] */
+    bool ready = want[0] && want[1] && want[2] && want[3] && bias;
+    for (int g = 0; g < 4; ++g) ready = (in[g] = ready ? malloc(count * 4) : NULL) != NULL;
+    for (int64_t b = 0; b < c->b && ready; ++b) /* head h of each batch, dense [B,1,S,D] */
         for (int g = 0; g < 4; ++g)
             memcpy(in[g] + (size_t)b * rows, x->host[g] + ((size_t)b * (size_t)c->h + h) * rows,
                    rows * 4);
-    for (size_t e = 0; e < scores && ok; ++e) bias[e] = x->host_bias[h * scores + e];
+    for (size_t e = 0; e < scores && ready; ++e) bias[e] = x->host_bias[h * scores + e];
     const ref_mask mask = {.bias = bias, .bias_strides = {0, 0, c->s, 1}};
-    if (ok)
-        ok = ref_attention_backward(in[0], in[1], in[2], in[3], c->b, 1, 1, c->s, c->s, c->d, c->d,
-                                    1.0 / sqrt((double)c->d), &mask, want[0], want[1], want[2],
-                                    want[3]);
+    if (ready)
+        ready = ref_attention_backward(in[0], in[1], in[2], in[3], c->b, 1, 1, c->s, c->s, c->d,
+                                       c->d, 1.0 / sqrt((double)c->d), &mask, want[0], want[1],
+                                       want[2], want[3]);
     static const char *const names[3] = {"dq", "dk", "dv"};
-    for (int64_t b = 0; b < c->b && ok; ++b)
-        for (int g = 0; g < 3 && ok; ++g)
-            for (size_t e = 0; e < rows && ok; ++e) {
+    *ok = ready;
+    for (int64_t b = 0; b < c->b && *ok; ++b)
+        for (int g = 0; g < 3 && *ok; ++g)
+            for (size_t e = 0; e < rows && *ok; ++e) {
                 const size_t at = ((size_t)b * (size_t)c->h + h) * rows + e;
-                ok = bench_close(report, names[g], at, got[g][at], want[g][(size_t)b * rows + e],
-                                 1.0, CLATTN_F32);
+                *ok = bench_close(report, names[g], at, got[g][at], want[g][(size_t)b * rows + e],
+                                  1.0, CLATTN_F32);
             }
-    for (size_t e = 0; e < scores && ok; ++e)
-        ok = bench_close(report, "dbias", h * scores + e, dbias[h * scores + e], want[3][e], 1.0,
-                         CLATTN_F32);
+    for (size_t e = 0; e < scores && *ok; ++e)
+        *ok = bench_close(report, "dbias", h * scores + e, dbias[h * scores + e], want[3][e], 1.0,
+                          CLATTN_F32);
     for (int g = 0; g < 4; ++g) free(in[g]), free(want[g]);
     free(bias);
-    return ok;
+    return ready ? CLATTN_SUCCESS : CLATTN_ERR_OUT_OF_HOST_MEMORY;
 }
 
 /* Attention: 8 sampled dq rows at every length. The last head whole where its O(Sq Sk)
@@ -235,8 +237,9 @@ static int check_backward(void *p, clattn_env *env, bench_report *report, bool *
     if (*ok && has_bias(c)) {
         float *dbias = NULL;
         status = bench_read(env, &x->dbias, &dbias);
-        *ok = status == CLATTN_SUCCESS &&
-              check_bias_head(x, (const float *const *)got, dbias, report);
+        if (status == CLATTN_SUCCESS)
+            status = check_bias_head(x, (const float *const *)got, dbias, report, ok);
+        *ok = *ok && status == CLATTN_SUCCESS;
         free(dbias);
         for (int g = 0; g < 3; ++g) free(got[g]);
         free(w), free(want);

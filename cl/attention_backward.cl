@@ -39,8 +39,8 @@
  *
  * Build options: Q_T, K_T, V_T, O_T (out), DO_T (dout), DQ_T, DK_T, DV_T, DB_T (dbias),
  * HEAD_DIM, VALUE_DIM, VEC (keys a tile, and head-dim lanes: it divides both head dims), BM,
- * SPLITS, HAS_DBIAS, DBIAS_MODE (Bias), IDX and the mask's; TILED, and with it SLICES, BLK, GROUP_MAX and
- * ROW_SPLITS (Tiles).
+ * SPLITS, HAS_DBIAS, DBIAS_MODE (Bias), IDX and the mask's; TILED, and with it SLICES, BLK,
+ * GROUP_MAX and ROW_SPLITS (Tiles).
  */
 #ifndef CLATTN_COMMON_CL
 #include "common.cl"
@@ -228,8 +228,9 @@ inline keys_t tile_weights(keys_t x, float lse) {
 /*
  * Bias. dbias has shape n0 x n1 x n2 x n3, each dim the scores' or 1 (summed over). Its element
  * is the sum of dS_ij over the pairs it broadcasts to, and the keys passes (a work-item per key,
- * or tile of keys, of one (batch, kv head), walking every row of its query heads) meet each
- * pair once, so they put dS in place as they go (DBIAS_MODE, chosen by the host's plan_bias):
+ * or tile of keys, of one (batch, kv head), walking the rows of its query heads, or its row
+ * split's run of them) meet each pair once, so they put dS in place as they go (DBIAS_MODE,
+ * chosen by the host's plan_bias):
  *
  *   0  nothing: no dbias, or a bias that is one value along the keys (n3 = 1), which shifts a
  *      row's logits alike: its gradient, the sum of the row's dS, is exactly 0 (P sums to 1),
@@ -241,7 +242,8 @@ inline keys_t tile_weights(keys_t x, float lse) {
  *      row split (bias_splits) where an element's rows may fall in several splits (a key bias;
  *      a bias shared by the query heads of a kv head), all zeroed by backward_bias_clear, and
  *      backward_bias_merge sums the replicas in order. The pairs of one element that one
- *      work-item meets (its kv head's query heads, a key bias's rows) it adds in walk order.
+ *      work-item meets (its kv head's query heads, a key bias's rows) it adds in walk order (the
+ *      lanes kernels sum a key bias's BM rows of a block first).
  *
  * No two work-items ever write one place, so there are no atomics and the bits are the same
  * from run to run. A replica's rows are BIAS_ROW floats (Sk rounded up to the keys a tile), so

@@ -514,7 +514,8 @@ typedef struct clattn_attention_backward_options {
  * never reach a gradient, whatever q, k, v, dout or the bias hold there. No atomics: two runs
  * give the same bits. Few queries against many keys split the keys, as the forward does.
  * Scratch (fused): 8 bytes per query row, K and V as f32 tiles, and with split keys a partial
- * dq per split.
+ * dq per split; with a dbias broadcast over batches or heads, f32 copies of it (one per batch
+ * and kv head it is broadcast over, and per row split for a bias one row along the queries).
  * Statuses: those of clattn_attention_ex, plus CLATTN_ERR_INVALID_ARGUMENT for dbias without a
  * bias, CLATTN_ERR_SHAPE_MISMATCH for a gradient or lse of another shape, CLATTN_ERR_ALIASING
  * for an output that overlaps any other tensor of the call. */

@@ -736,10 +736,11 @@ static void tiles_kernels_in_small_groups(test_ctx *t) {
  * query heads a kv head of 11 rows each (4 blocks, so 8 runs a group), under causality from the
  * bottom, a keep mask and the query lengths: 3 splits (runs of 3, 3 and 2 blocks) in f32, and 8
  * (a block each) in f16 storage (the merge rounds each sum once) with the queries pass's keys
- * split too (both partials in one region of the workspace, one after the other). Each adds up
- * a dbias whose elements' rows fall in several splits (a replica a split): shared by the batches
- * and the query heads of a kv head, and a key bias. A smoke test: it builds every GPU kernel of
- * the backward (the rusticl lane's only run of them). */
+ * split too (both partials in one region of the workspace, one after the other). Each puts a
+ * dbias together across the splits: shared by the batches (a replica a batch, each of its
+ * elements in one split), a key bias (a replica a split too), and one of the scores' shape
+ * (stored straight into dbias, zeros where a split skips a block) in 4 splits. A smoke test: it
+ * builds every GPU kernel of the backward (the rusticl lane's only run of them). */
 static void tiles_kernels_with_split_rows(test_ctx *t) {
     if (skipped_under_uninit_checker(t)) return;
     static const int32_t qlen[2] = {11, 5};
@@ -747,7 +748,9 @@ static void tiles_kernels_with_split_rows(test_ctx *t) {
         int row_splits, key_splits;
         clattn_dtype dt;
         int bias;
-    } cases[] = {{3, -1, CLATTN_F32, BIAS_SHARED}, {8, 2, CLATTN_F16, BIAS_KEYS}};
+    } cases[] = {{3, -1, CLATTN_F32, BIAS_HEADS},
+                 {8, 2, CLATTN_F16, BIAS_KEYS},
+                 {4, -1, CLATTN_F32, BIAS_FULL}};
     CHECK_OK(
         t, clattn_tuning_override("attention", "BWD_TILES=1,BWD_GROUP=24,BWD_SLICE=4,BWD_BLOCK=3"));
     for (size_t i = 0; i < sizeof cases / sizeof cases[0] && !t->failed; ++i) {
@@ -923,9 +926,10 @@ static void tiles_kernels_in_longest_first_order(test_ctx *t) {
 }
 
 /* The backward's plan for f32 q [B,Hq,Sq,D], k [B,Hkv,Sk,D] and v [B,Hkv,Sk,Dv] (dims in that
- * order) under `mask`: buffers of their sizes, never written. */
+ * order) under `mask`, and (bias_shape not NULL) with the mask's bias of that shape and its
+ * gradient: buffers of their sizes, never written. */
 static int plan_for(test_ctx *t, const int64_t dims[7], const clattn_mask *mask,
-                    clattn__backward_plan *plan) {
+                    const int64_t *bias_shape, clattn__backward_plan *plan) {
     const int64_t B = dims[0], Hq = dims[1], Hkv = dims[2], Sq = dims[3], Sk = dims[4];
     const int64_t D = dims[5], Dv = dims[6];
     clattn_tensor q = clattn_tensor_4d(NULL, CLATTN_F32, B, Hq, Sq, D), dq = q, dout, out, lse;
@@ -933,17 +937,22 @@ static int plan_for(test_ctx *t, const int64_t dims[7], const clattn_mask *mask,
     clattn_tensor v = clattn_tensor_4d(NULL, CLATTN_F32, B, Hkv, Sk, Dv), dv = v;
     out = dout = clattn_tensor_4d(NULL, CLATTN_F32, B, Hq, Sq, Dv);
     lse = clattn_tensor_4d(NULL, CLATTN_F32, 1, B, Hq, Sq);
-    clattn_tensor *all[9] = {&q, &dq, &out, &dout, &lse, &k, &dk, &v, &dv};
+    const int64_t *n = bias_shape ? bias_shape : dims; /* (no bias: unused) */
+    clattn_tensor bias = clattn_tensor_4d(NULL, CLATTN_F32, n[0], n[1], n[2], n[3]), dbias = bias;
+    clattn_mask with_bias = mask ? *mask : (clattn_mask){0};
+    with_bias.bias = bias_shape ? &bias : NULL;
+    clattn_tensor *all[11] = {&q, &dq, &out, &dout, &lse, &k, &dk, &v, &dv, &bias, &dbias};
+    const int count = bias_shape ? 11 : 9;
     bool ready = true;
-    for (int i = 0; i < 9; ++i) {
+    for (int i = 0; i < count; ++i) {
         all[i]->buffer = test_buffer_whole(t, (size_t)clattn_tensor_numel(all[i]) * 4);
         ready = ready && all[i]->buffer;
     }
-    const int status =
-        ready ? clattn__attention_backward_plan(&q, &k, &v, &out, &dout, &lse, mask, &dq, &dk, &dv,
-                                                clattn_env_queue(t->env), plan)
-              : CL_MEM_OBJECT_ALLOCATION_FAILURE;
-    for (int i = 0; i < 9; ++i)
+    const int status = ready ? clattn__attention_backward_plan(
+                                   &q, &k, &v, &out, &dout, &lse, &with_bias, &dq, &dk, &dv,
+                                   bias_shape ? &dbias : NULL, clattn_env_queue(t->env), plan)
+                             : CL_MEM_OBJECT_ALLOCATION_FAILURE;
+    for (int i = 0; i < count; ++i)
         if (all[i]->buffer) clReleaseMemObject(all[i]->buffer);
     return status;
 }
@@ -978,7 +987,7 @@ static void tiles_kernels_plan_longest_first(test_ctx *t) {
         clattn__backward_plan plan = {0};
         int status = clattn_tuning_override("attention", params);
         clattn__hook_set(CLATTN__HOOK_ATTENTION_ORDER, cases[i].hooked);
-        if (status == CLATTN_SUCCESS) status = plan_for(t, dims, &mask, &plan);
+        if (status == CLATTN_SUCCESS) status = plan_for(t, dims, &mask, NULL, &plan);
         if (status != CLATTN_SUCCESS)
             test_fail_at(t, __FILE__, __LINE__, "case %zu: %s: %s", i, clattn_status_name(status),
                          clattn_last_error());
@@ -1024,7 +1033,7 @@ static void tiles_kernels_plan_row_splits(test_ctx *t) {
         clattn__backward_plan plan = {0};
         int status = clattn_tuning_override("attention", params);
         clattn__hook_set(CLATTN__HOOK_ROW_SPLITS, cases[i].hooked);
-        if (status == CLATTN_SUCCESS) status = plan_for(t, dims, NULL, &plan);
+        if (status == CLATTN_SUCCESS) status = plan_for(t, dims, NULL, NULL, &plan);
         if (status != CLATTN_SUCCESS) {
             test_fail_at(t, __FILE__, __LINE__, "case %zu: %s: %s", i, clattn_status_name(status),
                          clattn_last_error());
@@ -1043,6 +1052,46 @@ static void tiles_kernels_plan_row_splits(test_ctx *t) {
               i, params, (long long)cases[i].Hq, (long long)cases[i].Sq, (long long)cases[i].Sk,
               units, plan.group, plan.tiled, plan.row_splits, tiled, (long long)want);
     }
+    clattn_tuning_override("attention", NULL);
+}
+
+/* How the keys pass puts dbias together (plan_bias): stored straight into dbias where each
+ * element is one pair's, else added into f32 replicas, one per batch and kv head the bias is
+ * broadcast over and per row split where an element's rows may fall in several; a bias whose
+ * rows the query heads of a kv head share splits no rows (its replicas would be its size a
+ * split); one value along the keys: nothing. B=2, Hq=4, Hkv=2, 11 rows in blocks of 3 (8 runs a
+ * kv head), 3 row splits hooked. Planned only. */
+static void tiles_kernels_plan_bias(test_ctx *t) {
+    static const struct {
+        int64_t n[4], Sq;
+        int tiled, mode, replicas, row_splits;
+    } cases[] = {
+        {{2, 4, 11, 23}, 11, 1, 1, 0, 3}, /* the scores' shape */
+        {{1, 4, 11, 23}, 11, 1, 2, 2, 3}, /* shared by the batches: one pair a replica's element */
+        {{2, 1, 1, 23}, 11, 1, 2, 6, 3},  /* a key bias: kv heads, splits */
+        {{1, 4, 1, 23}, 11, 1, 2, 6, 3},  /* per head, along the keys: batches, splits */
+        {{1, 1, 11, 23}, 11, 1, 2, 4, 1}, /* rows shared by a kv head's query heads */
+        {{2, 1, 11, 1}, 11, 1, 0, 0, 3},  /* one value along the keys */
+        {{2, 4, 1, 23}, 1, 1, 1, 0, 2},   /* one row (a run a head): each element one pair's */
+        {{2, 1, 1, 23}, 11, 0, 2, 2, 1},  /* the lanes kernels: no splits */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0] && !t->failed; ++i) {
+        const int64_t dims[7] = {2, 4, 2, cases[i].Sq, 23, 16, 8};
+        clattn__backward_plan plan = {0};
+        int status = clattn_tuning_override(
+            "attention",
+            cases[i].tiled ? "BWD_TILES=1,BWD_GROUP=24,BWD_SLICE=4,BWD_BLOCK=3" : "BWD_TILES=0");
+        clattn__hook_set(CLATTN__HOOK_ROW_SPLITS, 3);
+        if (status == CLATTN_SUCCESS) status = plan_for(t, dims, NULL, cases[i].n, &plan);
+        CHECK_OK(t, status);
+        CHECK(t,
+              plan.tiled == cases[i].tiled && plan.bias_mode == cases[i].mode &&
+                  plan.bias_replicas == cases[i].replicas && plan.row_splits == cases[i].row_splits,
+              "case %zu: tiled %d, mode %d, %d replicas, %d row splits; not %d, %d, %d, %d", i,
+              plan.tiled, plan.bias_mode, plan.bias_replicas, plan.row_splits, cases[i].tiled,
+              cases[i].mode, cases[i].replicas, cases[i].row_splits);
+    }
+    clattn__hook_set(CLATTN__HOOK_ROW_SPLITS, -1);
     clattn_tuning_override("attention", NULL);
 }
 
@@ -1558,6 +1607,7 @@ static const test_case cases[] = {
     {"tiles_kernels_in_longest_first_order", tiles_kernels_in_longest_first_order},
     {"tiles_kernels_plan_longest_first", tiles_kernels_plan_longest_first},
     {"tiles_kernels_plan_row_splits", tiles_kernels_plan_row_splits},
+    {"tiles_kernels_plan_bias", tiles_kernels_plan_bias},
     {"tiles_kernels_blocks_of_one_row_under_a_keep_mask",
      tiles_kernels_blocks_of_one_row_under_a_keep_mask},
     {"fused_gradients_of_random_cases", fused_gradients_of_random_cases},

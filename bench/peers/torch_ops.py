@@ -120,18 +120,18 @@ def attention(dtype, b, h, s, d):
     return _attention(dtype, b, h, s, d, False)
 
 
-def _attention_backward(dtype, b, h, s, d, causal, sk=None, bias=False):
+def _attention_backward(dtype, b, h, s, d, causal, sk=None, with_bias=False):
     q = torch.randn(b, h, s, d).to(dtype).requires_grad_()
     k, v = (torch.randn(b, h, sk or s, d).to(dtype).requires_grad_() for _ in range(2))
     dout = torch.randn(b, h, s, d).to(dtype)
     wrt = (q, k, v)
-    if bias:
-        mask = torch.randn(1, h, s, sk or s).to(dtype).requires_grad_()
-        wrt = (q, k, v, mask)
+    if with_bias:
+        bias = torch.randn(1, h, s, sk or s).to(dtype).requires_grad_()
+        wrt = (q, k, v, bias)
         if SDPA is not None:
-            out = SDPA(q, k, v, attn_mask=mask)
+            out = SDPA(q, k, v, attn_mask=bias)
         else:
-            scores = (q @ k.transpose(-1, -2)) * d ** -0.5 + mask
+            scores = (q @ k.transpose(-1, -2)) * d ** -0.5 + bias
             out = torch.softmax(scores, -1) @ v
     elif SDPA is not None:
         out = SDPA(q, k, v, is_causal=causal)
@@ -153,7 +153,7 @@ def attention_backward_cross(dtype, b, h, sq, sk, d):
 
 
 def attention_backward_bias(dtype, b, h, s, d):
-    return _attention_backward(dtype, b, h, s, d, False, bias=True)
+    return _attention_backward(dtype, b, h, s, d, False, with_bias=True)
 
 
 def attention_causal(dtype, b, h, s, d):

@@ -90,18 +90,21 @@ typedef struct clattn__attention_grads {
 
 /* The fused backward's launch for clattn_attention_backward's arguments (tests): whether it
  * takes the tiles kernels, their group and slices a key or query, the queries pass's key splits
- * and its groups' order (clattn__attention_order), the keys pass's row splits. Checks and plans
- * as the call does; enqueues nothing. */
+ * and its groups' order (clattn__attention_order), the keys pass's row splits, and how it puts
+ * dbias (may be NULL) together: cl/attention_backward.cl's DBIAS_MODE and the f32 replicas of
+ * dbias it takes. Checks and plans as the call does; enqueues nothing. */
 typedef struct clattn__backward_plan {
     bool tiled;
     int group, slices, splits, order, row_splits;
+    int bias_mode, bias_replicas;
 } clattn__backward_plan;
 int clattn__attention_backward_plan(const clattn_tensor *q, const clattn_tensor *k,
                                     const clattn_tensor *v, const clattn_tensor *out,
                                     const clattn_tensor *dout, const clattn_tensor *lse,
                                     const clattn_mask *mask, const clattn_tensor *dq,
                                     const clattn_tensor *dk, const clattn_tensor *dv,
-                                    cl_command_queue queue, clattn__backward_plan *plan);
+                                    const clattn_tensor *dbias, cl_command_queue queue,
+                                    clattn__backward_plan *plan);
 
 /* The scratch bytes the composed backward needs for `g`. */
 size_t clattn__attention_composed_backward_workspace(const clattn__attention_grads *g);

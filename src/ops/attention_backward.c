@@ -2,8 +2,9 @@
  * The gradients of fused attention (cl/attention_backward.cl): validation, the launch, and the
  * chain of kernels: rows (D_i), pack (K and V in key tiles), keys (dK, dV), queries (dQ); on
  * GPUs (BWD_TILES=1) rows, keys_tiles (and keys_merge where it splits its rows) and
- * queries_tiles. dbias, when asked, is added up by the keys pass, between a clear (or a merge of
- * nothing, which zeroes dbias) before it and a merge of its replicas after the rest (plan_bias).
+ * queries_tiles. dbias, when asked, is put together by the keys pass (plan_bias): stored into
+ * dbias, or added into replicas between a clear before it and a merge after the rest; a bias
+ * one value along the keys gets a merge of nothing, zeros.
  */
 #include "attention.h"
 #include "softmax.h"
@@ -202,7 +203,9 @@ static void pick_row_splits(backward_launch *l, const clattn__attention_tuning *
  * straight into dbias where each element is one pair's (1); else (2) added into f32 replicas of
  * dbias, one per batch the bias is broadcast over, per kv head where it is broadcast over the
  * heads, and per row split unless an element is one (query head, row), so that no two
- * work-items ever write one place. */
+ * work-items ever write one place. A replica a split is a key row per (batch, head) for a key
+ * bias; for a bias with rows shared by the query heads of a kv head it would be the bias's
+ * size times up to 128 splits, so those rows are not split. */
 static void plan_bias(backward_launch *l, const backward_args *a) {
     l->bias_mode = 0, l->bias_replicas = 0, l->bias_splits = 1;
     const int64_t *n = a->dbias ? a->dbias->shape : NULL, *q = a->q->shape;
@@ -213,6 +216,7 @@ static void plan_bias(backward_launch *l, const backward_args *a) {
         return;
     }
     const bool one_row = (n[2] > 1 || q[2] == 1) && (n[1] > 1 || q[1] == Hkv);
+    if (!one_row && n[2] > 1) l->row_splits = 1;
     l->bias_mode = 2;
     l->bias_splits = one_row ? 1 : l->row_splits;
     l->bias_replicas = (int)((n[0] == 1 ? q[0] : 1) * (n[1] == 1 ? Hkv : 1)) * l->bias_splits;
@@ -754,14 +758,15 @@ int clattn__attention_backward_plan(const clattn_tensor *q, const clattn_tensor 
                                     const clattn_tensor *dout, const clattn_tensor *lse,
                                     const clattn_mask *mask, const clattn_tensor *dq,
                                     const clattn_tensor *dk, const clattn_tensor *dv,
-                                    cl_command_queue queue, clattn__backward_plan *plan) {
-    backward_args a = {q,    k,    v,  out, dout, lse, dq, dk, dv, NULL, CLATTN_PATH_FUSED,
+                                    const clattn_tensor *dbias, cl_command_queue queue,
+                                    clattn__backward_plan *plan) {
+    backward_args a = {q,    k,    v,  out, dout, lse, dq, dk, dv, dbias, CLATTN_PATH_FUSED,
                        mask, 1.0f, {0}};
     backward_launch l;
     size_t bytes = 0;
     const int status = plan_only(&a, queue, &l, &bytes);
     if (status == CLATTN_SUCCESS)
-        *plan = (clattn__backward_plan){l.tiled,  (int)l.group, l.slices,
-                                        l.splits, l.order,      l.row_splits};
+        *plan = (clattn__backward_plan){l.tiled, (int)l.group, l.slices,    l.splits,
+                                        l.order, l.row_splits, l.bias_mode, l.bias_replicas};
     return status;
 }
