@@ -788,20 +788,34 @@ __kernel void backward_bias_clear(__global float *bpart, IDX bpart_off, IDX coun
     if (item < count) bpart[bpart_off + item] = 0.0f;
 }
 
-/* A work-item per element of dbias: the sum of its `replicas` partials in replica order (rows of
- * `row` floats), or 0 with none (a bias one value along the keys). */
+/* A work-item per MERGE_LANES elements along a row of dbias: the sum of their `replicas`
+ * partials in replica order (rows of `row` floats), or 0 with none (a bias one value along the
+ * keys). The partials come in as vectors, the sums go out element by element (dbias is any view):
+ * a work-item loop over a scalar sum is one PoCL does not vectorize (4 GB/s). */
+#define MERGE_LANES 16
 __kernel void backward_bias_merge(__global const float *bpart, IDX bpart_off,
                                   OUT_PARAMS(DB_T, db), int n0, int n1, int n2, int n3,
                                   int replicas, int row) {
+    const int chunks = (n3 + MERGE_LANES - 1) / MERGE_LANES;
     const size_t item = get_global_id(0);
-    if (item >= (size_t)n0 * n1 * n2 * n3) return;
-    const int e3 = (int)(item % n3), e2 = (int)(item / n3 % n2);
-    const int e1 = (int)(item / n3 / n2 % n1), e0 = (int)(item / n3 / n2 / n1);
-    __global const float *at =
-        bpart + bpart_off + (((IDX)e0 * n1 + (IDX)e1) * n2 + (IDX)e2) * (IDX)row + (IDX)e3;
+    if (item >= (size_t)n0 * n1 * n2 * chunks) return;
+    const int e3 = (int)(item % chunks) * MERGE_LANES, line = (int)(item / chunks);
+    const int e2 = line % n2, e1 = line / n2 % n1, e0 = line / n2 / n1;
+    const int count = min(MERGE_LANES, n3 - e3);
+    __global const float *at = bpart + bpart_off + (IDX)line * (IDX)row + (IDX)e3;
     const IDX stride = (IDX)n0 * n1 * n2 * (IDX)row;
-    float sum = 0.0f;
-    for (int r = 0; r < replicas; ++r) sum += at[(IDX)r * stride];
-    CAT(store_, DB_T)(db, AT(db, e0, e1, e2, e3), sum);
+    float sums[MERGE_LANES];
+    if (count == MERGE_LANES) {
+        float16 sum = 0.0f;
+        for (int r = 0; r < replicas; ++r) sum += vload16(0, at + (IDX)r * stride);
+        vstore16(sum, 0, sums);
+    } else { /* the row's last elements: no load past them */
+        for (int e = 0; e < count; ++e) {
+            float sum = 0.0f;
+            for (int r = 0; r < replicas; ++r) sum += at[(IDX)r * stride + (IDX)e];
+            sums[e] = sum;
+        }
+    }
+    for (int e = 0; e < count; ++e) CAT(store_, DB_T)(db, AT(db, e0, e1, e2, e3 + e), sums[e]);
 }
 #endif

@@ -16,6 +16,8 @@
 /* Head dims are compile-time sizes of the kernels' private arrays, as in the forward. */
 #define BACKWARD_MAX_HEAD_DIM 256
 #define BACKWARD_SPLIT_MAX    128
+/* cl/attention_backward.cl's MERGE_LANES: the elements of dbias a merge work-item sums */
+#define BIAS_MERGE_LANES 16
 
 typedef struct backward_args {
     const clattn_tensor *q, *k, *v, *out, *dout, *lse; /* inputs */
@@ -592,8 +594,9 @@ static int run_bias_clear(const backward_step *s, cl_kernel kernel) {
     return status;
 }
 
-/* A work-item per element of dbias: the sum of its replicas (DBIAS_MODE 2: last in the chain),
- * or (with none, `replicas` 0: a bias one value along the keys) zeros. */
+/* A work-item per BIAS_MERGE_LANES elements of a row of dbias: the sum of their replicas
+ * (DBIAS_MODE 2: last in the chain), or (with none, `replicas` 0: a bias one value along the
+ * keys) zeros. */
 static int run_bias_merge(const backward_step *s, cl_kernel kernel, int replicas) {
     const backward_args *a = s->a;
     const int64_t *n = a->dbias->shape;
@@ -604,8 +607,9 @@ static int run_bias_merge(const backward_step *s, cl_kernel kernel, int replicas
         status = clattn__set_view_args(kernel, &arg, a->dbias, 0, s->wide);
     if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, n, 4);
     if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, tail, 2);
+    const size_t chunks = (size_t)(n[3] + BIAS_MERGE_LANES - 1) / BIAS_MERGE_LANES;
     if (status == CLATTN_SUCCESS)
-        status = clattn__enqueue_items(s->call, kernel, (size_t)(n[0] * n[1] * n[2] * n[3]), 64,
+        status = clattn__enqueue_items(s->call, kernel, (size_t)(n[0] * n[1] * n[2]) * chunks, 64,
                                        s->prev, replicas > 0);
     return status;
 }
