@@ -240,7 +240,8 @@ inline keys_t tile_weights(keys_t x, float lse) {
  *   2  the broadcast dims sum pairs of several work-items: each adds its visible pairs into its
  *      own f32 replica of dbias, one per batch where n0 = 1, per kv head where n1 = 1, and per
  *      row split (bias_splits) where an element's rows may fall in several splits (a key bias;
- *      a bias shared by the query heads of a kv head), all zeroed by backward_bias_clear, and
+ *      the host does not split rows that a kv head's query heads share), all zeroed by
+ *      backward_bias_clear, and
  *      backward_bias_merge sums the replicas in order. The pairs of one element that one
  *      work-item meets (its kv head's query heads, a key bias's rows) it adds in walk order (the
  *      lanes kernels sum a key bias's BM rows of a block first).
@@ -790,9 +791,13 @@ __kernel void backward_bias_clear(__global float *bpart, IDX bpart_off, IDX coun
 
 /* A work-item per MERGE_LANES elements along a row of dbias: the sum of their `replicas`
  * partials in replica order (rows of `row` floats), or 0 with none (a bias one value along the
- * keys). The partials come in as vectors, the sums go out element by element (dbias is any view):
- * a work-item loop over a scalar sum is one PoCL does not vectorize (4 GB/s). */
-#define MERGE_LANES 16
+ * keys). On CPUs (the lanes kernels: 16) the partials come in as vectors and the sums go out
+ * element by element (dbias is any view): a work-item loop over a scalar sum is one PoCL does
+ * not vectorize (4 GB/s). On GPUs (1) neighbouring work-items read and write neighbouring
+ * elements, which their memory coalesces. */
+#ifndef MERGE_LANES
+#define MERGE_LANES 1
+#endif
 __kernel void backward_bias_merge(__global const float *bpart, IDX bpart_off,
                                   OUT_PARAMS(DB_T, db), int n0, int n1, int n2, int n3,
                                   int replicas, int row) {
@@ -805,11 +810,14 @@ __kernel void backward_bias_merge(__global const float *bpart, IDX bpart_off,
     __global const float *at = bpart + bpart_off + (IDX)line * (IDX)row + (IDX)e3;
     const IDX stride = (IDX)n0 * n1 * n2 * (IDX)row;
     float sums[MERGE_LANES];
+#if MERGE_LANES == 16
     if (count == MERGE_LANES) {
         float16 sum = 0.0f;
         for (int r = 0; r < replicas; ++r) sum += vload16(0, at + (IDX)r * stride);
         vstore16(sum, 0, sums);
-    } else { /* the row's last elements: no load past them */
+    } else
+#endif
+    { /* one at a time (on CPUs the row's last elements: no load past them) */
         for (int e = 0; e < count; ++e) {
             float sum = 0.0f;
             for (int r = 0; r < replicas; ++r) sum += at[(IDX)r * stride + (IDX)e];

@@ -16,8 +16,6 @@
 /* Head dims are compile-time sizes of the kernels' private arrays, as in the forward. */
 #define BACKWARD_MAX_HEAD_DIM 256
 #define BACKWARD_SPLIT_MAX    128
-/* cl/attention_backward.cl's MERGE_LANES: the elements of dbias a merge work-item sums */
-#define BIAS_MERGE_LANES 16
 
 typedef struct backward_args {
     const clattn_tensor *q, *k, *v, *out, *dout, *lse; /* inputs */
@@ -183,7 +181,8 @@ static void pick_splits(backward_launch *l, const clattn__attention_tuning *t, c
  * unit (few keys against many queries, as in cross-attention to a short text, or many query
  * heads a kv head), the rows are cut into runs of whole blocks, at least SPLIT_MIN rows each but
  * the last (a forced split: at least one block each), and a merge sums the partial dK and dV.
- * The lanes kernels (CPUs) do not split their rows. */
+ * The lanes kernels (CPUs) do not split their rows, and plan_bias undoes the split under a dbias
+ * whose rows a kv head's query heads share. */
 static void pick_row_splits(backward_launch *l, const clattn__attention_tuning *t,
                             cl_device_id device, const backward_args *a) {
     const int64_t groups = a->k->shape[0] * a->k->shape[1] * (int64_t)l->tiles;
@@ -228,6 +227,12 @@ static void plan_bias(backward_launch *l, const backward_args *a) {
 static size_t bias_row(const backward_args *a, const backward_launch *l) {
     const size_t keys = l->tiled ? 1 : (size_t)l->lanes, Sk = (size_t)a->k->shape[2];
     return (Sk + keys - 1) / keys * keys;
+}
+
+/* The elements of a row of dbias a work-item of its merge sums: 16 as vectors on CPUs (the lanes
+ * kernels), one on GPUs, whose neighbouring work-items then write neighbouring elements. */
+static int bias_merge_lanes(const backward_launch *l) {
+    return l->tiled ? 1 : 16;
 }
 
 /* Floats of dbias's replicas (DBIAS_MODE 2). */
@@ -275,7 +280,7 @@ static void backward_options(const backward_args *a, const backward_launch *l, b
              "-cl-std=CL1.2 -DQ_T=%s -DK_T=%s -DV_T=%s -DO_T=%s -DDO_T=%s -DDQ_T=%s -DDK_T=%s "
              "-DDV_T=%s -DDB_T=%s -DHAS_DBIAS=%d -DHEAD_DIM=%lld -DVALUE_DIM=%lld -DVEC=%ld "
              "-DBM=%ld -DSPLITS=%d -DIDX=%s -DTILED=%d -DSLICES=%d -DBLK=%d -DGROUP_MAX=%d "
-             "-DROW_SPLITS=%d -DDBIAS_MODE=%d",
+             "-DROW_SPLITS=%d -DDBIAS_MODE=%d -DMERGE_LANES=%d",
              clattn_dtype_name(a->q->dtype), clattn_dtype_name(a->k->dtype),
              clattn_dtype_name(a->v->dtype), clattn_dtype_name(a->out->dtype),
              clattn_dtype_name(a->dout->dtype), clattn_dtype_name(a->dq->dtype),
@@ -283,7 +288,7 @@ static void backward_options(const backward_args *a, const backward_launch *l, b
              clattn_dtype_name(a->dbias ? a->dbias->dtype : CLATTN_F32), a->dbias != NULL,
              (long long)a->q->shape[3], (long long)a->v->shape[3], l->lanes, l->bm, l->splits,
              wide ? "ulong" : "uint", l->tiled, l->slices, l->block, l->group_max, l->row_splits,
-             l->bias_mode);
+             l->bias_mode, bias_merge_lanes(l));
     clattn__mask_options(&a->mask, options, size);
 }
 
@@ -594,7 +599,7 @@ static int run_bias_clear(const backward_step *s, cl_kernel kernel) {
     return status;
 }
 
-/* A work-item per BIAS_MERGE_LANES elements of a row of dbias: the sum of their replicas
+/* A work-item per bias_merge_lanes elements of a row of dbias: the sum of their replicas
  * (DBIAS_MODE 2: last in the chain), or (with none, `replicas` 0: a bias one value along the
  * keys) zeros. */
 static int run_bias_merge(const backward_step *s, cl_kernel kernel, int replicas) {
@@ -607,7 +612,8 @@ static int run_bias_merge(const backward_step *s, cl_kernel kernel, int replicas
         status = clattn__set_view_args(kernel, &arg, a->dbias, 0, s->wide);
     if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, n, 4);
     if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, tail, 2);
-    const size_t chunks = (size_t)(n[3] + BIAS_MERGE_LANES - 1) / BIAS_MERGE_LANES;
+    const size_t lanes = (size_t)bias_merge_lanes(s->l);
+    const size_t chunks = ((size_t)n[3] + lanes - 1) / lanes;
     if (status == CLATTN_SUCCESS)
         status = clattn__enqueue_items(s->call, kernel, (size_t)(n[0] * n[1] * n[2]) * chunks, 64,
                                        s->prev, replicas > 0);
