@@ -181,8 +181,12 @@ static void pick_splits(backward_launch *l, const clattn__attention_tuning *t, c
  * unit (few keys against many queries, as in cross-attention to a short text, or many query
  * heads a kv head), the rows are cut into runs of whole blocks, at least SPLIT_MIN rows each but
  * the last (a forced split: at least one block each), and a merge sums the partial dK and dV.
- * The lanes kernels (CPUs) do not split their rows, and plan_bias undoes the split under a dbias
- * whose rows a kv head's query heads share. */
+ * The lanes kernels (CPUs) do not split their rows, and nor does a launch whose dbias has rows
+ * that a kv head's query heads share (plan_bias: its replicas would be the bias's size a split). */
+static bool bias_rows_shared_by_heads(const backward_args *a) {
+    const int64_t *n = a->dbias ? a->dbias->shape : NULL;
+    return n && n[3] > 1 && n[2] > 1 && n[1] == 1 && a->q->shape[1] != a->k->shape[1];
+}
 static void pick_row_splits(backward_launch *l, const clattn__attention_tuning *t,
                             cl_device_id device, const backward_args *a) {
     const int64_t groups = a->k->shape[0] * a->k->shape[1] * (int64_t)l->tiles;
@@ -196,6 +200,7 @@ static void pick_row_splits(backward_launch *l, const clattn__attention_tuning *
     const int forced = clattn__hook_value(CLATTN__HOOK_ROW_SPLITS);
     if (forced > 0) splits = forced;
     if (splits > runs) splits = runs; /* (SPLIT_MIN may be less than a block) */
+    if (bias_rows_shared_by_heads(a)) splits = 1;
     l->row_splits = splits > 1 ? (int)splits : 1;
 }
 
@@ -206,7 +211,7 @@ static void pick_row_splits(backward_launch *l, const clattn__attention_tuning *
  * heads, and per row split unless an element is one (query head, row), so that no two
  * work-items ever write one place. A replica a split is a key row per (batch, head) for a key
  * bias; for a bias with rows shared by the query heads of a kv head it would be the bias's
- * size times up to 128 splits, so those rows are not split. */
+ * size times up to 128 splits, so pick_row_splits leaves those rows whole. */
 static void plan_bias(backward_launch *l, const backward_args *a) {
     l->bias_mode = 0, l->bias_replicas = 0, l->bias_splits = 1;
     const int64_t *n = a->dbias ? a->dbias->shape : NULL, *q = a->q->shape;
@@ -217,7 +222,6 @@ static void plan_bias(backward_launch *l, const backward_args *a) {
         return;
     }
     const bool one_row = (n[2] > 1 || q[2] == 1) && (n[1] > 1 || q[1] == Hkv);
-    if (!one_row && n[2] > 1) l->row_splits = 1;
     l->bias_mode = 2;
     l->bias_splits = one_row ? 1 : l->row_splits;
     l->bias_replicas = (int)((n[0] == 1 ? q[0] : 1) * (n[1] == 1 ? Hkv : 1)) * l->bias_splits;
@@ -480,10 +484,13 @@ static int set_keys_bias_args(const backward_step *s, cl_kernel kernel, cl_uint 
     return status;
 }
 
-/* Whether the queries pass (no key splits) or the dQ merge ends the chain: not where dbias's
- * replicas are merged after it. */
-static bool queries_end_chain(const backward_launch *l) {
+/* Whether dQ's last step ends the chain (not where dbias's replicas are merged after it), and
+ * whether that step is the queries pass (no key splits to merge). */
+static bool dq_ends_chain(const backward_launch *l) {
     return l->bias_mode != 2;
+}
+static bool queries_end_chain(const backward_launch *l) {
+    return dq_ends_chain(l) && l->splits == 1;
 }
 
 /* The keys and queries kernels: four tensors, the scratch, the dims (and for the queries, the
@@ -517,7 +524,7 @@ static int run_queries(const backward_step *s, cl_kernel kernel) {
     return run_tiles(s, kernel, views,
                      (size_t)(a->q->shape[0] * a->q->shape[1]) * s->l->query_blocks *
                          (size_t)s->l->splits,
-                     queries_end_chain(s->l) && s->l->splits == 1);
+                     queries_end_chain(s->l));
 }
 
 /* The tiles kernels: six or five tensors, the stats, (the keys': their split partials; the
@@ -538,7 +545,7 @@ static int run_tiles_pass(const backward_step *s, cl_kernel kernel, bool queries
     const size_t group = (size_t)s->l->group;
     if (status == CLATTN_SUCCESS)
         status = clattn__enqueue_link(s->call, kernel, groups * group, group, s->prev,
-                                      queries && queries_end_chain(s->l) && s->l->splits == 1);
+                                      queries && queries_end_chain(s->l));
     return status;
 }
 
@@ -584,7 +591,7 @@ static int run_merge(const backward_step *s, cl_kernel kernel) {
     if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, a->q->shape, 3);
     if (status == CLATTN_SUCCESS)
         status = clattn__enqueue_items(s->call, kernel, s->l->rows * (size_t)a->q->shape[3], 64,
-                                       s->prev, queries_end_chain(s->l));
+                                       s->prev, dq_ends_chain(s->l));
     return status;
 }
 
