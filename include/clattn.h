@@ -239,10 +239,11 @@ CLATTN_API int clattn_env_download(clattn_env *env, const clattn_tensor *t, void
  * after).
  * ------------------------------------------------------------------------------------------- */
 
-/* Drops every cached program of `context` (and its matrix-unit probe results). NULL drops every
- * context's, and clears CLBlast's program cache too (through which the composed attention path
- * keeps contexts alive) and the tuning answers kept per device; call it before exit under
- * Oclgrind, whose teardown crashes on CLBlast's cache otherwise. */
+/* Drops every cached program of `context` (and its matrix-unit probe results, and the kernels
+ * kept for the next calls). NULL drops every context's, and clears CLBlast's program cache too
+ * (through which the composed attention path keeps contexts alive) and the tuning answers kept
+ * per device; call it before exit under Oclgrind, whose teardown crashes on CLBlast's cache
+ * otherwise. */
 CLATTN_API void clattn_cache_clear(cl_context context);
 /* Number of programs in the cache, and how many builds and hits it has served since start (for
  * tests and diagnostics). Any pointer may be NULL. */

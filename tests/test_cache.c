@@ -2,12 +2,18 @@
  * keys, clearing, build failures with their logs, CLATTN_KERNEL_DIR, and four threads running ops
  * on their own queues over one context, every result checked. */
 #include "harness.h"
+#include "runtime/kernel.h"
+#include "runtime/launch.h"
+#include "runtime/program_cache.h"
+#include "runtime/testing.h"
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* One small f32 -> dst_dtype copy on `queue`; returns its status. */
@@ -42,6 +48,178 @@ static void a_second_call_hits_and_options_are_keys(test_ctx *t) {
     CHECK_OK(t, small_copy(t, q, CLATTN_BF16)); /* other options: another program */
     clattn_cache_stats(&programs, &builds2, NULL);
     CHECK(t, programs == 2 && builds2 == builds1 + 1, "programs %zu builds %zu", programs, builds2);
+}
+
+/* The options of the one program cached (a copy's), less what the build appended
+ * (CLATTN_BUILD_OPTIONS): what clattn__create_kernel takes to lend its kernels. */
+static bool copy_program_options(test_ctx *t, char *options, size_t capacity) {
+    clattn__cached_program *programs = NULL;
+    size_t count = 0;
+    int status = clattn__cache_snapshot(clattn_env_context(t->env), clattn_env_device(t->env),
+                                        &programs, &count);
+    if (status != CLATTN_SUCCESS || count != 1) {
+        clattn__cache_snapshot_free(programs, count);
+        test_fail_at(t, __FILE__, __LINE__, "%s, %zu programs cached after a copy",
+                     clattn_status_name(status), count);
+        return false;
+    }
+    char appended[512];
+    const char *extra = getenv("CLATTN_BUILD_OPTIONS");
+    snprintf(options, capacity, "%s", programs[0].options);
+    snprintf(appended, sizeof appended, " %s", extra ? extra : "");
+    clattn__cache_snapshot_free(programs, count);
+    const size_t length = strlen(options), tail = strlen(appended);
+    if (length >= tail && strcmp(options + length - tail, appended) == 0)
+        options[length - tail] = '\0';
+    return true;
+}
+
+/* A repeat call takes the kernel its program keeps instead of creating one, and gives it back
+ * after the enqueue; a kernel one caller holds is lent to no other meanwhile (that one gets a
+ * kernel of its own, kept too); a kernel held across clattn_cache_clear is its holder's to
+ * release. */
+static void kernels_are_kept_and_lent_to_one_caller_at_a_time(test_ctx *t) {
+    clattn_cache_clear(NULL);
+    cl_command_queue q = clattn_env_queue(t->env);
+    size_t kept, lent;
+    CHECK_OK(t, small_copy(t, q, CLATTN_F32));
+    CHECK_OK(t, small_copy(t, q, CLATTN_F32));
+    clattn__kept_kernels(&kept, &lent);
+    CHECK(t, kept == 1 && lent == 0, "two copies: %zu kernels kept, %zu lent", kept, lent);
+    cl_context context = clattn_env_context(t->env);
+    cl_device_id device = clattn_env_device(t->env);
+    char options[2048];
+    if (!copy_program_options(t, options, sizeof options)) return;
+    cl_kernel a = NULL, b = NULL, c = NULL;
+    CHECK_OK(t, clattn__create_kernel(context, device, "heads.cl", options, "copy4d", &a));
+    CHECK_OK(t, clattn__create_kernel(context, device, "heads.cl", options, "copy4d", &b));
+    clattn__kept_kernels(&kept, &lent);
+    CHECK(t, a && b && a != b && kept == 2 && lent == 2, "two holders: %p %p, %zu kept, %zu lent",
+          (void *)a, (void *)b, kept, lent);
+    clattn__release_kernel(b);
+    CHECK_OK(t, clattn__create_kernel(context, device, "heads.cl", options, "copy4d", &c));
+    CHECK(t, c == b, "the kernel given back was not lent again");
+    clattn__release_kernel(c);
+    clattn__kept_kernels(&kept, &lent);
+    CHECK(t, kept == 2 && lent == 1, "one holder: %zu kept, %zu lent", kept, lent);
+    clattn_cache_clear(NULL); /* `a` is held: the clear leaves it to its holder */
+    clattn__kept_kernels(&kept, &lent);
+    CHECK(t, kept == 0, "%zu kernels kept after the clear", kept);
+    char name[32] = "";
+    CHECK(t,
+          clGetKernelInfo(a, CL_KERNEL_FUNCTION_NAME, sizeof name, name, NULL) == CL_SUCCESS &&
+              strcmp(name, "copy4d") == 0,
+          "the kernel held across the clear is \"%s\"", name);
+    clattn__release_kernel(a);
+}
+
+/* Buffers whose deletion is counted (a destructor callback each). */
+typedef struct tracked_buffers {
+    atomic_int deleted;
+    int count;
+    cl_mem list[16];
+} tracked_buffers;
+
+static void CL_CALLBACK count_deletion(cl_mem buffer, void *user) {
+    (void)buffer;
+    atomic_fetch_add((atomic_int *)user, 1);
+}
+
+/* A zeroed contiguous tensor on a buffer of its own, counted in `tracked`. */
+static clattn_tensor tracked_tensor(test_ctx *t, tracked_buffers *tracked, clattn_dtype dtype,
+                                    int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
+    const size_t bytes = (size_t)(d0 * d1 * d2 * d3) * clattn_dtype_size(dtype);
+    void *zeros = calloc(1, bytes);
+    cl_int err = CL_OUT_OF_HOST_MEMORY;
+    cl_mem buffer =
+        zeros ? clCreateBuffer(clattn_env_context(t->env), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
+                               bytes, zeros, &err)
+              : NULL;
+    free(zeros);
+    if (buffer &&
+        clSetMemObjectDestructorCallback(buffer, count_deletion, &tracked->deleted) != CL_SUCCESS)
+        test_fail_at(t, __FILE__, __LINE__, "clSetMemObjectDestructorCallback failed");
+    if (buffer && tracked->count < 16) tracked->list[tracked->count++] = buffer;
+    return clattn_tensor_4d(buffer, dtype, d0, d1, d2, d3);
+}
+
+/* Waits up to a second for `tracked`'s buffers to be deleted; how many were. */
+static int deleted_after_release(tracked_buffers *tracked) {
+    for (int i = 0; i < 100 && atomic_load(&tracked->deleted) < tracked->count; ++i) {
+        struct timespec pause = {0, 10 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+    }
+    return atomic_load(&tracked->deleted);
+}
+
+/* The kernels the cache keeps for the next call name none of a finished call's buffers: each
+ * op family's buffers (its tensors, mask tensors, and the scratch it allocates) are deleted when
+ * the caller releases them. Some drivers (Mesa's rusticl) retain what a kernel's arguments name,
+ * so a kept kernel that still named them would keep them, and the memory, alive. */
+static void kept_kernels_hold_no_buffer_of_a_call(test_ctx *t) {
+    cl_command_queue queue = clattn_env_queue(t->env);
+    tracked_buffers tracked = {.count = 0};
+    atomic_init(&tracked.deleted, 0);
+    const int64_t B = 1, H = 2, Sq = 4, Sk = 40, D = 16;
+    clattn_tensor q = tracked_tensor(t, &tracked, CLATTN_F32, B, H, Sq, D);
+    clattn_tensor k = tracked_tensor(t, &tracked, CLATTN_F32, B, H, Sk, D);
+    clattn_tensor v = tracked_tensor(t, &tracked, CLATTN_F32, B, H, Sk, D);
+    clattn_tensor out = tracked_tensor(t, &tracked, CLATTN_F32, B, H, Sq, D);
+    clattn_tensor dout = tracked_tensor(t, &tracked, CLATTN_F32, B, H, Sq, D);
+    clattn_tensor lse = tracked_tensor(t, &tracked, CLATTN_F32, 1, B, H, Sq);
+    clattn_tensor bias = tracked_tensor(t, &tracked, CLATTN_F32, 1, H, Sq, Sk);
+    clattn_tensor dq = tracked_tensor(t, &tracked, CLATTN_F32, B, H, Sq, D);
+    clattn_tensor dk = tracked_tensor(t, &tracked, CLATTN_F32, B, H, Sk, D);
+    clattn_tensor dv = tracked_tensor(t, &tracked, CLATTN_F32, B, H, Sk, D);
+    clattn_tensor copied = tracked_tensor(t, &tracked, CLATTN_F16, B, H, Sk, D);
+    clattn_mask mask;
+    memset(&mask, 0, sizeof mask);
+    mask.bias = &bias;
+    const int made = tracked.count;
+    CHECK_OK(t, clattn_copy(&k, NULL, &copied, queue, 0, NULL, NULL));
+    CHECK_OK(t, clattn_attention(&q, &k, &v, 0.0f, &mask, &out, &lse, queue, 0, NULL, NULL));
+    CHECK_OK(t, clattn_attention_backward(&q, &k, &v, &out, &dout, &lse, 0.0f, &mask, &dq, &dk, &dv,
+                                          NULL, queue, 0, NULL, NULL));
+    CHECK_OK(t, clattn_linear_attention(&q, &k, &v, NULL, &out, NULL, queue, 0, NULL, NULL));
+    clFinish(queue);
+    for (int i = 0; i < tracked.count; ++i) clReleaseMemObject(tracked.list[i]);
+    const int deleted = deleted_after_release(&tracked);
+    CHECK(t, made == 11 && deleted == made,
+          "%d of the calls' %d buffers deleted after their release", deleted, made);
+    CHECK(t, test_scratch_left(0) == 0, "%ld scratch buffers alive after the calls",
+          test_scratch_left(0));
+}
+
+/* A thread remembers the buffers of 16 kernels it holds at once: a kernel whose buffer it cannot
+ * remember is no longer kept, at once, so no kernel kept for the next call names a buffer that
+ * nothing clears. Here the 17th kernel given a buffer is a kept one (the first lent). */
+static void a_kernel_past_the_thread_record_is_not_kept(test_ctx *t) {
+    clattn_cache_clear(NULL);
+    CHECK_OK(t, small_copy(t, clattn_env_queue(t->env), CLATTN_F32));
+    cl_context context = clattn_env_context(t->env);
+    cl_device_id device = clattn_env_device(t->env);
+    char options[2048];
+    if (!copy_program_options(t, options, sizeof options)) return;
+    tracked_buffers tracked = {.count = 0};
+    atomic_init(&tracked.deleted, 0);
+    clattn_tensor x = tracked_tensor(t, &tracked, CLATTN_F32, 1, 1, 1, 64);
+    enum { HELD = 17 };
+    cl_kernel held[HELD] = {NULL};
+    int status = CLATTN_SUCCESS;
+    for (int i = 0; i < HELD && status == CLATTN_SUCCESS; ++i)
+        status = clattn__create_kernel(context, device, "heads.cl", options, "copy4d", &held[i]);
+    size_t kept, lent, kept_after, lent_after;
+    clattn__kept_kernels(&kept, &lent);
+    for (int i = HELD - 1; i >= 0 && status == CLATTN_SUCCESS; --i)
+        status = clattn__set_buffer_arg(held[i], 0, x.buffer);
+    clReleaseMemObject(x.buffer);
+    for (int i = 0; i < HELD; ++i) clattn__release_kernel(held[i]);
+    clattn__kept_kernels(&kept_after, &lent_after);
+    CHECK_OK(t, status);
+    CHECK(t, kept == 12 && lent == 12, "%d held: %zu kept, %zu lent", HELD, kept, lent);
+    CHECK(t, kept_after == 11 && lent_after == 0, "after: %zu kept, %zu lent (11, 0 expected)",
+          kept_after, lent_after);
+    CHECK(t, deleted_after_release(&tracked) == 1, "the buffer the kernels named is alive");
 }
 
 static void clearing_one_context_keeps_the_others(test_ctx *t) {
@@ -351,6 +529,10 @@ static void threads_on_their_own_queues_share_the_cache(test_ctx *t) {
 
 static const test_case cases[] = {
     {"a_second_call_hits_and_options_are_keys", a_second_call_hits_and_options_are_keys},
+    {"kernels_are_kept_and_lent_to_one_caller_at_a_time",
+     kernels_are_kept_and_lent_to_one_caller_at_a_time},
+    {"kept_kernels_hold_no_buffer_of_a_call", kept_kernels_hold_no_buffer_of_a_call},
+    {"a_kernel_past_the_thread_record_is_not_kept", a_kernel_past_the_thread_record_is_not_kept},
     {"clearing_one_context_keeps_the_others", clearing_one_context_keeps_the_others},
     {"a_build_failure_returns_its_log_with_file_and_line",
      a_build_failure_returns_its_log_with_file_and_line},

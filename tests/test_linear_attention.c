@@ -601,7 +601,7 @@ static bool picked_launch_and_kernels(test_ctx *t, const la_spec *s, clattn__lin
         if (built[i] && clGetKernelInfo(built[i], CL_KERNEL_FUNCTION_NAME, sizeof kernels[i],
                                         kernels[i], NULL) != CL_SUCCESS)
             kernels[i][0] = '\0';
-        if (built[i]) clReleaseKernel(built[i]);
+        clattn__release_kernel(built[i]);
     }
     if (status != CLATTN_SUCCESS)
         test_fail_at(t, __FILE__, __LINE__, "planning linear attention -> %s: %s",

@@ -182,7 +182,7 @@ static void a_device_offered_ptx_passes_its_probe(test_ctx *t) {
         cl_kernel kernel = NULL;
         CHECK_OK(t, clattn__create_kernel(clattn_env_context(t->env), device, "mma.cl", ptx[i],
                                           "matrix_probe", &kernel));
-        if (kernel) clReleaseKernel(kernel);
+        clattn__release_kernel(kernel);
         bool exact = false;
         const clattn__call call = probe_call(t);
         CHECK_OK(t, clattn__matrix_probe(&call, ptx[i], &exact));

@@ -181,11 +181,11 @@ static int set_attention_args(cl_kernel kernel, const attention_args *a, bool wi
     if (status == CLATTN_SUCCESS && a->lse)
         status = clattn__set_view_args(kernel, &arg, a->lse, 1, wide);
     if (status == CLATTN_SUCCESS && l->splits > 1)
-        status = clattn__set_arg(kernel, arg++, sizeof workspace, &workspace);
+        status = clattn__set_buffer_arg(kernel, arg++, workspace);
     if (status == CLATTN_SUCCESS && l->splits > 1)
         status = clattn__set_arg(kernel, arg++, sizeof l->chunk, &l->chunk);
     if (status == CLATTN_SUCCESS && l->variant == CLATTN__ATTENTION_LANES)
-        status = clattn__set_arg(kernel, arg++, sizeof workspace, &workspace);
+        status = clattn__set_buffer_arg(kernel, arg++, workspace);
     if (status == CLATTN_SUCCESS && l->variant == CLATTN__ATTENTION_LANES)
         status = clattn__set_idx_arg(kernel, arg++, partial_floats(a, l), wide);
     if (status == CLATTN_SUCCESS)
@@ -569,8 +569,7 @@ static int enqueue_pack(const attention_args *a, const attention_launch *l,
     cl_uint arg = 0;
     const cl_int dims[3] = {(cl_int)a->k->shape[0], (cl_int)a->k->shape[1], (cl_int)a->k->shape[2]};
     if (status == CLATTN_SUCCESS) status = clattn__set_view_args(kernel, &arg, a->k, 0, wide);
-    if (status == CLATTN_SUCCESS)
-        status = clattn__set_arg(kernel, arg++, sizeof workspace, &workspace);
+    if (status == CLATTN_SUCCESS) status = clattn__set_buffer_arg(kernel, arg++, workspace);
     if (status == CLATTN_SUCCESS)
         status = clattn__set_idx_arg(kernel, arg++, partial_floats(a, l), wide);
     for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
@@ -580,7 +579,7 @@ static int enqueue_pack(const attention_args *a, const attention_launch *l,
     if (status == CLATTN_SUCCESS) /* a work-item per (tile, d): LANES floats each */
         status = clattn__enqueue_items(call, kernel, packed_key_floats(a, l) / (size_t)l->t.LANES,
                                        64, prev, false);
-    if (kernel) clReleaseKernel(kernel);
+    clattn__release_kernel(kernel);
     return status;
 }
 
@@ -592,7 +591,7 @@ static int enqueue_merge(const attention_args *a, const clattn__call *call, cl_m
                                        "attention_merge", &kernel);
     cl_uint arg = 0;
     const cl_int dims[3] = {(cl_int)a->q->shape[0], (cl_int)a->q->shape[1], (cl_int)a->q->shape[2]};
-    if (status == CLATTN_SUCCESS) status = clattn__set_arg(kernel, arg++, sizeof part, &part);
+    if (status == CLATTN_SUCCESS) status = clattn__set_buffer_arg(kernel, arg++, part);
     if (status == CLATTN_SUCCESS) status = clattn__set_view_args(kernel, &arg, a->out, 0, wide);
     for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
         status = clattn__set_arg(kernel, arg++, sizeof dims[i], &dims[i]);
@@ -602,7 +601,7 @@ static int enqueue_merge(const attention_args *a, const clattn__call *call, cl_m
         (size_t)dims[0] * (size_t)dims[1] * (size_t)dims[2] * (size_t)a->v->shape[3];
     if (status == CLATTN_SUCCESS)
         status = clattn__enqueue_items(call, kernel, elements, 64, prev, true);
-    if (kernel) clReleaseKernel(kernel);
+    clattn__release_kernel(kernel);
     return status;
 }
 
@@ -654,7 +653,7 @@ static int enqueue_attention(const attention_args *a, const attention_launch *la
     if (status == CLATTN_SUCCESS && l.splits > 1)
         status = enqueue_merge(a, call, workspace, wide, options, &prev);
     if (prev) clReleaseEvent(prev);
-    if (kernel) clReleaseKernel(kernel);
+    clattn__release_kernel(kernel);
     return status;
 }
 

@@ -410,9 +410,8 @@ typedef struct backward_step {
 static int set_scratch_args(const backward_step *s, cl_kernel kernel, cl_uint *arg, bool stats,
                             size_t at) {
     int status = CLATTN_SUCCESS;
-    if (stats) status = clattn__set_arg(kernel, (*arg)++, sizeof s->workspace, &s->workspace);
-    if (status == CLATTN_SUCCESS)
-        status = clattn__set_arg(kernel, (*arg)++, sizeof s->workspace, &s->workspace);
+    if (stats) status = clattn__set_buffer_arg(kernel, (*arg)++, s->workspace);
+    if (status == CLATTN_SUCCESS) status = clattn__set_buffer_arg(kernel, (*arg)++, s->workspace);
     if (status == CLATTN_SUCCESS) status = clattn__set_idx_arg(kernel, (*arg)++, at, s->wide);
     return status;
 }
@@ -429,8 +428,7 @@ static int run_rows(const backward_step *s, cl_kernel kernel) {
     cl_uint arg = 0;
     int status = set_views(s, kernel, &arg, views, 2);
     if (status == CLATTN_SUCCESS) status = clattn__set_view_args(kernel, &arg, a->lse, 1, s->wide);
-    if (status == CLATTN_SUCCESS)
-        status = clattn__set_arg(kernel, arg++, sizeof s->workspace, &s->workspace);
+    if (status == CLATTN_SUCCESS) status = clattn__set_buffer_arg(kernel, arg++, s->workspace);
     if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, a->q->shape, 3);
     if (status == CLATTN_SUCCESS)
         status = clattn__enqueue_items(s->call, kernel, s->l->rows, 64, s->prev, false);
@@ -536,7 +534,7 @@ static int run_tiles_pass(const backward_step *s, cl_kernel kernel, bool queries
     cl_uint arg = 0;
     int status = set_views(s, kernel, &arg, views, count);
     if (status == CLATTN_SUCCESS)
-        status = queries ? clattn__set_arg(kernel, arg++, sizeof s->workspace, &s->workspace)
+        status = queries ? clattn__set_buffer_arg(kernel, arg++, s->workspace)
                          : set_scratch_args(s, kernel, &arg, true, partials_at(s->a, s->l));
     if (status == CLATTN_SUCCESS && queries)
         status = clattn__set_arg(kernel, arg++, sizeof s->l->order, &s->l->order);
@@ -640,7 +638,7 @@ static int run_step(const backward_step *s, const char *name, step_fn fn) {
     int status = clattn__create_kernel(s->call->context, s->call->device, "attention_backward.cl",
                                        s->options, name, &kernel);
     if (status == CLATTN_SUCCESS) status = fn(s, kernel);
-    if (kernel) clReleaseKernel(kernel);
+    clattn__release_kernel(kernel);
     return status;
 }
 

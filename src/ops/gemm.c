@@ -40,7 +40,7 @@ static bool kernel_takes(const matmul_grid *g, size_t m, size_t n, size_t k, siz
 /* A matrix argument as cl/matmul.cl takes it: buffer, then offset, ld and stride as ulong. */
 static int set_matrix_args(cl_kernel kernel, cl_uint *arg, const clattn__matrices *m) {
     const cl_ulong offs[3] = {m->offset, m->ld, m->stride};
-    int status = clattn__set_arg(kernel, (*arg)++, sizeof m->buffer, &m->buffer);
+    int status = clattn__set_buffer_arg(kernel, (*arg)++, m->buffer);
     for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
         status = clattn__set_arg(kernel, (*arg)++, sizeof offs[i], &offs[i]);
     return status;
@@ -56,12 +56,12 @@ static int pack_b(const clattn__call *call, const char *options, bool trans_b, s
     cl_uint arg = 0;
     if (status == CLATTN_SUCCESS) status = set_matrix_args(kernel, &arg, b);
     if (status == CLATTN_SUCCESS) status = clattn__set_arg(kernel, arg++, sizeof tb, &tb);
-    if (status == CLATTN_SUCCESS) status = clattn__set_arg(kernel, arg++, sizeof packed, &packed);
+    if (status == CLATTN_SUCCESS) status = clattn__set_buffer_arg(kernel, arg++, packed);
     for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
         status = clattn__set_arg(kernel, arg++, sizeof sizes[i], &sizes[i]);
     if (status == CLATTN_SUCCESS)
         status = clattn__enqueue_items(call, kernel, items, 64, done, false);
-    if (kernel) clReleaseKernel(kernel);
+    clattn__release_kernel(kernel);
     return status;
 }
 
@@ -74,7 +74,7 @@ static int multiply(const clattn__call *call, const char *options, const matmul_
     const cl_int sizes[3] = {(cl_int)m, (cl_int)n, (cl_int)k}, count = (cl_int)batch;
     cl_uint arg = 0;
     if (status == CLATTN_SUCCESS) status = set_matrix_args(kernel, &arg, a);
-    if (status == CLATTN_SUCCESS) status = clattn__set_arg(kernel, arg++, sizeof packed, &packed);
+    if (status == CLATTN_SUCCESS) status = clattn__set_buffer_arg(kernel, arg++, packed);
     if (status == CLATTN_SUCCESS) status = set_matrix_args(kernel, &arg, c);
     for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
         status = clattn__set_arg(kernel, arg++, sizeof sizes[i], &sizes[i]);
@@ -86,7 +86,7 @@ static int multiply(const clattn__call *call, const char *options, const matmul_
                      ? clattn__cl_fail(CL_OUT_OF_RESOURCES, "clEnqueueNDRangeKernel (matmul_tiles)")
                      : clattn__enqueue_link(call, kernel, global, 1, packed_done, true);
     }
-    if (kernel) clReleaseKernel(kernel);
+    clattn__release_kernel(kernel);
     return status;
 }
 
@@ -214,7 +214,7 @@ static int set_bias_args(cl_kernel kernel, cl_uint *arg, const clattn__bias_row 
                          const clattn__matrices *c) {
     const cl_mem buffer = bias ? bias->buffer : c->buffer;
     const cl_ulong offs[2] = {bias ? bias->offset : 0, bias ? bias->step : 0};
-    int status = clattn__set_arg(kernel, (*arg)++, sizeof buffer, &buffer);
+    int status = clattn__set_buffer_arg(kernel, (*arg)++, buffer);
     for (int i = 0; i < 2 && status == CLATTN_SUCCESS; ++i)
         status = clattn__set_arg(kernel, (*arg)++, sizeof offs[i], &offs[i]);
     return status;
@@ -266,7 +266,7 @@ int clattn__gemm_units_batched(const clattn__call *call, clattn_dtype in, clattn
                      ? clattn__cl_fail(CL_OUT_OF_RESOURCES, "clEnqueueNDRangeKernel (matmul_mma)")
                      : clattn__enqueue(&step, kernel, 1, &global, &local);
     }
-    if (kernel) clReleaseKernel(kernel);
+    clattn__release_kernel(kernel);
     return status;
 }
 

@@ -160,7 +160,7 @@ static void plan_options(const copy_plan *plan, int parts, const clattn__copy_tu
 static int set_part_args(cl_kernel kernel, cl_uint arg, const copy_plan plans[3], bool wide) {
     int status = CLATTN_SUCCESS;
     for (int p = 1; p < 3 && status == CLATTN_SUCCESS; ++p) {
-        status = clattn__set_arg(kernel, arg++, sizeof(cl_mem), &plans[p].dst->buffer);
+        status = clattn__set_buffer_arg(kernel, arg++, plans[p].dst->buffer);
         if (status == CLATTN_SUCCESS)
             status = clattn__set_idx_arg(kernel, arg++, plans[p].dst_off, wide);
     }
@@ -186,7 +186,7 @@ static int set_copy_args(cl_kernel kernel, const copy_plan *plan, int parts, con
                   {plan->bias, plan->bias_off, plan->bias_stride}};
     /* src, dst, the sizes, the run, then the optional bias: the order of copy4d's parameters. */
     for (int v = 0; v < 2 && status == CLATTN_SUCCESS; ++v) {
-        status = clattn__set_arg(kernel, arg++, sizeof(cl_mem), &views[v].t->buffer);
+        status = clattn__set_buffer_arg(kernel, arg++, views[v].t->buffer);
         for (int i = -1; i < 4 && status == CLATTN_SUCCESS; ++i)
             status = clattn__set_idx_arg(kernel, arg++,
                                          i < 0 ? views[v].off : (uint64_t)views[v].stride[i], wide);
@@ -195,7 +195,7 @@ static int set_copy_args(cl_kernel kernel, const copy_plan *plan, int parts, con
         status = clattn__set_idx_arg(kernel, arg++, (uint64_t)plan->n[i], wide);
     if (run && status == CLATTN_SUCCESS) status = clattn__set_idx_arg(kernel, arg++, *run, wide);
     if (plan->bias && status == CLATTN_SUCCESS) {
-        status = clattn__set_arg(kernel, arg++, sizeof(cl_mem), &plan->bias->buffer);
+        status = clattn__set_buffer_arg(kernel, arg++, plan->bias->buffer);
         for (int i = -1; i < 4 && status == CLATTN_SUCCESS; ++i)
             status = clattn__set_idx_arg(
                 kernel, arg++, i < 0 ? plan->bias_off : (uint64_t)plan->bias_stride[i], wide);
@@ -234,7 +234,7 @@ static int launch(const copy_plan *plan, int parts, const char *name, const char
         size_t global[3] = {clattn__round_up(items0, local[0]), groups1 * local[1], outer};
         status = clattn__enqueue(call, kernel, 3, global, local);
     }
-    clReleaseKernel(kernel);
+    clattn__release_kernel(kernel);
     return status;
 }
 
@@ -298,7 +298,7 @@ static int enqueue_tiles(const copy_plan *plan, const clattn__copy_tuning *block
         status = set_copy_args(kernel, plan, 1, NULL, wide);
         if (status == CLATTN_SUCCESS) status = clattn__enqueue(call, kernel, 3, global, local);
     }
-    if (kernel) clReleaseKernel(kernel);
+    clattn__release_kernel(kernel);
     return status;
 }
 

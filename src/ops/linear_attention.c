@@ -340,9 +340,8 @@ static int set_int_args(cl_kernel kernel, cl_uint *arg, const cl_int *values, in
 /* The scratch: the states, then phi(k) at an element offset. */
 static int set_scratch_args(cl_kernel kernel, cl_uint *arg, const linear_args *a,
                             const linear_launch *l, cl_mem scratch, bool wide) {
-    int status = clattn__set_arg(kernel, (*arg)++, sizeof scratch, &scratch);
-    if (status == CLATTN_SUCCESS)
-        status = clattn__set_arg(kernel, (*arg)++, sizeof scratch, &scratch);
+    int status = clattn__set_buffer_arg(kernel, (*arg)++, scratch);
+    if (status == CLATTN_SUCCESS) status = clattn__set_buffer_arg(kernel, (*arg)++, scratch);
     if (status == CLATTN_SUCCESS)
         status = clattn__set_idx_arg(kernel, (*arg)++, clattn__linear_state_floats(a, l), wide);
     return status;
@@ -367,7 +366,7 @@ static int set_scan_args(cl_kernel kernel, const linear_args *a, const linear_la
                          cl_mem scratch, bool wide) {
     cl_uint arg = 0;
     const cl_int ints[2] = {(cl_int)(a->k->shape[0] * a->k->shape[1]), l->nchunks};
-    int status = clattn__set_arg(kernel, arg++, sizeof scratch, &scratch);
+    int status = clattn__set_buffer_arg(kernel, arg++, scratch);
     if (status == CLATTN_SUCCESS) status = set_int_args(kernel, &arg, ints, 2);
     if (status == CLATTN_SUCCESS && a->state)
         status = clattn__set_view_args(kernel, &arg, a->state, 0, wide);
@@ -457,7 +456,7 @@ static int create_step(const clattn__call *call, const char *op_file, const char
             *taken = *tiles;
             return status;
         }
-        clReleaseKernel(*kernel);
+        clattn__release_kernel(*kernel);
         *kernel = NULL;
     }
     return clattn__create_kernel(call->context, call->device, op_file, options, rows->name, kernel);
@@ -502,8 +501,7 @@ static int enqueue_linear(const linear_args *a, const linear_launch *l, const cl
         if (kernels[i])
             status = clattn__enqueue_items(call, kernels[i], items[i], caps[i], &prev, i == 3);
     if (prev) clReleaseEvent(prev);
-    for (int i = 0; i < 4; ++i)
-        if (kernels[i]) clReleaseKernel(kernels[i]);
+    for (int i = 0; i < 4; ++i) clattn__release_kernel(kernels[i]);
     return status;
 }
 
@@ -547,7 +545,7 @@ static int enqueue_recurrence(const linear_args *a, const linear_launch *l,
     if (status == CLATTN_SUCCESS)
         status = clattn__enqueue_link(call, kernel, groups * local, local, &prev, true);
     if (prev) clReleaseEvent(prev);
-    if (kernel) clReleaseKernel(kernel);
+    clattn__release_kernel(kernel);
     return status;
 }
 

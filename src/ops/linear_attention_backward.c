@@ -173,7 +173,7 @@ static bool needs_wide_index(const backward_args *a, const backward_launch *l) {
 /* The scratch as a kernel argument at float offset `at` (0: the buffer alone). */
 static int set_scratch(cl_kernel kernel, cl_uint *arg, cl_mem scratch, size_t at, bool offset,
                        bool wide) {
-    int status = clattn__set_arg(kernel, (*arg)++, sizeof scratch, &scratch);
+    int status = clattn__set_buffer_arg(kernel, (*arg)++, scratch);
     if (status == CLATTN_SUCCESS && offset)
         status = clattn__set_idx_arg(kernel, (*arg)++, at, wide);
     return status;
@@ -318,8 +318,7 @@ static int enqueue_backward(const backward_args *a, const backward_launch *l,
         status = clattn__enqueue_items(call, kernels[i], items[i], group, &prev, i == ALL - 1);
     }
     if (prev) clReleaseEvent(prev);
-    for (int i = 0; i < ALL; ++i)
-        if (kernels[i]) clReleaseKernel(kernels[i]);
+    for (int i = 0; i < ALL; ++i) clattn__release_kernel(kernels[i]);
     return status;
 }
 

@@ -653,7 +653,7 @@ static int merge_masks(const mha_args *a, const mha_plan *plan, const clattn__ca
     if (status == CLATTN_SUCCESS) status = clattn__set_view_args(kernel, &arg, &merged, 4, wide);
     if (status == CLATTN_SUCCESS) status = clattn__set_idx_arg(kernel, arg++, total, wide);
     if (status == CLATTN_SUCCESS) status = launch_flat(call, kernel, (size_t)total);
-    if (kernel) clReleaseKernel(kernel);
+    clattn__release_kernel(kernel);
     return status;
 }
 
@@ -677,7 +677,7 @@ static int average_weights(const mha_args *a, const mha_plan *plan, const clattn
     if (status == CLATTN_SUCCESS) status = clattn__set_view_args(kernel, &arg, w, 1, wide);
     if (status == CLATTN_SUCCESS) status = clattn__set_idx_arg(kernel, arg++, total, wide);
     if (status == CLATTN_SUCCESS) status = launch_flat(call, kernel, (size_t)total);
-    if (kernel) clReleaseKernel(kernel);
+    clattn__release_kernel(kernel);
     return status;
 }
 

@@ -61,7 +61,7 @@ static int build_kernel(const clattn__call *call, const char *base_options, int6
         if (status != CLATTN_SUCCESS || params->VARIANT == CLATTN__SOFTMAX_ROWS ||
             max_group >= (size_t)params->GROUP)
             return status;
-        clReleaseKernel(*kernel);
+        clattn__release_kernel(*kernel);
         *kernel = NULL;
         if (held > 0) {
             clattn__warn("softmax: GROUP %ld exceeds the work-group limit %zu of the kernel that "
@@ -194,7 +194,7 @@ int clattn__softmax_enqueue(const softmax_args *a, const softmax_params *plan,
     if (status == CLATTN_SUCCESS)
         status = enqueue_rows(call, kernel, &params,
                               (size_t)(a->x->shape[0] * a->x->shape[1] * a->x->shape[2]));
-    if (kernel) clReleaseKernel(kernel);
+    clattn__release_kernel(kernel);
     return status;
 }
 
@@ -260,7 +260,7 @@ int clattn__softmax_backward_enqueue(const clattn_tensor *y, const clattn_tensor
     if (status == CLATTN_SUCCESS)
         status = enqueue_rows(call, kernel, &params,
                               (size_t)(a->y->shape[0] * a->y->shape[1] * a->y->shape[2]));
-    if (kernel) clReleaseKernel(kernel);
+    clattn__release_kernel(kernel);
     return status;
 }
 

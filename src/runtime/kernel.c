@@ -24,13 +24,11 @@ static double now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
+/* The program of (op_file, options) under cache key `hash` (`text`: the source when the key
+ * came with it, else NULL; freed here). */
 static int get_program(cl_context context, cl_device_id device, const char *op_file,
-                       const char *options, cl_program *out) {
-    char *text = NULL;
-    uint64_t hash = 0;
-    int status = clattn__program_key(op_file, &text, &hash);
-    if (status != CLATTN_SUCCESS) return status;
-
+                       const char *options, char *text, uint64_t hash, cl_program *out) {
+    int status = CLATTN_SUCCESS;
     cl_program program = clattn__cache_lookup(context, device, hash, options);
 
     if (!program && !text) status = clattn__program_source(op_file, &text);
@@ -81,17 +79,31 @@ static int full_options(const char *options, char *out, size_t capacity) {
 int clattn__create_kernel(cl_context context, cl_device_id device, const char *op_file,
                           const char *options, const char *kernel_name, cl_kernel *kernel) {
     cl_program program = NULL;
-    char all_options[2048];
+    char all_options[2048], *text = NULL;
+    uint64_t hash = 0;
+    *kernel = NULL;
     int status = full_options(options, all_options, sizeof all_options);
+    if (status == CLATTN_SUCCESS) status = clattn__program_key(op_file, &text, &hash);
     if (status == CLATTN_SUCCESS)
-        status = get_program(context, device, op_file, all_options, &program);
+        *kernel = clattn__cache_lend_kernel(context, device, hash, all_options, kernel_name);
+    if (*kernel) {
+        free(text);
+        return CLATTN_SUCCESS;
+    }
+    if (status == CLATTN_SUCCESS)
+        status = get_program(context, device, op_file, all_options, text, hash, &program);
+    else
+        free(text);
     if (status != CLATTN_SUCCESS) return status;
     cl_int err;
     *kernel = clCreateKernel(program, kernel_name, &err);
+    if (err == CL_SUCCESS) clattn__cache_keep_kernel(program, kernel_name, *kernel);
     clReleaseProgram(program); /* the kernel holds its own reference */
-    if (err != CL_SUCCESS)
+    if (err != CL_SUCCESS) {
+        *kernel = NULL;
         return clattn__fail(err, "clCreateKernel(%s) in cl/%s failed: %s", kernel_name, op_file,
                             clattn_status_name(err));
+    }
     return CLATTN_SUCCESS;
 }
 
@@ -105,8 +117,20 @@ int clattn__kernels_group_limit(cl_context context, cl_device_id device, const c
         size_t limit = 0;
         status = clattn__create_kernel(context, device, op_file, options, names[i], &kernel);
         if (status == CLATTN_SUCCESS) status = clattn__kernel_max_group(kernel, device, &limit);
-        if (kernel) clReleaseKernel(kernel);
+        clattn__release_kernel(kernel);
         if (limit < *most) *most = limit;
     }
     return status;
+}
+
+void clattn__release_kernel(cl_kernel kernel) {
+    if (!kernel) return;
+    /* a kept kernel must name none of the call's buffers: some drivers (Mesa's rusticl) retain
+     * the buffers a kernel's arguments name, which would keep a freed tensor or the call's
+     * scratch alive until the kernel's next call */
+    if (clattn__clear_buffer_args(kernel))
+        clattn__cache_take_back_kernel(kernel);
+    else
+        clattn__cache_forget_kernel(kernel);
+    clReleaseKernel(kernel);
 }

@@ -5,10 +5,16 @@
 #include "status.h"
 
 /* A kernel ready for arguments, from the cached program of `op_file` ("heads.cl") built with
- * `options` for `device`. The caller releases the kernel (it is never shared, so setting its
- * arguments is thread-safe). */
+ * `options` for `device`: one the cache keeps, when no other call holds it, else a new one. It
+ * is the caller's alone until clattn__release_kernel (so setting its arguments is
+ * thread-safe); its arguments are those of its last use, so the caller sets every one. */
 int clattn__create_kernel(cl_context context, cl_device_id device, const char *op_file,
                           const char *options, const char *kernel_name, cl_kernel *kernel);
+/* Gives a kernel of clattn__create_kernel back once enqueued (the enqueue took its arguments),
+ * its buffer arguments set to NULL (clattn__clear_buffer_args; a kernel whose buffers could not
+ * all be cleared is no longer kept), and drops the caller's reference: the one way to let go of
+ * such a kernel (clReleaseKernel would leave its slot lent for good). NULL does nothing. */
+void clattn__release_kernel(cl_kernel kernel);
 
 /* The widest group each of the `count` kernels `names` of that program takes on `device` (the
  * least of their clattn__kernel_max_group), built now: a plan asks the program it will launch,

@@ -5,6 +5,7 @@
 #include "launch.h"
 #include "config.h"
 #include "hooks.h"
+#include "program_cache.h"
 #include "status.h"
 
 int clattn__begin_call(clattn__call *call, cl_command_queue queue, cl_uint num_wait,
@@ -50,6 +51,52 @@ int clattn__set_arg(cl_kernel kernel, cl_uint index, size_t size, const void *va
     return CLATTN_SUCCESS;
 }
 
+/* The buffer arguments this thread has set, by kernel, until the kernel is given back: a call
+ * holds at most nine kernels at once (linear attention's backward), and a kernel takes at most
+ * about twenty buffers. A buffer that does not fit is never cleared, so its kernel is no longer
+ * kept (the program cache forgets it at once, and it dies with its holder's reference). */
+enum { RECORDED_KERNELS = 16, RECORDED_BUFFERS = 32 };
+typedef struct buffer_record {
+    cl_kernel kernel; /* NULL: a free record */
+    int count;
+    cl_uint index[RECORDED_BUFFERS];
+} buffer_record;
+static _Thread_local buffer_record records[RECORDED_KERNELS];
+
+static buffer_record *record_of(cl_kernel kernel) {
+    for (int i = 0; i < RECORDED_KERNELS; ++i)
+        if (records[i].kernel == kernel) return &records[i];
+    return NULL;
+}
+
+static void remember_buffer(cl_kernel kernel, cl_uint index) {
+    buffer_record *r = record_of(kernel);
+    if (!r) r = record_of(NULL);
+    if (r) r->kernel = kernel;
+    for (int i = 0; r && i < r->count; ++i)
+        if (r->index[i] == index) return;
+    if (r && r->count < RECORDED_BUFFERS)
+        r->index[r->count++] = index;
+    else
+        clattn__cache_forget_kernel(kernel);
+}
+
+int clattn__set_buffer_arg(cl_kernel kernel, cl_uint index, cl_mem buffer) {
+    int status = clattn__set_arg(kernel, index, sizeof buffer, &buffer);
+    if (status == CLATTN_SUCCESS && buffer) remember_buffer(kernel, index);
+    return status;
+}
+
+bool clattn__clear_buffer_args(cl_kernel kernel) {
+    buffer_record *r = record_of(kernel);
+    bool cleared = true;
+    const cl_mem none = NULL;
+    for (int i = 0; r && i < r->count; ++i)
+        cleared &= clSetKernelArg(kernel, r->index[i], sizeof none, &none) == CL_SUCCESS;
+    if (r) *r = (buffer_record){.kernel = NULL};
+    return cleared;
+}
+
 int clattn__set_idx_arg(cl_kernel kernel, cl_uint index, uint64_t value, bool wide) {
     if (wide) {
         cl_ulong v = value;
@@ -61,7 +108,7 @@ int clattn__set_idx_arg(cl_kernel kernel, cl_uint index, uint64_t value, bool wi
 
 int clattn__set_view_args(cl_kernel kernel, cl_uint *arg, const clattn_tensor *t, int first,
                           bool wide) {
-    int status = clattn__set_arg(kernel, (*arg)++, sizeof(cl_mem), &t->buffer);
+    int status = clattn__set_buffer_arg(kernel, (*arg)++, t->buffer);
     if (status == CLATTN_SUCCESS) status = clattn__set_idx_arg(kernel, (*arg)++, t->offset, wide);
     for (int i = first; i < 4 && status == CLATTN_SUCCESS; ++i)
         status = clattn__set_idx_arg(kernel, (*arg)++, (uint64_t)t->strides[i], wide);
@@ -85,10 +132,11 @@ int clattn__set_views_args(cl_kernel kernel, cl_uint *arg, const clattn_tensor *
     return status;
 }
 
-int clattn__kernel_max_group(cl_kernel kernel, cl_device_id device, size_t *size) {
-    size_t cap;
-    int status = clattn__group_cap(&cap);
-    if (status != CLATTN_SUCCESS) return status;
+/* The kernel's largest group on the device, before the cap: kept with a kernel the program
+ * cache keeps (three driver queries a call otherwise). */
+static int uncapped_max_group(cl_kernel kernel, cl_device_id device, size_t *size) {
+    *size = clattn__cache_kernel_max_group(kernel, 0);
+    if (*size) return CLATTN_SUCCESS;
     size_t wg = 0, dims[16] = {0};
     cl_uint num_dims = 0;
     cl_int err =
@@ -101,6 +149,15 @@ int clattn__kernel_max_group(cl_kernel kernel, cl_device_id device, size_t *size
                               sizeof(size_t) * (num_dims < 16 ? num_dims : 16), dims, NULL);
     if (err != CL_SUCCESS) return clattn__cl_fail(err, "querying the kernel's work-group size");
     *size = wg < dims[0] ? wg : dims[0];
+    clattn__cache_kernel_max_group(kernel, *size);
+    return CLATTN_SUCCESS;
+}
+
+int clattn__kernel_max_group(cl_kernel kernel, cl_device_id device, size_t *size) {
+    size_t cap;
+    int status = clattn__group_cap(&cap);
+    if (status == CLATTN_SUCCESS) status = uncapped_max_group(kernel, device, size);
+    if (status != CLATTN_SUCCESS) return status;
     if (*size > cap) *size = cap;
     if (*size == 0) *size = 1;
     return CLATTN_SUCCESS;

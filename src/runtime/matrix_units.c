@@ -93,7 +93,7 @@ static int run_probe(const clattn__call *call, cl_kernel kernel, const probe_pro
                          : clCreateBuffer(call->context, CL_MEM_WRITE_ONLY, out, NULL, &err);
     int status = err == CL_SUCCESS ? CLATTN_SUCCESS : clattn__cl_fail(err, "probe buffers");
     for (int i = 0; i <= p->count && status == CLATTN_SUCCESS; ++i)
-        status = clattn__set_arg(kernel, (cl_uint)i, sizeof(cl_mem), &buffers[i]);
+        status = clattn__set_buffer_arg(kernel, (cl_uint)i, buffers[i]);
     bool launched = false;
     if (status == CLATTN_SUCCESS) {
         /* a probe that built but does not launch here (a group or resource its compiler cannot
@@ -193,7 +193,7 @@ static int probe_kernel(const clattn__call *call, const char *options, const pro
         probe_16bit(shape, strstr(options, "bf16") != NULL, &store, &problem);
     if (status == CLATTN_SUCCESS && max_group >= group)
         status = run_probe(call, kernel, &problem, group, exact);
-    if (kernel) clReleaseKernel(kernel);
+    clattn__release_kernel(kernel);
     return status;
 }
 

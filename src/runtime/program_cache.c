@@ -8,11 +8,26 @@
 #include "hash.h"
 #include "sources.h"
 #include "status.h"
+#include "testing.h"
 
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* A kernel of an entry's program that calls take in turn (clattn__cache_lend_kernel): creating
+ * one was most of the driver's work in a call whose program is cached (PoCL: 8k of 28k
+ * instructions), and a kernel whose arguments one thread sets cannot be another's meanwhile, so
+ * each is lent to one call at a time and comes back when the call has enqueued it. The slot
+ * holds a reference of its own and the borrower another, so a kernel in a slot is always alive
+ * (a slot's handle can never be a freed kernel's, or another kernel's at the same address). */
+enum { KEPT_KERNELS = 12 }; /* the most one call takes is 9 (linear attention's backward) */
+typedef struct kept_kernel {
+    cl_kernel kernel; /* NULL: a free slot */
+    char name[48];
+    bool lent;
+    size_t max_group; /* CL_KERNEL_WORK_GROUP_SIZE on the entry's device, 0 until asked */
+} kept_kernel;
 
 typedef struct cache_entry {
     struct cache_entry *next;
@@ -23,6 +38,7 @@ typedef struct cache_entry {
     cl_program program;
     char *op_file;
     uint64_t text_hash; /* of the full text, even where source_hash is the file name's */
+    kept_kernel kept[KEPT_KERNELS];
 } cache_entry;
 
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -34,16 +50,88 @@ uint64_t clattn__text_hash(const char *text) {
     return clattn__hash_bytes(CLATTN__HASH_START, text, strlen(text));
 }
 
-/* Caller holds cache_lock. Returns a retained program or NULL. */
-static cl_program cache_find(cl_context context, cl_device_id device, uint64_t hash,
+/* Caller holds cache_lock. The entry of the key, or NULL. */
+static cache_entry *entry_of(cl_context context, cl_device_id device, uint64_t hash,
                              const char *options) {
     for (cache_entry *e = cache_head; e; e = e->next)
         if (e->context == context && e->device == device && e->source_hash == hash &&
-            strcmp(e->options, options) == 0) {
-            clRetainProgram(e->program);
-            return e->program;
-        }
+            strcmp(e->options, options) == 0)
+            return e;
     return NULL;
+}
+
+/* Caller holds cache_lock. Returns a retained program or NULL. */
+static cl_program cache_find(cl_context context, cl_device_id device, uint64_t hash,
+                             const char *options) {
+    cache_entry *e = entry_of(context, device, hash, options);
+    if (e) clRetainProgram(e->program);
+    return e ? e->program : NULL;
+}
+
+/* Caller holds cache_lock. The slot holding `kernel`, or NULL. */
+static kept_kernel *slot_of(cl_kernel kernel) {
+    for (cache_entry *e = cache_head; e; e = e->next)
+        for (int i = 0; i < KEPT_KERNELS; ++i)
+            if (e->kept[i].kernel == kernel) return &e->kept[i];
+    return NULL;
+}
+
+cl_kernel clattn__cache_lend_kernel(cl_context context, cl_device_id device, uint64_t key,
+                                    const char *options, const char *name) {
+    cl_kernel kernel = NULL;
+    pthread_mutex_lock(&cache_lock);
+    cache_entry *e = entry_of(context, device, key, options);
+    for (int i = 0; e && !kernel && i < KEPT_KERNELS; ++i) {
+        kept_kernel *k = &e->kept[i];
+        if (k->kernel && !k->lent && strcmp(k->name, name) == 0) k->lent = true, kernel = k->kernel;
+    }
+    if (kernel) ++cache_hits, clRetainKernel(kernel); /* the borrower's reference */
+    pthread_mutex_unlock(&cache_lock);
+    return kernel;
+}
+
+void clattn__cache_keep_kernel(cl_program program, const char *name, cl_kernel kernel) {
+    if (strlen(name) >= sizeof((kept_kernel *)0)->name) return;
+    pthread_mutex_lock(&cache_lock);
+    for (cache_entry *e = cache_head; e; e = e->next) {
+        if (e->program != program) continue;
+        for (int i = 0; i < KEPT_KERNELS; ++i)
+            if (!e->kept[i].kernel) {
+                clRetainKernel(kernel); /* the slot's reference */
+                e->kept[i] = (kept_kernel){.kernel = kernel, .lent = true};
+                strcpy(e->kept[i].name, name);
+                break;
+            }
+        break;
+    }
+    pthread_mutex_unlock(&cache_lock);
+}
+
+bool clattn__cache_take_back_kernel(cl_kernel kernel) {
+    pthread_mutex_lock(&cache_lock);
+    kept_kernel *k = slot_of(kernel);
+    if (k) k->lent = false;
+    pthread_mutex_unlock(&cache_lock);
+    return k != NULL;
+}
+
+void clattn__cache_forget_kernel(cl_kernel kernel) {
+    pthread_mutex_lock(&cache_lock);
+    kept_kernel *k = slot_of(kernel);
+    if (k) {
+        clReleaseKernel(k->kernel); /* the slot's reference; the holder keeps its own */
+        *k = (kept_kernel){.kernel = NULL};
+    }
+    pthread_mutex_unlock(&cache_lock);
+}
+
+size_t clattn__cache_kernel_max_group(cl_kernel kernel, size_t max_group) {
+    pthread_mutex_lock(&cache_lock);
+    kept_kernel *k = slot_of(kernel);
+    if (k && max_group) k->max_group = max_group;
+    const size_t kept = k ? k->max_group : 0;
+    pthread_mutex_unlock(&cache_lock);
+    return kept;
 }
 
 static char *copy_string(const char *text) {
@@ -171,6 +259,9 @@ void clattn__program_cache_clear(cl_context context) {
         cache_entry *e = *link;
         if (!context || e->context == context) {
             *link = e->next;
+            /* (a kernel lent to a call now lives on in that call's reference) */
+            for (int i = 0; i < KEPT_KERNELS; ++i)
+                if (e->kept[i].kernel) clReleaseKernel(e->kept[i].kernel);
             clReleaseProgram(e->program);
             free(e->options);
             free(e->op_file);
@@ -189,6 +280,17 @@ void clattn_cache_stats(size_t *programs, size_t *builds, size_t *hits) {
     if (programs) *programs = count;
     if (builds) *builds = cache_builds;
     if (hits) *hits = cache_hits;
+    pthread_mutex_unlock(&cache_lock);
+}
+
+void clattn__kept_kernels(size_t *kept, size_t *lent) {
+    *kept = *lent = 0;
+    pthread_mutex_lock(&cache_lock);
+    for (cache_entry *e = cache_head; e; e = e->next)
+        for (int i = 0; i < KEPT_KERNELS; ++i) {
+            *kept += e->kept[i].kernel != NULL;
+            *lent += e->kept[i].kernel && e->kept[i].lent;
+        }
     pthread_mutex_unlock(&cache_lock);
 }
 

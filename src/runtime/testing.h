@@ -18,6 +18,9 @@ long clattn__scratch_live(void);
  * (or a NULL row) removes it. */
 void clattn__tuning_set_test_row(const char *const row[4]);
 
+/* The kernels the program cache keeps (program_cache.c), and how many of them calls hold now. */
+void clattn__kept_kernels(size_t *kept, size_t *lent);
+
 /* A kernel the trace (hooks.h) recorded: its name, and its event, which the taker releases. */
 typedef struct clattn__traced_kernel {
     char name[64];
