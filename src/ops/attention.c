@@ -175,15 +175,15 @@ static int set_attention_args(cl_kernel kernel, const attention_args *a, bool wi
     const cl_int dims[5] = {(cl_int)a->q->shape[0], (cl_int)a->q->shape[1], (cl_int)a->k->shape[1],
                             (cl_int)a->q->shape[2], (cl_int)a->k->shape[2]};
     for (int i = 0; i < 5 && status == CLATTN_SUCCESS; ++i)
-        status = clattn__set_arg(kernel, arg++, sizeof dims[i], &dims[i]);
+        status = clattn__set_int_arg(kernel, arg++, dims[i]);
     if (status == CLATTN_SUCCESS && groups_by_block(l->variant))
-        status = clattn__set_arg(kernel, arg++, sizeof l->order, &l->order);
+        status = clattn__set_int_arg(kernel, arg++, l->order);
     if (status == CLATTN_SUCCESS && a->lse)
         status = clattn__set_view_args(kernel, &arg, a->lse, 1, wide);
     if (status == CLATTN_SUCCESS && l->splits > 1)
         status = clattn__set_buffer_arg(kernel, arg++, workspace);
     if (status == CLATTN_SUCCESS && l->splits > 1)
-        status = clattn__set_arg(kernel, arg++, sizeof l->chunk, &l->chunk);
+        status = clattn__set_int_arg(kernel, arg++, l->chunk);
     if (status == CLATTN_SUCCESS && l->variant == CLATTN__ATTENTION_LANES)
         status = clattn__set_buffer_arg(kernel, arg++, workspace);
     if (status == CLATTN_SUCCESS && l->variant == CLATTN__ATTENTION_LANES)
@@ -573,7 +573,7 @@ static int enqueue_pack(const attention_args *a, const attention_launch *l,
     if (status == CLATTN_SUCCESS)
         status = clattn__set_idx_arg(kernel, arg++, partial_floats(a, l), wide);
     for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
-        status = clattn__set_arg(kernel, arg++, sizeof dims[i], &dims[i]);
+        status = clattn__set_int_arg(kernel, arg++, dims[i]);
     if (status == CLATTN_SUCCESS) /* for the key lengths */
         status = clattn__mask_set_args(kernel, &arg, &a->mask, a->scale, wide);
     if (status == CLATTN_SUCCESS) /* a work-item per (tile, d): LANES floats each */
@@ -594,7 +594,7 @@ static int enqueue_merge(const attention_args *a, const clattn__call *call, cl_m
     if (status == CLATTN_SUCCESS) status = clattn__set_buffer_arg(kernel, arg++, part);
     if (status == CLATTN_SUCCESS) status = clattn__set_view_args(kernel, &arg, a->out, 0, wide);
     for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
-        status = clattn__set_arg(kernel, arg++, sizeof dims[i], &dims[i]);
+        status = clattn__set_int_arg(kernel, arg++, dims[i]);
     if (status == CLATTN_SUCCESS && a->lse)
         status = clattn__set_view_args(kernel, &arg, a->lse, 1, wide);
     const size_t elements =

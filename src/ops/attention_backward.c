@@ -537,7 +537,7 @@ static int run_tiles_pass(const backward_step *s, cl_kernel kernel, bool queries
         status = queries ? clattn__set_buffer_arg(kernel, arg++, s->workspace)
                          : set_scratch_args(s, kernel, &arg, true, partials_at(s->a, s->l));
     if (status == CLATTN_SUCCESS && queries)
-        status = clattn__set_arg(kernel, arg++, sizeof s->l->order, &s->l->order);
+        status = clattn__set_int_arg(kernel, arg++, s->l->order);
     if (status == CLATTN_SUCCESS) status = set_dims_and_mask(s, kernel, &arg, queries);
     if (status == CLATTN_SUCCESS && !queries) status = set_keys_bias_args(s, kernel, &arg);
     const size_t group = (size_t)s->l->group;

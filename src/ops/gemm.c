@@ -42,7 +42,7 @@ static int set_matrix_args(cl_kernel kernel, cl_uint *arg, const clattn__matrice
     const cl_ulong offs[3] = {m->offset, m->ld, m->stride};
     int status = clattn__set_buffer_arg(kernel, (*arg)++, m->buffer);
     for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
-        status = clattn__set_arg(kernel, (*arg)++, sizeof offs[i], &offs[i]);
+        status = clattn__set_ulong_arg(kernel, (*arg)++, offs[i]);
     return status;
 }
 
@@ -55,10 +55,10 @@ static int pack_b(const clattn__call *call, const char *options, bool trans_b, s
     const cl_int tb = trans_b, sizes[3] = {(cl_int)n, (cl_int)k, (cl_int)batch};
     cl_uint arg = 0;
     if (status == CLATTN_SUCCESS) status = set_matrix_args(kernel, &arg, b);
-    if (status == CLATTN_SUCCESS) status = clattn__set_arg(kernel, arg++, sizeof tb, &tb);
+    if (status == CLATTN_SUCCESS) status = clattn__set_int_arg(kernel, arg++, tb);
     if (status == CLATTN_SUCCESS) status = clattn__set_buffer_arg(kernel, arg++, packed);
     for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
-        status = clattn__set_arg(kernel, arg++, sizeof sizes[i], &sizes[i]);
+        status = clattn__set_int_arg(kernel, arg++, sizes[i]);
     if (status == CLATTN_SUCCESS)
         status = clattn__enqueue_items(call, kernel, items, 64, done, false);
     clattn__release_kernel(kernel);
@@ -77,9 +77,9 @@ static int multiply(const clattn__call *call, const char *options, const matmul_
     if (status == CLATTN_SUCCESS) status = clattn__set_buffer_arg(kernel, arg++, packed);
     if (status == CLATTN_SUCCESS) status = set_matrix_args(kernel, &arg, c);
     for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
-        status = clattn__set_arg(kernel, arg++, sizeof sizes[i], &sizes[i]);
-    if (status == CLATTN_SUCCESS) status = clattn__set_arg(kernel, arg++, sizeof beta, &beta);
-    if (status == CLATTN_SUCCESS) status = clattn__set_arg(kernel, arg++, sizeof count, &count);
+        status = clattn__set_int_arg(kernel, arg++, sizes[i]);
+    if (status == CLATTN_SUCCESS) status = clattn__set_float_arg(kernel, arg++, beta);
+    if (status == CLATTN_SUCCESS) status = clattn__set_int_arg(kernel, arg++, count);
     if (status == CLATTN_SUCCESS) {
         const size_t global = g->blocks * g->groups * batch;
         status = clattn__fault_hit(CLATTN__FAULT_GEMM)
@@ -216,7 +216,7 @@ static int set_bias_args(cl_kernel kernel, cl_uint *arg, const clattn__bias_row 
     const cl_ulong offs[2] = {bias ? bias->offset : 0, bias ? bias->step : 0};
     int status = clattn__set_buffer_arg(kernel, (*arg)++, buffer);
     for (int i = 0; i < 2 && status == CLATTN_SUCCESS; ++i)
-        status = clattn__set_arg(kernel, (*arg)++, sizeof offs[i], &offs[i]);
+        status = clattn__set_ulong_arg(kernel, (*arg)++, offs[i]);
     return status;
 }
 
@@ -255,8 +255,8 @@ int clattn__gemm_units_batched(const clattn__call *call, clattn_dtype in, clattn
     if (status == CLATTN_SUCCESS) status = set_matrix_args(kernel, &arg, b);
     if (status == CLATTN_SUCCESS) status = set_matrix_args(kernel, &arg, c);
     for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
-        status = clattn__set_arg(kernel, arg++, sizeof sizes[i], &sizes[i]);
-    if (status == CLATTN_SUCCESS) status = clattn__set_arg(kernel, arg++, sizeof beta, &beta);
+        status = clattn__set_int_arg(kernel, arg++, sizes[i]);
+    if (status == CLATTN_SUCCESS) status = clattn__set_float_arg(kernel, arg++, beta);
     if (status == CLATTN_SUCCESS) status = set_bias_args(kernel, &arg, bias, c);
     if (status == CLATTN_SUCCESS) {
         const size_t local = (size_t)(MM_SUBGROUPS * tile.subgroup);

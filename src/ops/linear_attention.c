@@ -333,7 +333,7 @@ typedef struct linear_step {
 static int set_int_args(cl_kernel kernel, cl_uint *arg, const cl_int *values, int count) {
     int status = CLATTN_SUCCESS;
     for (int i = 0; i < count && status == CLATTN_SUCCESS; ++i)
-        status = clattn__set_arg(kernel, (*arg)++, sizeof values[i], &values[i]);
+        status = clattn__set_int_arg(kernel, (*arg)++, values[i]);
     return status;
 }
 
@@ -393,7 +393,7 @@ static int set_outputs_args(cl_kernel kernel, const linear_args *a, const linear
                             l->chunk,
                             l->nchunks};
     if (status == CLATTN_SUCCESS) status = set_int_args(kernel, &arg, ints, 7);
-    if (status == CLATTN_SUCCESS) status = clattn__set_arg(kernel, arg++, sizeof a->eps, &a->eps);
+    if (status == CLATTN_SUCCESS) status = clattn__set_float_arg(kernel, arg++, a->eps);
     if (status == CLATTN_SUCCESS)
         status = clattn__mask_set_args(kernel, &arg, &a->mask, 1.0f, wide);
     return status;
@@ -514,7 +514,7 @@ static int set_recurrence_args(cl_kernel kernel, const linear_args *a, bool wide
     if (status == CLATTN_SUCCESS) status = clattn__set_view_args(kernel, &arg, a->z, 1, wide);
     const cl_int heads = (cl_int)a->k->shape[1];
     if (status == CLATTN_SUCCESS) status = set_int_args(kernel, &arg, &heads, 1);
-    if (status == CLATTN_SUCCESS) status = clattn__set_arg(kernel, arg++, sizeof a->eps, &a->eps);
+    if (status == CLATTN_SUCCESS) status = clattn__set_float_arg(kernel, arg++, a->eps);
     if (status == CLATTN_SUCCESS)
         status = clattn__mask_set_args(kernel, &arg, &a->mask, 1.0f, wide);
     return status;

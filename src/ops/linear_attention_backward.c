@@ -230,8 +230,7 @@ static int set_query_grads_args(const backward_call *c, cl_kernel kernel) {
     const int64_t ints[7] = {a->f.q->shape[0], a->f.q->shape[1], a->f.k->shape[1], a->f.q->shape[2],
                              a->f.k->shape[2], c->l->f.chunk,    c->l->f.nchunks};
     if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, ints, 7);
-    if (status == CLATTN_SUCCESS)
-        status = clattn__set_arg(kernel, arg++, sizeof a->f.eps, &a->f.eps);
+    if (status == CLATTN_SUCCESS) status = clattn__set_float_arg(kernel, arg++, a->f.eps);
     if (status == CLATTN_SUCCESS)
         status = clattn__mask_set_args(kernel, &arg, &a->f.mask, 1.0f, c->wide);
     return status;

@@ -176,11 +176,10 @@ int clattn__mask_set_args(cl_kernel kernel, cl_uint *arg, const clattn__mask_pla
                           float scale, bool wide) {
     const cl_int ints[5] = {plan->causal, plan->align_bottom, plan->win_left, plan->win_right,
                             plan->global_stride};
-    int status = clattn__set_arg(kernel, (*arg)++, sizeof scale, &scale);
-    if (status == CLATTN_SUCCESS)
-        status = clattn__set_arg(kernel, (*arg)++, sizeof plan->softcap, &plan->softcap);
+    int status = clattn__set_float_arg(kernel, (*arg)++, scale);
+    if (status == CLATTN_SUCCESS) status = clattn__set_float_arg(kernel, (*arg)++, plan->softcap);
     for (int i = 0; i < 5 && status == CLATTN_SUCCESS; ++i)
-        status = clattn__set_arg(kernel, (*arg)++, sizeof ints[i], &ints[i]);
+        status = clattn__set_int_arg(kernel, (*arg)++, ints[i]);
     /* the optional tensors in MASK_PARAMS order */
     for (int i = 0; i < CLATTN__MASK_TENSOR_COUNT && status == CLATTN_SUCCESS; ++i)
         if (plan->has[i])

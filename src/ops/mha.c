@@ -669,7 +669,7 @@ static int average_weights(const mha_args *a, const mha_plan *plan, const clattn
     const cl_int heads = (cl_int)a->H;
     const uint64_t total = (uint64_t)(a->B * a->Sq * a->Sk);
     if (status == CLATTN_SUCCESS) status = clattn__set_view_args(kernel, &arg, &probs, 4, wide);
-    if (status == CLATTN_SUCCESS) status = clattn__set_arg(kernel, arg++, sizeof heads, &heads);
+    if (status == CLATTN_SUCCESS) status = clattn__set_int_arg(kernel, arg++, heads);
     if (status == CLATTN_SUCCESS)
         status = clattn__set_idx_arg(kernel, arg++, (uint64_t)a->Sq, wide);
     if (status == CLATTN_SUCCESS)

@@ -255,8 +255,7 @@ int clattn__softmax_backward_enqueue(const clattn_tensor *y, const clattn_tensor
     for (int v = 0; v < 3 && status == CLATTN_SUCCESS; ++v)
         status = clattn__set_view_args(kernel, &arg, views[v], 0, wide);
     if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, a->y->shape, 4);
-    if (status == CLATTN_SUCCESS)
-        status = clattn__set_arg(kernel, arg++, sizeof a->scale, &a->scale);
+    if (status == CLATTN_SUCCESS) status = clattn__set_float_arg(kernel, arg++, a->scale);
     if (status == CLATTN_SUCCESS)
         status = enqueue_rows(call, kernel, &params,
                               (size_t)(a->y->shape[0] * a->y->shape[1] * a->y->shape[2]));

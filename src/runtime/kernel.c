@@ -3,6 +3,7 @@
  * (CLATTN_CACHE_DIR), then a build from source.
  */
 #include "kernel.h"
+#include "kernel_args.h"
 #include "launch.h"
 #include "program_binary.h"
 #include "program_build.h"
@@ -76,6 +77,20 @@ static int full_options(const char *options, char *out, size_t capacity) {
     return CLATTN_SUCCESS;
 }
 
+/* A kernel of the key's program that the cache keeps and no call holds, lent to this call with a
+ * fresh argument record, or NULL (none free, or this thread records no more kernels: then it
+ * goes back, and the call makes a kernel of its own). */
+static cl_kernel lend_kept_kernel(cl_context context, cl_device_id device, uint64_t key,
+                                  const char *options, const char *name) {
+    cl_kernel kernel = clattn__cache_lend_kernel(context, device, key, options, name);
+    if (kernel && !clattn__args_begin(kernel)) {
+        clattn__cache_take_back_kernel(kernel);
+        clReleaseKernel(kernel);
+        kernel = NULL;
+    }
+    return kernel;
+}
+
 int clattn__create_kernel(cl_context context, cl_device_id device, const char *op_file,
                           const char *options, const char *kernel_name, cl_kernel *kernel) {
     cl_program program = NULL;
@@ -85,7 +100,7 @@ int clattn__create_kernel(cl_context context, cl_device_id device, const char *o
     int status = full_options(options, all_options, sizeof all_options);
     if (status == CLATTN_SUCCESS) status = clattn__program_key(op_file, &text, &hash);
     if (status == CLATTN_SUCCESS)
-        *kernel = clattn__cache_lend_kernel(context, device, hash, all_options, kernel_name);
+        *kernel = lend_kept_kernel(context, device, hash, all_options, kernel_name);
     if (*kernel) {
         free(text);
         return CLATTN_SUCCESS;
@@ -97,7 +112,8 @@ int clattn__create_kernel(cl_context context, cl_device_id device, const char *o
     if (status != CLATTN_SUCCESS) return status;
     cl_int err;
     *kernel = clCreateKernel(program, kernel_name, &err);
-    if (err == CL_SUCCESS) clattn__cache_keep_kernel(program, kernel_name, *kernel);
+    if (err == CL_SUCCESS && clattn__args_begin(*kernel))
+        clattn__cache_keep_kernel(program, kernel_name, *kernel);
     clReleaseProgram(program); /* the kernel holds its own reference */
     if (err != CL_SUCCESS) {
         *kernel = NULL;
@@ -128,7 +144,7 @@ void clattn__release_kernel(cl_kernel kernel) {
     /* a kept kernel must name none of the call's buffers: some drivers (Mesa's rusticl) retain
      * the buffers a kernel's arguments name, which would keep a freed tensor or the call's
      * scratch alive until the kernel's next call */
-    if (clattn__clear_buffer_args(kernel))
+    if (clattn__args_end(kernel))
         clattn__cache_take_back_kernel(kernel);
     else
         clattn__cache_forget_kernel(kernel);

@@ -7,11 +7,12 @@
 /* A kernel ready for arguments, from the cached program of `op_file` ("heads.cl") built with
  * `options` for `device`: one the cache keeps, when no other call holds it, else a new one. It
  * is the caller's alone until clattn__release_kernel (so setting its arguments is
- * thread-safe); its arguments are those of its last use, so the caller sets every one. */
+ * thread-safe). A kept kernel carries its last call's scalar arguments, so the caller sets
+ * every argument (kernel_args.h), which clattn__enqueue checks. */
 int clattn__create_kernel(cl_context context, cl_device_id device, const char *op_file,
                           const char *options, const char *kernel_name, cl_kernel *kernel);
 /* Gives a kernel of clattn__create_kernel back once enqueued (the enqueue took its arguments),
- * its buffer arguments set to NULL (clattn__clear_buffer_args; a kernel whose buffers could not
+ * its buffer arguments set to NULL (clattn__args_end; a kernel whose buffers could not
  * all be cleared is no longer kept), and drops the caller's reference: the one way to let go of
  * such a kernel (clReleaseKernel would leave its slot lent for good). NULL does nothing. */
 void clattn__release_kernel(cl_kernel kernel);

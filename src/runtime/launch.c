@@ -44,66 +44,9 @@ size_t clattn__round_up(size_t n, size_t m) {
     return (n + m - 1) / m * m;
 }
 
-int clattn__set_arg(cl_kernel kernel, cl_uint index, size_t size, const void *value) {
-    cl_int err = clSetKernelArg(kernel, index, size, value);
-    if (err != CL_SUCCESS)
-        return clattn__fail(err, "clSetKernelArg(%u) failed: %s", index, clattn_status_name(err));
-    return CLATTN_SUCCESS;
-}
-
-/* The buffer arguments this thread has set, by kernel, until the kernel is given back: a call
- * holds at most nine kernels at once (linear attention's backward), and a kernel takes at most
- * about twenty buffers. A buffer that does not fit is never cleared, so its kernel is no longer
- * kept (the program cache forgets it at once, and it dies with its holder's reference). */
-enum { RECORDED_KERNELS = 16, RECORDED_BUFFERS = 32 };
-typedef struct buffer_record {
-    cl_kernel kernel; /* NULL: a free record */
-    int count;
-    cl_uint index[RECORDED_BUFFERS];
-} buffer_record;
-static _Thread_local buffer_record records[RECORDED_KERNELS];
-
-static buffer_record *record_of(cl_kernel kernel) {
-    for (int i = 0; i < RECORDED_KERNELS; ++i)
-        if (records[i].kernel == kernel) return &records[i];
-    return NULL;
-}
-
-static void remember_buffer(cl_kernel kernel, cl_uint index) {
-    buffer_record *r = record_of(kernel);
-    if (!r) r = record_of(NULL);
-    if (r) r->kernel = kernel;
-    for (int i = 0; r && i < r->count; ++i)
-        if (r->index[i] == index) return;
-    if (r && r->count < RECORDED_BUFFERS)
-        r->index[r->count++] = index;
-    else
-        clattn__cache_forget_kernel(kernel);
-}
-
-int clattn__set_buffer_arg(cl_kernel kernel, cl_uint index, cl_mem buffer) {
-    int status = clattn__set_arg(kernel, index, sizeof buffer, &buffer);
-    if (status == CLATTN_SUCCESS && buffer) remember_buffer(kernel, index);
-    return status;
-}
-
-bool clattn__clear_buffer_args(cl_kernel kernel) {
-    buffer_record *r = record_of(kernel);
-    bool cleared = true;
-    const cl_mem none = NULL;
-    for (int i = 0; r && i < r->count; ++i)
-        cleared &= clSetKernelArg(kernel, r->index[i], sizeof none, &none) == CL_SUCCESS;
-    if (r) *r = (buffer_record){.kernel = NULL};
-    return cleared;
-}
-
 int clattn__set_idx_arg(cl_kernel kernel, cl_uint index, uint64_t value, bool wide) {
-    if (wide) {
-        cl_ulong v = value;
-        return clattn__set_arg(kernel, index, sizeof v, &v);
-    }
-    cl_uint v = (cl_uint)value;
-    return clattn__set_arg(kernel, index, sizeof v, &v);
+    return wide ? clattn__set_ulong_arg(kernel, index, value)
+                : clattn__set_uint_arg(kernel, index, (cl_uint)value);
 }
 
 int clattn__set_view_args(cl_kernel kernel, cl_uint *arg, const clattn_tensor *t, int first,
@@ -117,10 +60,8 @@ int clattn__set_view_args(cl_kernel kernel, cl_uint *arg, const clattn_tensor *t
 
 int clattn__set_int_args(cl_kernel kernel, cl_uint *arg, const int64_t *values, int count) {
     int status = CLATTN_SUCCESS;
-    for (int i = 0; i < count && status == CLATTN_SUCCESS; ++i) {
-        const cl_int v = (cl_int)values[i];
-        status = clattn__set_arg(kernel, (*arg)++, sizeof v, &v);
-    }
+    for (int i = 0; i < count && status == CLATTN_SUCCESS; ++i)
+        status = clattn__set_int_arg(kernel, (*arg)++, (cl_int)values[i]);
     return status;
 }
 
@@ -168,6 +109,11 @@ int clattn__enqueue(const clattn__call *call, cl_kernel kernel, cl_uint dims, co
     const bool traced = clattn__tracing();
     cl_event own = NULL; /* the trace's, where the call asks for no event */
     cl_event *event = call->event || !traced ? call->event : &own;
+    int status = clattn__args_complete(kernel);
+    if (status != CLATTN_SUCCESS) {
+        if (call->event) *call->event = NULL;
+        return status;
+    }
     cl_int err = clEnqueueNDRangeKernel(call->queue, kernel, dims, NULL, global, local,
                                         call->num_wait, call->wait_list, event);
     if (err != CL_SUCCESS) {

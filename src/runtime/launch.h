@@ -3,6 +3,7 @@
 #ifndef CLATTN_RUNTIME_LAUNCH_H
 #define CLATTN_RUNTIME_LAUNCH_H
 
+#include "kernel_args.h"
 #include "status.h"
 
 /* The OpenCL tail of one enqueueing call, with the queue's context and device. */
@@ -21,16 +22,6 @@ typedef struct clattn__call {
 int clattn__begin_call(clattn__call *call, cl_command_queue queue, cl_uint num_wait,
                        const cl_event *wait_list, cl_event *event);
 
-/* clSetKernelArg with the failure recorded. Not for buffers: clattn__set_buffer_arg. */
-int clattn__set_arg(cl_kernel kernel, cl_uint index, size_t size, const void *value);
-/* A buffer argument (NULL allowed), remembered for this thread until clattn__clear_buffer_args,
- * which clattn__release_kernel calls: every buffer argument goes through here, so that a kernel
- * the program cache keeps for the next call names none of this call's buffers. */
-int clattn__set_buffer_arg(cl_kernel kernel, cl_uint index, cl_mem buffer);
-/* Sets the buffer arguments this thread gave `kernel` to NULL and forgets them: false when a
- * driver refused NULL (a buffer this thread could not remember made the program cache forget
- * the kernel already). */
-bool clattn__clear_buffer_args(cl_kernel kernel);
 /* An index argument: cl_uint when `wide` is false, cl_ulong otherwise (the kernel's IDX). */
 int clattn__set_idx_arg(cl_kernel kernel, cl_uint index, uint64_t value, bool wide);
 

@@ -95,6 +95,7 @@ static int run_probe(const clattn__call *call, cl_kernel kernel, const probe_pro
     for (int i = 0; i <= p->count && status == CLATTN_SUCCESS; ++i)
         status = clattn__set_buffer_arg(kernel, (cl_uint)i, buffers[i]);
     bool launched = false;
+    if (status == CLATTN_SUCCESS) status = clattn__args_complete(kernel);
     if (status == CLATTN_SUCCESS) {
         /* a probe that built but does not launch here (a group or resource its compiler cannot
          * run) means no unit, as a failed build does; a failed read is the queue's error */

@@ -90,19 +90,32 @@ cl_kernel clattn__cache_lend_kernel(cl_context context, cl_device_id device, uin
     return kernel;
 }
 
+/* Caller holds cache_lock. The slot for a new kernel of `name` in the entry: a free one, else
+ * one that holds an idle copy of a name kept more than once (so that a burst of calls on one
+ * kernel leaves room for the program's other kernels), or NULL. */
+static kept_kernel *slot_for(cache_entry *e, const char *name) {
+    kept_kernel *spare = NULL;
+    for (int i = 0; i < KEPT_KERNELS; ++i) {
+        kept_kernel *k = &e->kept[i];
+        if (!k->kernel) return k;
+        if (spare || k->lent || strcmp(k->name, name) == 0) continue;
+        for (int j = 0; j < KEPT_KERNELS && !spare; ++j)
+            if (j != i && e->kept[j].kernel && strcmp(e->kept[j].name, k->name) == 0) spare = k;
+    }
+    if (spare) clReleaseKernel(spare->kernel); /* the slot's reference; no call holds it */
+    return spare;
+}
+
 void clattn__cache_keep_kernel(cl_program program, const char *name, cl_kernel kernel) {
     if (strlen(name) >= sizeof((kept_kernel *)0)->name) return;
     pthread_mutex_lock(&cache_lock);
-    for (cache_entry *e = cache_head; e; e = e->next) {
-        if (e->program != program) continue;
-        for (int i = 0; i < KEPT_KERNELS; ++i)
-            if (!e->kept[i].kernel) {
-                clRetainKernel(kernel); /* the slot's reference */
-                e->kept[i] = (kept_kernel){.kernel = kernel, .lent = true};
-                strcpy(e->kept[i].name, name);
-                break;
-            }
-        break;
+    cache_entry *e = cache_head;
+    while (e && e->program != program) e = e->next;
+    kept_kernel *k = e ? slot_for(e, name) : NULL;
+    if (k) {
+        clRetainKernel(kernel); /* the slot's reference */
+        *k = (kept_kernel){.kernel = kernel, .lent = true};
+        strcpy(k->name, name);
     }
     pthread_mutex_unlock(&cache_lock);
 }
