@@ -8,7 +8,8 @@
  * `options` for `device`: one the cache keeps, when no other call holds it, else a new one. It
  * is the caller's alone until clattn__release_kernel (so setting its arguments is
  * thread-safe). A kept kernel carries its last call's scalar arguments, so the caller sets
- * every argument (kernel_args.h), which clattn__enqueue checks. */
+ * every argument (kernel_args.h), which clattn__enqueue checks; the thread that takes a kernel
+ * sets, enqueues and gives it back (the record of its arguments is that thread's). */
 int clattn__create_kernel(cl_context context, cl_device_id device, const char *op_file,
                           const char *options, const char *kernel_name, cl_kernel *kernel);
 /* Gives a kernel of clattn__create_kernel back once enqueued (the enqueue took its arguments),

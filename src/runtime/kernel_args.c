@@ -7,7 +7,8 @@
 
 /* A call holds at most nine kernels at once (linear attention's backward); a kernel takes at
  * most about a hundred arguments, twenty of them buffers. A kernel past these limits fails its
- * setter, loudly, rather than being kept with arguments nothing checks or clears. */
+ * setter, loudly, rather than being kept with arguments nothing checks or clears. Records are
+ * the thread's: a kernel is set, enqueued and given back on the thread that took it. */
 enum { RECORDED_KERNELS = 16, RECORDED_ARGS = 256, RECORDED_BUFFERS = 32 };
 typedef struct arg_record {
     cl_kernel kernel;                 /* NULL: a free record */
@@ -23,42 +24,42 @@ static arg_record *record_of(cl_kernel kernel) {
     return NULL;
 }
 
-static int set_arg(cl_kernel kernel, cl_uint index, size_t size, const void *value) {
+/* Sets one argument and records it (a buffer's index too, when `buffer`): a kernel past the
+ * record's limits fails before its argument is set, so no kernel is ever kept naming a buffer
+ * the record does not know. */
+static int set_arg(cl_kernel kernel, cl_uint index, size_t size, const void *value, bool buffer) {
+    arg_record *r = record_of(kernel);
+    bool known = false; /* a buffer index already recorded */
+    for (int i = 0; r && buffer && i < r->buffers; ++i) known = known || r->buffer[i] == index;
+    if (r && index >= RECORDED_ARGS)
+        return clattn__fail(CL_INVALID_ARG_INDEX, "argument %u: clattn records %d a kernel", index,
+                            RECORDED_ARGS);
+    if (r && buffer && !known && r->buffers == RECORDED_BUFFERS)
+        return clattn__fail(CL_INVALID_ARG_INDEX, "buffer argument %u: clattn records %d a kernel",
+                            index, RECORDED_BUFFERS);
     cl_int err = clSetKernelArg(kernel, index, size, value);
     if (err != CL_SUCCESS)
         return clattn__fail(err, "clSetKernelArg(%u) failed: %s", index, clattn_status_name(err));
-    arg_record *r = record_of(kernel);
     if (!r) return CLATTN_SUCCESS;
-    if (index >= RECORDED_ARGS)
-        return clattn__fail(CL_INVALID_ARG_INDEX, "argument %u: clattn records %d a kernel", index,
-                            RECORDED_ARGS);
     r->set[index / 64] |= (uint64_t)1 << (index % 64);
+    if (buffer && !known) r->buffer[r->buffers++] = index;
     return CLATTN_SUCCESS;
 }
 
 int clattn__set_int_arg(cl_kernel kernel, cl_uint index, cl_int value) {
-    return set_arg(kernel, index, sizeof value, &value);
+    return set_arg(kernel, index, sizeof value, &value, false);
 }
 int clattn__set_uint_arg(cl_kernel kernel, cl_uint index, cl_uint value) {
-    return set_arg(kernel, index, sizeof value, &value);
+    return set_arg(kernel, index, sizeof value, &value, false);
 }
 int clattn__set_ulong_arg(cl_kernel kernel, cl_uint index, cl_ulong value) {
-    return set_arg(kernel, index, sizeof value, &value);
+    return set_arg(kernel, index, sizeof value, &value, false);
 }
 int clattn__set_float_arg(cl_kernel kernel, cl_uint index, float value) {
-    return set_arg(kernel, index, sizeof value, &value);
+    return set_arg(kernel, index, sizeof value, &value, false);
 }
-
 int clattn__set_buffer_arg(cl_kernel kernel, cl_uint index, cl_mem buffer) {
-    int status = set_arg(kernel, index, sizeof buffer, &buffer);
-    arg_record *r = status == CLATTN_SUCCESS && buffer ? record_of(kernel) : NULL;
-    for (int i = 0; r && i < r->buffers; ++i)
-        if (r->buffer[i] == index) return CLATTN_SUCCESS;
-    if (r && r->buffers == RECORDED_BUFFERS)
-        return clattn__fail(CL_INVALID_ARG_INDEX, "buffer argument %u: clattn records %d a kernel",
-                            index, RECORDED_BUFFERS);
-    if (r) r->buffer[r->buffers++] = index;
-    return status;
+    return set_arg(kernel, index, sizeof buffer, &buffer, buffer != NULL);
 }
 
 bool clattn__args_begin(cl_kernel kernel) {

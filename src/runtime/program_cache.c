@@ -91,8 +91,8 @@ cl_kernel clattn__cache_lend_kernel(cl_context context, cl_device_id device, uin
 }
 
 /* Caller holds cache_lock. The slot for a new kernel of `name` in the entry: a free one, else
- * one that holds an idle copy of a name kept more than once (so that a burst of calls on one
- * kernel leaves room for the program's other kernels), or NULL. */
+ * one that holds an idle copy of another name kept more than once (so that a burst of calls on
+ * one kernel leaves room for the program's other kernels; never a lent one), or NULL. */
 static kept_kernel *slot_for(cache_entry *e, const char *name) {
     kept_kernel *spare = NULL;
     for (int i = 0; i < KEPT_KERNELS; ++i) {
@@ -102,7 +102,9 @@ static kept_kernel *slot_for(cache_entry *e, const char *name) {
         for (int j = 0; j < KEPT_KERNELS && !spare; ++j)
             if (j != i && e->kept[j].kernel && strcmp(e->kept[j].name, k->name) == 0) spare = k;
     }
-    if (spare) clReleaseKernel(spare->kernel); /* the slot's reference; no call holds it */
+    if (spare)
+        clReleaseKernel(spare->kernel); /* the slot's reference (a call giving it back
+                                         * may still hold its own) */
     return spare;
 }
 
