@@ -5,6 +5,7 @@
 #include "harness.h"
 #include "ops/attention.h"
 #include "ref.h"
+#include "runtime/program_cache.h"
 #include "runtime/runtime.h"
 #include "runtime/testing.h"
 
@@ -675,6 +676,145 @@ static void check_spec_ran(test_ctx *t, const bw_spec *s, const char *what, cons
     clattn__trace_kernels(true);
     check_spec(t, s, what);
     CHECK(t, traced(kernel, NULL) || t->failed, "%s: %s did not run", what, kernel);
+}
+
+/* Whether a backward program with 64-bit indices (IDX=ulong) is cached. */
+static bool wide_backward_built(test_ctx *t) {
+    clattn__cached_program *programs = NULL;
+    size_t count = 0;
+    bool wide = false;
+    if (clattn__cache_snapshot(clattn_env_context(t->env), clattn_env_device(t->env), &programs,
+                               &count) != CLATTN_SUCCESS)
+        return false;
+    for (size_t i = 0; i < count; ++i)
+        wide = wide || (strcmp(programs[i].op_file, "attention_backward.cl") == 0 &&
+                        strstr(programs[i].options, "-DIDX=ulong") != NULL);
+    clattn__cache_snapshot_free(programs, count);
+    return wide;
+}
+
+/* Both kernel families with 64-bit indices (IDX=ulong), which a tensor, the scratch or dbias of
+ * 2^31 elements or more takes: forced here at small sizes (the narrow-index limit at 0), with
+ * each way of putting dbias together (replicas a batch, a key bias's replicas a split, stored
+ * straight), key splits and row splits. */
+static void gradients_with_64_bit_indices(test_ctx *t) {
+    if (skipped_under_uninit_checker(t)) return;
+    clattn_cache_clear(clattn_env_context(t->env));
+    clattn__narrow_index_limit_set(0);
+    bw_spec s = spec(2, 4, 2, 11, 23, 16);
+    s.causal = 1, s.bottom_right = 1, s.keep = 1, s.bias = BIAS_HEADS;
+    check_spec(t, &s, "lanes kernels, a bias shared by the batches");
+    clattn__hook_set(CLATTN__HOOK_ATTENTION_SPLITS, 2);
+    s = spec(2, 4, 2, 3, 61, 16);
+    s.causal = 1, s.bias = BIAS_KEYS;
+    check_spec(t, &s, "lanes kernels, 2 key splits, a key bias");
+    CHECK_OK(
+        t, clattn_tuning_override("attention", "BWD_TILES=1,BWD_GROUP=24,BWD_SLICE=4,BWD_BLOCK=3"));
+    clattn__hook_set(CLATTN__HOOK_ROW_SPLITS, 3);
+    s = spec(2, 4, 2, 11, 23, 16);
+    s.Dv = 8, s.causal = 1, s.keep = 1, s.bias = BIAS_FULL;
+    check_spec_ran(t, &s, "tiles kernels, 3 row splits, 2 key splits, a dense bias",
+                   "backward_keys_merge");
+    clattn__hook_set(CLATTN__HOOK_ATTENTION_SPLITS, -1);
+    clattn__hook_set(CLATTN__HOOK_ROW_SPLITS, -1);
+    clattn_tuning_override("attention", NULL);
+    CHECK(t, wide_backward_built(t), "no backward program was built with 64-bit indices");
+}
+
+/* A dense f32 tensor of `n` values (NULL: NaN) on a buffer of its own, {1,1,rows,n/rows}. */
+static clattn_tensor dense_tensor(test_ctx *t, const float *host, size_t n, int64_t rows) {
+    float *nan = host ? NULL : malloc(n * 4);
+    for (size_t i = 0; nan && i < n; ++i) nan[i] = NAN;
+    const float *values = host ? host : nan;
+    cl_mem m = values ? upload(t, values, n * 4) : NULL;
+    free(nan);
+    return clattn_tensor_4d(m, CLATTN_F32, 1, 1, rows, (int64_t)n / rows);
+}
+
+/* A key bias over more than 2^31 pairs (65536 queries, 32769 keys), whose gradient the library
+ * refused until its keys pass put dbias together: with q = 0 every row's weights are
+ * p = softmax(bias), and with dout 0 but in the last row only that row has a dS, so the
+ * gradients have closed forms (lse and out are uploaded: the forward's 2^31 pairs would double
+ * the time). Large shapes only. */
+static void a_key_bias_past_2_31_pairs(test_ctx *t) {
+    if (skipped_under_uninit_checker(t)) return;
+    if (!test_large_shapes(t)) return test_skip(t, "large shapes only");
+    enum { D = 4 };
+    const int64_t Sq = 65536, Sk = 32769;
+    const double scale = 0.5, c[D] = {0.5, -1.0, 0.25, 2.0};
+    float *bias = malloc(Sk * 4), *kv = malloc(2 * Sk * D * 4), *q = calloc(Sq * D, 4);
+    float *dout = calloc(Sq * D, 4), *out = malloc(Sq * D * 4), *lse = malloc(Sq * 4);
+    double *p = malloc(Sk * 8), *want = calloc(2 * Sk * D + Sk + D, 8);
+    if (!(bias && kv && q && dout && out && lse && p && want)) {
+        free(bias), free(kv), free(q), free(dout), free(out), free(lse), free(p), free(want);
+        return test_fail_at(t, __FILE__, __LINE__, "out of host memory");
+    }
+    uint64_t rng = 17;
+    for (int64_t j = 0; j < Sk; ++j) bias[j] = test_rand_uniform(&rng, -2.0f, 2.0f);
+    for (int64_t i = 0; i < 2 * Sk * D; ++i) kv[i] = test_rand_uniform(&rng, -2.0f, 2.0f);
+    const float *k = kv, *v = kv + Sk * D;
+    double most = -INFINITY, sum = 0.0, o[D] = {0}, delta = 0.0;
+    for (int64_t j = 0; j < Sk; ++j) most = fmax(most, bias[j]);
+    for (int64_t j = 0; j < Sk; ++j) sum += p[j] = exp(bias[j] - most);
+    for (int64_t j = 0; j < Sk; ++j) {
+        p[j] /= sum;
+        for (int d = 0; d < D; ++d) o[d] += p[j] * v[j * D + d];
+    }
+    for (int d = 0; d < D; ++d) delta += c[d] * o[d];
+    for (int64_t i = 0; i < Sq; ++i) {
+        lse[i] = (float)(most + log(sum));
+        for (int d = 0; d < D; ++d) out[i * D + d] = (float)o[d];
+    }
+    for (int d = 0; d < D; ++d) dout[(Sq - 1) * D + d] = (float)c[d];
+    /* want: dv (Sk x D), dk (0), dbias (Sk), the last row of dq (D) */
+    double *dv = want, *db = want + 2 * Sk * D, *dq = db + Sk;
+    for (int64_t j = 0; j < Sk; ++j) {
+        double dp = 0.0;
+        for (int d = 0; d < D; ++d) dp += c[d] * v[j * D + d], dv[j * D + d] = p[j] * c[d];
+        db[j] = p[j] * (dp - delta);
+        for (int d = 0; d < D; ++d) dq[d] += scale * db[j] * k[j * D + d];
+    }
+    clattn_tensor tq = dense_tensor(t, q, Sq * D, Sq), tk = dense_tensor(t, k, Sk * D, Sk);
+    clattn_tensor tv = dense_tensor(t, v, Sk * D, Sk), to = dense_tensor(t, out, Sq * D, Sq);
+    clattn_tensor tdo = dense_tensor(t, dout, Sq * D, Sq), tl = dense_tensor(t, lse, Sq, 1);
+    clattn_tensor tb = dense_tensor(t, bias, Sk, 1), tdq = dense_tensor(t, NULL, Sq * D, Sq);
+    clattn_tensor tdk = dense_tensor(t, NULL, Sk * D, Sk), tdv = dense_tensor(t, NULL, Sk * D, Sk);
+    clattn_tensor tdb = dense_tensor(t, NULL, Sk, 1);
+    free(bias), free(kv), free(q), free(dout), free(out), free(p);
+    tl = clattn_tensor_4d(tl.buffer, CLATTN_F32, 1, 1, 1, Sq);
+    tb = clattn_tensor_4d(tb.buffer, CLATTN_F32, 1, 1, 1, Sk);
+    tdb = clattn_tensor_4d(tdb.buffer, CLATTN_F32, 1, 1, 1, Sk);
+    clattn_mask mask;
+    memset(&mask, 0, sizeof mask);
+    mask.bias = &tb;
+    clattn_attention_backward_options options = {.dbias = &tdb};
+    const clattn_tensor *all[11] = {&tq, &tk, &tv, &to, &tdo, &tl, &tb, &tdq, &tdk, &tdv, &tdb};
+    bool made = true;
+    for (int i = 0; i < 11; ++i) made = made && all[i]->buffer;
+    const int status = made ? clattn_attention_backward(&tq, &tk, &tv, &to, &tdo, &tl, (float)scale,
+                                                        &mask, &tdq, &tdk, &tdv, &options,
+                                                        clattn_env_queue(t->env), 0, NULL, NULL)
+                            : CLATTN_ERR_OUT_OF_HOST_MEMORY;
+    float *gq = status == CLATTN_SUCCESS ? download(t, &tdq) : NULL;
+    float *gk = status == CLATTN_SUCCESS ? download(t, &tdk) : NULL;
+    float *gv = status == CLATTN_SUCCESS ? download(t, &tdv) : NULL;
+    float *gb = status == CLATTN_SUCCESS ? download(t, &tdb) : NULL;
+    for (int i = 0; i < 11; ++i)
+        if (all[i]->buffer) clReleaseMemObject(all[i]->buffer);
+    bool zeros = gq && gk;
+    for (int64_t i = 0; zeros && i < (Sq - 1) * D; ++i) zeros = gq[i] == 0.0f;
+    for (int64_t i = 0; zeros && i < Sk * D; ++i) zeros = gk[i] == 0.0f;
+    if (status != CLATTN_SUCCESS)
+        test_fail_at(t, __FILE__, __LINE__, "%s: %s", clattn_status_name(status),
+                     clattn_last_error());
+    else if (!gq || !gk || !gv || !gb)
+        test_fail_at(t, __FILE__, __LINE__, "reading the gradients back failed");
+    else if (!zeros)
+        test_fail_at(t, __FILE__, __LINE__, "dq of the rows without dout, or dk, is not 0");
+    if (!t->failed) check_close(t, "2^31 pairs", "dv", gv, dv, Sk * D, 2e-5);
+    if (!t->failed) check_close(t, "2^31 pairs", "dbias", gb, db, Sk, 2e-5);
+    if (!t->failed) check_close(t, "2^31 pairs", "dq", gq + (Sq - 1) * D, dq, D, 2e-5);
+    free(gq), free(gk), free(gv), free(gb), free(want);
 }
 
 /* The GPU kernels (BWD_TILES=1), forced at the row's sizes: D=64 (two slices of a key, 64 keys
@@ -1601,6 +1741,8 @@ static const test_case cases[] = {
     {"gradients_of_storage_and_layouts", gradients_of_storage_and_layouts},
     {"gradients_of_other_launches", gradients_of_other_launches},
     {"gradients_with_split_keys", gradients_with_split_keys},
+    {"gradients_with_64_bit_indices", gradients_with_64_bit_indices},
+    {"a_key_bias_past_2_31_pairs", a_key_bias_past_2_31_pairs},
     {"tiles_kernels_give_the_gradients", tiles_kernels_give_the_gradients},
     {"tiles_kernels_in_small_groups", tiles_kernels_in_small_groups},
     {"tiles_kernels_with_split_rows", tiles_kernels_with_split_rows, TAG_SMOKE},

@@ -101,9 +101,6 @@ static int check_dbias(const backward_args *a, cl_context context) {
                               "dbias: shape must be mask.bias's, [%lld,%lld,%lld,%lld]",
                               (long long)bias->shape[0], (long long)bias->shape[1],
                               (long long)bias->shape[2], (long long)bias->shape[3]);
-    if (status == CLATTN_SUCCESS &&
-        a->q->shape[0] * a->q->shape[1] * a->q->shape[2] * a->k->shape[2] > 0x7fffffff)
-        status = clattn__fail(CLATTN_ERR_DEVICE_LIMIT, "dbias: B*Hq*Sq*Sk exceeds INT_MAX");
     return status;
 }
 
