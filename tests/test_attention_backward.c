@@ -780,7 +780,7 @@ static void a_key_bias_past_2_31_pairs(test_ctx *t) {
     clattn_tensor tb = dense_tensor(t, bias, Sk, 1), tdq = dense_tensor(t, NULL, Sq * D, Sq);
     clattn_tensor tdk = dense_tensor(t, NULL, Sk * D, Sk), tdv = dense_tensor(t, NULL, Sk * D, Sk);
     clattn_tensor tdb = dense_tensor(t, NULL, Sk, 1);
-    free(bias), free(kv), free(q), free(dout), free(out), free(p);
+    free(bias), free(kv), free(q), free(dout), free(out), free(lse), free(p);
     tl = clattn_tensor_4d(tl.buffer, CLATTN_F32, 1, 1, 1, Sq);
     tb = clattn_tensor_4d(tb.buffer, CLATTN_F32, 1, 1, 1, Sk);
     tdb = clattn_tensor_4d(tdb.buffer, CLATTN_F32, 1, 1, 1, Sk);
