@@ -267,7 +267,7 @@ static bool keep_other(test_ctx *t) {
     cl_kernel other = count == 1 ? clCreateKernel(programs[0].program, "copy4d", &err) : NULL;
     if (other) clattn__cache_keep_kernel(programs[0].program, "other", other);
     clattn__cache_snapshot_free(programs, count);
-    const bool kept = other && clattn__cache_take_back_kernel(other);
+    const bool kept = other && clattn__cache_take_back_kernel(other, NULL);
     if (other) clReleaseKernel(other);
     return kept;
 }
@@ -322,6 +322,86 @@ static void an_argument_the_call_left_unset_is_refused(test_ctx *t) {
     CHECK(t, kept == 1 && lent == 1, "not the kept kernel: %zu kept, %zu lent", kept, lent);
     CHECK(t, status == CL_INVALID_KERNEL_ARGS && named, "the enqueue gave %s: %s",
           clattn_status_name(status), message);
+}
+
+/* One copy of `rows` rows of 8 floats, `stride` apart from `offset` in src, into dst's first
+ * rows: whether the call succeeded and dst then holds them. */
+static bool copy_view_holds(test_ctx *t, cl_mem src, cl_mem dst, const float *values, size_t offset,
+                            int64_t rows, int64_t stride) {
+    cl_command_queue queue = clattn_env_queue(t->env);
+    clattn_tensor from = clattn_tensor_4d(src, CLATTN_F32, 1, 1, rows, 8);
+    clattn_tensor to = clattn_tensor_4d(dst, CLATTN_F32, 1, 1, rows, 8);
+    from.offset = offset, from.strides[2] = stride;
+    float got[64];
+    if (clattn_copy(&from, NULL, &to, queue, 0, NULL, NULL) != CLATTN_SUCCESS ||
+        clEnqueueReadBuffer(queue, dst, CL_TRUE, 0, sizeof got, got, 0, NULL, NULL) != CL_SUCCESS)
+        return false;
+    for (int64_t r = 0; r < rows; ++r)
+        for (int c = 0; c < 8; ++c)
+            if (got[r * 8 + c] != values[offset + r * stride + c]) return false;
+    return true;
+}
+
+/* One softmax of 2 rows of 8 logits (`x`) at `scale` into y: whether the call succeeded and y
+ * then holds it, to float rounding. */
+static bool softmax_holds(test_ctx *t, cl_mem x, cl_mem y, const float *logits, float scale) {
+    cl_command_queue queue = clattn_env_queue(t->env);
+    clattn_tensor in = clattn_tensor_4d(x, CLATTN_F32, 1, 1, 2, 8);
+    clattn_tensor out = clattn_tensor_4d(y, CLATTN_F32, 1, 1, 2, 8);
+    float got[16];
+    if (clattn_softmax(&in, scale, NULL, &out, NULL, queue, 0, NULL, NULL) != CLATTN_SUCCESS ||
+        clEnqueueReadBuffer(queue, y, CL_TRUE, 0, sizeof got, got, 0, NULL, NULL) != CL_SUCCESS)
+        return false;
+    for (int r = 0; r < 2; ++r) {
+        double sum = 0;
+        for (int c = 0; c < 8; ++c) sum += exp((double)scale * logits[r * 8 + c]);
+        for (int c = 0; c < 8; ++c)
+            if (fabs(got[r * 8 + c] - exp((double)scale * logits[r * 8 + c]) / sum) > 1e-6)
+                return false;
+    }
+    return true;
+}
+
+/* A kept kernel holds its last call's scalars, and a call sets only those that differ
+ * (kernel_args.c): each call's offsets and strides (unsigned), and scales (float), set, changed
+ * back, and changed again, are the ones its kernel runs with (rows that start on 8-float
+ * multiples: one copy program); and a repeat call sets fewer arguments than the first. */
+static void a_kept_kernel_runs_each_calls_scalars(test_ctx *t) {
+    clattn_cache_clear(NULL);
+    float values[256];
+    for (int i = 0; i < 256; ++i) values[i] = (float)i;
+    cl_context context = clattn_env_context(t->env);
+    cl_int err_src, err_dst;
+    cl_mem src = clCreateBuffer(context, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof values,
+                                values, &err_src);
+    cl_mem dst = clCreateBuffer(context, CL_MEM_READ_WRITE, sizeof values, NULL, &err_dst);
+    CHECK(t, err_src == CL_SUCCESS && err_dst == CL_SUCCESS, "clCreateBuffer: %d, %d", err_src,
+          err_dst);
+    static const struct {
+        size_t offset;
+        int64_t rows, stride;
+    } views[] = {{0, 4, 8}, {16, 4, 8}, {0, 4, 8}, {16, 4, 32}, {8, 8, 24}, {16, 4, 8}, {16, 4, 8}};
+    enum { CALLS = sizeof views / sizeof views[0] };
+    size_t sets[CALLS];
+    for (size_t i = 0; i < CALLS; ++i) {
+        const size_t before = clattn__args_driver_sets();
+        CHECK(t,
+              copy_view_holds(t, src, dst, values, views[i].offset, views[i].rows, views[i].stride),
+              "call %zu: rows %lld, %lld apart from %zu, copied wrong", i, (long long)views[i].rows,
+              (long long)views[i].stride, views[i].offset);
+        sets[i] = clattn__args_driver_sets() - before;
+    }
+    size_t kept, lent;
+    clattn__kept_kernels(&kept, &lent);
+    CHECK(t, kept == 1 && lent == 0, "%zu kernels kept, %zu lent (1, 0 expected)", kept, lent);
+    CHECK(t, sets[CALLS - 1] < sets[0], "a repeat call set %zu arguments, the first %zu",
+          sets[CALLS - 1], sets[0]);
+    static const float scales[] = {1.0f, 2.0f, 1.0f, -0.5f, 2.0f};
+    for (size_t i = 0; i < sizeof scales / sizeof scales[0]; ++i)
+        CHECK(t, softmax_holds(t, src, dst, values + 240, scales[i]),
+              "softmax %zu at scale %g wrong", i, scales[i]);
+    clReleaseMemObject(src);
+    clReleaseMemObject(dst);
 }
 
 static void clearing_one_context_keeps_the_others(test_ctx *t) {
@@ -637,6 +717,7 @@ static const test_case cases[] = {
     {"a_kernel_past_the_thread_record_is_new", a_kernel_past_the_thread_record_is_new},
     {"another_kernel_takes_an_idle_copys_slot", another_kernel_takes_an_idle_copys_slot},
     {"an_argument_the_call_left_unset_is_refused", an_argument_the_call_left_unset_is_refused},
+    {"a_kept_kernel_runs_each_calls_scalars", a_kept_kernel_runs_each_calls_scalars},
     {"clearing_one_context_keeps_the_others", clearing_one_context_keeps_the_others},
     {"a_build_failure_returns_its_log_with_file_and_line",
      a_build_failure_returns_its_log_with_file_and_line},

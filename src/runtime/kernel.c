@@ -82,9 +82,10 @@ static int full_options(const char *options, char *out, size_t capacity) {
  * goes back, and the call makes a kernel of its own). */
 static cl_kernel lend_kept_kernel(cl_context context, cl_device_id device, uint64_t key,
                                   const char *options, const char *name) {
-    cl_kernel kernel = clattn__cache_lend_kernel(context, device, key, options, name);
-    if (kernel && !clattn__args_begin(kernel)) {
-        clattn__cache_take_back_kernel(kernel);
+    clattn__kernel_memo *memo;
+    cl_kernel kernel = clattn__cache_lend_kernel(context, device, key, options, name, &memo);
+    if (kernel && !clattn__args_begin(kernel, memo)) {
+        clattn__cache_take_back_kernel(kernel, memo);
         clReleaseKernel(kernel);
         kernel = NULL;
     }
@@ -112,7 +113,7 @@ int clattn__create_kernel(cl_context context, cl_device_id device, const char *o
     if (status != CLATTN_SUCCESS) return status;
     cl_int err;
     *kernel = clCreateKernel(program, kernel_name, &err);
-    if (err == CL_SUCCESS && clattn__args_begin(*kernel))
+    if (err == CL_SUCCESS && clattn__args_begin(*kernel, NULL))
         clattn__cache_keep_kernel(program, kernel_name, *kernel);
     clReleaseProgram(program); /* the kernel holds its own reference */
     if (err != CL_SUCCESS) {
@@ -144,9 +145,13 @@ void clattn__release_kernel(cl_kernel kernel) {
     /* a kept kernel must name none of the call's buffers: some drivers (Mesa's rusticl) retain
      * the buffers a kernel's arguments name, which would keep a freed tensor or the call's
      * scratch alive until the kernel's next call */
-    if (clattn__args_end(kernel))
-        clattn__cache_take_back_kernel(kernel);
-    else
+    bool cleared;
+    clattn__kernel_memo *memo = clattn__args_end(kernel, &cleared);
+    if (cleared) {
+        clattn__cache_take_back_kernel(kernel, memo);
+    } else {
         clattn__cache_forget_kernel(kernel);
+        clattn__kernel_memo_free(memo);
+    }
     clReleaseKernel(kernel);
 }

@@ -5,7 +5,6 @@
 #include "launch.h"
 #include "config.h"
 #include "hooks.h"
-#include "program_cache.h"
 #include "status.h"
 
 int clattn__begin_call(clattn__call *call, cl_command_queue queue, cl_uint num_wait,
@@ -73,10 +72,10 @@ int clattn__set_views_args(cl_kernel kernel, cl_uint *arg, const clattn_tensor *
     return status;
 }
 
-/* The kernel's largest group on the device, before the cap: kept with a kernel the program
- * cache keeps (three driver queries a call otherwise). */
+/* The kernel's largest group on the device, before the cap: kept in the kernel's memo (three
+ * driver queries a call otherwise, for a kernel the program cache keeps). */
 static int uncapped_max_group(cl_kernel kernel, cl_device_id device, size_t *size) {
-    *size = clattn__cache_kernel_max_group(kernel, 0);
+    *size = clattn__memo_max_group(kernel, 0);
     if (*size) return CLATTN_SUCCESS;
     size_t wg = 0, dims[16] = {0};
     cl_uint num_dims = 0;
@@ -90,7 +89,7 @@ static int uncapped_max_group(cl_kernel kernel, cl_device_id device, size_t *siz
                               sizeof(size_t) * (num_dims < 16 ? num_dims : 16), dims, NULL);
     if (err != CL_SUCCESS) return clattn__cl_fail(err, "querying the kernel's work-group size");
     *size = wg < dims[0] ? wg : dims[0];
-    clattn__cache_kernel_max_group(kernel, *size);
+    clattn__memo_max_group(kernel, *size);
     return CLATTN_SUCCESS;
 }
 

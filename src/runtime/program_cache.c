@@ -6,6 +6,7 @@
  */
 #include "program_cache.h"
 #include "hash.h"
+#include "kernel_args.h"
 #include "sources.h"
 #include "status.h"
 #include "testing.h"
@@ -26,7 +27,7 @@ typedef struct kept_kernel {
     cl_kernel kernel; /* NULL: a free slot */
     char name[48];
     bool lent;
-    size_t max_group; /* CL_KERNEL_WORK_GROUP_SIZE on the entry's device, 0 until asked */
+    clattn__kernel_memo *memo; /* the slot's between calls, the borrower's during one */
 } kept_kernel;
 
 typedef struct cache_entry {
@@ -77,13 +78,17 @@ static kept_kernel *slot_of(cl_kernel kernel) {
 }
 
 cl_kernel clattn__cache_lend_kernel(cl_context context, cl_device_id device, uint64_t key,
-                                    const char *options, const char *name) {
+                                    const char *options, const char *name,
+                                    clattn__kernel_memo **memo) {
     cl_kernel kernel = NULL;
+    *memo = NULL;
     pthread_mutex_lock(&cache_lock);
     cache_entry *e = entry_of(context, device, key, options);
     for (int i = 0; e && !kernel && i < KEPT_KERNELS; ++i) {
         kept_kernel *k = &e->kept[i];
-        if (k->kernel && !k->lent && strcmp(k->name, name) == 0) k->lent = true, kernel = k->kernel;
+        if (!k->kernel || k->lent || strcmp(k->name, name) != 0) continue;
+        k->lent = true, kernel = k->kernel;
+        *memo = k->memo, k->memo = NULL;
     }
     if (kernel) ++cache_hits, clRetainKernel(kernel); /* the borrower's reference */
     pthread_mutex_unlock(&cache_lock);
@@ -102,9 +107,11 @@ static kept_kernel *slot_for(cache_entry *e, const char *name) {
         for (int j = 0; j < KEPT_KERNELS && !spare; ++j)
             if (j != i && e->kept[j].kernel && strcmp(e->kept[j].name, k->name) == 0) spare = k;
     }
-    if (spare)
+    if (spare) {
         clReleaseKernel(spare->kernel); /* the slot's reference (a call giving it back
                                          * may still hold its own) */
+        clattn__kernel_memo_free(spare->memo);
+    }
     return spare;
 }
 
@@ -122,11 +129,16 @@ void clattn__cache_keep_kernel(cl_program program, const char *name, cl_kernel k
     pthread_mutex_unlock(&cache_lock);
 }
 
-bool clattn__cache_take_back_kernel(cl_kernel kernel) {
+bool clattn__cache_take_back_kernel(cl_kernel kernel, clattn__kernel_memo *memo) {
     pthread_mutex_lock(&cache_lock);
     kept_kernel *k = slot_of(kernel);
-    if (k) k->lent = false;
+    if (k) {
+        k->lent = false;
+        clattn__kernel_memo_free(k->memo); /* (none: the memo went with the loan) */
+        k->memo = memo;
+    }
     pthread_mutex_unlock(&cache_lock);
+    if (!k) clattn__kernel_memo_free(memo);
     return k != NULL;
 }
 
@@ -135,18 +147,10 @@ void clattn__cache_forget_kernel(cl_kernel kernel) {
     kept_kernel *k = slot_of(kernel);
     if (k) {
         clReleaseKernel(k->kernel); /* the slot's reference; the holder keeps its own */
+        clattn__kernel_memo_free(k->memo);
         *k = (kept_kernel){.kernel = NULL};
     }
     pthread_mutex_unlock(&cache_lock);
-}
-
-size_t clattn__cache_kernel_max_group(cl_kernel kernel, size_t max_group) {
-    pthread_mutex_lock(&cache_lock);
-    kept_kernel *k = slot_of(kernel);
-    if (k && max_group) k->max_group = max_group;
-    const size_t kept = k ? k->max_group : 0;
-    pthread_mutex_unlock(&cache_lock);
-    return kept;
 }
 
 static char *copy_string(const char *text) {
@@ -275,8 +279,10 @@ void clattn__program_cache_clear(cl_context context) {
         if (!context || e->context == context) {
             *link = e->next;
             /* (a kernel lent to a call now lives on in that call's reference) */
-            for (int i = 0; i < KEPT_KERNELS; ++i)
+            for (int i = 0; i < KEPT_KERNELS; ++i) {
                 if (e->kept[i].kernel) clReleaseKernel(e->kept[i].kernel);
+                clattn__kernel_memo_free(e->kept[i].memo); /* (a lent one's is its borrower's) */
+            }
             clReleaseProgram(e->program);
             free(e->options);
             free(e->op_file);

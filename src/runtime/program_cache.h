@@ -2,6 +2,7 @@
 #ifndef CLATTN_RUNTIME_PROGRAM_CACHE_H
 #define CLATTN_RUNTIME_PROGRAM_CACHE_H
 
+#include "kernel_args.h"
 #include "status.h"
 
 /* The program cache (program_cache.c): programs keyed by (context, device, source key,
@@ -45,21 +46,20 @@ cl_program clattn__cache_insert(cl_context context, cl_device_id device, uint64_
                                 const char *op_file, const char *options, uint64_t text_hash,
                                 cl_program built, bool is_build);
 /* Kernels kept with their program for the next call (program_cache.c, kept_kernel): a kernel
- * of the key's program named `name` that no call holds, now lent to the caller, or NULL. */
+ * of the key's program named `name` that no call holds, now lent to the caller with its memo
+ * (the caller's until the take-back; NULL: none yet), or NULL. */
 cl_kernel clattn__cache_lend_kernel(cl_context context, cl_device_id device, uint64_t key,
-                                    const char *options, const char *name);
+                                    const char *options, const char *name,
+                                    clattn__kernel_memo **memo);
 /* Keeps a kernel just created from a cached program, as lent to the caller, where the program's
  * entry has a free slot (else the kernel stays the caller's alone). */
 void clattn__cache_keep_kernel(cl_program program, const char *name, cl_kernel kernel);
-/* Takes back a lent kernel for the next call (the caller still releases its own reference):
- * false when the cache does not keep it. */
-bool clattn__cache_take_back_kernel(cl_kernel kernel);
+/* Takes back a lent kernel and its memo for the next call (the caller still releases its own
+ * reference): false when the cache does not keep it (the memo is freed then). */
+bool clattn__cache_take_back_kernel(cl_kernel kernel, clattn__kernel_memo *memo);
 /* Stops keeping a kernel, lent or not: frees its slot and the slot's reference (a holder keeps
  * its own). For a kernel that may name a buffer nothing will clear. */
 void clattn__cache_forget_kernel(cl_kernel kernel);
-/* A kept kernel's largest work-group size: stores `max_group` when it is not 0; returns what is
- * stored (0: nothing, or the kernel is not kept). */
-size_t clattn__cache_kernel_max_group(cl_kernel kernel, size_t max_group);
 /* Drops the programs of `context` (NULL: all), and the kernels kept with them. */
 void clattn__program_cache_clear(cl_context context);
 

@@ -20,6 +20,9 @@ void clattn__tuning_set_test_row(const char *const row[4]);
 
 /* The kernels the program cache keeps (program_cache.c), and how many of them calls hold now. */
 void clattn__kept_kernels(size_t *kept, size_t *lent);
+/* The clSetKernelArg calls this thread's argument setters have made (kernel_args.c): a scalar
+ * the kernel holds already is not set again. */
+size_t clattn__args_driver_sets(void);
 
 /* A kernel the trace (hooks.h) recorded: its name, and its event, which the taker releases. */
 typedef struct clattn__traced_kernel {
