@@ -92,24 +92,13 @@ static cl_kernel lend_kept_kernel(cl_context context, cl_device_id device, uint6
     return kernel;
 }
 
-int clattn__create_kernel(cl_context context, cl_device_id device, const char *op_file,
-                          const char *options, const char *kernel_name, cl_kernel *kernel) {
+/* A new kernel of the key's program (built now if the cache has none; `text` as get_program
+ * takes it), kept for later calls where its program has a slot free. */
+static int new_kernel(cl_context context, cl_device_id device, const char *op_file,
+                      const char *options, char *text, uint64_t hash, const char *kernel_name,
+                      cl_kernel *kernel) {
     cl_program program = NULL;
-    char all_options[2048], *text = NULL;
-    uint64_t hash = 0;
-    *kernel = NULL;
-    int status = full_options(options, all_options, sizeof all_options);
-    if (status == CLATTN_SUCCESS) status = clattn__program_key(op_file, &text, &hash);
-    if (status == CLATTN_SUCCESS)
-        *kernel = lend_kept_kernel(context, device, hash, all_options, kernel_name);
-    if (*kernel) {
-        free(text);
-        return CLATTN_SUCCESS;
-    }
-    if (status == CLATTN_SUCCESS)
-        status = get_program(context, device, op_file, all_options, text, hash, &program);
-    else
-        free(text);
+    int status = get_program(context, device, op_file, options, text, hash, &program);
     if (status != CLATTN_SUCCESS) return status;
     cl_int err;
     *kernel = clCreateKernel(program, kernel_name, &err);
@@ -122,6 +111,21 @@ int clattn__create_kernel(cl_context context, cl_device_id device, const char *o
                             clattn_status_name(err));
     }
     return CLATTN_SUCCESS;
+}
+
+int clattn__create_kernel(cl_context context, cl_device_id device, const char *op_file,
+                          const char *options, const char *kernel_name, cl_kernel *kernel) {
+    char all_options[2048], *text = NULL;
+    uint64_t hash = 0;
+    *kernel = NULL;
+    int status = full_options(options, all_options, sizeof all_options);
+    if (status == CLATTN_SUCCESS) status = clattn__program_key(op_file, &text, &hash);
+    if (status == CLATTN_SUCCESS)
+        *kernel = lend_kept_kernel(context, device, hash, all_options, kernel_name);
+    if (status == CLATTN_SUCCESS && !*kernel)
+        return new_kernel(context, device, op_file, all_options, text, hash, kernel_name, kernel);
+    free(text);
+    return status;
 }
 
 int clattn__kernels_group_limit(cl_context context, cl_device_id device, const char *op_file,
