@@ -214,11 +214,20 @@ static long first_overwritten(test_ctx *t, cl_mem whole, size_t origin, size_t b
     return at;
 }
 
-long test_scratch_left(long baseline) {
-    for (int i = 0; i < 100 && clattn__scratch_live() > baseline; ++i) {
+bool test_wait_for(bool (*done)(void *), void *arg) {
+    for (int i = 0; i < 100 && !done(arg); ++i) {
         struct timespec pause = {0, 10 * 1000 * 1000};
         nanosleep(&pause, NULL);
     }
+    return done(arg);
+}
+
+static bool scratch_back_to(void *baseline) {
+    return clattn__scratch_live() <= *(const long *)baseline;
+}
+
+long test_scratch_left(long baseline) {
+    test_wait_for(scratch_back_to, &baseline);
     return clattn__scratch_live() - baseline;
 }
 

@@ -107,6 +107,10 @@ bool test_under_uninit_checker(void);
  * a test's paths that the checker misreads. The attention suite's variants honour it. */
 bool test_after_uninit_checker(void);
 
+/* Polls done(arg) every 10 ms for up to a second (drivers destroy released objects once the
+ * commands that use them are done, on threads of their own): whether it came true. */
+bool test_wait_for(bool (*done)(void *), void *arg);
+
 /* The library's scratch buffers still live above `baseline` (clattn__scratch_live) after
  * waiting up to a second for OpenCL to destroy the released ones, which it does once the
  * commands that use them are done. */

@@ -380,12 +380,18 @@ static float *download(test_ctx *t, const clattn_tensor *view) {
     return ok ? dense : NULL;
 }
 
-/* A [B,H,S,D] output of dtype dt in the case's layout, every element NaN (so that an element
- * the op does not write shows). */
-static clattn_tensor nan_output(test_ctx *t, const bw_spec *s, int64_t H, int64_t S, int64_t D) {
-    const size_t n = (size_t)(s->B * H * S * D);
+/* n NaNs, malloc'ed (NULL when memory runs out): what an output holds before the call, so
+ * that an element the call never writes cannot pass. */
+static float *nan_floats(size_t n) {
     float *nan = malloc(n * 4);
     for (size_t i = 0; nan && i < n; ++i) nan[i] = NAN;
+    return nan;
+}
+
+/* A [B,H,S,D] output of the case's dtype and layout, every element NaN (no buffer when memory
+ * runs out). */
+static clattn_tensor nan_output(test_ctx *t, const bw_spec *s, int64_t H, int64_t S, int64_t D) {
+    float *nan = nan_floats((size_t)(s->B * H * S * D));
     clattn_tensor v = nan ? test_upload_bhsd(t, nan, s->B, H, S, D, s->dt, s->layout)
                           : clattn_tensor_4d(NULL, s->dt, s->B, H, S, D);
     free(nan);
@@ -405,8 +411,7 @@ static int run_backward(test_ctx *t, const bw_case *c, clattn_attention_backward
     clattn_tensor dout = test_upload_bhsd(t, c->dout, s->B, s->Hq, s->Sq, s->Dv, s->dt, s->layout);
     clattn_tensor out = nan_output(t, s, s->Hq, s->Sq, s->Dv);
     const size_t rows = (size_t)(s->B * s->Hq * s->Sq);
-    float *nan_rows = malloc(rows * 4);
-    for (size_t i = 0; nan_rows && i < rows; ++i) nan_rows[i] = NAN;
+    float *nan_rows = nan_floats(rows);
     clattn_tensor lse = clattn_tensor_4d(nan_rows ? upload(t, nan_rows, rows * 4) : NULL,
                                          CLATTN_F32, 1, s->B, s->Hq, s->Sq);
     free(nan_rows);
@@ -416,8 +421,7 @@ static int run_backward(test_ctx *t, const bw_case *c, clattn_attention_backward
     clattn_tensor db = c->bias_t;
     if (s->bias != BIAS_NONE) {
         const size_t n = count4(c->bias_shape);
-        float *nan = malloc(n * 4);
-        for (size_t i = 0; nan && i < n; ++i) nan[i] = NAN;
+        float *nan = nan_floats(n);
         db = clattn_tensor_4d(nan ? upload(t, nan, n * 4) : NULL, CLATTN_F32, c->bias_shape[0],
                               c->bias_shape[1], c->bias_shape[2], c->bias_shape[3]);
         free(nan);
@@ -727,8 +731,7 @@ static void gradients_with_64_bit_indices(test_ctx *t) {
 
 /* A dense f32 tensor of `n` values (NULL: NaN) on a buffer of its own, {1,1,rows,n/rows}. */
 static clattn_tensor dense_tensor(test_ctx *t, const float *host, size_t n, int64_t rows) {
-    float *nan = host ? NULL : malloc(n * 4);
-    for (size_t i = 0; nan && i < n; ++i) nan[i] = NAN;
+    float *nan = host ? NULL : nan_floats(n);
     const float *values = host ? host : nan;
     cl_mem m = values ? upload(t, values, n * 4) : NULL;
     free(nan);

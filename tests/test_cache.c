@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 /* One small f32 -> dst_dtype copy on `queue`; returns its status. */
@@ -145,12 +144,14 @@ static clattn_tensor tracked_tensor(test_ctx *t, tracked_buffers *tracked, clatt
     return clattn_tensor_4d(buffer, dtype, d0, d1, d2, d3);
 }
 
+static bool all_deleted(void *arg) {
+    tracked_buffers *tracked = arg;
+    return atomic_load(&tracked->deleted) >= tracked->count;
+}
+
 /* Waits up to a second for `tracked`'s buffers to be deleted; how many were. */
 static int deleted_after_release(tracked_buffers *tracked) {
-    for (int i = 0; i < 100 && atomic_load(&tracked->deleted) < tracked->count; ++i) {
-        struct timespec pause = {0, 10 * 1000 * 1000};
-        nanosleep(&pause, NULL);
-    }
+    test_wait_for(all_deleted, tracked);
     return atomic_load(&tracked->deleted);
 }
 
