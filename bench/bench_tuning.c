@@ -75,7 +75,7 @@ static int measure_case(const bench_options *opt, clattn_env *env, const bench_c
 static int measure_op(const bench_options *opt, clattn_env *env, const bench_ceilings *ceilings,
                       const tuned_op *t, bench_report *report) {
     long defaults[CLATTN__TUNING_MAX_PARAMS], tuned[CLATTN__TUNING_MAX_PARAMS];
-    char default_text[256], tuned_text[256];
+    char default_text[CLATTN_TUNING_PARAMS_MAX], tuned_text[CLATTN_TUNING_PARAMS_MAX];
     const char *op = t->spec->name;
     int status = clattn_tuning_override(op, NULL);
     if (status == CLATTN_SUCCESS)

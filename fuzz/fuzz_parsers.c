@@ -9,9 +9,9 @@
  *      indices or a case-insensitive substring of the platform or device name).
  *   1  tuning (src/runtime/tuning.c): OP \n PARAMS \n CLATTN_TUNE \n LOOKUP_OP.
  *      clattn_tuning_override(OP, PARAMS), then CLATTN_TUNE set to its field, then
- *      clattn_tuning_lookup(LOOKUP_OP or OP) into a 256-byte buffer (variant 1: a short one). A
- *      lookup that succeeds must give a parameter string that is itself a valid override of that
- *      op. Every override is reset after the input.
+ *      clattn_tuning_lookup(LOOKUP_OP or OP) into a CLATTN_TUNING_PARAMS_MAX-byte buffer
+ *      (variant 1: a short one). A lookup that succeeds must give a parameter string that is
+ *      itself a valid override of that op. Every override is reset after the input.
  *   2  build options (src/runtime/kernel.c, static full_options): CLATTN_BUILD_OPTIONS \n
  *      OPTIONS, reached through clattn__create_kernel on an op file that does not exist, so that
  *      no program is ever built: the call must fail, with CLATTN_ERR_INVALID_ARGUMENT when the
@@ -104,7 +104,7 @@ static void fuzz_tuning(char *text, bool short_buffer, clattn_dtype dtype) {
                 CLATTN_ERR_INVALID_TUNING);
 
     fuzz_setenv("CLATTN_TUNE", tune);
-    char found[256];
+    char found[CLATTN_TUNING_PARAMS_MAX];
     size_t capacity = short_buffer ? 1 + strlen(text) % 48 : sizeof found;
     cl_device_id device = clattn_env_device(fuzz_env());
     clattn__clear_error();

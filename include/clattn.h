@@ -747,15 +747,21 @@ CLATTN_API int clattn_mha_workspace_size(const clattn_tensor *query, const clatt
  * ------------------------------------------------------------------------------------------- */
 
 /* Sets the override of `op` ("copy", "softmax", "attention", "linear_attention", "gemm") to
- * `params`, "NAME=VALUE,..."; NULL or "" removes it. Applies to every later call in the
+ * `params`, "NAME=VALUE,..." (less than CLATTN_TUNING_PARAMS_MAX characters: below); NULL or ""
+ * removes it. Applies to every later call in the
  * process. Statuses: CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT (unknown op),
  * CLATTN_ERR_INVALID_TUNING (unknown parameter, not an integer, out of its range; the old
  * override stays). */
 CLATTN_API int clattn_tuning_override(const char *op, const char *params);
 
+/* The bytes of `params` that always hold clattn_tuning_lookup's answer, for any op and values
+ * (the attention op's 25 parameters take about 270 today); an override is shorter too. */
+#define CLATTN_TUNING_PARAMS_MAX 1024
+
 /* The parameters `op` runs with on `device` for storage `dtype`, as "NAME=VALUE,..." in
- * `params` (table row and overrides). Statuses: CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT,
- * CLATTN_ERR_INVALID_TUNING. */
+ * `params` (table row and overrides; CLATTN_TUNING_PARAMS_MAX bytes always suffice).
+ * Statuses: CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT (among others, a `capacity` too small
+ * for the answer), CLATTN_ERR_INVALID_TUNING. */
 CLATTN_API int clattn_tuning_lookup(cl_device_id device, const char *op, clattn_dtype dtype,
                                     char *params, size_t capacity);
 

@@ -229,7 +229,7 @@ static bool tiles_fit(test_ctx *t) {
  * and its groups fit, else transpose4d. */
 static const char *transpose_kernel(test_ctx *t, clattn_dtype dtype, bool blocks) {
     if (!blocks) return "copy4d";
-    char params[256] = "";
+    char params[CLATTN_TUNING_PARAMS_MAX] = "";
     clattn_tuning_lookup(clattn_env_device(t->env), "copy", dtype, params, sizeof params);
     return strstr(params, "TILES=1") && tiles_fit(t) ? "transpose_tiles" : "transpose4d";
 }

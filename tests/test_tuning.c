@@ -115,7 +115,7 @@ static int small_softmax(test_ctx *t, cl_event *event) {
 }
 
 static void environment_overrides(test_ctx *t) {
-    char params[256];
+    char params[CLATTN_TUNING_PARAMS_MAX];
     setenv("CLATTN_TUNE", "linear_attention:CHUNK=32;softmax:VARIANT=1,GROUP=4", 1);
     int status = clattn_tuning_lookup(device_of(t), "softmax", CLATTN_F32, params, sizeof params);
     if (status == CLATTN_SUCCESS && !strstr(params, "GROUP=4,")) status = -1;
@@ -168,7 +168,7 @@ static void rows_that_do_not_fit(test_ctx *t) {
     CHECK(t, status == CLATTN_ERR_INVALID_TUNING, "an override past local memory gave %s",
           clattn_status_name(status));
     /* the keys variant is a group per query row: it cannot run prefill */
-    char params[256];
+    char params[CLATTN_TUNING_PARAMS_MAX];
     CHECK_OK(t, clattn_tuning_override("attention", "PREFILL=1"));
     CHECK_OK(t, clattn_tuning_lookup(device_of(t), "attention", CLATTN_F32, params, sizeof params));
     CHECK_OK(t, clattn_tuning_override("attention", "LANES=4,GROUP=8"));
@@ -276,7 +276,7 @@ static void check_small_gemm(test_ctx *t, const char *what) {
  * set with a name missing or wrong), whose results stay right. MIN_INDIRECT=1 makes CLBlast
  * take its tiled (indirect) kernel, the one the other parameters shape, for every size. */
 static void gemm_rows_reach_clblast(test_ctx *t) {
-    char params[256];
+    char params[CLATTN_TUNING_PARAMS_MAX];
     const bool has_row =
         clattn_tuning_lookup(device_of(t), "gemm", CLATTN_F32, params, sizeof params) == 0;
     CHECK_OK(t, clattn_tuning_override("gemm", "KWG=32")); /* fits the type:cpu row */
@@ -304,8 +304,44 @@ static void gemm_rows_reach_clblast(test_ctx *t) {
           "a gemm set past the kernel's constraints gave %s: %s", clattn_status_name(unfit), why);
 }
 
+/* The longest answer clattn_tuning_lookup can give for `op`: every parameter at the widest
+ * value its range allows, "NAME=VALUE," each, and the NUL. */
+static size_t widest_lookup(const clattn__tuning_op *op) {
+    size_t bytes = 1;
+    for (int i = 0; i < op->count; ++i) {
+        char value[32];
+        const int low = snprintf(value, sizeof value, "%ld", op->min[i]);
+        const int high = snprintf(value, sizeof value, "%ld", op->max[i]);
+        bytes += strlen(op->params[i]) + 2 + (size_t)(low > high ? low : high);
+    }
+    return bytes;
+}
+
+/* CLATTN_TUNING_PARAMS_MAX bytes hold any op's lookup, whatever its values; the device's own
+ * answer fits it too, and is an override the op takes back. */
+static void every_lookup_fits_the_documented_buffer(test_ctx *t) {
+#define OP_ENTRY(op, PARAMS, has_default) {#op, &clattn__tuning_##op},
+    static const struct {
+        const char *name;
+        const clattn__tuning_op *op;
+    } ops[] = {CLATTN__TUNING_OPS(OP_ENTRY)};
+#undef OP_ENTRY
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; ++i) {
+        const size_t widest = widest_lookup(ops[i].op);
+        CHECK(t, widest <= CLATTN_TUNING_PARAMS_MAX, "%s's lookup may take %zu bytes, past %d",
+              ops[i].name, widest, CLATTN_TUNING_PARAMS_MAX);
+        if (!ops[i].op->has_default) continue; /* (gemm: no row on a device without one) */
+        char params[CLATTN_TUNING_PARAMS_MAX];
+        CHECK_OK(
+            t, clattn_tuning_lookup(device_of(t), ops[i].name, CLATTN_F32, params, sizeof params));
+        CHECK_OK(t, clattn_tuning_override(ops[i].name, params)); /* an answer is an override */
+        clattn_tuning_override(ops[i].name, NULL);
+    }
+}
+
 static const test_case cases[] = {
     {"every_row_is_complete", every_row_is_complete},
+    {"every_lookup_fits_the_documented_buffer", every_lookup_fits_the_documented_buffer},
     {"typed_rows_and_build_options", typed_rows_and_build_options, TAG_HOST},
     {"lookup_reflects_overrides", lookup_reflects_overrides, TAG_HOST},
     {"malformed_overrides_are_errors", malformed_overrides_are_errors},

@@ -32,14 +32,16 @@ int tune_workspace(tune_case *c, size_t bytes) {
     return err == CL_SUCCESS ? CLATTN_SUCCESS : err;
 }
 
-void tune_format(const clattn__tuning_op *spec, const long *values, char *text, size_t capacity) {
+bool tune_format(const clattn__tuning_op *spec, const long *values, char *text, size_t capacity) {
     size_t used = 0;
     text[0] = '\0';
-    for (int i = 0; i < spec->count && used < capacity; ++i) {
+    for (int i = 0; i < spec->count; ++i) {
         int n = snprintf(text + used, capacity - used, "%s%s=%ld", i ? "," : "", spec->params[i],
                          values[i]);
-        used += n > 0 ? (size_t)n : 0;
+        if (n < 0 || (size_t)n >= capacity - used) return false;
+        used += (size_t)n;
     }
+    return true;
 }
 
 int tune_run_with(void *run, cl_command_queue queue) {

@@ -122,7 +122,8 @@ static int parse_args(int argc, char **argv, tune_args *a) {
  * parameters prints its best commented out (no row: CLBlast keeps its database). */
 static void print_row(const tune_space *space, const tune_result *r, const char *device,
                       const char *key) {
-    char start[256] = "CLBlast's own parameters", best[256];
+    char start[CLATTN_TUNING_PARAMS_MAX] = "CLBlast's own parameters",
+         best[CLATTN_TUNING_PARAMS_MAX];
     if (r->start_known) tune_format(space->spec, r->start, start, sizeof start);
     tune_format(space->spec, r->best, best, sizeof best);
     const bool no_gain = r->ratio >= TUNE_MARGIN, keep = r->start_known && no_gain;

@@ -99,7 +99,7 @@ typedef struct search {
     tune_case cases[TUNE_MAX_CASES];
     int count;
     const char *start; /* the start row's text; NULL: none (CLBlast's own parameters) */
-    char start_text[256];
+    char start_text[CLATTN_TUNING_PARAMS_MAX];
     bench_ceilings ceilings;           /* sequential spaces: the FMA kernel timed beside */
     double start_norm[TUNE_MAX_CASES]; /* sequential spaces: the start's normalized time */
     tune_result *result;
@@ -149,7 +149,7 @@ static int time_ratio(search *s, const char *params, int repeats, double *ratio,
 /* Checks and times one candidate; a better one becomes the best. */
 static int try_candidate(search *s, const long *values) {
     const char *op = s->space->spec->name;
-    char params[256], why[256] = "";
+    char params[CLATTN_TUNING_PARAMS_MAX], why[256] = "";
     tune_format(s->space->spec, values, params, sizeof params);
     FILE *log = s->settings->log;
     bool ok = false;
@@ -267,7 +267,7 @@ int tune_search(clattn_env *env, const tune_space *space, const tune_settings *s
         status = run_stage(&s, space->stages[i]);
     /* the winner's gain, timed again with twice the calls: the search's own figure favours
      * whichever candidate the noise flattered */
-    char best[256];
+    char best[CLATTN_TUNING_PARAMS_MAX];
     tune_format(space->spec, out->best, best, sizeof best);
     if (status == CLATTN_SUCCESS)
         status = time_ratio(&s, best, 2 * settings->repeats, &out->ratio, out->case_ratio);

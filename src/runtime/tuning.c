@@ -218,7 +218,7 @@ static int parse_params(const clattn__tuning_op *op, const char *text, size_t le
 /* ---- overrides ---- */
 
 static pthread_mutex_t override_lock = PTHREAD_MUTEX_INITIALIZER;
-static char overrides[sizeof ops / sizeof ops[0]][256];
+static char overrides[sizeof ops / sizeof ops[0]][CLATTN_TUNING_PARAMS_MAX]; /* (a lookup's) */
 
 int clattn_tuning_override(const char *op_name, const char *params) {
     clattn__clear_error();
