@@ -6,7 +6,9 @@
  * causal masking; the peer differentiates matmul -> masked_fill -> softmax -> matmul (or SDPA
  * where torch has it). The memory row runs a length whose scores would not fit, and reports
  * the scratch; the cross row attends many queries to a few keys (a diffusion model's 64 x 64
- * latents to 77 text tokens), where the keys pass has few groups; the bias row adds a
+ * latents to 77 text tokens), where the keys pass has few groups, and the gqa row the same with
+ * the 8 query heads sharing one kv head (multi-query attention), fewer groups yet; the bias row
+ * adds a
  * learned bias shared by the batches ([1,H,S,S], as T5's and Swin's relative position biases)
  * and asks for its gradient, as PyTorch's autograd computes it too. The forward runs once,
  * untimed, for out and lse.
@@ -26,11 +28,16 @@ typedef struct backward_case {
                      * ..._bias, or linear_attention_backward[_causal] */
     int64_t b, h, s, d;
     clattn_attention_path path; /* attention: fused, or the composed (GEMM) path */
-    int64_t sk;                 /* keys, where not s (the cross row) */
+    int64_t sk;                 /* keys, where not s (the cross and gqa rows) */
+    int64_t hkv;                /* kv heads, where not h (the gqa row) */
 } backward_case;
 
 static int64_t keys_of(const backward_case *c) {
     return c->sk ? c->sk : c->s;
+}
+
+static int64_t kv_heads_of(const backward_case *c) {
+    return c->hkv ? c->hkv : c->h;
 }
 
 /* q, k, v, dout, then the forward's out, then the gradients dq, dk, dv */
@@ -76,7 +83,8 @@ static int alloc_case(clattn_env *env, const backward_case *c, backward_ctx *x) 
     x->c = c;
     x->mask.causal = is_causal(c);
     x->options.path = c->path;
-    const int64_t rows[4] = {c->b, c->h, c->s, c->d}, keys[4] = {c->b, c->h, keys_of(c), c->d};
+    const int64_t rows[4] = {c->b, c->h, c->s, c->d};
+    const int64_t keys[4] = {c->b, kv_heads_of(c), keys_of(c), c->d};
     const int64_t lse_shape[4] = {1, c->b, c->h, c->s};
     int status = CLATTN_SUCCESS;
     for (int i = 0; i < TENSORS && status == CLATTN_SUCCESS; ++i) {
@@ -129,8 +137,9 @@ static void free_case(backward_ctx *x) {
 static void reference_dq_row(const backward_ctx *x, int64_t bh, int64_t i, double *w, double *dq) {
     const backward_case *c = x->c;
     const int64_t d = c->d, keys = x->mask.causal ? i + 1 : keys_of(c);
+    const int64_t bhk = bh / c->h * kv_heads_of(c) + bh % c->h / (c->h / kv_heads_of(c));
     const float *q = x->host[Q] + (bh * c->s + i) * d, *dout = x->host[DOUT] + (bh * c->s + i) * d;
-    const float *k = x->host[K] + bh * keys_of(c) * d, *v = x->host[V] + bh * keys_of(c) * d;
+    const float *k = x->host[K] + bhk * keys_of(c) * d, *v = x->host[V] + bhk * keys_of(c) * d;
     const double scale = 1.0 / sqrt((double)d);
     double top = -INFINITY, sum = 0, delta = 0;
     for (int64_t j = 0; j < keys; ++j) {
@@ -151,13 +160,14 @@ static void reference_dq_row(const backward_ctx *x, int64_t bh, int64_t i, doubl
             dq[e] += scale * w[2 * j] * (w[2 * j + 1] - delta) * k[j * d + e];
 }
 
-/* The whole gradients of one head against tests/ref.c's float64 reference (O(S^2 D)). */
-static bool check_head(const backward_ctx *x, int64_t bh, const float *const got[3],
+/* The whole gradients of one kv head (bhk, of all the batches' kv heads) and its query heads
+ * against tests/ref.c's float64 reference (O(heads S^2 D)). */
+static bool check_head(const backward_ctx *x, int64_t bhk, const float *const got[3],
                        bench_report *report) {
     const backward_case *c = x->c;
-    const int64_t sk = keys_of(c);
-    const size_t n[3] = {(size_t)(c->s * c->d), (size_t)(sk * c->d), (size_t)(sk * c->d)};
-    const size_t at[3] = {(size_t)bh * n[0], (size_t)bh * n[1], (size_t)bh * n[2]};
+    const int64_t sk = keys_of(c), group = c->h / kv_heads_of(c);
+    const size_t n[3] = {(size_t)(group * c->s * c->d), (size_t)(sk * c->d), (size_t)(sk * c->d)};
+    const size_t at[3] = {(size_t)bhk * n[0], (size_t)bhk * n[1], (size_t)bhk * n[2]};
     double *want[3] = {malloc(n[0] * 8), malloc(n[1] * 8), malloc(n[2] * 8)};
     const ref_mask mask = {.causal = x->mask.causal};
     const ref_linear linear = {1, 1, 1, c->s, sk, c->d, c->d, CLATTN_FEATURE_ELU1, 1e-6, &mask};
@@ -168,7 +178,7 @@ static bool check_head(const backward_ctx *x, int64_t bh, const float *const got
         ok = ref_linear_attention_backward(&linear, in[0], in[1], in[2], in[3], want[0], want[1],
                                            want[2]);
     else if (ok)
-        ok = ref_attention_backward(in[0], in[1], in[2], in[3], 1, 1, 1, c->s, sk, c->d, c->d,
+        ok = ref_attention_backward(in[0], in[1], in[2], in[3], 1, group, 1, c->s, sk, c->d, c->d,
                                     1.0 / sqrt((double)c->d), &mask, want[0], want[1], want[2],
                                     NULL);
     static const char *const names[3] = {"dq", "dk", "dv"};
@@ -252,8 +262,8 @@ static int check_backward(void *p, clattn_env *env, bench_report *report, bool *
             *ok = bench_close(report, "dq", row * (size_t)c->d + (size_t)e,
                               got[0][row * (size_t)c->d + (size_t)e], want[e], 1.0, CLATTN_F32);
     }
-    if (*ok && c->s * keys_of(c) <= 2048 * 2048)
-        *ok = check_head(x, c->b * c->h - 1, (const float *const *)got, report);
+    if (*ok && c->h / kv_heads_of(c) * c->s * keys_of(c) <= 2048 * 2048)
+        *ok = check_head(x, c->b * kv_heads_of(c) - 1, (const float *const *)got, report);
     for (int g = 0; g < 3; ++g) free(got[g]);
     free(w), free(want);
     return status;
@@ -264,13 +274,14 @@ static const char *case_op(const void *cases, int i) {
 }
 
 /* The peer's key: the memory row runs no peer (its scores would need 8 GiB); the cross row's
- * dims are B,H,Sq,Sk,D. */
+ * dims are B,H,Sq,Sk,D, the gqa row's B,H,Hkv,Sq,Sk,D. */
 static void case_key(const void *cases, int i, char *key, size_t capacity) {
     const backward_case *c = (const backward_case *)cases + i;
-    char keys[24] = "";
+    char kv[24] = "", keys[24] = "";
+    if (c->hkv) snprintf(kv, sizeof kv, "%lld,", (long long)c->hkv);
     if (c->sk) snprintf(keys, sizeof keys, "%lld,", (long long)c->sk);
-    snprintf(key, capacity, "%s f32 %lld,%lld,%lld,%s%lld", c->op, (long long)c->b, (long long)c->h,
-             (long long)c->s, keys, (long long)c->d);
+    snprintf(key, capacity, "%s f32 %lld,%lld,%s%lld,%s%lld", c->op, (long long)c->b,
+             (long long)c->h, kv, (long long)c->s, keys, (long long)c->d);
 }
 
 static int measure(const bench_options *opt, clattn_env *env, bench_ceilings *ceilings,
@@ -286,8 +297,13 @@ static int measure(const bench_options *opt, clattn_env *env, bench_ceilings *ce
         snprintf(length, sizeof length, "Sq=%lld Sk=%lld", (long long)c->s, (long long)c->sk);
     else
         snprintf(length, sizeof length, "S=%lld", (long long)c->s);
-    snprintf(shape, sizeof shape, "B=%lld H=%lld %s D=%lld%s", (long long)c->b, (long long)c->h,
-             length, (long long)c->d,
+    char heads[48];
+    if (c->hkv)
+        snprintf(heads, sizeof heads, "Hq=%lld Hkv=%lld", (long long)c->h, (long long)c->hkv);
+    else
+        snprintf(heads, sizeof heads, "H=%lld", (long long)c->h);
+    snprintf(shape, sizeof shape, "B=%lld %s %s D=%lld%s", (long long)c->b, heads, length,
+             (long long)c->d,
              !is_causal(c)  ? ""
              : is_linear(c) ? " causal"
                             : " causal(flops/2)");
@@ -320,16 +336,17 @@ int bench_attention_backward(const bench_options *opt, clattn_env *env, bench_ce
     const int64_t long_s = opt->quick ? 2048 : 16384;
     const clattn_attention_path fused = CLATTN_PATH_FUSED, composed = CLATTN_PATH_COMPOSED;
     const backward_case cases[] = {
-        {"attention_backward", b, 8, s, 64, fused, 0},
-        {"attention_backward", b, 8, s, 64, composed, 0},
-        {"attention_backward_causal", b, 8, s, 64, fused, 0},
-        {"attention_backward_memory", 1, 8, long_s, 64, fused, 0},
-        {"attention_backward_cross", opt->quick ? 1 : 2, 8, opt->quick ? 1024 : 4096, 64, fused,
-         77},
-        {"attention_backward_bias", b, 8, s, 64, fused, 0},
-        {"linear_attention_backward", b, 8, s, 64, fused, 0},
-        {"linear_attention_backward_causal", b, 8, s, 64, fused, 0},
-        {"linear_attention_backward_causal", b, 8, opt->quick ? 512 : 4096, 64, fused, 0},
+        {"attention_backward", b, 8, s, 64, fused, 0, 0},
+        {"attention_backward", b, 8, s, 64, composed, 0, 0},
+        {"attention_backward_causal", b, 8, s, 64, fused, 0, 0},
+        {"attention_backward_memory", 1, 8, long_s, 64, fused, 0, 0},
+        {"attention_backward_cross", opt->quick ? 1 : 2, 8, opt->quick ? 1024 : 4096, 64, fused, 77,
+         0},
+        {"attention_backward_gqa", 1, 8, opt->quick ? 1024 : 4096, 64, fused, 77, 1},
+        {"attention_backward_bias", b, 8, s, 64, fused, 0, 0},
+        {"linear_attention_backward", b, 8, s, 64, fused, 0, 0},
+        {"linear_attention_backward_causal", b, 8, s, 64, fused, 0, 0},
+        {"linear_attention_backward_causal", b, 8, opt->quick ? 512 : 4096, 64, fused, 0, 0},
     };
     const bench_family family = {sizeof cases / sizeof cases[0], case_op, case_key, measure};
     return bench_run_family(opt, env, ceilings, report, &family, cases);

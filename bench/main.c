@@ -25,7 +25,7 @@ static void usage(FILE *out) {
                  "        softmax_masked | attention | attention_causal | attention_memory |\n"
                  "        attention_decode | attention_backward | attention_backward_causal |\n"
                  "        attention_backward_memory | attention_backward_cross |\n"
-                 "        attention_backward_bias |\n"
+                 "        attention_backward_gqa | attention_backward_bias |\n"
                  "        linear_attention_backward |\n"
                  "        linear_attention_backward_causal |\n"
                  "        linear_attention | linear_attention_causal | linear_step |\n"

@@ -16,12 +16,15 @@
  *                     never read.
  *   backward_pack     K and V in tiles of VEC keys, d-major (tile[d][lane], as attention.cl's
  *                     pack), 0 past the batch's key length.
- *   backward_keys     a work-item per tile of VEC keys of one (batch, kv head), the keys along
- *                     the vector lanes: dK and dV are HEAD_DIM + VALUE_DIM vectors of VEC keys.
- *                     It walks the query heads of its group and their queries BM at a time;
- *                     each score, dP, dV and dK update is a full-width vector FMA that
- *                     broadcasts one element of q or dO, and no sum is horizontal. No atomics:
- *                     every gradient element has one writer and a fixed summation order.
+ *   backward_keys     a work-item per tile of VEC keys of one (batch, kv head) and row split,
+ *                     the keys along the vector lanes: dK and dV are HEAD_DIM + VALUE_DIM
+ *                     vectors of VEC keys. It walks the query heads of its group and their
+ *                     queries BM at a time (its split's run of them); each score, dP, dV and dK
+ *                     update is a full-width vector FMA that broadcasts one element of q or
+ *                     dO, and no sum is horizontal. No atomics: every gradient element has one
+ *                     writer and a fixed summation order.
+ *   backward_keys_merge  (ROW_SPLITS > 1) a work-item per element of dK and dV: the sum of
+ *                     the row splits' partials, in split order.
  *   backward_queries  a work-item per BM queries of one (batch, query head): a tile's scores
  *                     and dP as vectors of VEC keys (as above), then dQ += dS K along the head
  *                     dim, K row by row.
@@ -39,8 +42,8 @@
  *
  * Build options: Q_T, K_T, V_T, O_T (out), DO_T (dout), DQ_T, DK_T, DV_T, DB_T (dbias),
  * HEAD_DIM, VALUE_DIM, VEC (keys a tile, and head-dim lanes: it divides both head dims), BM,
- * SPLITS, HAS_DBIAS, DBIAS_MODE (Bias), IDX and the mask's; TILED, and with it SLICES, BLK,
- * GROUP_MAX and ROW_SPLITS (Tiles).
+ * SPLITS, ROW_SPLITS, HAS_DBIAS, DBIAS_MODE (Bias), IDX and the mask's; TILED, and with it
+ * SLICES, BLK and GROUP_MAX (Tiles).
  */
 #ifndef CLATTN_COMMON_CL
 #include "common.cl"
@@ -64,9 +67,9 @@
 #ifndef SPLITS
 #define SPLITS 1
 #endif
-/* Splits of the query rows in the tiles keys pass (1: none): each group takes one run of the
- * row blocks of its kv head's query heads and writes its partial dK and dV to `part`;
- * backward_keys_merge sums them in split order. */
+/* Splits of the query rows in the keys pass (1: none): each work-item (tiles: group) takes one
+ * run of the row blocks of its kv head's query heads and writes its partial dK and dV to
+ * `part`; backward_keys_merge sums them in split order. */
 #ifndef ROW_SPLITS
 #define ROW_SPLITS 1
 #endif
@@ -294,17 +297,17 @@ inline int bias_replica(int n0, int n1, int Hkv, int splits, int b, int hk, int 
 /* The same for a tile of KEY_LANES keys from key j0 of row i (the lanes kernels): (1) key by key
  * up to Sk, (2) as one vector in the padded replica row. */
 #if DBIAS_MODE == 1
-#define BIAS_PUT_TILE(b, h, hk, i, j0, terms)                                                      \
+#define BIAS_PUT_TILE(b, h, hk, split, i, j0, terms)                                               \
     do {                                                                                           \
         float lanes_[KEY_LANES];                                                                   \
         STORE_KEYS(terms, 0, lanes_);                                                              \
         for (int e_ = 0; e_ < KEY_LANES && (j0) + e_ < Sk; ++e_)                                   \
-            BIAS_PUT(b, h, hk, 0, i, (j0) + e_, lanes_[e_]);                                       \
+            BIAS_PUT(b, h, hk, split, i, (j0) + e_, lanes_[e_]);                                   \
     } while (0)
 #else
-#define BIAS_PUT_TILE(b, h, hk, i, j0, terms)                                                      \
+#define BIAS_PUT_TILE(b, h, hk, split, i, j0, terms)                                               \
     do {                                                                                           \
-        __global float *at_ = BIAS_PARTIAL(b, h, hk, 0, i, j0);                                    \
+        __global float *at_ = BIAS_PARTIAL(b, h, hk, split, i, j0);                                \
         STORE_KEYS(LOAD_KEYS(0, at_) + (terms), 0, at_);                                           \
     } while (0)
 #endif
@@ -313,89 +316,106 @@ inline int bias_replica(int n0, int n1, int Hkv, int splits, int b, int hk, int 
 #endif
 
 #if !TILED
+/* The lanes of `lanes` (key j0 + e in lane e) into element c of their keys' rows of p (dk, dv),
+ * or (split rows) into element `at` of this split's partial (dK, dV) rows, which
+ * backward_keys_merge sums. Expects backward_keys' names in scope. */
+#if ROW_SPLITS > 1
+#define PUT_KEY_GRADS(T, p, c, at)                                                                 \
+    for (int e = 0; e < VEC && j0 + e < Sk; ++e)                                                   \
+    part[part_off +                                                                                \
+         (((IDX)bhk * (IDX)Sk + (IDX)(j0 + e)) * ROW_SPLITS + split) * (HEAD_DIM + VALUE_DIM) +    \
+         (at)] = lanes[e]
+#else
+#define PUT_KEY_GRADS(T, p, c, at)                                                                 \
+    for (int e = 0; e < VEC && j0 + e < Sk; ++e)                                                   \
+    CAT(store_, T)(p, AT(p, b, hk, j0 + e, c), lanes[e])
+#endif
+
 __kernel void backward_keys(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(DO_T, dout), OUT_PARAMS(DK_T, dk),
                             OUT_PARAMS(DV_T, dv), __global const float *stats,
                             __global const float *packed, IDX pack_off, int B, int Hq, int Hkv,
-                            int Sq, int Sk, MASK_PARAMS KEYS_BIAS_PARAMS) {
+                            int Sq, int Sk, __global float *part, IDX part_off, int chunk,
+                            MASK_PARAMS KEYS_BIAS_PARAMS) {
     const int tiles = (Sk + VEC - 1) / VEC;
     const int item = (int)get_global_id(0);
-    if (item >= B * Hkv * tiles) return;
-    const int tile = item % tiles, bhk = item / tiles, hk = bhk % Hkv, b = bhk / Hkv;
+    if (item >= B * Hkv * tiles * ROW_SPLITS) return;
+    const int split = item % ROW_SPLITS, unit = item / ROW_SPLITS;
+    const int tile = unit % tiles, bhk = unit / tiles, hk = bhk % Hkv, b = bhk / Hkv;
     const int j0 = tile * VEC, group = Hq / Hkv;
-    __global const float *kt = packed + pack_off + (IDX)item * K_TILE;
+    __global const float *kt = packed + pack_off + (IDX)unit * K_TILE;
     __global const float *vt = packed + pack_off + (IDX)B * Hkv * tiles * K_TILE +
-                               (IDX)item * V_TILE;
+                               (IDX)unit * V_TILE;
+    /* the row blocks of the group's query heads, head by head, and the split's run of them */
+    const int blocks = (Sq + BM - 1) / BM, runs = group * blocks;
+    const int per = (runs + ROW_SPLITS - 1) / ROW_SPLITS, u_end = min(split * per + per, runs);
     MASK_PACK(p);
 
     keys_t gk[HEAD_DIM], gv[VALUE_DIM];
     for (int d = 0; d < HEAD_DIM; ++d) gk[d] = 0.0f;
     for (int e = 0; e < VALUE_DIM; ++e) gv[e] = 0.0f;
-    for (int h = hk * group; h < hk * group + group; ++h)
-        for (int i0 = 0; i0 < Sq; i0 += BM) {
-            mask_row r[BM];
-            float lse[BM], delta[BM];
-            bool live[BM], any = false;
-            UNROLL for (int t = 0; t < BM; ++t) {
-                live[t] = row_start(&p, stats, b, h, i0 + t, Hq, Sq, Sk, &r[t], &lse[t],
-                                    &delta[t]) &&
-                          j0 < r[t].hi && j0 + VEC > r[t].lo;
-                any = any || live[t];
-            }
-            if (!any) {
-#if BIAS_STORES
-                UNROLL for (int t = 0; t < BM; ++t) {
-                    if (i0 + t < Sq) BIAS_PUT_TILE(b, h, hk, i0 + t, j0, (keys_t)0.0f);
-                }
-#endif
-                continue;
-            }
-            float qs[BM][HEAD_DIM], dos[BM][VALUE_DIM];
-            UNROLL for (int t = 0; t < BM; ++t) LOAD_QUERY_ROWS(t, i0 + t, live[t]);
-            keys_t s[BM], dp[BM], pr[BM], gs[BM];
-            TILE_PRODUCTS(kt, vt);
-            UNROLL for (int t = 0; t < BM; ++t) {
-                const keys_t x =
-                    live[t] ? tile_mask(&p, &r[t], j0, Sk, s[t]) : (keys_t)(-INFINITY);
-                pr[t] = tile_weights(x, lse[t]);
-                gs[t] = tile_grad(&p, s[t], pr[t], dp[t], delta[t]);
-            }
-#if BIAS_STORES
-            UNROLL for (int t = 0; t < BM; ++t) {
-                if (i0 + t < Sq)
-                    BIAS_PUT_TILE(b, h, hk, i0 + t, j0, BIAS_TERM(pr[t], dp[t], delta[t]));
-            }
-#elif DBIAS_MODE == 2
-            keys_t rows_sum = 0.0f; /* n2 = 1: the block's rows, one element */
-            UNROLL for (int t = 0; t < BM; ++t) {
-                const keys_t term = BIAS_TERM(pr[t], dp[t], delta[t]);
-                if (n2 > 1 && live[t]) BIAS_PUT_TILE(b, h, hk, i0 + t, j0, term);
-                rows_sum += term;
-            }
-            if (n2 == 1) BIAS_PUT_TILE(b, h, hk, 0, j0, rows_sum);
-#endif
-            for (int e = 0; e < VALUE_DIM; ++e) {
-                keys_t acc = gv[e];
-                UNROLL for (int t = 0; t < BM; ++t) acc = fma((keys_t)dos[t][e], pr[t], acc);
-                gv[e] = acc;
-            }
-            for (int d = 0; d < HEAD_DIM; ++d) {
-                keys_t acc = gk[d];
-                UNROLL for (int t = 0; t < BM; ++t) acc = fma((keys_t)qs[t][d], gs[t], acc);
-                gk[d] = acc;
-            }
+    for (int u = split * per; u < u_end; ++u) {
+        const int h = hk * group + u / blocks, i0 = u % blocks * BM;
+        mask_row r[BM];
+        float lse[BM], delta[BM];
+        bool live[BM], any = false;
+        UNROLL for (int t = 0; t < BM; ++t) {
+            live[t] =
+                row_start(&p, stats, b, h, i0 + t, Hq, Sq, Sk, &r[t], &lse[t], &delta[t]) &&
+                j0 < r[t].hi && j0 + VEC > r[t].lo;
+            any = any || live[t];
         }
+        if (!any) {
+#if BIAS_STORES
+            UNROLL for (int t = 0; t < BM; ++t) {
+                if (i0 + t < Sq) BIAS_PUT_TILE(b, h, hk, split, i0 + t, j0, (keys_t)0.0f);
+            }
+#endif
+            continue;
+        }
+        float qs[BM][HEAD_DIM], dos[BM][VALUE_DIM];
+        UNROLL for (int t = 0; t < BM; ++t) LOAD_QUERY_ROWS(t, i0 + t, live[t]);
+        keys_t s[BM], dp[BM], pr[BM], gs[BM];
+        TILE_PRODUCTS(kt, vt);
+        UNROLL for (int t = 0; t < BM; ++t) {
+            const keys_t x = live[t] ? tile_mask(&p, &r[t], j0, Sk, s[t]) : (keys_t)(-INFINITY);
+            pr[t] = tile_weights(x, lse[t]);
+            gs[t] = tile_grad(&p, s[t], pr[t], dp[t], delta[t]);
+        }
+#if BIAS_STORES
+        UNROLL for (int t = 0; t < BM; ++t) {
+            if (i0 + t < Sq)
+                BIAS_PUT_TILE(b, h, hk, split, i0 + t, j0, BIAS_TERM(pr[t], dp[t], delta[t]));
+        }
+#elif DBIAS_MODE == 2
+        keys_t rows_sum = 0.0f; /* n2 = 1: the block's rows, one element */
+        UNROLL for (int t = 0; t < BM; ++t) {
+            const keys_t term = BIAS_TERM(pr[t], dp[t], delta[t]);
+            if (n2 > 1 && live[t]) BIAS_PUT_TILE(b, h, hk, split, i0 + t, j0, term);
+            rows_sum += term;
+        }
+        if (n2 == 1) BIAS_PUT_TILE(b, h, hk, split, 0, j0, rows_sum);
+#endif
+        for (int e = 0; e < VALUE_DIM; ++e) {
+            keys_t acc = gv[e];
+            UNROLL for (int t = 0; t < BM; ++t) acc = fma((keys_t)dos[t][e], pr[t], acc);
+            gv[e] = acc;
+        }
+        for (int d = 0; d < HEAD_DIM; ++d) {
+            keys_t acc = gk[d];
+            UNROLL for (int t = 0; t < BM; ++t) acc = fma((keys_t)qs[t][d], gs[t], acc);
+            gk[d] = acc;
+        }
+    }
 
     /* lane e of each vector is key j0 + e */
     float lanes[VEC];
     for (int d = 0; d < HEAD_DIM; ++d) {
         STORE_KEYS(gk[d], 0, lanes);
-        for (int e = 0; e < VEC && j0 + e < Sk; ++e)
-            CAT(store_, DK_T)(dk, AT(dk, b, hk, j0 + e, d), lanes[e]);
+        PUT_KEY_GRADS(DK_T, dk, d, d);
     }
     for (int c = 0; c < VALUE_DIM; ++c) {
         STORE_KEYS(gv[c], 0, lanes);
-        for (int e = 0; e < VEC && j0 + e < Sk; ++e)
-            CAT(store_, DV_T)(dv, AT(dv, b, hk, j0 + e, c), lanes[e]);
+        PUT_KEY_GRADS(DV_T, dv, c, HEAD_DIM + c);
     }
 }
 
@@ -693,24 +713,6 @@ __kernel void backward_keys_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
 #endif
 }
 
-#if ROW_SPLITS > 1
-__kernel void backward_keys_merge(__global const float *part, IDX part_off,
-                                  OUT_PARAMS(DK_T, dk), OUT_PARAMS(DV_T, dv), int B, int Hkv,
-                                  int Sk) {
-    const size_t item = get_global_id(0);
-    if (item >= (size_t)B * Hkv * Sk * (HEAD_DIM + VALUE_DIM)) return;
-    const int d = (int)(item % (HEAD_DIM + VALUE_DIM)), row = (int)(item / (HEAD_DIM + VALUE_DIM));
-    const int j = row % Sk, bhk = row / Sk, hk = bhk % Hkv, b = bhk / Hkv;
-    __global const float *at =
-        part + part_off + (IDX)row * ROW_SPLITS * (HEAD_DIM + VALUE_DIM) + (IDX)d;
-    float sum = 0.0f;
-    for (int s = 0; s < ROW_SPLITS; ++s) sum += at[(IDX)s * (HEAD_DIM + VALUE_DIM)];
-    if (d < HEAD_DIM)
-        CAT(store_, DK_T)(dk, AT(dk, b, hk, j, d), sum);
-    else
-        CAT(store_, DV_T)(dv, AT(dv, b, hk, j, d - HEAD_DIM), sum);
-}
-#endif
 
 __kernel void backward_queries_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
                                      TENSOR_PARAMS(V_T, v), TENSOR_PARAMS(DO_T, dout),
@@ -767,6 +769,27 @@ __kernel void backward_queries_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k
 #endif
 }
 #endif /* TILED */
+
+/* (split rows, either keys pass) a work-item per element of dK and dV: the sum of the row
+ * splits' partials, in split order. */
+#if ROW_SPLITS > 1
+__kernel void backward_keys_merge(__global const float *part, IDX part_off,
+                                  OUT_PARAMS(DK_T, dk), OUT_PARAMS(DV_T, dv), int B, int Hkv,
+                                  int Sk) {
+    const size_t item = get_global_id(0);
+    if (item >= (size_t)B * Hkv * Sk * (HEAD_DIM + VALUE_DIM)) return;
+    const int d = (int)(item % (HEAD_DIM + VALUE_DIM)), row = (int)(item / (HEAD_DIM + VALUE_DIM));
+    const int j = row % Sk, bhk = row / Sk, hk = bhk % Hkv, b = bhk / Hkv;
+    __global const float *at =
+        part + part_off + (IDX)row * ROW_SPLITS * (HEAD_DIM + VALUE_DIM) + (IDX)d;
+    float sum = 0.0f;
+    for (int s = 0; s < ROW_SPLITS; ++s) sum += at[(IDX)s * (HEAD_DIM + VALUE_DIM)];
+    if (d < HEAD_DIM)
+        CAT(store_, DK_T)(dk, AT(dk, b, hk, j, d), sum);
+    else
+        CAT(store_, DV_T)(dv, AT(dv, b, hk, j, d - HEAD_DIM), sum);
+}
+#endif
 
 #if SPLITS > 1
 __kernel void backward_merge(__global const float *part, IDX part_off, OUT_PARAMS(DQ_T, dq),

@@ -513,10 +513,12 @@ typedef struct clattn_attention_backward_options {
  * A query row whose lse is -inf (it saw no key) or NaN adds nothing to any gradient and gets
  * dq 0; a key no query sees gets dk and dv 0. Invisible positions (masked, past the lengths)
  * never reach a gradient, whatever q, k, v, dout or the bias hold there. No atomics: two runs
- * give the same bits. Few queries against many keys split the keys, as the forward does.
+ * give the same bits. Few queries against many keys split the keys, as the forward does, and
+ * few keys against many queries split the query rows.
  * Scratch (fused): 8 bytes per query row, K and V as f32 tiles, and with split keys a partial
- * dq per split; with a dbias broadcast over batches or heads, f32 copies of it (one per batch
- * and kv head it is broadcast over, and per row split for a bias one row along the queries).
+ * dq per split, with split rows a partial dk and dv per split; with a dbias broadcast over
+ * batches or heads, f32 copies of it (one per batch and kv head it is broadcast over, and per
+ * row split for a bias one row along the queries).
  * Statuses: those of clattn_attention_ex, plus CLATTN_ERR_INVALID_ARGUMENT for dbias without a
  * bias, CLATTN_ERR_SHAPE_MISMATCH for a gradient or lse of another shape, CLATTN_ERR_ALIASING
  * for an output that overlaps any other tensor of the call. */

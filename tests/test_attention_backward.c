@@ -881,42 +881,66 @@ static void tiles_kernels_in_small_groups(test_ctx *t) {
     clattn_tuning_override("attention", NULL);
 }
 
-/* The keys pass with its rows split (forced: runs of whole blocks), which a GPU takes for few
- * keys against many queries: groups of 24 (6 keys, Sk=23 leaving 5), blocks of 3 rows, two
- * query heads a kv head of 11 rows each (4 blocks, so 8 runs a group), under causality from the
- * bottom, a keep mask and the query lengths: 3 splits (runs of 3, 3 and 2 blocks) in f32, and 8
- * (a block each) in f16 storage (the merge rounds each sum once) with the queries pass's keys
- * split too (both partials in one region of the workspace, one after the other). Each puts a
- * dbias together across the splits: shared by the batches (a replica a batch, each of its
- * elements in one split), a key bias (a replica a split too), and one of the scores' shape
- * (stored straight into dbias, zeros where a split skips a block) in 4 splits. A smoke test: it
- * builds every GPU kernel of the backward (the rusticl lane's only run of them). */
-static void tiles_kernels_with_split_rows(test_ctx *t) {
-    if (skipped_under_uninit_checker(t)) return;
+/* One forced row split of the keys pass: the splits, the queries pass's key splits (-1: the
+ * plan's), the storage and the bias whose gradient is put together across the splits. */
+typedef struct split_rows_case {
+    int row_splits, key_splits;
+    clattn_dtype dt;
+    int bias;
+} split_rows_case;
+
+/* Runs each case under the family's `params` (B=2, Hq=4, Hkv=2, 11 and 5 query rows, Sk=23,
+ * D=16, Dv=8; causal from the bottom, a keep mask), checking that the keys merge ran. */
+static void check_split_rows(test_ctx *t, const char *params, const split_rows_case *cases,
+                             size_t count) {
     static const int32_t qlen[2] = {11, 5};
-    static const struct {
-        int row_splits, key_splits;
-        clattn_dtype dt;
-        int bias;
-    } cases[] = {{3, -1, CLATTN_F32, BIAS_HEADS},
-                 {8, 2, CLATTN_F16, BIAS_KEYS},
-                 {4, -1, CLATTN_F32, BIAS_FULL}};
-    CHECK_OK(
-        t, clattn_tuning_override("attention", "BWD_TILES=1,BWD_GROUP=24,BWD_SLICE=4,BWD_BLOCK=3"));
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0] && !t->failed; ++i) {
+    CHECK_OK(t, clattn_tuning_override("attention", params));
+    for (size_t i = 0; i < count && !t->failed; ++i) {
         clattn__hook_set(CLATTN__HOOK_ROW_SPLITS, cases[i].row_splits);
         clattn__hook_set(CLATTN__HOOK_ATTENTION_SPLITS, cases[i].key_splits);
         bw_spec s = spec(2, 4, 2, 11, 23, 16);
         s.Dv = 8, s.dt = cases[i].dt, s.qlen = qlen, s.bias = cases[i].bias;
         s.causal = 1, s.bottom_right = 1, s.keep = 1;
-        char what[64];
-        snprintf(what, sizeof what, "%d row splits, %d key splits, %s", cases[i].row_splits,
-                 cases[i].key_splits, clattn_dtype_name(cases[i].dt));
+        char what[96];
+        snprintf(what, sizeof what, "%s: %d row splits, %d key splits, %s", params,
+                 cases[i].row_splits, cases[i].key_splits, clattn_dtype_name(cases[i].dt));
         check_spec_ran(t, &s, what, "backward_keys_merge");
     }
     clattn__hook_set(CLATTN__HOOK_ATTENTION_SPLITS, -1);
     clattn__hook_set(CLATTN__HOOK_ROW_SPLITS, -1);
     clattn_tuning_override("attention", NULL);
+}
+
+/* The keys pass with its rows split (forced: runs of whole blocks), which a GPU takes for few
+ * keys against many queries: groups of 24 (6 keys, Sk=23 leaving 5), blocks of 3 rows, two
+ * query heads a kv head of 11 rows each (4 blocks, so 8 runs a group): 3 splits (runs of 3, 3
+ * and 2 blocks) in f32, and 8 (a block each) in f16 storage (the merge rounds each sum once)
+ * with the queries pass's keys split too (both partials in one region of the workspace, one
+ * after the other). Each puts a dbias together across the splits: shared by the batches (a
+ * replica a batch, each of its elements in one split), a key bias (a replica a split too), and
+ * one of the scores' shape (stored straight into dbias, zeros where a split skips a block) in 4
+ * splits. A smoke test: it builds every GPU kernel of the backward (the rusticl lane's only run
+ * of them). */
+static void tiles_kernels_with_split_rows(test_ctx *t) {
+    if (skipped_under_uninit_checker(t)) return;
+    static const split_rows_case cases[] = {{3, -1, CLATTN_F32, BIAS_HEADS},
+                                            {8, 2, CLATTN_F16, BIAS_KEYS},
+                                            {4, -1, CLATTN_F32, BIAS_FULL}};
+    check_split_rows(t, "BWD_TILES=1,BWD_GROUP=24,BWD_SLICE=4,BWD_BLOCK=3", cases,
+                     sizeof cases / sizeof cases[0]);
+}
+
+/* The lanes kernels' keys pass with its rows split (forced), which a CPU of many cores takes for
+ * few key tiles against many queries: blocks of BM=4 rows, so 3 a query head and 6 runs a kv
+ * head: 4 splits (runs of 2, 2, 2 and 0 blocks: a split with no rows writes zeros) in f32, and
+ * 6 (a block each) in f16 storage with the queries pass's keys split too, each putting a dbias
+ * together across the splits as above. */
+static void lanes_kernels_with_split_rows(test_ctx *t) {
+    if (skipped_under_uninit_checker(t)) return;
+    static const split_rows_case cases[] = {{4, -1, CLATTN_F32, BIAS_HEADS},
+                                            {6, 2, CLATTN_F16, BIAS_KEYS},
+                                            {3, -1, CLATTN_F32, BIAS_FULL}};
+    check_split_rows(t, "BWD_TILES=0,BM=4", cases, sizeof cases / sizeof cases[0]);
 }
 
 /* Garbage (NaN, Inf, 1e30) wherever no query looks (q and dout past the query lengths, k and v
@@ -1149,15 +1173,16 @@ static void tiles_kernels_plan_longest_first(test_ctx *t) {
     clattn_tuning_override("attention", NULL);
 }
 
-/* The row splits the backward plans for its keys tiles: a launch of fewer key groups than
- * SPLIT_TARGET a compute unit splits its rows into as many runs as make up for that, of at least
- * SPLIT_MIN rows and at most 128; a hooked split at most a run a block; none where the key
- * groups fill the device, the rows are too few, or the lanes kernels run. Groups of 24 take 6
- * keys (4 slices of D=16, Dv=8; 4 in the small-groups lane's groups of 16), so 16 keys are 3 (4)
- * groups a kv head, and 65536 keys over 10000; 8 query heads of 4096 rows are 256 runs of 128
- * rows, 16 of 2048. Planned only. */
-static void tiles_kernels_plan_row_splits(test_ctx *t) {
+/* The row splits the backward plans for its keys pass: a launch of fewer key groups (lanes: key
+ * tiles) than SPLIT_TARGET a compute unit splits its rows into as many runs as make up for that,
+ * of at least SPLIT_MIN rows and at most 128; a hooked split at most a run a block; none where
+ * the key groups fill the device or the rows are too few. Groups of 24 take 6 keys (4 slices of
+ * D=16, Dv=8; 4 in the small-groups lane's groups of 16), so 16 keys are 3 (4) groups a kv head,
+ * and 65536 keys over 10000; 8 query heads of 4096 rows are 256 runs of 128 rows, 16 of 2048;
+ * the lanes kernels' tiles hold 4 or 16 keys, so 4 keys are one. Planned only. */
+static void keys_pass_plans_row_splits(test_ctx *t) {
     static const char tiles[] = "BWD_TILES=1,BWD_GROUP=24,BWD_SLICE=4,BWD_BLOCK=3,";
+    static const char rows_min[] = "BWD_SPLIT_MIN=0,"; /* (the CPU rows' 1024: as SPLIT_MIN) */
     cl_uint units = 1;
     clGetDeviceInfo(clattn_env_device(t->env), CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units,
                     NULL);
@@ -1172,14 +1197,18 @@ static void tiles_kernels_plan_row_splits(test_ctx *t) {
         {"SPLIT_TARGET=8,SPLIT_MIN=128", 1, 100, 16, -1, 1},     /* too few rows */
         {"SPLIT_TARGET=8,SPLIT_MIN=128", 8, 4096, 65536, -1, 1}, /* the key groups fill it */
         {"SPLIT_TARGET=8,SPLIT_MIN=128", 1, 100, 16, 1000, 34},  /* hooked: 34 blocks of 3 */
-        {"SPLIT_TARGET=8,BWD_TILES=0", 8, 4096, 16, 4, 1},       /* the lanes kernels */
+        {"SPLIT_TARGET=8,BWD_TILES=0", 8, 4096, 16, 4, 4},       /* the lanes kernels */
+        {"SPLIT_TARGET=8,BWD_SPLIT_MIN=2048,BWD_TILES=0", 8, 4096, 4, -1, -16},
+        {"SPLIT_TARGET=8,BWD_SPLIT_MIN=4096,SPLIT_MIN=32,BWD_TILES=0", 1, 2048, 4, -1, 1},
+        {"SPLIT_TARGET=8,BWD_TILES=0", 8, 4096, 65536, -1, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0] && !t->failed; ++i) {
         if (cases[i].Sk > 16 && units * 8 > 10000) continue; /* (no such device yet) */
         const int64_t dims[7] = {1, cases[i].Hq, 1, cases[i].Sq, cases[i].Sk, 16, 8};
         const bool tiled = strstr(cases[i].params, "BWD_TILES=0") == NULL;
-        char params[128];
-        snprintf(params, sizeof params, "%s%s", tiled ? tiles : "", cases[i].params);
+        char params[160];
+        snprintf(params, sizeof params, "%s%s%s", tiled ? tiles : "",
+                 strstr(cases[i].params, "BWD_SPLIT_MIN") ? "" : rows_min, cases[i].params);
         clattn__backward_plan plan = {0};
         int status = clattn_tuning_override("attention", params);
         clattn__hook_set(CLATTN__HOOK_ROW_SPLITS, cases[i].hooked);
@@ -1190,8 +1219,8 @@ static void tiles_kernels_plan_row_splits(test_ctx *t) {
             break;
         }
         int64_t want = cases[i].splits;
-        if (want <= 0 && plan.slices > 0 && plan.group >= plan.slices) {
-            const int64_t keys = plan.group / plan.slices;
+        if (want <= 0 && (!tiled || (plan.slices > 0 && plan.group >= plan.slices))) {
+            const int64_t keys = tiled ? plan.group / plan.slices : cases[i].Sk;
             const int64_t groups = (cases[i].Sk + keys - 1) / keys;
             want = ((int64_t)units * 8 + groups - 1) / groups;
             if (want > -cases[i].splits) want = -cases[i].splits;
@@ -1210,8 +1239,8 @@ static void tiles_kernels_plan_row_splits(test_ctx *t) {
  * broadcast over and per row split where an element's rows may fall in several; a bias whose
  * rows the query heads of a kv head share splits no rows (its replicas would be its size a
  * split); one value along the keys: nothing. B=2, Hq=4, Hkv=2, 11 rows in blocks of 3 (8 runs a
- * kv head), 3 row splits hooked. Planned only. */
-static void tiles_kernels_plan_bias(test_ctx *t) {
+ * kv head; the lanes kernels' blocks of BM=4: 6), 3 row splits hooked. Planned only. */
+static void keys_pass_plans_bias(test_ctx *t) {
     static const struct {
         int64_t n[4], Sq;
         int tiled, mode, replicas, row_splits;
@@ -1223,14 +1252,15 @@ static void tiles_kernels_plan_bias(test_ctx *t) {
         {{1, 1, 11, 23}, 11, 1, 2, 4, 1}, /* rows shared by a kv head's query heads */
         {{2, 1, 11, 1}, 11, 1, 0, 0, 3},  /* one value along the keys */
         {{2, 4, 1, 23}, 1, 1, 1, 0, 2},   /* one row (a run a head): each element one pair's */
-        {{2, 1, 1, 23}, 11, 0, 2, 2, 1},  /* the lanes kernels: no splits */
+        {{2, 1, 1, 23}, 11, 0, 2, 6, 3},  /* the lanes kernels: a key bias, splits too */
+        {{1, 1, 11, 23}, 11, 0, 2, 4, 1}, /* the lanes kernels: rows shared, no splits */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0] && !t->failed; ++i) {
         const int64_t dims[7] = {2, 4, 2, cases[i].Sq, 23, 16, 8};
         clattn__backward_plan plan = {0};
         int status = clattn_tuning_override(
-            "attention",
-            cases[i].tiled ? "BWD_TILES=1,BWD_GROUP=24,BWD_SLICE=4,BWD_BLOCK=3" : "BWD_TILES=0");
+            "attention", cases[i].tiled ? "BWD_TILES=1,BWD_GROUP=24,BWD_SLICE=4,BWD_BLOCK=3"
+                                        : "BWD_TILES=0,BM=4");
         clattn__hook_set(CLATTN__HOOK_ROW_SPLITS, 3);
         if (status == CLATTN_SUCCESS) status = plan_for(t, dims, NULL, cases[i].n, &plan);
         CHECK_OK(t, status);
@@ -1304,7 +1334,7 @@ static void tiles_kernels_blocks_of_one_row_under_a_keep_mask(test_ctx *t) {
  * mask part, and the launch: the lanes kernels at random LANES and BM, or the tiles kernels in
  * random groups, slices and blocks, a third of them under a random local-memory cap, so that the
  * plan's every narrowing and fallback runs; a third with the keys split 2 to 4 ways, a third
- * (of the tiles') with the keys pass's rows split 2 to 8 ways. A seventh of
+ * with the keys pass's rows split 2 to 8 ways (either family). A seventh of
  * CLATTN_FUZZ_N cases (28, 10 with CLATTN_TEST_SMALL: 4 and 2; at least 2: each builds its own
  * programs, seconds on PoCL), from CLATTN_FUZZ_SEED (1); a failure names its case's seed and
  * launch. */
@@ -1756,10 +1786,11 @@ static const test_case cases[] = {
     {"tiles_kernels_give_the_gradients", tiles_kernels_give_the_gradients},
     {"tiles_kernels_in_small_groups", tiles_kernels_in_small_groups},
     {"tiles_kernels_with_split_rows", tiles_kernels_with_split_rows, TAG_SMOKE},
+    {"lanes_kernels_with_split_rows", lanes_kernels_with_split_rows},
     {"tiles_kernels_in_longest_first_order", tiles_kernels_in_longest_first_order},
     {"tiles_kernels_plan_longest_first", tiles_kernels_plan_longest_first},
-    {"tiles_kernels_plan_row_splits", tiles_kernels_plan_row_splits},
-    {"tiles_kernels_plan_bias", tiles_kernels_plan_bias},
+    {"keys_pass_plans_row_splits", keys_pass_plans_row_splits},
+    {"keys_pass_plans_bias", keys_pass_plans_bias},
     {"tiles_kernels_blocks_of_one_row_under_a_keep_mask",
      tiles_kernels_blocks_of_one_row_under_a_keep_mask},
     {"fused_gradients_of_random_cases", fused_gradients_of_random_cases},

@@ -152,6 +152,19 @@ def attention_backward_cross(dtype, b, h, sq, sk, d):
     return _attention_backward(dtype, b, h, sq, d, False, sk)
 
 
+def attention_backward_gqa(dtype, b, h, hkv, sq, sk, d):
+    """hkv kv heads, each shared by h / hkv query heads: autograd sums their gradients."""
+    q = torch.randn(b, h, sq, d).to(dtype).requires_grad_()
+    k, v = (torch.randn(b, hkv, sk, d).to(dtype).requires_grad_() for _ in range(2))
+    dout = torch.randn(b, h, sq, d).to(dtype)
+    kk, vv = (t.repeat_interleave(h // hkv, dim=1) for t in (k, v))
+    if SDPA is not None:
+        out = SDPA(q, kk, vv)
+    else:
+        out = torch.softmax((q @ kk.transpose(-1, -2)) * d ** -0.5, -1) @ vv
+    return lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+
+
 def attention_backward_bias(dtype, b, h, s, d):
     return _attention_backward(dtype, b, h, s, d, False, with_bias=True)
 
@@ -257,6 +270,7 @@ OPS = {
     "attention_backward": attention_backward,
     "attention_backward_causal": attention_backward_causal,
     "attention_backward_cross": attention_backward_cross,
+    "attention_backward_gqa": attention_backward_gqa,
     "attention_backward_bias": attention_backward_bias,
     "linear_attention": linear_attention,
     "linear_attention_causal": linear_attention_causal,

@@ -1,8 +1,8 @@
 /*
  * The gradients of fused attention (cl/attention_backward.cl): validation, the launch, and the
- * chain of kernels: rows (D_i), pack (K and V in key tiles), keys (dK, dV), queries (dQ); on
- * GPUs (BWD_TILES=1) rows, keys_tiles (and keys_merge where it splits its rows) and
- * queries_tiles. dbias, when asked, is put together by the keys pass (plan_bias): stored into
+ * chain of kernels: rows (D_i), pack (K and V in key tiles), keys (dK, dV; and keys_merge where
+ * it splits its rows), queries (dQ); on GPUs (BWD_TILES=1) rows, keys_tiles (and keys_merge)
+ * and queries_tiles. dbias, when asked, is put together by the keys pass (plan_bias): stored into
  * dbias, or added into replicas between a clear before it and a merge after the rest; a bias
  * one value along the keys gets a merge of nothing, zeros.
  */
@@ -37,7 +37,7 @@ typedef struct backward_launch {
     bool tiled;
     int slices, block, group_max;   /* the tiles kernels' */
     int splits, chunk;              /* the keys in `splits` chunks of `chunk` (1: unsplit) */
-    int row_splits;                 /* the keys tiles' runs of row blocks (1: unsplit) */
+    int row_splits;                 /* the keys pass's runs of row blocks (1: unsplit) */
     int bias_mode;                  /* cl/attention_backward.cl's DBIAS_MODE */
     int bias_replicas, bias_splits; /* DBIAS_MODE 2: dbias's f32 replicas, of them per row split */
     int order;                      /* the queries tiles' groups' order (cl/mask.cl's unit_place;
@@ -173,13 +173,14 @@ static void pick_splits(backward_launch *l, const clattn__attention_tuning *t, c
     l->splits = (int)((Sk + chunk - 1) / chunk);
 }
 
-/* The tiles keys pass has a group per group / slices keys of each (batch, kv head), each walking
- * the rows of the kv head's query heads: with fewer than SPLIT_TARGET such groups per compute
- * unit (few keys against many queries, as in cross-attention to a short text, or many query
- * heads a kv head), the rows are cut into runs of whole blocks, at least SPLIT_MIN rows each but
- * the last (a forced split: at least one block each), and a merge sums the partial dK and dV.
- * The lanes kernels (CPUs) do not split their rows, and nor does a launch whose dbias has rows
- * that a kv head's query heads share (plan_bias: its replicas would be the bias's size a split). */
+/* The keys pass has a group (tiles: per group / slices keys; lanes: a work-item per tile of
+ * keys) per key tile of each (batch, kv head), each walking the rows of the kv head's query
+ * heads: with fewer than SPLIT_TARGET such groups per compute unit (few keys against many
+ * queries, as in cross-attention to a short text, or many query heads a kv head), the rows are
+ * cut into runs of whole blocks (tiles: `block` rows; lanes: BM), at least BWD_SPLIT_MIN
+ * (0: SPLIT_MIN) rows each but the last (a forced split: at least one block each), and a merge
+ * sums the partial dK and dV. A launch whose dbias has rows that a kv head's query heads share does
+ * not split (plan_bias: its replicas would be the bias's size a split). */
 static bool bias_rows_shared_by_heads(const backward_args *a) {
     const int64_t *n = a->dbias ? a->dbias->shape : NULL;
     return n && n[3] > 1 && n[2] > 1 && n[1] == 1 && a->q->shape[1] != a->k->shape[1];
@@ -188,10 +189,11 @@ static void pick_row_splits(backward_launch *l, const clattn__attention_tuning *
                             cl_device_id device, const backward_args *a) {
     const int64_t groups = a->k->shape[0] * a->k->shape[1] * (int64_t)l->tiles;
     const int64_t heads = a->q->shape[1] / a->k->shape[1], Sq = a->q->shape[2];
-    const int64_t runs = heads * ((Sq + l->block - 1) / l->block); /* row blocks a group walks */
+    const int64_t block = l->tiled ? l->block : l->bm;
+    const int64_t runs = heads * ((Sq + block - 1) / block); /* row blocks a group walks */
     const int64_t want =
         ((int64_t)clattn__device_compute_units(device) * t->SPLIT_TARGET + groups - 1) / groups;
-    const int64_t most = heads * Sq / t->SPLIT_MIN;
+    const int64_t most = heads * Sq / (t->BWD_SPLIT_MIN ? t->BWD_SPLIT_MIN : t->SPLIT_MIN);
     int64_t splits = want < most ? want : most;
     if (splits > BACKWARD_SPLIT_MAX) splits = BACKWARD_SPLIT_MAX;
     const int forced = clattn__hook_value(CLATTN__HOOK_ROW_SPLITS);
@@ -326,8 +328,8 @@ static int tiles_group_limit(const clattn__call *call, const backward_args *a,
 }
 
 /* The key groups (tiled) or tiles of one (batch, kv head), the query blocks of one (batch,
- * query head), then the queries pass's key splits, (tiled) the keys pass's row splits, and how
- * that pass adds up dbias. */
+ * query head), then the queries pass's key splits, the keys pass's row splits, and how that
+ * pass adds up dbias. */
 static void plan_blocks(backward_launch *l, const clattn__attention_tuning *t, cl_device_id device,
                         const backward_args *a) {
     const long per_tile = l->tiled ? l->group / l->slices : l->lanes;
@@ -335,8 +337,7 @@ static void plan_blocks(backward_launch *l, const clattn__attention_tuning *t, c
     l->tiles = (size_t)((a->k->shape[2] + per_tile - 1) / per_tile);
     l->query_blocks = (size_t)((a->q->shape[2] + per_block - 1) / per_block);
     pick_splits(l, t, device, a);
-    l->row_splits = 1;
-    if (l->tiled) pick_row_splits(l, t, device, a);
+    pick_row_splits(l, t, device, a);
     plan_bias(l, a);
 }
 
@@ -488,8 +489,8 @@ static bool queries_end_chain(const backward_launch *l) {
     return dq_ends_chain(l) && l->splits == 1;
 }
 
-/* The keys and queries kernels: four tensors, the scratch, the dims (and for the queries, the
- * split partials and chunk), the mask (and for the keys, dbias's). */
+/* The lanes keys and queries kernels: four tensors, the scratch, the dims, the split partials
+ * and chunk, the mask (and for the keys, dbias's). */
 static int run_tiles(const backward_step *s, cl_kernel kernel, const clattn_tensor *const views[4],
                      size_t items, bool last) {
     cl_uint arg = 0;
@@ -497,19 +498,20 @@ static int run_tiles(const backward_step *s, cl_kernel kernel, const clattn_tens
     int status = set_views(s, kernel, &arg, views, 4);
     if (status == CLATTN_SUCCESS)
         status = set_scratch_args(s, kernel, &arg, true, stats_floats(s->l));
-    if (status == CLATTN_SUCCESS) status = set_dims_and_mask(s, kernel, &arg, queries);
+    if (status == CLATTN_SUCCESS) status = set_dims_and_mask(s, kernel, &arg, true);
     if (status == CLATTN_SUCCESS && !queries) status = set_keys_bias_args(s, kernel, &arg);
     if (status == CLATTN_SUCCESS)
         status = clattn__enqueue_items(s->call, kernel, items, (size_t)s->l->group, s->prev, last);
     return status;
 }
 
-/* A work-item per key tile of each (batch, kv head). */
+/* A work-item per key tile of each (batch, kv head) and row split. */
 static int run_keys(const backward_step *s, cl_kernel kernel) {
     const backward_args *a = s->a;
     const clattn_tensor *views[4] = {a->q, a->dout, a->dk, a->dv};
-    return run_tiles(s, kernel, views, (size_t)(a->k->shape[0] * a->k->shape[1]) * s->l->tiles,
-                     false);
+    return run_tiles(
+        s, kernel, views,
+        (size_t)(a->k->shape[0] * a->k->shape[1]) * s->l->tiles * (size_t)s->l->row_splits, false);
 }
 
 /* A work-item per BM queries of each (batch, query head). */
@@ -660,6 +662,8 @@ static int enqueue_backward(const backward_args *a, const backward_launch *l,
     } else if (status == CLATTN_SUCCESS) {
         status = run_step(&s, "backward_pack", run_pack);
         if (status == CLATTN_SUCCESS) status = run_step(&s, "backward_keys", run_keys);
+        if (status == CLATTN_SUCCESS && l->row_splits > 1)
+            status = run_step(&s, "backward_keys_merge", run_keys_merge);
         if (status == CLATTN_SUCCESS) status = run_step(&s, "backward_queries", run_queries);
     }
     if (status == CLATTN_SUCCESS && l->splits > 1)

@@ -98,8 +98,9 @@
  * BWD_GROUP work-items (fewer where the device or the kernel takes fewer), each holding a key's or
  * a query's head dims in slices of at most BWD_SLICE (the fewest slices that divide both head dims
  * and allow it, else their greatest common divisor), the other side staged BWD_BLOCK rows at a time
- * (halved until the local memory holds it); SPLIT_TARGET and SPLIT_MIN split both tiles passes
- * (the queries' keys, the keys' query rows). Default: PoCL on AVX-512: blocks at 16 lanes (the
+ * (halved until the local memory holds it); SPLIT_TARGET and SPLIT_MIN split the queries pass's
+ * keys and the keys pass's query rows in either family, a row split keeping at least
+ * BWD_SPLIT_MIN rows (0: SPLIT_MIN). Default: PoCL on AVX-512: blocks at 16 lanes (the
  * tiles variant's one query per work-item ran far slower there), clattn-bench --op
  * attention_causal. */
 #define CLATTN__TUNING_ATTENTION(X)                                                                \
@@ -126,7 +127,8 @@
     X(BWD_TILES, 0, 0, 1, HOST)                                                                    \
     X(BWD_GROUP, 128, 1, 1024, HOST)                                                               \
     X(BWD_BLOCK, 16, 1, 64, HOST)                                                                  \
-    X(BWD_SLICE, 32, 1, 256, HOST)
+    X(BWD_SLICE, 32, 1, 256, HOST)                                                                 \
+    X(BWD_SPLIT_MIN, 0, 0, 1 << 20, HOST)
 
 /* Linear attention. LANES: head-dim vector width (narrowed at launch to divide the head dims);
  * ROWS: state rows per linear_states work-item, BM: queries per linear_outputs work-item, and
