@@ -700,9 +700,10 @@ static bool wide_backward_built(test_ctx *t) {
 /* Both kernel families with 64-bit indices (IDX=ulong), which a tensor, the scratch or dbias of
  * 2^31 elements or more takes: forced here at small sizes (the narrow-index limit at 0), with
  * each way of putting dbias together: replicas a batch (the lanes kernels; then a key bias with
- * the queries pass's keys in 2 splits), stored straight (the tiles kernels in 3 row splits),
- * and a key bias's replicas a row split. The wide build's index math, not past 2^31 itself:
- * that takes gigabytes (a_key_bias_past_2_31_pairs walks 2^31 pairs on 32-bit indices). */
+ * the queries pass's keys and the keys pass's rows in 2 splits, a replica a row split), stored
+ * straight (the tiles kernels in 3 row splits), and a key bias's replicas a row split. The wide
+ * build's index math, not past 2^31 itself: that takes gigabytes (a_key_bias_past_2_31_pairs
+ * walks 2^31 pairs on 32-bit indices). */
 static void gradients_with_64_bit_indices(test_ctx *t) {
     if (skipped_under_uninit_checker(t)) return;
     clattn_cache_clear(clattn_env_context(t->env));
@@ -711,9 +712,11 @@ static void gradients_with_64_bit_indices(test_ctx *t) {
     s.causal = 1, s.bottom_right = 1, s.keep = 1, s.bias = BIAS_HEADS;
     check_spec(t, &s, "lanes kernels, a bias shared by the batches");
     clattn__hook_set(CLATTN__HOOK_ATTENTION_SPLITS, 2);
+    clattn__hook_set(CLATTN__HOOK_ROW_SPLITS, 2);
     s = spec(2, 4, 2, 3, 61, 16);
     s.causal = 1, s.bias = BIAS_KEYS;
-    check_spec(t, &s, "lanes kernels, 2 key splits, a key bias");
+    check_spec_ran(t, &s, "lanes kernels, 2 key splits, 2 row splits, a key bias",
+                   "backward_keys_merge");
     CHECK_OK(
         t, clattn_tuning_override("attention", "BWD_TILES=1,BWD_GROUP=24,BWD_SLICE=4,BWD_BLOCK=3"));
     clattn__hook_set(CLATTN__HOOK_ROW_SPLITS, 3);
