@@ -41,8 +41,8 @@
  *   attention_mma     f16/bf16 prefill on NVIDIA's matrix units (cl/mma.cl), f32 on its tf32
  *                     unit as three products a product (3xTF32), and
  *   attention_units   the same on the subgroup tile of any vendor's: described at each kernel.
- *   attention_merge   with SPLITS > 1 (decoding: few queries, long keys; attention_mma with
- *                     UNIT_SPLIT), a kernel above takes one of SPLITS chunks of the keys per
+ *   attention_merge   with SPLIT (decoding: few queries, long keys; attention_mma with
+ *                     UNIT_SPLIT), a kernel above takes one of `splits` chunks of the keys per
  *                     work-item or group and writes a partial (max, sum, acc) to scratch; this
  *                     kernel merges the partials by their log-sum-exp.
  *
@@ -52,7 +52,7 @@
  *
  * Build options: Q_T, K_T, V_T, O_T, LSE_T (f32|f16|bf16), HAS_LSE, HEAD_DIM, VALUE_DIM, VEC
  * (head-dim lanes), BM, BN (blocks), TK (tiles, micro), MQ, MK, ROWS (micro), ALIGNED (keys,
- * tiles: K and V rows start VEC-aligned), SPLITS, IDX,
+ * tiles: K and V rows start VEC-aligned), SPLIT, IDX,
  * EMPTY_NAN, the mask's, and VARIANT (0 blocks, 1 tiles, 2 keys, 3 lanes with its pack, 4
  * micro, 5 mma, 6 units; their MMA_* options at each): the one variant kernel the program
  * holds, beside the merge. A device then compiles only the variants its calls run (the lanes
@@ -81,10 +81,18 @@
 #ifndef TK
 #define TK 16
 #endif
-/* Splits of the key axis (1: none): each work-item (blocks) or group (tiles, keys, micro, mma)
- * takes one chunk of `chunk` keys and writes a partial result, and attention_merge combines
- * them. */
-#ifndef SPLITS
+/* Splits of the key axis (SPLIT 1): each work-item (blocks) or group (tiles, keys, micro, mma)
+ * takes one of `splits` chunks of `chunk` keys and writes a partial result, and attention_merge
+ * combines them. The count and the chunk are arguments, not build options, so that every count
+ * shares one program: a decoding loop's growing cache changes the count every few hundred
+ * keys, and each count built a program of its own (on PoCL 0.65 s each, eight of them from 16
+ * to 4096 keys). */
+#ifndef SPLIT
+#define SPLIT 0
+#endif
+#if SPLIT
+#define SPLITS splits
+#else
 #define SPLITS 1
 #endif
 /* attention_keys: the most keys one group takes, and the largest group it is launched with */
@@ -112,8 +120,8 @@
 #define LSE_PARAMS
 #endif
 
-#if SPLITS > 1
-#define PART_PARAMS , __global float *part, int chunk
+#if SPLIT
+#define PART_PARAMS , __global float *part, int chunk, int splits
 /* Keys outside the work-item's split are hidden. */
 #define CLIP_TO_SPLIT(r, split) mask_row_clip(&(r), (split)*chunk, (split)*chunk + chunk)
 #else
@@ -156,7 +164,7 @@
         at_[1] = (l);                                                                              \
         for (int c = 0; c < LANES(VALUE_DIM); ++c) STORE_PART_LANES(at_ + 2, c, (acc)[c]);         \
     } while (0)
-#if SPLITS > 1
+#if SPLIT
 #define STORE_RESULT STORE_PARTIAL
 #else
 #define STORE_RESULT STORE_QUERY_ROW
@@ -475,7 +483,7 @@ __kernel void attention_keys(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSO
             if (scores[jj] != 0.0f)
                 acc = fma(scores[jj], CAT(load_, V_T)(v, AT(v, b, hk, first + jj, e)), acc);
 #endif
-#if SPLITS > 1
+#if SPLIT
         __global float *at = part + ((IDX)row * SPLITS + split) * (VALUE_DIM + 2);
         at[2 + e] = acc;
         if (e == 0) at[0] = nan_seen ? NAN : m, at[1] = l;
@@ -1005,7 +1013,7 @@ MMA_INLINE void mma_mask(const mask_params *p, int b, int h, const int rows[MMA_
     }
     UNROLL for (int a = 0; a < MMA_ROWS; ++a) {
         mask_row r = mma_row_mask(p, b, h, rows[a], Sq, Sk);
-#if SPLITS > 1
+#if SPLIT
         mask_row_clip(&r, split_keys.x, split_keys.y);
 #endif
         const int mt = a / 2, lower = a % 2; /* row g or g + 8 of m-tile mt */
@@ -1233,7 +1241,7 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
     const int2 at = unit_place((int)get_group_id(0) / SPLITS, blocks, B * Hq, order);
     const int bh = at.x, h = bh % Hq, b = bh / Hq, hk = h / (Hq / Hkv);
     const mma_matrix qm = MMA_MATRIX(q, b, h), km = MMA_MATRIX(k, b, hk), vm = MMA_MATRIX(v, b, hk);
-#if SPLITS > 1
+#if SPLIT
     const int2 split_keys = (int2)(split * chunk, split * chunk + chunk);
 #else
     const int2 split_keys = (int2)(0, Sk);
@@ -1245,7 +1253,7 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
     UNROLL for (int a = 0; a < MMA_ROWS; ++a) {
         rows[a] = at.y * MMA_BQ + warp * MMA_WQ + mma_lane_row(a);
         mask_row r = mma_row_mask(&p, b, h, rows[a], Sq, Sk);
-#if SPLITS > 1
+#if SPLIT
         mask_row_clip(&r, split_keys.x, split_keys.y);
 #endif
         if (r.lo < r.hi) lo = min(lo, r.lo), hi = max(hi, r.hi);
@@ -1311,7 +1319,7 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
     UNROLL for (int a = 0; a < MMA_ROWS; ++a) {
         const int i = rows[a];
         if (i >= Sq) continue;
-#if SPLITS > 1
+#if SPLIT
         /* the split's share for attention_merge: its max (NaN for a NaN row), sum and outputs */
         __global float *at = part + ((IDX)(bh * Sq + i) * SPLITS + split) * (VALUE_DIM + 2);
         if (t == 0) at[0] = isnan(l[a]) ? NAN : m[a], at[1] = l[a];
@@ -1720,7 +1728,7 @@ __kernel void attention_micro(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENS
         for (int t = 0; t < COLS; ++t) total += red[t][ty + a * rows];
         if (i >= Sq) continue;
         const bool nan_row = isnan(total);
-#if SPLITS > 1
+#if SPLIT
         __global float *at = part + ((IDX)(bh * Sq + i) * SPLITS + split) * (VALUE_DIM + 2);
         if (tx == 0) at[0] = nan_row ? NAN : m[a], at[1] = total;
         for (int c = 0; c < MD; ++c)
@@ -1740,12 +1748,12 @@ __kernel void attention_micro(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENS
 }
 #endif /* BUILDS(4) */
 
-#if SPLITS > 1
-/* out[b, h, i, e] (and lse once per row) from the SPLITS partial results of row (b, h, i): each
+#if SPLIT
+/* out[b, h, i, e] (and lse once per row) from the `splits` partial results of row (b, h, i): each
  * split's share is rescaled by exp(m_s - max m). A work-item per output element. */
 __kernel void attention_merge(__global const float *part, __global CAT(storage_, O_T) * o,
                               IDX o_off, IDX o_s0, IDX o_s1, IDX o_s2, IDX o_s3, int B, int Hq,
-                              int Sq LSE_PARAMS) {
+                              int Sq, int splits LSE_PARAMS) {
     const size_t item = get_global_id(0);
     if (item >= (size_t)B * Hq * Sq * VALUE_DIM) return;
     const int e = (int)(item % VALUE_DIM), row = (int)(item / VALUE_DIM);

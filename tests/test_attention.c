@@ -1273,6 +1273,30 @@ static void split_keys_equal_the_plain_path(test_ctx *t) {
     }
 }
 
+/* Every count of key splits shares one program (the count and the chunk are kernel arguments):
+ * a decoding loop whose cache grows changes the count every few hundred keys, and each count
+ * once built a program of its own. One decoding case (the blocks kernel, which CPUs decode
+ * with) in 2, 3, 5 and 7 splits, each against the reference; after the first, nothing built. */
+static void split_counts_share_one_program(test_ctx *t) {
+    if (test_under_uninit_checker())
+        return test_skip(t, "split keys are checked without --uninitialized");
+    at_spec s = base(1, 4, 2, 1, 160, 64);
+    s.lse = 1;
+    static const int counts[] = {2, 3, 5, 7};
+    size_t first = 0, builds = 0;
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0] && !t->failed; ++i) {
+        clattn__hook_set(CLATTN__HOOK_ATTENTION_SPLITS, counts[i]);
+        char what[48];
+        snprintf(what, sizeof what, "decoding, %d splits", counts[i]);
+        check_case_on(t, &s, CLATTN__ATTENTION_BLOCKS, what);
+        clattn_cache_stats(NULL, &builds, NULL);
+        if (i == 0) first = builds;
+    }
+    clattn__hook_set(CLATTN__HOOK_ATTENTION_SPLITS, -1);
+    CHECK(t, builds == first, "%zu programs built for the split counts after the first",
+          builds - first);
+}
+
 static const test_case cases[] = {
     {"head_dims_and_lengths", head_dims_and_lengths},
     {"gqa_and_mqa", gqa_and_mqa},
@@ -1296,6 +1320,7 @@ static const test_case cases[] = {
     {"composed_converts_any_layout", composed_converts_any_layout},
     {"fused_equals_composed", fused_equals_composed},
     {"split_keys_equal_the_plain_path", split_keys_equal_the_plain_path},
+    {"split_counts_share_one_program", split_counts_share_one_program},
     {"longest_groups_first_give_the_same_bits", longest_groups_first_give_the_same_bits},
     {"causal_launches_plan_longest_first", causal_launches_plan_longest_first},
 };

@@ -184,6 +184,8 @@ static int set_attention_args(cl_kernel kernel, const attention_args *a, bool wi
         status = clattn__set_buffer_arg(kernel, arg++, workspace);
     if (status == CLATTN_SUCCESS && l->splits > 1)
         status = clattn__set_int_arg(kernel, arg++, l->chunk);
+    if (status == CLATTN_SUCCESS && l->splits > 1)
+        status = clattn__set_int_arg(kernel, arg++, l->splits);
     if (status == CLATTN_SUCCESS && l->variant == CLATTN__ATTENTION_LANES)
         status = clattn__set_buffer_arg(kernel, arg++, workspace);
     if (status == CLATTN_SUCCESS && l->variant == CLATTN__ATTENTION_LANES)
@@ -425,7 +427,7 @@ static void attention_options(const attention_args *a, const attention_launch *l
     clattn__define_int(options, size, &used, "VALUE_DIM", a->v->shape[3]);
     clattn__define_str(options, size, &used, "IDX", wide ? "ulong" : "uint");
     clattn__define_int(options, size, &used, "EMPTY_NAN", a->mask.empty_rows_nan);
-    clattn__define_int(options, size, &used, "SPLITS", l->splits);
+    clattn__define_int(options, size, &used, "SPLIT", l->splits > 1); /* (the count: an arg) */
     clattn__define_int(options, size, &used, "VARIANT", l->variant);
     clattn__define_int(options, size, &used, "ALIGNED", kv_rows_aligned(a, l, device));
     clattn__attention_tuning_options(&l->t, options, size);
@@ -585,7 +587,7 @@ static int enqueue_pack(const attention_args *a, const attention_launch *l,
 
 /* The merge of a split launch's partials: a work-item per output element, after `*prev`. */
 static int enqueue_merge(const attention_args *a, const clattn__call *call, cl_mem part, bool wide,
-                         const char *options, cl_event *prev) {
+                         const char *options, int splits, cl_event *prev) {
     cl_kernel kernel = NULL;
     int status = clattn__create_kernel(call->context, call->device, "attention.cl", options,
                                        "attention_merge", &kernel);
@@ -595,6 +597,7 @@ static int enqueue_merge(const attention_args *a, const clattn__call *call, cl_m
     if (status == CLATTN_SUCCESS) status = clattn__set_view_args(kernel, &arg, a->out, 0, wide);
     for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
         status = clattn__set_int_arg(kernel, arg++, dims[i]);
+    if (status == CLATTN_SUCCESS) status = clattn__set_int_arg(kernel, arg++, splits);
     if (status == CLATTN_SUCCESS && a->lse)
         status = clattn__set_view_args(kernel, &arg, a->lse, 1, wide);
     const size_t elements =
@@ -651,7 +654,7 @@ static int enqueue_attention(const attention_args *a, const attention_launch *la
                                           l.splits <= 1);
     }
     if (status == CLATTN_SUCCESS && l.splits > 1)
-        status = enqueue_merge(a, call, workspace, wide, options, &prev);
+        status = enqueue_merge(a, call, workspace, wide, options, l.splits, &prev);
     if (prev) clReleaseEvent(prev);
     clattn__release_kernel(kernel);
     return status;
