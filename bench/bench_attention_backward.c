@@ -40,6 +40,11 @@ static int64_t kv_heads_of(const backward_case *c) {
     return c->hkv ? c->hkv : c->h;
 }
 
+/* The query heads a kv head serves. */
+static int64_t group_of(const backward_case *c) {
+    return c->h / kv_heads_of(c);
+}
+
 /* q, k, v, dout, then the forward's out, then the gradients dq, dk, dv */
 enum { Q, K, V, DOUT, OUT, DQ, DK, DV, TENSORS };
 
@@ -137,7 +142,7 @@ static void free_case(backward_ctx *x) {
 static void reference_dq_row(const backward_ctx *x, int64_t bh, int64_t i, double *w, double *dq) {
     const backward_case *c = x->c;
     const int64_t d = c->d, keys = x->mask.causal ? i + 1 : keys_of(c);
-    const int64_t bhk = bh / c->h * kv_heads_of(c) + bh % c->h / (c->h / kv_heads_of(c));
+    const int64_t bhk = bh / group_of(c);
     const float *q = x->host[Q] + (bh * c->s + i) * d, *dout = x->host[DOUT] + (bh * c->s + i) * d;
     const float *k = x->host[K] + bhk * keys_of(c) * d, *v = x->host[V] + bhk * keys_of(c) * d;
     const double scale = 1.0 / sqrt((double)d);
@@ -165,7 +170,7 @@ static void reference_dq_row(const backward_ctx *x, int64_t bh, int64_t i, doubl
 static bool check_head(const backward_ctx *x, int64_t bhk, const float *const got[3],
                        bench_report *report) {
     const backward_case *c = x->c;
-    const int64_t sk = keys_of(c), group = c->h / kv_heads_of(c);
+    const int64_t sk = keys_of(c), group = group_of(c);
     const size_t n[3] = {(size_t)(group * c->s * c->d), (size_t)(sk * c->d), (size_t)(sk * c->d)};
     const size_t at[3] = {(size_t)bhk * n[0], (size_t)bhk * n[1], (size_t)bhk * n[2]};
     double *want[3] = {malloc(n[0] * 8), malloc(n[1] * 8), malloc(n[2] * 8)};
@@ -262,7 +267,7 @@ static int check_backward(void *p, clattn_env *env, bench_report *report, bool *
             *ok = bench_close(report, "dq", row * (size_t)c->d + (size_t)e,
                               got[0][row * (size_t)c->d + (size_t)e], want[e], 1.0, CLATTN_F32);
     }
-    if (*ok && c->h / kv_heads_of(c) * c->s * keys_of(c) <= 2048 * 2048)
+    if (*ok && group_of(c) * c->s * keys_of(c) <= 2048 * 2048)
         *ok = check_head(x, c->b * kv_heads_of(c) - 1, (const float *const *)got, report);
     for (int g = 0; g < 3; ++g) free(got[g]);
     free(w), free(want);

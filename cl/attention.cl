@@ -904,7 +904,7 @@ MMA_INLINE mask_row mma_row_mask(const mask_params *p, int b, int h, int row, in
  * them afterwards to the outputs whose weight for them is not 0 (w * x is x's infinity or NaN
  * for any w > 0, so only the weight's being 0 matters): a hidden one changes no bit. A NaN score
  * makes its row's sum NaN, which is how the end finds NaN rows. Needs HEAD_DIM a multiple of 16
- * and VALUE_DIM of 8 (the host checks). With SPLITS, each group takes a chunk of the keys (the
+ * and VALUE_DIM of 8 (the host checks). With SPLIT, each group takes a chunk of the keys (the
  * rows' masks clipped to it) and leaves its rows' shares for attention_merge. */
 #define MMA_MT    (MMA_WQ / 16)           /* m-tiles a warp */
 #define MMA_ROWS  (2 * MMA_MT)            /* rows a lane: row a is g + 8 (a % 2) of m-tile a / 2 */
@@ -999,7 +999,7 @@ MMA_INLINE void mma_scores(const __local uint *qt, const __local uint *kt,
 
 
 /* The tile's scores masked in place: the scale alone where each of the lane's rows sees the whole
- * tile plainly (`plain`), else key by key (-INFINITY outside a row's [lo, hi) and, with SPLITS,
+ * tile plainly (`plain`), else key by key (-INFINITY outside a row's [lo, hi) and, with SPLIT,
  * outside the group's split_keys), with the rows' masks made again here: kept from the start,
  * they held registers through every tile. */
 MMA_INLINE void mma_mask(const mask_params *p, int b, int h, const int rows[MMA_ROWS], int Sq,
@@ -1236,7 +1236,7 @@ attention_mma(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T, v
     __local uint *kt = (__local uint *)kt4, *vt = (__local uint *)vt4, *qt = (__local uint *)qt4;
     const int lid = (int)get_local_id(0), warp = lid / MMA_WARP;
     const int blocks = (Sq + MMA_BQ - 1) / MMA_BQ;
-    /* with SPLITS, SPLITS groups take a block's queries, each its chunk of the keys */
+    /* with SPLIT, `splits` groups take a block's queries, each its chunk of the keys */
     const int split = (int)get_group_id(0) % SPLITS;
     const int2 at = unit_place((int)get_group_id(0) / SPLITS, blocks, B * Hq, order);
     const int bh = at.x, h = bh % Hq, b = bh / Hq, hk = h / (Hq / Hkv);

@@ -334,7 +334,7 @@ inline int bias_replica(int n0, int n1, int Hkv, int splits, int b, int hk, int 
 __kernel void backward_keys(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(DO_T, dout), OUT_PARAMS(DK_T, dk),
                             OUT_PARAMS(DV_T, dv), __global const float *stats,
                             __global const float *packed, IDX pack_off, int B, int Hq, int Hkv,
-                            int Sq, int Sk, __global float *part, IDX part_off, int chunk,
+                            int Sq, int Sk, __global float *part, IDX part_off,
                             MASK_PARAMS KEYS_BIAS_PARAMS) {
     const int tiles = (Sk + VEC - 1) / VEC;
     const int item = (int)get_global_id(0);
@@ -712,7 +712,6 @@ __kernel void backward_keys_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
     STORE_SLICE(DV_T, dv, AT(dv, b, hk, j, cv * VEC), VALUE_DIM, gv);
 #endif
 }
-
 
 __kernel void backward_queries_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
                                      TENSOR_PARAMS(V_T, v), TENSOR_PARAMS(DO_T, dout),

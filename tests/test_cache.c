@@ -140,7 +140,8 @@ static clattn_tensor tracked_tensor(test_ctx *t, tracked_buffers *tracked, clatt
     if (buffer &&
         clSetMemObjectDestructorCallback(buffer, count_deletion, &tracked->deleted) != CL_SUCCESS)
         test_fail_at(t, __FILE__, __LINE__, "clSetMemObjectDestructorCallback failed");
-    if (buffer && tracked->count < 32) tracked->list[tracked->count++] = buffer;
+    const int capacity = (int)(sizeof tracked->list / sizeof tracked->list[0]);
+    if (buffer && tracked->count < capacity) tracked->list[tracked->count++] = buffer;
     return clattn_tensor_4d(buffer, dtype, d0, d1, d2, d3);
 }
 

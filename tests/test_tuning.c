@@ -309,9 +309,8 @@ static void gemm_rows_reach_clblast(test_ctx *t) {
 static size_t widest_lookup(const clattn__tuning_op *op) {
     size_t bytes = 1;
     for (int i = 0; i < op->count; ++i) {
-        char value[32];
-        const int low = snprintf(value, sizeof value, "%ld", op->min[i]);
-        const int high = snprintf(value, sizeof value, "%ld", op->max[i]);
+        const int low = snprintf(NULL, 0, "%ld", op->min[i]);
+        const int high = snprintf(NULL, 0, "%ld", op->max[i]);
         bytes += strlen(op->params[i]) + 2 + (size_t)(low > high ? low : high);
     }
     return bytes;
@@ -320,22 +319,20 @@ static size_t widest_lookup(const clattn__tuning_op *op) {
 /* CLATTN_TUNING_PARAMS_MAX bytes hold any op's lookup, whatever its values; the device's own
  * answer fits it too, and is an override the op takes back. */
 static void every_lookup_fits_the_documented_buffer(test_ctx *t) {
-#define OP_ENTRY(op, PARAMS, has_default) {#op, &clattn__tuning_##op},
-    static const struct {
-        const char *name;
-        const clattn__tuning_op *op;
-    } ops[] = {CLATTN__TUNING_OPS(OP_ENTRY)};
-#undef OP_ENTRY
-    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; ++i) {
-        const size_t widest = widest_lookup(ops[i].op);
+#define OP_ADDRESS(op, PARAMS, has_default) &clattn__tuning_##op,
+    static const clattn__tuning_op *const all_ops[] = {CLATTN__TUNING_OPS(OP_ADDRESS)};
+#undef OP_ADDRESS
+    for (size_t i = 0; i < sizeof all_ops / sizeof all_ops[0]; ++i) {
+        const clattn__tuning_op *op = all_ops[i];
+        const size_t widest = widest_lookup(op);
         CHECK(t, widest <= CLATTN_TUNING_PARAMS_MAX, "%s's lookup may take %zu bytes, past %d",
-              ops[i].name, widest, CLATTN_TUNING_PARAMS_MAX);
-        if (!ops[i].op->has_default) continue; /* (gemm: no row on a device without one) */
+              op->name, widest, CLATTN_TUNING_PARAMS_MAX);
+        if (!op->has_default) continue; /* (gemm: no row on a device without one) */
         char params[CLATTN_TUNING_PARAMS_MAX];
-        CHECK_OK(
-            t, clattn_tuning_lookup(device_of(t), ops[i].name, CLATTN_F32, params, sizeof params));
-        CHECK_OK(t, clattn_tuning_override(ops[i].name, params)); /* an answer is an override */
-        clattn_tuning_override(ops[i].name, NULL);
+        CHECK_OK(t,
+                 clattn_tuning_lookup(device_of(t), op->name, CLATTN_F32, params, sizeof params));
+        CHECK_OK(t, clattn_tuning_override(op->name, params)); /* an answer is an override */
+        clattn_tuning_override(op->name, NULL);
     }
 }
 

@@ -32,16 +32,18 @@ int tune_workspace(tune_case *c, size_t bytes) {
     return err == CL_SUCCESS ? CLATTN_SUCCESS : err;
 }
 
-bool tune_format(const clattn__tuning_op *spec, const long *values, char *text, size_t capacity) {
+void tune_format(const clattn__tuning_op *spec, const long *values, char *text, size_t capacity) {
     size_t used = 0;
     text[0] = '\0';
     for (int i = 0; i < spec->count; ++i) {
         int n = snprintf(text + used, capacity - used, "%s%s=%ld", i ? "," : "", spec->params[i],
                          values[i]);
-        if (n < 0 || (size_t)n >= capacity - used) return false;
+        if (n < 0 || (size_t)n >= capacity - used) {
+            text[used] = '\0';
+            return;
+        }
         used += (size_t)n;
     }
-    return true;
 }
 
 int tune_run_with(void *run, cl_command_queue queue) {

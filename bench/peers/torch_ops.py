@@ -120,14 +120,17 @@ def attention(dtype, b, h, s, d):
     return _attention(dtype, b, h, s, d, False)
 
 
-def _attention_backward(dtype, b, h, s, d, causal, sk=None, with_bias=False):
+def _attention_backward(dtype, b, h, s, d, causal, sk=None, with_bias=False, hkv=None):
+    """hkv: kv heads, each shared by h / hkv query heads (autograd sums their gradients)."""
     q = torch.randn(b, h, s, d).to(dtype).requires_grad_()
-    k, v = (torch.randn(b, h, sk or s, d).to(dtype).requires_grad_() for _ in range(2))
+    k, v = (torch.randn(b, hkv or h, sk or s, d).to(dtype).requires_grad_() for _ in range(2))
     dout = torch.randn(b, h, s, d).to(dtype)
     wrt = (q, k, v)
+    if hkv:
+        k, v = (t.repeat_interleave(h // hkv, dim=1) for t in (k, v))
     if with_bias:
         bias = torch.randn(1, h, s, sk or s).to(dtype).requires_grad_()
-        wrt = (q, k, v, bias)
+        wrt = wrt + (bias,)
         if SDPA is not None:
             out = SDPA(q, k, v, attn_mask=bias)
         else:
@@ -153,16 +156,7 @@ def attention_backward_cross(dtype, b, h, sq, sk, d):
 
 
 def attention_backward_gqa(dtype, b, h, hkv, sq, sk, d):
-    """hkv kv heads, each shared by h / hkv query heads: autograd sums their gradients."""
-    q = torch.randn(b, h, sq, d).to(dtype).requires_grad_()
-    k, v = (torch.randn(b, hkv, sk, d).to(dtype).requires_grad_() for _ in range(2))
-    dout = torch.randn(b, h, sq, d).to(dtype)
-    kk, vv = (t.repeat_interleave(h // hkv, dim=1) for t in (k, v))
-    if SDPA is not None:
-        out = SDPA(q, kk, vv)
-    else:
-        out = torch.softmax((q @ kk.transpose(-1, -2)) * d ** -0.5, -1) @ vv
-    return lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+    return _attention_backward(dtype, b, h, sq, d, False, sk, hkv=hkv)
 
 
 def attention_backward_bias(dtype, b, h, s, d):

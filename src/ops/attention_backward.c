@@ -450,17 +450,18 @@ static int run_pack(const backward_step *s, cl_kernel kernel) {
     return status;
 }
 
-/* B, Hq, Hkv, Sq, Sk, (with `partials`: the partials' buffer, offset and chunk), the mask. */
-static int set_dims_and_mask(const backward_step *s, cl_kernel kernel, cl_uint *arg,
-                             bool partials) {
+/* B, Hq, Hkv, Sq, Sk, (with `partials`: the partials' buffer and offset; with `chunk`: the
+ * queries pass's key chunk), the mask. */
+static int set_dims_and_mask(const backward_step *s, cl_kernel kernel, cl_uint *arg, bool partials,
+                             bool chunk) {
     const backward_args *a = s->a;
     const int64_t dims[5] = {a->q->shape[0], a->q->shape[1], a->k->shape[1], a->q->shape[2],
                              a->k->shape[2]};
     int status = clattn__set_int_args(kernel, arg, dims, 5);
     if (status == CLATTN_SUCCESS && partials)
         status = set_scratch_args(s, kernel, arg, false, partials_at(a, s->l));
-    const int64_t chunk = s->l->chunk;
-    if (status == CLATTN_SUCCESS && partials) status = clattn__set_int_args(kernel, arg, &chunk, 1);
+    const int64_t keys = s->l->chunk;
+    if (status == CLATTN_SUCCESS && chunk) status = clattn__set_int_args(kernel, arg, &keys, 1);
     if (status == CLATTN_SUCCESS)
         status = clattn__mask_set_args(kernel, arg, &a->mask, a->scale, s->wide);
     return status;
@@ -490,7 +491,7 @@ static bool queries_end_chain(const backward_launch *l) {
 }
 
 /* The lanes keys and queries kernels: four tensors, the scratch, the dims, the split partials
- * and chunk, the mask (and for the keys, dbias's). */
+ * (and for the queries, the chunk), the mask (and for the keys, dbias's). */
 static int run_tiles(const backward_step *s, cl_kernel kernel, const clattn_tensor *const views[4],
                      size_t items, bool last) {
     cl_uint arg = 0;
@@ -498,7 +499,7 @@ static int run_tiles(const backward_step *s, cl_kernel kernel, const clattn_tens
     int status = set_views(s, kernel, &arg, views, 4);
     if (status == CLATTN_SUCCESS)
         status = set_scratch_args(s, kernel, &arg, true, stats_floats(s->l));
-    if (status == CLATTN_SUCCESS) status = set_dims_and_mask(s, kernel, &arg, true);
+    if (status == CLATTN_SUCCESS) status = set_dims_and_mask(s, kernel, &arg, true, queries);
     if (status == CLATTN_SUCCESS && !queries) status = set_keys_bias_args(s, kernel, &arg);
     if (status == CLATTN_SUCCESS)
         status = clattn__enqueue_items(s->call, kernel, items, (size_t)s->l->group, s->prev, last);
@@ -537,7 +538,7 @@ static int run_tiles_pass(const backward_step *s, cl_kernel kernel, bool queries
                          : set_scratch_args(s, kernel, &arg, true, partials_at(s->a, s->l));
     if (status == CLATTN_SUCCESS && queries)
         status = clattn__set_int_arg(kernel, arg++, s->l->order);
-    if (status == CLATTN_SUCCESS) status = set_dims_and_mask(s, kernel, &arg, queries);
+    if (status == CLATTN_SUCCESS) status = set_dims_and_mask(s, kernel, &arg, queries, queries);
     if (status == CLATTN_SUCCESS && !queries) status = set_keys_bias_args(s, kernel, &arg);
     const size_t group = (size_t)s->l->group;
     if (status == CLATTN_SUCCESS)
@@ -653,19 +654,15 @@ static int enqueue_backward(const backward_args *a, const backward_launch *l,
         status = run_step(&s, "backward_bias_merge", run_bias_zeros);
     if (status == CLATTN_SUCCESS && l->bias_mode == 2)
         status = run_step(&s, "backward_bias_clear", run_bias_clear);
-    if (status == CLATTN_SUCCESS && l->tiled) {
-        status = run_step(&s, "backward_keys_tiles", run_keys_tiles);
-        if (status == CLATTN_SUCCESS && l->row_splits > 1)
-            status = run_step(&s, "backward_keys_merge", run_keys_merge);
-        if (status == CLATTN_SUCCESS)
-            status = run_step(&s, "backward_queries_tiles", run_queries_tiles);
-    } else if (status == CLATTN_SUCCESS) {
-        status = run_step(&s, "backward_pack", run_pack);
-        if (status == CLATTN_SUCCESS) status = run_step(&s, "backward_keys", run_keys);
-        if (status == CLATTN_SUCCESS && l->row_splits > 1)
-            status = run_step(&s, "backward_keys_merge", run_keys_merge);
-        if (status == CLATTN_SUCCESS) status = run_step(&s, "backward_queries", run_queries);
-    }
+    if (status == CLATTN_SUCCESS && !l->tiled) status = run_step(&s, "backward_pack", run_pack);
+    if (status == CLATTN_SUCCESS)
+        status = l->tiled ? run_step(&s, "backward_keys_tiles", run_keys_tiles)
+                          : run_step(&s, "backward_keys", run_keys);
+    if (status == CLATTN_SUCCESS && l->row_splits > 1)
+        status = run_step(&s, "backward_keys_merge", run_keys_merge);
+    if (status == CLATTN_SUCCESS)
+        status = l->tiled ? run_step(&s, "backward_queries_tiles", run_queries_tiles)
+                          : run_step(&s, "backward_queries", run_queries);
     if (status == CLATTN_SUCCESS && l->splits > 1)
         status = run_step(&s, "backward_merge", run_merge);
     if (status == CLATTN_SUCCESS && l->bias_mode == 2)

@@ -330,13 +330,6 @@ typedef struct linear_step {
     bool reads_phik;
 } linear_step;
 
-static int set_int_args(cl_kernel kernel, cl_uint *arg, const cl_int *values, int count) {
-    int status = CLATTN_SUCCESS;
-    for (int i = 0; i < count && status == CLATTN_SUCCESS; ++i)
-        status = clattn__set_int_arg(kernel, (*arg)++, values[i]);
-    return status;
-}
-
 /* The scratch: the states, then phi(k) at an element offset. */
 static int set_scratch_args(cl_kernel kernel, cl_uint *arg, const linear_args *a,
                             const linear_launch *l, cl_mem scratch, bool wide) {
@@ -354,9 +347,8 @@ static int set_key_side_args(cl_kernel kernel, const linear_args *a, const linea
     int status = clattn__set_view_args(kernel, &arg, a->k, 0, wide);
     if (status == CLATTN_SUCCESS) status = clattn__set_view_args(kernel, &arg, a->v, 0, wide);
     if (status == CLATTN_SUCCESS) status = set_scratch_args(kernel, &arg, a, l, scratch, wide);
-    const cl_int ints[5] = {(cl_int)a->k->shape[0], (cl_int)a->k->shape[1], (cl_int)a->k->shape[2],
-                            l->chunk, l->nchunks};
-    if (status == CLATTN_SUCCESS) status = set_int_args(kernel, &arg, ints, 5);
+    const int64_t ints[5] = {a->k->shape[0], a->k->shape[1], a->k->shape[2], l->chunk, l->nchunks};
+    if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, ints, 5);
     if (status == CLATTN_SUCCESS)
         status = clattn__mask_set_args(kernel, &arg, &a->mask, 1.0f, wide);
     return status;
@@ -365,15 +357,16 @@ static int set_key_side_args(cl_kernel kernel, const linear_args *a, const linea
 static int set_scan_args(cl_kernel kernel, const linear_args *a, const linear_launch *l,
                          cl_mem scratch, bool wide) {
     cl_uint arg = 0;
-    const cl_int ints[2] = {(cl_int)(a->k->shape[0] * a->k->shape[1]), l->nchunks};
+    const int64_t ints[2] = {a->k->shape[0] * a->k->shape[1], l->nchunks};
     int status = clattn__set_buffer_arg(kernel, arg++, scratch);
-    if (status == CLATTN_SUCCESS) status = set_int_args(kernel, &arg, ints, 2);
+    if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, ints, 2);
     if (status == CLATTN_SUCCESS && a->state)
         status = clattn__set_view_args(kernel, &arg, a->state, 0, wide);
     if (status == CLATTN_SUCCESS && a->state)
         status = clattn__set_view_args(kernel, &arg, a->z, 1, wide);
-    const cl_int heads = (cl_int)a->k->shape[1];
-    if (status == CLATTN_SUCCESS && a->state) status = set_int_args(kernel, &arg, &heads, 1);
+    const int64_t heads = a->k->shape[1];
+    if (status == CLATTN_SUCCESS && a->state)
+        status = clattn__set_int_args(kernel, &arg, &heads, 1);
     return status;
 }
 
@@ -385,14 +378,9 @@ static int set_outputs_args(cl_kernel kernel, const linear_args *a, const linear
     for (int i = 0; i < 4 && status == CLATTN_SUCCESS; ++i)
         status = clattn__set_view_args(kernel, &arg, views[i], 0, wide);
     if (status == CLATTN_SUCCESS) status = set_scratch_args(kernel, &arg, a, l, scratch, wide);
-    const cl_int ints[7] = {(cl_int)a->q->shape[0],
-                            (cl_int)a->q->shape[1],
-                            (cl_int)a->k->shape[1],
-                            (cl_int)a->q->shape[2],
-                            (cl_int)a->k->shape[2],
-                            l->chunk,
-                            l->nchunks};
-    if (status == CLATTN_SUCCESS) status = set_int_args(kernel, &arg, ints, 7);
+    const int64_t ints[7] = {a->q->shape[0], a->q->shape[1], a->k->shape[1], a->q->shape[2],
+                             a->k->shape[2], l->chunk,       l->nchunks};
+    if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, ints, 7);
     if (status == CLATTN_SUCCESS) status = clattn__set_float_arg(kernel, arg++, a->eps);
     if (status == CLATTN_SUCCESS)
         status = clattn__mask_set_args(kernel, &arg, &a->mask, 1.0f, wide);
@@ -512,8 +500,8 @@ static int set_recurrence_args(cl_kernel kernel, const linear_args *a, bool wide
     for (int i = 0; i < 5 && status == CLATTN_SUCCESS; ++i)
         status = clattn__set_view_args(kernel, &arg, views[i], 0, wide);
     if (status == CLATTN_SUCCESS) status = clattn__set_view_args(kernel, &arg, a->z, 1, wide);
-    const cl_int heads = (cl_int)a->k->shape[1];
-    if (status == CLATTN_SUCCESS) status = set_int_args(kernel, &arg, &heads, 1);
+    const int64_t heads = a->k->shape[1];
+    if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, &heads, 1);
     if (status == CLATTN_SUCCESS) status = clattn__set_float_arg(kernel, arg++, a->eps);
     if (status == CLATTN_SUCCESS)
         status = clattn__mask_set_args(kernel, &arg, &a->mask, 1.0f, wide);

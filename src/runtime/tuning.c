@@ -282,7 +282,7 @@ static int apply_overrides(const clattn__tuning_op *op, long *values, bool *any,
     char text[sizeof overrides[0]] = "";
     pthread_mutex_lock(&override_lock);
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; ++i)
-        if (ops[i] == op) memcpy(text, overrides[i], sizeof text);
+        if (ops[i] == op) memcpy(text, overrides[i], strlen(overrides[i]) + 1);
     pthread_mutex_unlock(&override_lock);
     if (status == CLATTN_SUCCESS)
         status = parse_params(op, text, strlen(text), "clattn_tuning_override", values, set_by_api);
