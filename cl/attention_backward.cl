@@ -23,12 +23,12 @@
  *                     update is a full-width vector FMA that broadcasts one element of q or
  *                     dO, and no sum is horizontal. No atomics: every gradient element has one
  *                     writer and a fixed summation order.
- *   backward_keys_merge  (ROW_SPLITS > 1) a work-item per element of dK and dV: the sum of
+ *   backward_keys_merge  (ROW_SPLIT) a work-item per element of dK and dV: the sum of
  *                     the row splits' partials, in split order.
  *   backward_queries  a work-item per BM queries of one (batch, query head): a tile's scores
  *                     and dP as vectors of VEC keys (as above), then dQ += dS K along the head
  *                     dim, K row by row.
- *   backward_merge    (SPLITS > 1) a work-item per element of dQ: the sum of the key splits'
+ *   backward_merge    (SPLIT) a work-item per element of dQ: the sum of the key splits'
  *                     partials, in split order.
  *
  * With TILED (GPUs: many work-items, little private memory) backward_keys_tiles and
@@ -42,7 +42,7 @@
  *
  * Build options: Q_T, K_T, V_T, O_T (out), DO_T (dout), DQ_T, DK_T, DV_T, DB_T (dbias),
  * HEAD_DIM, VALUE_DIM, VEC (keys a tile, and head-dim lanes: it divides both head dims), BM,
- * SPLITS, ROW_SPLITS, HAS_DBIAS, DBIAS_MODE (Bias), IDX and the mask's; TILED, and with it
+ * SPLIT, ROW_SPLIT, HAS_DBIAS, DBIAS_MODE (Bias), IDX and the mask's; TILED, and with it
  * SLICES, BLK and GROUP_MAX (Tiles).
  */
 #ifndef CLATTN_COMMON_CL
@@ -61,16 +61,28 @@
 #ifndef HAS_DBIAS
 #define HAS_DBIAS 0
 #endif
-/* Splits of the key axis in the queries pass (1: none): each work-item takes one chunk of
- * `chunk` keys (a multiple of VEC) and writes its partial dQ to `part`; backward_merge sums
- * the partials in split order. */
-#ifndef SPLITS
+/* Splits of the key axis in the queries pass (SPLIT 1): each work-item (tiles: group) takes one
+ * of `splits` chunks of `chunk` keys (a multiple of VEC) and writes its partial dQ to `part`;
+ * backward_merge sums the partials in split order. */
+#ifndef SPLIT
+#define SPLIT 0
+#endif
+#if SPLIT
+#define SPLITS splits
+#else
 #define SPLITS 1
 #endif
-/* Splits of the query rows in the keys pass (1: none): each work-item (tiles: group) takes one
- * run of the row blocks of its kv head's query heads and writes its partial dK and dV to
- * `part`; backward_keys_merge sums them in split order. */
-#ifndef ROW_SPLITS
+/* Splits of the query rows in the keys pass (ROW_SPLIT 1): each work-item (tiles: group) takes
+ * one of `row_splits` runs of the row blocks of its kv head's query heads and writes its partial
+ * dK and dV to `part`; backward_keys_merge sums them in split order. Both counts are arguments,
+ * not build options, so that every count shares one program (as in attention.cl: each count
+ * built its own, seconds on PoCL). */
+#ifndef ROW_SPLIT
+#define ROW_SPLIT 0
+#endif
+#if ROW_SPLIT
+#define ROW_SPLITS row_splits
+#else
 #define ROW_SPLITS 1
 #endif
 #ifndef TILED
@@ -319,7 +331,7 @@ inline int bias_replica(int n0, int n1, int Hkv, int splits, int b, int hk, int 
 /* The lanes of `lanes` (key j0 + e in lane e) into element c of their keys' rows of p (dk, dv),
  * or (split rows) into element `at` of this split's partial (dK, dV) rows, which
  * backward_keys_merge sums. Expects backward_keys' names in scope. */
-#if ROW_SPLITS > 1
+#if ROW_SPLIT
 #define PUT_KEY_GRADS(T, p, c, at)                                                                 \
     for (int e = 0; e < VEC && j0 + e < Sk; ++e)                                                   \
     part[part_off +                                                                                \
@@ -335,7 +347,7 @@ __kernel void backward_keys(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(DO_T, dout), OU
                             OUT_PARAMS(DV_T, dv), __global const float *stats,
                             __global const float *packed, IDX pack_off, int B, int Hq, int Hkv,
                             int Sq, int Sk, __global float *part, IDX part_off,
-                            MASK_PARAMS KEYS_BIAS_PARAMS) {
+                            int row_splits, MASK_PARAMS KEYS_BIAS_PARAMS) {
     const int tiles = (Sk + VEC - 1) / VEC;
     const int item = (int)get_global_id(0);
     if (item >= B * Hkv * tiles * ROW_SPLITS) return;
@@ -423,7 +435,8 @@ __kernel void backward_queries(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
                                TENSOR_PARAMS(DO_T, dout), OUT_PARAMS(DQ_T, dq),
                                __global const float *stats, __global const float *packed,
                                IDX pack_off, int B, int Hq, int Hkv, int Sq, int Sk,
-                               __global float *part, IDX part_off, int chunk, MASK_PARAMS) {
+                               __global float *part, IDX part_off, int chunk, int splits,
+                               MASK_PARAMS) {
     const int blocks = (Sq + BM - 1) / BM, tiles = (Sk + VEC - 1) / VEC;
     const int item = (int)get_global_id(0);
     if (item >= B * Hq * blocks * SPLITS) return;
@@ -446,7 +459,7 @@ __kernel void backward_queries(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
         if (live[t]) lo = min(lo, r[t].lo), hi = max(hi, r[t].hi);
         LOAD_QUERY_ROWS(t, i, live[t]);
     }
-#if SPLITS > 1
+#if SPLIT
     lo = max(lo, split * chunk), hi = min(hi, split * chunk + chunk);
 #endif
     lane_t g[BM][LANES(HEAD_DIM)];
@@ -492,7 +505,7 @@ __kernel void backward_queries(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
             row[c] = g[t][c];
 #endif
         }
-#if SPLITS > 1
+#if SPLIT
         __global float *at =
             part + part_off + (((IDX)bh * (IDX)Sq + (IDX)(i0 + t)) * SPLITS + split) * HEAD_DIM;
         for (int d = 0; d < HEAD_DIM; ++d) at[d] = row[d];
@@ -524,7 +537,7 @@ __kernel void backward_queries(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
  *   backward_keys_tiles     a group per GROUP / SLICES keys of one (batch, kv head) and row
  *                           split: every block of BLK queries of each of its query heads (the
  *                           split's run of them, in that order) that sees one of them
- *   backward_keys_merge     (ROW_SPLITS > 1) a work-item per element of dK and dV: the sum of
+ *   backward_keys_merge     (ROW_SPLIT) a work-item per element of dK and dV: the sum of
  *                           the row splits' partials, in split order
  *   backward_queries_tiles  a group per GROUP / SLICES queries of one (batch, query head) and
  *                           key split: the key tiles its rows see, BLK keys a tile; the groups
@@ -625,8 +638,8 @@ inline float pair_grad(const mask_params *p, const mask_row *r, int j, float2 do
 __kernel void backward_keys_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
                                   TENSOR_PARAMS(V_T, v), TENSOR_PARAMS(DO_T, dout),
                                   OUT_PARAMS(DK_T, dk), OUT_PARAMS(DV_T, dv),
-                                  __global const float *stats, __global float *part,
-                                  IDX part_off, int B, int Hq, int Hkv, int Sq, int Sk,
+                                  __global const float *stats, int B, int Hq, int Hkv, int Sq,
+                                  int Sk, __global float *part, IDX part_off, int row_splits,
                                   MASK_PARAMS KEYS_BIAS_PARAMS) {
     __local lane_t qs[BLK * LANES(HEAD_DIM)], gos[BLK * LANES(VALUE_DIM)]; /* q and dO rows */
     __local float red[2 * BLK * GROUP_MAX]; /* each work-item's partial dots */
@@ -701,7 +714,7 @@ __kernel void backward_keys_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
         }
     }
     if (j >= Sk) return;
-#if ROW_SPLITS > 1
+#if ROW_SPLIT
     __global float *at = part + part_off +
                          (((IDX)bhk * (IDX)Sk + (IDX)j) * ROW_SPLITS + split) *
                              (HEAD_DIM + VALUE_DIM);
@@ -717,7 +730,8 @@ __kernel void backward_queries_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k
                                      TENSOR_PARAMS(V_T, v), TENSOR_PARAMS(DO_T, dout),
                                      OUT_PARAMS(DQ_T, dq), __global const float *stats,
                                      int order, int B, int Hq, int Hkv, int Sq, int Sk,
-                                     __global float *part, IDX part_off, int chunk, MASK_PARAMS) {
+                                     __global float *part, IDX part_off, int chunk, int splits,
+                                     MASK_PARAMS) {
     __local lane_t ks[BLK * LANES(HEAD_DIM)], vs[BLK * LANES(VALUE_DIM)]; /* k and v rows */
     __local float red[2 * BLK * GROUP_MAX];
     __local int span[2];
@@ -732,7 +746,7 @@ __kernel void backward_queries_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k
     mask_row r;
     float lse, delta;
     bool live = row_start(&p, stats, b, h, i, Hq, Sq, Sk, &r, &lse, &delta);
-#if SPLITS > 1
+#if SPLIT
     mask_row_clip(&r, split * chunk, split * chunk + chunk);
 #endif
     live = live && r.lo < r.hi;
@@ -759,7 +773,7 @@ __kernel void backward_queries_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k
         }
     }
     if (i >= Sq) return;
-#if SPLITS > 1
+#if SPLIT
     __global float *at =
         part + part_off + (((IDX)bh * (IDX)Sq + (IDX)i) * SPLITS + split) * HEAD_DIM + cd * VEC;
     UNROLL for (int c = 0; c < LANES(SLICE_D); ++c) STORE_VEC(g[c], c, at);
@@ -771,10 +785,10 @@ __kernel void backward_queries_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k
 
 /* (split rows, either keys pass) a work-item per element of dK and dV: the sum of the row
  * splits' partials, in split order. */
-#if ROW_SPLITS > 1
+#if ROW_SPLIT
 __kernel void backward_keys_merge(__global const float *part, IDX part_off,
                                   OUT_PARAMS(DK_T, dk), OUT_PARAMS(DV_T, dv), int B, int Hkv,
-                                  int Sk) {
+                                  int Sk, int row_splits) {
     const size_t item = get_global_id(0);
     if (item >= (size_t)B * Hkv * Sk * (HEAD_DIM + VALUE_DIM)) return;
     const int d = (int)(item % (HEAD_DIM + VALUE_DIM)), row = (int)(item / (HEAD_DIM + VALUE_DIM));
@@ -790,9 +804,9 @@ __kernel void backward_keys_merge(__global const float *part, IDX part_off,
 }
 #endif
 
-#if SPLITS > 1
+#if SPLIT
 __kernel void backward_merge(__global const float *part, IDX part_off, OUT_PARAMS(DQ_T, dq),
-                             int B, int Hq, int Sq) {
+                             int B, int Hq, int Sq, int splits) {
     const size_t item = get_global_id(0);
     if (item >= (size_t)B * Hq * Sq * HEAD_DIM) return;
     const int d = (int)(item % HEAD_DIM), row = (int)(item / HEAD_DIM);

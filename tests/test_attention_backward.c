@@ -922,13 +922,13 @@ static void check_split_rows(test_ctx *t, const char *params, const split_rows_c
  * one of the scores' shape (stored straight into dbias, zeros where a split skips a block) in 4
  * splits. A smoke test: it builds every GPU kernel of the backward (the rusticl lane's only run
  * of them). */
+#define TILES_SPLIT_PARAMS "BWD_TILES=1,BWD_GROUP=24,BWD_SLICE=4,BWD_BLOCK=3"
 static void tiles_kernels_with_split_rows(test_ctx *t) {
     if (skipped_under_uninit_checker(t)) return;
     static const split_rows_case cases[] = {{3, -1, CLATTN_F32, BIAS_HEADS},
                                             {8, 2, CLATTN_F16, BIAS_KEYS},
                                             {4, -1, CLATTN_F32, BIAS_FULL}};
-    check_split_rows(t, "BWD_TILES=1,BWD_GROUP=24,BWD_SLICE=4,BWD_BLOCK=3", cases,
-                     sizeof cases / sizeof cases[0]);
+    check_split_rows(t, TILES_SPLIT_PARAMS, cases, sizeof cases / sizeof cases[0]);
 }
 
 /* The lanes kernels' keys pass with its rows split (forced), which a CPU of many cores takes for
@@ -936,12 +936,36 @@ static void tiles_kernels_with_split_rows(test_ctx *t) {
  * head: 4 splits (runs of 2, 2, 2 and 0 blocks: a split with no rows writes zeros) in f32, and
  * 6 (a block each) in f16 storage with the queries pass's keys split too, each putting a dbias
  * together across the splits as above. */
+#define LANES_SPLIT_PARAMS "BWD_TILES=0,BM=4"
 static void lanes_kernels_with_split_rows(test_ctx *t) {
     if (skipped_under_uninit_checker(t)) return;
     static const split_rows_case cases[] = {{4, -1, CLATTN_F32, BIAS_HEADS},
                                             {6, 2, CLATTN_F16, BIAS_KEYS},
                                             {3, -1, CLATTN_F32, BIAS_FULL}};
-    check_split_rows(t, "BWD_TILES=0,BM=4", cases, sizeof cases / sizeof cases[0]);
+    check_split_rows(t, LANES_SPLIT_PARAMS, cases, sizeof cases / sizeof cases[0]);
+}
+
+/* Every count of splits shares one program (the counts are kernel arguments): lengths that vary
+ * from step to step change the counts, and each count once built a program of its own. The f16
+ * key-bias case of each family above, (row splits, key splits) forced to (2, 2), (3, 6) and
+ * (5, 3), which the key tiles (lanes: 8 keys; tiles: blocks of 3) make 2, 3 and 3 key splits in
+ * the lanes kernels and 2, 4 and 3 in the tiles kernels, each against the reference; after the
+ * first, nothing built (in the whole suite, not even the first: the tests above built it). */
+static void split_counts_share_one_program(test_ctx *t) {
+    if (skipped_under_uninit_checker(t)) return;
+    static const char *const families[2] = {LANES_SPLIT_PARAMS, TILES_SPLIT_PARAMS};
+    static const int counts[3][2] = {{2, 2}, {3, 6}, {5, 3}};
+    for (int f = 0; f < 2 && !t->failed; ++f) {
+        size_t first = 0, builds = 0;
+        for (int i = 0; i < 3 && !t->failed; ++i) {
+            const split_rows_case c = {counts[i][0], counts[i][1], CLATTN_F16, BIAS_KEYS};
+            check_split_rows(t, families[f], &c, 1);
+            clattn_cache_stats(NULL, &builds, NULL);
+            if (i == 0) first = builds;
+        }
+        CHECK(t, builds == first, "%s: %zu programs built for the split counts after the first",
+              families[f], builds - first);
+    }
 }
 
 /* Garbage (NaN, Inf, 1e30) wherever no query looks (q and dout past the query lengths, k and v
@@ -1788,6 +1812,7 @@ static const test_case cases[] = {
     {"tiles_kernels_in_small_groups", tiles_kernels_in_small_groups},
     {"tiles_kernels_with_split_rows", tiles_kernels_with_split_rows, TAG_SMOKE},
     {"lanes_kernels_with_split_rows", lanes_kernels_with_split_rows},
+    {"split_counts_share_one_program", split_counts_share_one_program},
     {"tiles_kernels_in_longest_first_order", tiles_kernels_in_longest_first_order},
     {"tiles_kernels_plan_longest_first", tiles_kernels_plan_longest_first},
     {"keys_pass_plans_row_splits", keys_pass_plans_row_splits},

@@ -131,9 +131,8 @@ def programs(folder):
 # Options that size arrays and loops rather than choose code: the cover needs only their
 # smallest and largest values (the compilers differ between sizes in registers and spills, whose
 # worst case the largest shows), not every value the tests happened to use.
-SIZES = tuple("-D%s=" % name for name in ("HEAD_DIM", "VALUE_DIM", "BM", "BN", "TK", "SPLITS",
-                                            "ROW_SPLITS", "ROWS", "BR", "BC", "BQ", "TS",
-                                            "STEP_TOKENS", "STEP_HEADS"))
+SIZES = tuple("-D%s=" % name for name in ("HEAD_DIM", "VALUE_DIM", "BM", "BN", "TK", "ROWS",
+                                            "BR", "BC", "BQ", "TS", "STEP_TOKENS", "STEP_HEADS"))
 
 
 def cover(options_of):

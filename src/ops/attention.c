@@ -169,23 +169,19 @@ static int set_attention_args(cl_kernel kernel, const attention_args *a, bool wi
                               const attention_launch *l, cl_mem workspace) {
     cl_uint arg = 0;
     const clattn_tensor *views[4] = {a->q, a->k, a->v, a->out};
-    int status = CLATTN_SUCCESS;
-    for (int i = 0; i < 4 && status == CLATTN_SUCCESS; ++i)
-        status = clattn__set_view_args(kernel, &arg, views[i], 0, wide);
-    const cl_int dims[5] = {(cl_int)a->q->shape[0], (cl_int)a->q->shape[1], (cl_int)a->k->shape[1],
-                            (cl_int)a->q->shape[2], (cl_int)a->k->shape[2]};
-    for (int i = 0; i < 5 && status == CLATTN_SUCCESS; ++i)
-        status = clattn__set_int_arg(kernel, arg++, dims[i]);
+    int status = clattn__set_views_args(kernel, &arg, views, 4, wide);
+    const int64_t dims[5] = {a->q->shape[0], a->q->shape[1], a->k->shape[1], a->q->shape[2],
+                             a->k->shape[2]};
+    if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, dims, 5);
     if (status == CLATTN_SUCCESS && groups_by_block(l->variant))
         status = clattn__set_int_arg(kernel, arg++, l->order);
     if (status == CLATTN_SUCCESS && a->lse)
         status = clattn__set_view_args(kernel, &arg, a->lse, 1, wide);
     if (status == CLATTN_SUCCESS && l->splits > 1)
         status = clattn__set_buffer_arg(kernel, arg++, workspace);
+    const int64_t splits[2] = {l->chunk, l->splits};
     if (status == CLATTN_SUCCESS && l->splits > 1)
-        status = clattn__set_int_arg(kernel, arg++, l->chunk);
-    if (status == CLATTN_SUCCESS && l->splits > 1)
-        status = clattn__set_int_arg(kernel, arg++, l->splits);
+        status = clattn__set_int_args(kernel, &arg, splits, 2);
     if (status == CLATTN_SUCCESS && l->variant == CLATTN__ATTENTION_LANES)
         status = clattn__set_buffer_arg(kernel, arg++, workspace);
     if (status == CLATTN_SUCCESS && l->variant == CLATTN__ATTENTION_LANES)
@@ -569,13 +565,11 @@ static int enqueue_pack(const attention_args *a, const attention_launch *l,
     int status = clattn__create_kernel(call->context, call->device, "attention.cl", options,
                                        "attention_pack_keys", &kernel);
     cl_uint arg = 0;
-    const cl_int dims[3] = {(cl_int)a->k->shape[0], (cl_int)a->k->shape[1], (cl_int)a->k->shape[2]};
     if (status == CLATTN_SUCCESS) status = clattn__set_view_args(kernel, &arg, a->k, 0, wide);
     if (status == CLATTN_SUCCESS) status = clattn__set_buffer_arg(kernel, arg++, workspace);
     if (status == CLATTN_SUCCESS)
         status = clattn__set_idx_arg(kernel, arg++, partial_floats(a, l), wide);
-    for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
-        status = clattn__set_int_arg(kernel, arg++, dims[i]);
+    if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, a->k->shape, 3);
     if (status == CLATTN_SUCCESS) /* for the key lengths */
         status = clattn__mask_set_args(kernel, &arg, &a->mask, a->scale, wide);
     if (status == CLATTN_SUCCESS) /* a work-item per (tile, d): LANES floats each */
@@ -592,16 +586,13 @@ static int enqueue_merge(const attention_args *a, const clattn__call *call, cl_m
     int status = clattn__create_kernel(call->context, call->device, "attention.cl", options,
                                        "attention_merge", &kernel);
     cl_uint arg = 0;
-    const cl_int dims[3] = {(cl_int)a->q->shape[0], (cl_int)a->q->shape[1], (cl_int)a->q->shape[2]};
+    const int64_t *q = a->q->shape, dims[4] = {q[0], q[1], q[2], splits};
     if (status == CLATTN_SUCCESS) status = clattn__set_buffer_arg(kernel, arg++, part);
     if (status == CLATTN_SUCCESS) status = clattn__set_view_args(kernel, &arg, a->out, 0, wide);
-    for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
-        status = clattn__set_int_arg(kernel, arg++, dims[i]);
-    if (status == CLATTN_SUCCESS) status = clattn__set_int_arg(kernel, arg++, splits);
+    if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, dims, 4);
     if (status == CLATTN_SUCCESS && a->lse)
         status = clattn__set_view_args(kernel, &arg, a->lse, 1, wide);
-    const size_t elements =
-        (size_t)dims[0] * (size_t)dims[1] * (size_t)dims[2] * (size_t)a->v->shape[3];
+    const size_t elements = (size_t)(q[0] * q[1] * q[2] * a->v->shape[3]);
     if (status == CLATTN_SUCCESS)
         status = clattn__enqueue_items(call, kernel, elements, 64, prev, true);
     clattn__release_kernel(kernel);

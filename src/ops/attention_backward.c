@@ -282,16 +282,16 @@ static void backward_options(const backward_args *a, const backward_launch *l, b
     snprintf(options, size,
              "-cl-std=CL1.2 -DQ_T=%s -DK_T=%s -DV_T=%s -DO_T=%s -DDO_T=%s -DDQ_T=%s -DDK_T=%s "
              "-DDV_T=%s -DDB_T=%s -DHAS_DBIAS=%d -DHEAD_DIM=%lld -DVALUE_DIM=%lld -DVEC=%ld "
-             "-DBM=%ld -DSPLITS=%d -DIDX=%s -DTILED=%d -DSLICES=%d -DBLK=%d -DGROUP_MAX=%d "
-             "-DROW_SPLITS=%d -DDBIAS_MODE=%d -DMERGE_LANES=%d",
+             "-DBM=%ld -DSPLIT=%d -DIDX=%s -DTILED=%d -DSLICES=%d -DBLK=%d -DGROUP_MAX=%d "
+             "-DROW_SPLIT=%d -DDBIAS_MODE=%d -DMERGE_LANES=%d",
              clattn_dtype_name(a->q->dtype), clattn_dtype_name(a->k->dtype),
              clattn_dtype_name(a->v->dtype), clattn_dtype_name(a->out->dtype),
              clattn_dtype_name(a->dout->dtype), clattn_dtype_name(a->dq->dtype),
              clattn_dtype_name(a->dk->dtype), clattn_dtype_name(a->dv->dtype),
              clattn_dtype_name(a->dbias ? a->dbias->dtype : CLATTN_F32), a->dbias != NULL,
-             (long long)a->q->shape[3], (long long)a->v->shape[3], l->lanes, l->bm, l->splits,
-             wide ? "ulong" : "uint", l->tiled, l->slices, l->block, l->group_max, l->row_splits,
-             l->bias_mode, bias_merge_lanes(l));
+             (long long)a->q->shape[3], (long long)a->v->shape[3], l->lanes, l->bm, l->splits > 1,
+             wide ? "ulong" : "uint", l->tiled, l->slices, l->block, l->group_max,
+             l->row_splits > 1, l->bias_mode, bias_merge_lanes(l));
     clattn__mask_options(&a->mask, options, size);
 }
 
@@ -450,18 +450,20 @@ static int run_pack(const backward_step *s, cl_kernel kernel) {
     return status;
 }
 
-/* B, Hq, Hkv, Sq, Sk, (with `partials`: the partials' buffer and offset; with `chunk`: the
- * queries pass's key chunk), the mask. */
-static int set_dims_and_mask(const backward_step *s, cl_kernel kernel, cl_uint *arg, bool partials,
-                             bool chunk) {
+/* The keys and queries passes' B, Hq, Hkv, Sq, Sk, the split partials' buffer and offset, the
+ * pass's splits (the queries': the key chunk and the count of key splits; the keys': the count
+ * of row splits, arguments so that every count shares a program), the mask. */
+static int set_dims_and_mask(const backward_step *s, cl_kernel kernel, cl_uint *arg, bool queries) {
     const backward_args *a = s->a;
     const int64_t dims[5] = {a->q->shape[0], a->q->shape[1], a->k->shape[1], a->q->shape[2],
                              a->k->shape[2]};
     int status = clattn__set_int_args(kernel, arg, dims, 5);
-    if (status == CLATTN_SUCCESS && partials)
+    if (status == CLATTN_SUCCESS)
         status = set_scratch_args(s, kernel, arg, false, partials_at(a, s->l));
-    const int64_t keys = s->l->chunk;
-    if (status == CLATTN_SUCCESS && chunk) status = clattn__set_int_args(kernel, arg, &keys, 1);
+    const int64_t key_splits[2] = {s->l->chunk, s->l->splits}, row_splits = s->l->row_splits;
+    if (status == CLATTN_SUCCESS)
+        status = queries ? clattn__set_int_args(kernel, arg, key_splits, 2)
+                         : clattn__set_int_args(kernel, arg, &row_splits, 1);
     if (status == CLATTN_SUCCESS)
         status = clattn__mask_set_args(kernel, arg, &a->mask, a->scale, s->wide);
     return status;
@@ -490,8 +492,8 @@ static bool queries_end_chain(const backward_launch *l) {
     return dq_ends_chain(l) && l->splits == 1;
 }
 
-/* The lanes keys and queries kernels: four tensors, the scratch, the dims, the split partials
- * (and for the queries, the chunk), the mask (and for the keys, dbias's). */
+/* The lanes keys and queries kernels: four tensors, the scratch, the dims and splits, the mask
+ * (and for the keys, dbias's). */
 static int run_tiles(const backward_step *s, cl_kernel kernel, const clattn_tensor *const views[4],
                      size_t items, bool last) {
     cl_uint arg = 0;
@@ -499,7 +501,7 @@ static int run_tiles(const backward_step *s, cl_kernel kernel, const clattn_tens
     int status = set_views(s, kernel, &arg, views, 4);
     if (status == CLATTN_SUCCESS)
         status = set_scratch_args(s, kernel, &arg, true, stats_floats(s->l));
-    if (status == CLATTN_SUCCESS) status = set_dims_and_mask(s, kernel, &arg, true, queries);
+    if (status == CLATTN_SUCCESS) status = set_dims_and_mask(s, kernel, &arg, queries);
     if (status == CLATTN_SUCCESS && !queries) status = set_keys_bias_args(s, kernel, &arg);
     if (status == CLATTN_SUCCESS)
         status = clattn__enqueue_items(s->call, kernel, items, (size_t)s->l->group, s->prev, last);
@@ -525,20 +527,17 @@ static int run_queries(const backward_step *s, cl_kernel kernel) {
                      queries_end_chain(s->l));
 }
 
-/* The tiles kernels: six or five tensors, the stats, (the keys': their split partials; the
- * queries': the groups' order,) the dims (and for the queries, the split partials and chunk),
- * the mask (and for the keys, dbias's); groups of exactly `group`, which the plan asked this
- * program to take (the kernels' grid assumes it). */
+/* The tiles kernels: six or five tensors, the stats, (the queries': the groups' order,) the
+ * dims and splits, the mask (and for the keys, dbias's); groups of exactly `group`, which the
+ * plan asked this program to take (the kernels' grid assumes it). */
 static int run_tiles_pass(const backward_step *s, cl_kernel kernel, bool queries,
                           const clattn_tensor *const *views, int count, size_t groups) {
     cl_uint arg = 0;
     int status = set_views(s, kernel, &arg, views, count);
-    if (status == CLATTN_SUCCESS)
-        status = queries ? clattn__set_buffer_arg(kernel, arg++, s->workspace)
-                         : set_scratch_args(s, kernel, &arg, true, partials_at(s->a, s->l));
+    if (status == CLATTN_SUCCESS) status = clattn__set_buffer_arg(kernel, arg++, s->workspace);
     if (status == CLATTN_SUCCESS && queries)
         status = clattn__set_int_arg(kernel, arg++, s->l->order);
-    if (status == CLATTN_SUCCESS) status = set_dims_and_mask(s, kernel, &arg, queries, queries);
+    if (status == CLATTN_SUCCESS) status = set_dims_and_mask(s, kernel, &arg, queries);
     if (status == CLATTN_SUCCESS && !queries) status = set_keys_bias_args(s, kernel, &arg);
     const size_t group = (size_t)s->l->group;
     if (status == CLATTN_SUCCESS)
@@ -563,8 +562,8 @@ static int run_keys_merge(const backward_step *s, cl_kernel kernel) {
     cl_uint arg = 0;
     int status = set_scratch_args(s, kernel, &arg, false, partials_at(a, s->l));
     if (status == CLATTN_SUCCESS) status = set_views(s, kernel, &arg, views, 2);
-    const int64_t dims[3] = {a->k->shape[0], a->k->shape[1], a->k->shape[2]};
-    if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, dims, 3);
+    const int64_t dims[4] = {a->k->shape[0], a->k->shape[1], a->k->shape[2], s->l->row_splits};
+    if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, dims, 4);
     const size_t items = (size_t)(dims[0] * dims[1] * dims[2] * (a->k->shape[3] + a->v->shape[3]));
     if (status == CLATTN_SUCCESS)
         status = clattn__enqueue_items(s->call, kernel, items, 64, s->prev, false);
@@ -586,7 +585,8 @@ static int run_merge(const backward_step *s, cl_kernel kernel) {
     cl_uint arg = 0;
     int status = set_scratch_args(s, kernel, &arg, false, partials_at(a, s->l));
     if (status == CLATTN_SUCCESS) status = clattn__set_view_args(kernel, &arg, a->dq, 0, s->wide);
-    if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, a->q->shape, 3);
+    const int64_t dims[4] = {a->q->shape[0], a->q->shape[1], a->q->shape[2], s->l->splits};
+    if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, dims, 4);
     if (status == CLATTN_SUCCESS)
         status = clattn__enqueue_items(s->call, kernel, s->l->rows * (size_t)a->q->shape[3], 64,
                                        s->prev, dq_ends_chain(s->l));

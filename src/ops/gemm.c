@@ -52,13 +52,12 @@ static int pack_b(const clattn__call *call, const char *options, bool trans_b, s
     cl_kernel kernel = NULL;
     int status = clattn__create_kernel(call->context, call->device, "matmul.cl", options,
                                        "matmul_pack", &kernel);
-    const cl_int tb = trans_b, sizes[3] = {(cl_int)n, (cl_int)k, (cl_int)batch};
+    const int64_t sizes[3] = {(int64_t)n, (int64_t)k, (int64_t)batch};
     cl_uint arg = 0;
     if (status == CLATTN_SUCCESS) status = set_matrix_args(kernel, &arg, b);
-    if (status == CLATTN_SUCCESS) status = clattn__set_int_arg(kernel, arg++, tb);
+    if (status == CLATTN_SUCCESS) status = clattn__set_int_arg(kernel, arg++, trans_b);
     if (status == CLATTN_SUCCESS) status = clattn__set_buffer_arg(kernel, arg++, packed);
-    for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
-        status = clattn__set_int_arg(kernel, arg++, sizes[i]);
+    if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, sizes, 3);
     if (status == CLATTN_SUCCESS)
         status = clattn__enqueue_items(call, kernel, items, 64, done, false);
     clattn__release_kernel(kernel);
@@ -71,15 +70,14 @@ static int multiply(const clattn__call *call, const char *options, const matmul_
     cl_kernel kernel = NULL;
     int status = clattn__create_kernel(call->context, call->device, "matmul.cl", options,
                                        "matmul_tiles", &kernel);
-    const cl_int sizes[3] = {(cl_int)m, (cl_int)n, (cl_int)k}, count = (cl_int)batch;
+    const int64_t sizes[3] = {(int64_t)m, (int64_t)n, (int64_t)k};
     cl_uint arg = 0;
     if (status == CLATTN_SUCCESS) status = set_matrix_args(kernel, &arg, a);
     if (status == CLATTN_SUCCESS) status = clattn__set_buffer_arg(kernel, arg++, packed);
     if (status == CLATTN_SUCCESS) status = set_matrix_args(kernel, &arg, c);
-    for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
-        status = clattn__set_int_arg(kernel, arg++, sizes[i]);
+    if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, sizes, 3);
     if (status == CLATTN_SUCCESS) status = clattn__set_float_arg(kernel, arg++, beta);
-    if (status == CLATTN_SUCCESS) status = clattn__set_int_arg(kernel, arg++, count);
+    if (status == CLATTN_SUCCESS) status = clattn__set_int_arg(kernel, arg++, (cl_int)batch);
     if (status == CLATTN_SUCCESS) {
         const size_t global = g->blocks * g->groups * batch;
         status = clattn__fault_hit(CLATTN__FAULT_GEMM)
@@ -249,13 +247,12 @@ int clattn__gemm_units_batched(const clattn__call *call, clattn_dtype in, clattn
     cl_kernel kernel = NULL;
     status = clattn__create_kernel(call->context, call->device, "matmul.cl", options, "matmul_mma",
                                    &kernel);
-    const cl_int sizes[3] = {(cl_int)m, (cl_int)n, (cl_int)k};
+    const int64_t sizes[3] = {(int64_t)m, (int64_t)n, (int64_t)k};
     cl_uint arg = 0;
     if (status == CLATTN_SUCCESS) status = set_matrix_args(kernel, &arg, a);
     if (status == CLATTN_SUCCESS) status = set_matrix_args(kernel, &arg, b);
     if (status == CLATTN_SUCCESS) status = set_matrix_args(kernel, &arg, c);
-    for (int i = 0; i < 3 && status == CLATTN_SUCCESS; ++i)
-        status = clattn__set_int_arg(kernel, arg++, sizes[i]);
+    if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, sizes, 3);
     if (status == CLATTN_SUCCESS) status = clattn__set_float_arg(kernel, arg++, beta);
     if (status == CLATTN_SUCCESS) status = set_bias_args(kernel, &arg, bias, c);
     if (status == CLATTN_SUCCESS) {

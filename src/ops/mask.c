@@ -174,12 +174,11 @@ void clattn__mask_options(const clattn__mask_plan *plan, char *out, size_t capac
 
 int clattn__mask_set_args(cl_kernel kernel, cl_uint *arg, const clattn__mask_plan *plan,
                           float scale, bool wide) {
-    const cl_int ints[5] = {plan->causal, plan->align_bottom, plan->win_left, plan->win_right,
-                            plan->global_stride};
+    const int64_t ints[5] = {plan->causal, plan->align_bottom, plan->win_left, plan->win_right,
+                             plan->global_stride};
     int status = clattn__set_float_arg(kernel, (*arg)++, scale);
     if (status == CLATTN_SUCCESS) status = clattn__set_float_arg(kernel, (*arg)++, plan->softcap);
-    for (int i = 0; i < 5 && status == CLATTN_SUCCESS; ++i)
-        status = clattn__set_int_arg(kernel, (*arg)++, ints[i]);
+    if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, arg, ints, 5);
     /* the optional tensors in MASK_PARAMS order */
     for (int i = 0; i < CLATTN__MASK_TENSOR_COUNT && status == CLATTN_SUCCESS; ++i)
         if (plan->has[i])
