@@ -85,6 +85,18 @@
 #else
 #define ROW_SPLITS 1
 #endif
+/* The partial dK and dV row (HEAD_DIM then VALUE_DIM floats) of key j of (batch, kv head) bhk
+ * in row split `split`: a key's splits side by side, which the merge reads in order. Expects
+ * part, part_off, Sk and row_splits in scope. */
+#define KEY_PARTIAL(bhk, j, split)                                                                 \
+    (part + part_off +                                                                             \
+     (((IDX)(bhk) * (IDX)Sk + (IDX)(j)) * ROW_SPLITS + (IDX)(split)) * (HEAD_DIM + VALUE_DIM))
+/* The row blocks [x, y) that split `split` of `splits` walks out of `runs`: runs of equal
+ * length but the last (which may be short or empty). */
+inline int2 row_run(int runs, int splits, int split) {
+    const int per = (runs + splits - 1) / splits;
+    return (int2)(min(split * per, runs), min(split * per + per, runs));
+}
 #ifndef TILED
 #define TILED 0
 #endif
@@ -333,10 +345,7 @@ inline int bias_replica(int n0, int n1, int Hkv, int splits, int b, int hk, int 
  * backward_keys_merge sums. Expects backward_keys' names in scope. */
 #if ROW_SPLIT
 #define PUT_KEY_GRADS(T, p, c, at)                                                                 \
-    for (int e = 0; e < VEC && j0 + e < Sk; ++e)                                                   \
-    part[part_off +                                                                                \
-         (((IDX)bhk * (IDX)Sk + (IDX)(j0 + e)) * ROW_SPLITS + split) * (HEAD_DIM + VALUE_DIM) +    \
-         (at)] = lanes[e]
+    for (int e = 0; e < VEC && j0 + e < Sk; ++e) KEY_PARTIAL(bhk, j0 + e, split)[at] = lanes[e]
 #else
 #define PUT_KEY_GRADS(T, p, c, at)                                                                 \
     for (int e = 0; e < VEC && j0 + e < Sk; ++e)                                                   \
@@ -358,14 +367,14 @@ __kernel void backward_keys(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(DO_T, dout), OU
     __global const float *vt = packed + pack_off + (IDX)B * Hkv * tiles * K_TILE +
                                (IDX)unit * V_TILE;
     /* the row blocks of the group's query heads, head by head, and the split's run of them */
-    const int blocks = (Sq + BM - 1) / BM, runs = group * blocks;
-    const int per = (runs + ROW_SPLITS - 1) / ROW_SPLITS, u_end = min(split * per + per, runs);
+    const int blocks = (Sq + BM - 1) / BM;
+    const int2 run = row_run(group * blocks, ROW_SPLITS, split);
     MASK_PACK(p);
 
     keys_t gk[HEAD_DIM], gv[VALUE_DIM];
     for (int d = 0; d < HEAD_DIM; ++d) gk[d] = 0.0f;
     for (int e = 0; e < VALUE_DIM; ++e) gv[e] = 0.0f;
-    for (int u = split * per; u < u_end; ++u) {
+    for (int u = run.x; u < run.y; ++u) {
         const int h = hk * group + u / blocks, i0 = u % blocks * BM;
         mask_row r[BM];
         float lse[BM], delta[BM];
@@ -653,9 +662,8 @@ __kernel void backward_keys_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
     const int first = tile * width, last = min(first + width, Sk), j = first + kk;
     const int cd = slice * LANES(SLICE_D), cv = slice * LANES(SLICE_V), group = Hq / Hkv;
     /* the row blocks of the group's query heads, head by head, and the split's run of them */
-    const int blocks = (Sq + BLK - 1) / BLK, runs = group * blocks;
-    const int split = (int)get_group_id(0) % ROW_SPLITS;
-    const int per = (runs + ROW_SPLITS - 1) / ROW_SPLITS, u_end = min(split * per + per, runs);
+    const int blocks = (Sq + BLK - 1) / BLK, split = (int)get_group_id(0) % ROW_SPLITS;
+    const int2 run = row_run(group * blocks, ROW_SPLITS, split);
     MASK_PACK(p);
 
     lane_t kr[LANES(SLICE_D)], vr[LANES(SLICE_V)], gk[LANES(SLICE_D)], gv[LANES(SLICE_V)];
@@ -663,7 +671,7 @@ __kernel void backward_keys_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
     LOAD_SLICE(V_T, v, AT(v, b, hk, j, cv * VEC), SLICE_V, j < Sk, vr);
     UNROLL for (int c = 0; c < LANES(SLICE_D); ++c) gk[c] = 0.0f;
     UNROLL for (int c = 0; c < LANES(SLICE_V); ++c) gv[c] = 0.0f;
-    for (int u = split * per; u < u_end; ++u) {
+    for (int u = run.x; u < run.y; ++u) {
         const int h = hk * group + u / blocks, i0 = u % blocks * BLK;
         barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with the last block */
         for (int t = lid; t < BLK; t += size) {
@@ -715,9 +723,7 @@ __kernel void backward_keys_tiles(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
     }
     if (j >= Sk) return;
 #if ROW_SPLIT
-    __global float *at = part + part_off +
-                         (((IDX)bhk * (IDX)Sk + (IDX)j) * ROW_SPLITS + split) *
-                             (HEAD_DIM + VALUE_DIM);
+    __global float *at = KEY_PARTIAL(bhk, j, split);
     UNROLL for (int c = 0; c < LANES(SLICE_D); ++c) STORE_VEC(gk[c], c, at + cd * VEC);
     UNROLL for (int c = 0; c < LANES(SLICE_V); ++c) STORE_VEC(gv[c], c, at + HEAD_DIM + cv * VEC);
 #else
@@ -793,8 +799,7 @@ __kernel void backward_keys_merge(__global const float *part, IDX part_off,
     if (item >= (size_t)B * Hkv * Sk * (HEAD_DIM + VALUE_DIM)) return;
     const int d = (int)(item % (HEAD_DIM + VALUE_DIM)), row = (int)(item / (HEAD_DIM + VALUE_DIM));
     const int j = row % Sk, bhk = row / Sk, hk = bhk % Hkv, b = bhk / Hkv;
-    __global const float *at =
-        part + part_off + (IDX)row * ROW_SPLITS * (HEAD_DIM + VALUE_DIM) + (IDX)d;
+    __global const float *at = KEY_PARTIAL(bhk, j, 0) + d;
     float sum = 0.0f;
     for (int s = 0; s < ROW_SPLITS; ++s) sum += at[(IDX)s * (HEAD_DIM + VALUE_DIM)];
     if (d < HEAD_DIM)
