@@ -89,8 +89,8 @@ static int measure_op(const bench_options *opt, clattn_env *env, const bench_cei
         printf("  %s: the default row does not fit this device (%s): no comparison\n", op, unfit);
         return CLATTN_SUCCESS;
     }
-    tune_format(t->spec, defaults, default_text, sizeof default_text);
-    tune_format(t->spec, tuned, tuned_text, sizeof tuned_text);
+    clattn__tuning_format(t->spec, defaults, default_text, sizeof default_text);
+    clattn__tuning_format(t->spec, tuned, tuned_text, sizeof tuned_text);
     printf("  %s: default %s, tuned %s%s\n", op, default_text, tuned_text,
            strcmp(default_text, tuned_text) == 0 ? " (the same: no row of its own)" : "");
     tune_case cases[TUNE_MAX_CASES];

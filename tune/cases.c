@@ -32,20 +32,6 @@ int tune_workspace(tune_case *c, size_t bytes) {
     return err == CL_SUCCESS ? CLATTN_SUCCESS : err;
 }
 
-void tune_format(const clattn__tuning_op *spec, const long *values, char *text, size_t capacity) {
-    size_t used = 0;
-    text[0] = '\0';
-    for (int i = 0; i < spec->count; ++i) {
-        int n = snprintf(text + used, capacity - used, "%s%s=%ld", i ? "," : "", spec->params[i],
-                         values[i]);
-        if (n < 0 || (size_t)n >= capacity - used) {
-            text[used] = '\0';
-            return;
-        }
-        used += (size_t)n;
-    }
-}
-
 int tune_run_with(void *run, cl_command_queue queue) {
     tune_run *r = run;
     int status = clattn_tuning_override(r->op, r->params);

@@ -124,8 +124,8 @@ static void print_row(const tune_space *space, const tune_result *r, const char 
                       const char *key) {
     char start[CLATTN_TUNING_PARAMS_MAX] = "CLBlast's own parameters",
          best[CLATTN_TUNING_PARAMS_MAX];
-    if (r->start_known) tune_format(space->spec, r->start, start, sizeof start);
-    tune_format(space->spec, r->best, best, sizeof best);
+    if (r->start_known) clattn__tuning_format(space->spec, r->start, start, sizeof start);
+    clattn__tuning_format(space->spec, r->best, best, sizeof best);
     const bool no_gain = r->ratio >= TUNE_MARGIN, keep = r->start_known && no_gain;
     printf("/* %s: clattn-tune on %s, %.0f s; %.2fx the time of %s (", space->spec->name, device,
            r->seconds, r->ratio, start);

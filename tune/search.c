@@ -150,7 +150,7 @@ static int time_ratio(search *s, const char *params, int repeats, double *ratio,
 static int try_candidate(search *s, const long *values) {
     const char *op = s->space->spec->name;
     char params[CLATTN_TUNING_PARAMS_MAX], why[256] = "";
-    tune_format(s->space->spec, values, params, sizeof params);
+    clattn__tuning_format(s->space->spec, values, params, sizeof params);
     FILE *log = s->settings->log;
     bool ok = false;
     int status = verify(s->cases, s->count, op, params, &ok, why, sizeof why);
@@ -220,7 +220,7 @@ static int open_search(search *s, clattn_env *env) {
     r->cases = s->count;
     for (int i = 0; i < s->count; ++i)
         snprintf(r->case_shape[i], sizeof r->case_shape[i], "%s", s->cases[i].shape);
-    tune_format(spec, r->start, s->start_text, sizeof s->start_text);
+    clattn__tuning_format(spec, r->start, s->start_text, sizeof s->start_text);
     s->start = found ? s->start_text : NULL;
     bool ok = false;
     char why[256] = "";
@@ -268,7 +268,7 @@ int tune_search(clattn_env *env, const tune_space *space, const tune_settings *s
     /* the winner's gain, timed again with twice the calls: the search's own figure favours
      * whichever candidate the noise flattered */
     char best[CLATTN_TUNING_PARAMS_MAX];
-    tune_format(space->spec, out->best, best, sizeof best);
+    clattn__tuning_format(space->spec, out->best, best, sizeof best);
     if (status == CLATTN_SUCCESS)
         status = time_ratio(&s, best, 2 * settings->repeats, &out->ratio, out->case_ratio);
     clattn_tuning_override(space->spec->name, NULL);

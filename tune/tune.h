@@ -51,9 +51,6 @@ typedef struct tune_run {
 } tune_run;
 int tune_run_with(void *run, cl_command_queue queue);
 
-/* "NAME=VALUE,..." of an op's values, as the table and the overrides write them, into `text`
- * (CLATTN_TUNING_PARAMS_MAX bytes hold any op's; a smaller one stops at the last whole one). */
-void tune_format(const clattn__tuning_op *spec, const long *values, char *text, size_t capacity);
 
 /* ---- shared by the op files (tune/cases.c) ---- */
 

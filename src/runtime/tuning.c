@@ -561,6 +561,22 @@ int clattn__tuning_row(const clattn__tuning_op *op, clattn_dtype dtype, const ch
     return status;
 }
 
+bool clattn__tuning_format(const clattn__tuning_op *op, const long *values, char *text,
+                           size_t capacity) {
+    size_t used = 0;
+    text[0] = '\0';
+    for (int i = 0; i < op->count; ++i) {
+        int n = snprintf(text + used, capacity - used, "%s%s=%ld", i ? "," : "", op->params[i],
+                         values[i]);
+        if (n < 0 || (size_t)n >= capacity - used) {
+            text[used] = '\0';
+            return false;
+        }
+        used += (size_t)n;
+    }
+    return true;
+}
+
 int clattn_tuning_lookup(cl_device_id device, const char *op_name, clattn_dtype dtype, char *params,
                          size_t capacity) {
     clattn__clear_error();
@@ -569,17 +585,10 @@ int clattn_tuning_lookup(cl_device_id device, const char *op_name, clattn_dtype 
         return clattn__fail(CLATTN_ERR_INVALID_ARGUMENT,
                             "clattn_tuning_lookup needs a device, a known op and a buffer");
     long values[CLATTN__TUNING_MAX_PARAMS];
-    int status = clattn__tuning_get(device, op, dtype, values);
-    size_t used = 0;
     params[0] = '\0';
-    for (int i = 0; i < op->count && status == CLATTN_SUCCESS; ++i) {
-        int n = snprintf(params + used, capacity - used, "%s%s=%ld", i ? "," : "", op->params[i],
-                         values[i]);
-        if (n < 0 || (size_t)n >= capacity - used)
-            status = clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "params: %zu bytes are too few",
-                                  capacity);
-        else
-            used += (size_t)n;
-    }
+    int status = clattn__tuning_get(device, op, dtype, values);
+    if (status == CLATTN_SUCCESS && !clattn__tuning_format(op, values, params, capacity))
+        status =
+            clattn__fail(CLATTN_ERR_INVALID_ARGUMENT, "params: %zu bytes are too few", capacity);
     return status;
 }

@@ -59,6 +59,12 @@ int clattn__tuning_find(cl_device_id device, const clattn__tuning_op *op, clattn
 int clattn__tuning_row(const clattn__tuning_op *op, clattn_dtype dtype, const char *key,
                        long *values);
 
+/* `op`'s parameters as the table and the overrides write them ("NAME=value,..."), in `capacity`
+ * bytes (CLATTN_TUNING_PARAMS_MAX hold any op's): false when they do not all fit (the text then
+ * ends after the last that did). */
+bool clattn__tuning_format(const clattn__tuning_op *op, const long *values, char *text,
+                           size_t capacity);
+
 /* Forgets the table answers kept for the lookups (tuning.c, the memo), releasing their devices:
  * clattn_cache_clear(NULL) and the test row call it. */
 void clattn__tuning_forget(void);
