@@ -440,6 +440,20 @@ __kernel void backward_keys(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(DO_T, dout), OU
     }
 }
 
+/* g[t] += gs[t][jj] K row j0 + jj for the BM rows, each where `take` holds (t in scope).
+ * Expects backward_queries' names in scope. */
+#define ADD_KEY_ROW(jj, take)                                                                      \
+    do {                                                                                           \
+        lane_t kr[LANES(HEAD_DIM)];                                                                \
+        LOAD_ROW(K_T, k, AT(k, b, hk, j0 + (jj), 0), k_s3, HEAD_DIM, kr);                          \
+        UNROLL for (int t = 0; t < BM; ++t) {                                                      \
+            if (take) {                                                                            \
+                UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c) g[t][c] =                         \
+                    fma((lane_t)gs[t][jj], kr[c], g[t][c]);                                        \
+            }                                                                                      \
+        }                                                                                          \
+    } while (0)
+
 __kernel void backward_queries(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
                                TENSOR_PARAMS(DO_T, dout), OUT_PARAMS(DQ_T, dq),
                                __global const float *stats, __global const float *packed,
@@ -489,18 +503,13 @@ __kernel void backward_queries(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
             STORE_KEYS(tile_grad(&p, s[t], tile_weights(x, lse[t]), dp[t], delta[t]), 0, gs[t]);
         }
         /* dQ += dS K. A tile some row cannot see all of skips the zero weights, so that
-         * whatever an invisible K row holds never reaches dQ. */
-        for (int jj = 0; jj < VEC && j0 + jj < hi; ++jj) {
-            lane_t kr[LANES(HEAD_DIM)];
-            LOAD_ROW(K_T, k, AT(k, b, hk, j0 + jj, 0), k_s3, HEAD_DIM, kr);
-            UNROLL for (int t = 0; t < BM; ++t) {
-                const float w = gs[t][jj];
-                if (dense || w != 0.0f) {
-                    UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c) {
-                        g[t][c] = fma((lane_t)w, kr[c], g[t][c]);
-                    }
-                }
-            }
+         * whatever an invisible K row holds never reaches dQ; a dense tile (inside Sk: most of
+         * them) takes every weight untested, which leaves the loop FMAs and their loads (the
+         * test in it took two thirds of its instructions). */
+        if (dense) {
+            for (int jj = 0; jj < VEC; ++jj) ADD_KEY_ROW(jj, true);
+        } else {
+            for (int jj = 0; jj < VEC && j0 + jj < hi; ++jj) ADD_KEY_ROW(jj, gs[t][jj] != 0.0f);
         }
     }
 
