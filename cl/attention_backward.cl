@@ -171,15 +171,26 @@ inline keys_t tile_grad(const mask_params *p, keys_t x, keys_t pr, keys_t dp, fl
             dos[t][e] = (live) ? CAT(load_, DO_T)(dout, AT(dout, b, h, i, e)) : 0.0f;              \
     } while (0)
 
-/* The BM rows' scores s[t] and dP[t] against one packed tile (kt, vt). */
+/* The BM rows' scores s[t] and dP[t] against one packed tile (kt, vt): both sums in one loop
+ * over the dims they share, then the longer one's rest, so that each step has 2 BM independent
+ * FMAs (a loop of the BM scores alone waits on the FMA's latency: PoCL's code for BM = 4 issued
+ * one FMA a cycle where the core takes two). Each sum's order is the same as alone. */
+#define COMMON_DIM (HEAD_DIM < VALUE_DIM ? HEAD_DIM : VALUE_DIM)
 #define TILE_PRODUCTS(kt, vt)                                                                      \
     do {                                                                                           \
         UNROLL for (int t = 0; t < BM; ++t) s[t] = dp[t] = 0.0f;                                   \
-        for (int d = 0; d < HEAD_DIM; ++d) {                                                       \
+        for (int d = 0; d < COMMON_DIM; ++d) {                                                     \
+            const keys_t kd = LOAD_KEYS(d, kt), vd = LOAD_KEYS(d, vt);                             \
+            UNROLL for (int t = 0; t < BM; ++t) {                                                  \
+                s[t] = fma((keys_t)qs[t][d], kd, s[t]);                                            \
+                dp[t] = fma((keys_t)dos[t][d], vd, dp[t]);                                         \
+            }                                                                                      \
+        }                                                                                          \
+        for (int d = COMMON_DIM; d < HEAD_DIM; ++d) {                                              \
             const keys_t kd = LOAD_KEYS(d, kt);                                                    \
             UNROLL for (int t = 0; t < BM; ++t) s[t] = fma((keys_t)qs[t][d], kd, s[t]);            \
         }                                                                                          \
-        for (int e = 0; e < VALUE_DIM; ++e) {                                                      \
+        for (int e = COMMON_DIM; e < VALUE_DIM; ++e) {                                             \
             const keys_t ve = LOAD_KEYS(e, vt);                                                    \
             UNROLL for (int t = 0; t < BM; ++t) dp[t] = fma((keys_t)dos[t][e], ve, dp[t]);         \
         }                                                                                          \
