@@ -62,8 +62,8 @@
 #define HAS_DBIAS 0
 #endif
 /* Splits of the key axis in the queries pass (SPLIT 1): each work-item (tiles: group) takes one
- * of `splits` chunks of `chunk` keys (a multiple of VEC) and writes its partial dQ to `part`;
- * backward_merge sums the partials in split order. */
+ * of `splits` chunks of `chunk` keys (in the lanes kernels a multiple of VEC: they walk whole
+ * key tiles) and writes its partial dQ to `part`; backward_merge sums them in split order. */
 #ifndef SPLIT
 #define SPLIT 0
 #endif
@@ -75,8 +75,8 @@
 /* Splits of the query rows in the keys pass (ROW_SPLIT 1): each work-item (tiles: group) takes
  * one of `row_splits` runs of the row blocks of its kv head's query heads and writes its partial
  * dK and dV to `part`; backward_keys_merge sums them in split order. Both counts are arguments,
- * not build options, so that every count shares one program (as in attention.cl: each count
- * built its own, seconds on PoCL). */
+ * not build options, so that every count past one shares a program (as in attention.cl: each
+ * count built its own, seconds on PoCL). */
 #ifndef ROW_SPLIT
 #define ROW_SPLIT 0
 #endif

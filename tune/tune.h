@@ -51,7 +51,6 @@ typedef struct tune_run {
 } tune_run;
 int tune_run_with(void *run, cl_command_queue queue);
 
-
 /* ---- shared by the op files (tune/cases.c) ---- */
 
 /* Makes `n` cases with make(case, with_reference, index) (c->env set, the rest zero); on a
