@@ -229,10 +229,11 @@ lane oclgrind-linear oclgrind 1200 'each:--suite linear_attention' "${uninit[@]}
 # there, under the race and bounds checks too; 18 s of 106 here), and the backward's tiles
 # kernels in small groups, in longest-first order, under the garbage test and in its random
 # cases (10 s here), not at the GPU row's sizes (their barriers and bounds are the same code;
-# 12 s here)...
+# 12 s here), nor the two tests that split counts share a program (they count builds, which
+# Oclgrind does not check, on kernels the split tests run here; 9 s)...
 attention_suites='--suite attention --suite attention_fuzz --suite attention_backward'
 lane oclgrind-attention oclgrind 1200 \
-  "$attention_suites --suite linear_attention !tiles_kernels_give" \
+  "$attention_suites --suite linear_attention !tiles_kernels_give|split_counts_share" \
   "${oclgrind_small[@]}" CLATTN_TEST_AFTER_UNINIT_CHECKER=1
 # ...the MHA suite (its CLBlast GEMMs are such a path)...
 lane oclgrind-mha oclgrind 1200 '--suite mha' "${oclgrind_small[@]}"
