@@ -508,23 +508,28 @@ static int run_tiles(const backward_step *s, cl_kernel kernel, const clattn_tens
     return status;
 }
 
-/* A work-item per key tile of each (batch, kv head) and row split. */
+/* The units of either family's passes (lanes: work-items; tiles: groups): the keys pass's, one
+ * per key tile of each (batch, kv head) and row split; the queries pass's, one per query block
+ * of each (batch, query head) and key split. */
+static size_t keys_units(const backward_step *s) {
+    const int64_t *k = s->a->k->shape;
+    return (size_t)(k[0] * k[1]) * s->l->tiles * (size_t)s->l->row_splits;
+}
+static size_t queries_units(const backward_step *s) {
+    const int64_t *q = s->a->q->shape;
+    return (size_t)(q[0] * q[1]) * s->l->query_blocks * (size_t)s->l->splits;
+}
+
 static int run_keys(const backward_step *s, cl_kernel kernel) {
     const backward_args *a = s->a;
     const clattn_tensor *views[4] = {a->q, a->dout, a->dk, a->dv};
-    return run_tiles(
-        s, kernel, views,
-        (size_t)(a->k->shape[0] * a->k->shape[1]) * s->l->tiles * (size_t)s->l->row_splits, false);
+    return run_tiles(s, kernel, views, keys_units(s), false);
 }
 
-/* A work-item per BM queries of each (batch, query head). */
 static int run_queries(const backward_step *s, cl_kernel kernel) {
     const backward_args *a = s->a;
     const clattn_tensor *views[4] = {a->q, a->k, a->dout, a->dq};
-    return run_tiles(s, kernel, views,
-                     (size_t)(a->q->shape[0] * a->q->shape[1]) * s->l->query_blocks *
-                         (size_t)s->l->splits,
-                     queries_end_chain(s->l));
+    return run_tiles(s, kernel, views, queries_units(s), queries_end_chain(s->l));
 }
 
 /* The tiles kernels: six or five tensors, the stats, (the queries': the groups' order,) the
@@ -546,13 +551,10 @@ static int run_tiles_pass(const backward_step *s, cl_kernel kernel, bool queries
     return status;
 }
 
-/* A group per group / slices keys of each (batch, kv head) and row split. */
 static int run_keys_tiles(const backward_step *s, cl_kernel kernel) {
     const backward_args *a = s->a;
     const clattn_tensor *views[6] = {a->q, a->k, a->v, a->dout, a->dk, a->dv};
-    return run_tiles_pass(s, kernel, false, views, 6,
-                          (size_t)(a->k->shape[0] * a->k->shape[1]) * s->l->tiles *
-                              (size_t)s->l->row_splits);
+    return run_tiles_pass(s, kernel, false, views, 6, keys_units(s));
 }
 
 /* Split rows: a work-item per element of dK and dV sums the partials. */
@@ -570,13 +572,10 @@ static int run_keys_merge(const backward_step *s, cl_kernel kernel) {
     return status;
 }
 
-/* A group per group / slices queries of each (batch, query head) and key split. */
 static int run_queries_tiles(const backward_step *s, cl_kernel kernel) {
     const backward_args *a = s->a;
     const clattn_tensor *views[5] = {a->q, a->k, a->v, a->dout, a->dq};
-    return run_tiles_pass(s, kernel, true, views, 5,
-                          (size_t)(a->q->shape[0] * a->q->shape[1]) * s->l->query_blocks *
-                              (size_t)s->l->splits);
+    return run_tiles_pass(s, kernel, true, views, 5, queries_units(s));
 }
 
 /* Split keys: a work-item per element of dQ sums the partials. */

@@ -374,9 +374,7 @@ static int set_outputs_args(cl_kernel kernel, const linear_args *a, const linear
                             cl_mem scratch, bool wide) {
     cl_uint arg = 0;
     const clattn_tensor *views[4] = {a->q, a->k, a->v, a->out};
-    int status = CLATTN_SUCCESS;
-    for (int i = 0; i < 4 && status == CLATTN_SUCCESS; ++i)
-        status = clattn__set_view_args(kernel, &arg, views[i], 0, wide);
+    int status = clattn__set_views_args(kernel, &arg, views, 4, wide);
     if (status == CLATTN_SUCCESS) status = set_scratch_args(kernel, &arg, a, l, scratch, wide);
     const int64_t ints[7] = {a->q->shape[0], a->q->shape[1], a->k->shape[1], a->q->shape[2],
                              a->k->shape[2], l->chunk,       l->nchunks};
@@ -496,9 +494,7 @@ static int enqueue_linear(const linear_args *a, const linear_launch *l, const cl
 static int set_recurrence_args(cl_kernel kernel, const linear_args *a, bool wide) {
     cl_uint arg = 0;
     const clattn_tensor *views[5] = {a->q, a->k, a->v, a->out, a->state};
-    int status = CLATTN_SUCCESS;
-    for (int i = 0; i < 5 && status == CLATTN_SUCCESS; ++i)
-        status = clattn__set_view_args(kernel, &arg, views[i], 0, wide);
+    int status = clattn__set_views_args(kernel, &arg, views, 5, wide);
     if (status == CLATTN_SUCCESS) status = clattn__set_view_args(kernel, &arg, a->z, 1, wide);
     const int64_t heads = a->k->shape[1];
     if (status == CLATTN_SUCCESS) status = clattn__set_int_args(kernel, &arg, &heads, 1);
