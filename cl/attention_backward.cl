@@ -355,99 +355,158 @@ inline int bias_replica(int n0, int n1, int Hkv, int splits, int b, int hk, int 
  * or (split rows) into element `at` of this split's partial (dK, dV) rows, which
  * backward_keys_merge sums. Expects backward_keys' names in scope. */
 #if ROW_SPLIT
-#define PUT_KEY_GRADS(T, p, c, at)                                                                 \
-    for (int e = 0; e < VEC && j0 + e < Sk; ++e) KEY_PARTIAL(bhk, j0 + e, split)[at] = lanes[e]
+#define PUT_KEY_GRADS(T, p, j0, c, at)                                                             \
+    for (int e = 0; e < VEC && (j0) + e < Sk; ++e) KEY_PARTIAL(bhk, (j0) + e, split)[at] = lanes[e]
 #else
-#define PUT_KEY_GRADS(T, p, c, at)                                                                 \
-    for (int e = 0; e < VEC && j0 + e < Sk; ++e)                                                   \
-    CAT(store_, T)(p, AT(p, b, hk, j0 + e, c), lanes[e])
+#define PUT_KEY_GRADS(T, p, j0, c, at)                                                             \
+    for (int e = 0; e < VEC && (j0) + e < Sk; ++e)                                                 \
+    CAT(store_, T)(p, AT(p, b, hk, (j0) + e, c), lanes[e])
 #endif
+
+/* A keys work-item's tiles (KEY_TILES consecutive tiles of VEC keys): each q and dO row it loads
+ * and each element of them it broadcasts feeds every tile, so that the dK and dV update (whose
+ * accumulators live in memory: 2 KEY_TILES loads and stores per BM KEY_TILES FMAs, beside BM
+ * broadcasts) and the products issue fewer loads per FMA. A tile past the last is the last
+ * again, read and never written. */
+#ifndef KEY_TILES
+#define KEY_TILES 2
+#endif
+
+/* The BM rows' scores s[k][t] and dP[k][t] against the work-item's tiles, as TILE_PRODUCTS. */
+#define SPAN_PRODUCTS()                                                                            \
+    do {                                                                                           \
+        UNROLL for (int k = 0; k < KEY_TILES; ++k) UNROLL for (int t = 0; t < BM; ++t)             \
+            s[k][t] = dp[k][t] = 0.0f;                                                             \
+        for (int d = 0; d < COMMON_DIM; ++d) {                                                     \
+            UNROLL for (int k = 0; k < KEY_TILES; ++k) {                                           \
+                const keys_t kd = LOAD_KEYS(d, kt[k]), vd = LOAD_KEYS(d, vt[k]);                   \
+                UNROLL for (int t = 0; t < BM; ++t) {                                              \
+                    s[k][t] = fma((keys_t)qs[t][d], kd, s[k][t]);                                  \
+                    dp[k][t] = fma((keys_t)dos[t][d], vd, dp[k][t]);                               \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        for (int d = COMMON_DIM; d < HEAD_DIM; ++d) {                                              \
+            UNROLL for (int k = 0; k < KEY_TILES; ++k) {                                           \
+                const keys_t kd = LOAD_KEYS(d, kt[k]);                                             \
+                UNROLL for (int t = 0; t < BM; ++t) s[k][t] = fma((keys_t)qs[t][d], kd, s[k][t]);  \
+            }                                                                                      \
+        }                                                                                          \
+        for (int e = COMMON_DIM; e < VALUE_DIM; ++e) {                                             \
+            UNROLL for (int k = 0; k < KEY_TILES; ++k) {                                           \
+                const keys_t ve = LOAD_KEYS(e, vt[k]);                                             \
+                UNROLL for (int t = 0; t < BM; ++t)                                                \
+                    dp[k][t] = fma((keys_t)dos[t][e], ve, dp[k][t]);                               \
+            }                                                                                      \
+        }                                                                                          \
+    } while (0)
+
+/* acc[k][c] += sum over the BM rows of rows[t][c] w[k][t], c < n, for every tile k. */
+#define SPAN_UPDATE(acc, rows, w, n)                                                               \
+    for (int c = 0; c < (n); ++c) {                                                                \
+        keys_t r[BM];                                                                              \
+        UNROLL for (int t = 0; t < BM; ++t) r[t] = (keys_t)rows[t][c];                             \
+        UNROLL for (int k = 0; k < KEY_TILES; ++k) {                                               \
+            keys_t sum = acc[k][c];                                                                \
+            UNROLL for (int t = 0; t < BM; ++t) sum = fma(r[t], w[k][t], sum);                     \
+            acc[k][c] = sum;                                                                       \
+        }                                                                                          \
+    }
 
 __kernel void backward_keys(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(DO_T, dout), OUT_PARAMS(DK_T, dk),
                             OUT_PARAMS(DV_T, dv), __global const float *stats,
                             __global const float *packed, IDX pack_off, int B, int Hq, int Hkv,
                             int Sq, int Sk, __global float *part, IDX part_off,
                             int row_splits, MASK_PARAMS KEYS_BIAS_PARAMS) {
-    const int tiles = (Sk + VEC - 1) / VEC;
+    const int tiles = (Sk + VEC - 1) / VEC, spans = (tiles + KEY_TILES - 1) / KEY_TILES;
     const int item = (int)get_global_id(0);
-    if (item >= B * Hkv * tiles * ROW_SPLITS) return;
+    if (item >= B * Hkv * spans * ROW_SPLITS) return;
     const int split = item % ROW_SPLITS, unit = item / ROW_SPLITS;
-    const int tile = unit % tiles, bhk = unit / tiles, hk = bhk % Hkv, b = bhk / Hkv;
-    const int j0 = tile * VEC, group = Hq / Hkv;
-    __global const float *kt = packed + pack_off + (IDX)unit * K_TILE;
-    __global const float *vt = packed + pack_off + (IDX)B * Hkv * tiles * K_TILE +
-                               (IDX)unit * V_TILE;
+    const int span = unit % spans, bhk = unit / spans, hk = bhk % Hkv, b = bhk / Hkv;
+    const int group = Hq / Hkv;
+    int j0[KEY_TILES];
+    __global const float *kt[KEY_TILES], *vt[KEY_TILES];
+    UNROLL for (int k = 0; k < KEY_TILES; ++k) {
+        const int tile = span * KEY_TILES + k;
+        const IDX at = (IDX)bhk * tiles + min(tile, tiles - 1);
+        j0[k] = tile * VEC;
+        kt[k] = packed + pack_off + at * K_TILE;
+        vt[k] = packed + pack_off + (IDX)B * Hkv * tiles * K_TILE + at * V_TILE;
+    }
     /* the row blocks of the group's query heads, head by head, and the split's run of them */
     const int blocks = (Sq + BM - 1) / BM;
     const int2 run = row_run(group * blocks, ROW_SPLITS, split);
     MASK_PACK(p);
 
-    keys_t gk[HEAD_DIM], gv[VALUE_DIM];
-    for (int d = 0; d < HEAD_DIM; ++d) gk[d] = 0.0f;
-    for (int e = 0; e < VALUE_DIM; ++e) gv[e] = 0.0f;
+    keys_t gk[KEY_TILES][HEAD_DIM], gv[KEY_TILES][VALUE_DIM];
+    UNROLL for (int k = 0; k < KEY_TILES; ++k) {
+        for (int d = 0; d < HEAD_DIM; ++d) gk[k][d] = 0.0f;
+        for (int e = 0; e < VALUE_DIM; ++e) gv[k][e] = 0.0f;
+    }
     for (int u = run.x; u < run.y; ++u) {
         const int h = hk * group + u / blocks, i0 = u % blocks * BM;
         mask_row r[BM];
         float lse[BM], delta[BM];
-        bool live[BM], any = false;
+        bool row_live[BM], live[KEY_TILES][BM], any = false;
         UNROLL for (int t = 0; t < BM; ++t) {
-            live[t] =
-                row_start(&p, stats, b, h, i0 + t, Hq, Sq, Sk, &r[t], &lse[t], &delta[t]) &&
-                j0 < r[t].hi && j0 + VEC > r[t].lo;
-            any = any || live[t];
+            row_live[t] = row_start(&p, stats, b, h, i0 + t, Hq, Sq, Sk, &r[t], &lse[t], &delta[t]);
+            UNROLL for (int k = 0; k < KEY_TILES; ++k) {
+                live[k][t] = row_live[t] && j0[k] < r[t].hi && j0[k] + VEC > r[t].lo;
+                any = any || live[k][t];
+            }
         }
         if (!any) {
 #if BIAS_STORES
-            UNROLL for (int t = 0; t < BM; ++t) {
-                if (i0 + t < Sq) BIAS_PUT_TILE(b, h, hk, split, i0 + t, j0, (keys_t)0.0f);
+            UNROLL for (int k = 0; k < KEY_TILES; ++k) UNROLL for (int t = 0; t < BM; ++t) {
+                if (i0 + t < Sq && j0[k] < Sk)
+                    BIAS_PUT_TILE(b, h, hk, split, i0 + t, j0[k], (keys_t)0.0f);
             }
 #endif
             continue;
         }
         float qs[BM][HEAD_DIM], dos[BM][VALUE_DIM];
-        UNROLL for (int t = 0; t < BM; ++t) LOAD_QUERY_ROWS(t, i0 + t, live[t]);
-        keys_t s[BM], dp[BM], pr[BM], gs[BM];
-        TILE_PRODUCTS(kt, vt);
-        UNROLL for (int t = 0; t < BM; ++t) {
-            const keys_t x = live[t] ? tile_mask(&p, &r[t], j0, Sk, s[t]) : (keys_t)(-INFINITY);
-            pr[t] = tile_weights(x, lse[t]);
-            gs[t] = tile_grad(&p, s[t], pr[t], dp[t], delta[t]);
+        UNROLL for (int t = 0; t < BM; ++t) LOAD_QUERY_ROWS(t, i0 + t, row_live[t]);
+        keys_t s[KEY_TILES][BM], dp[KEY_TILES][BM], pr[KEY_TILES][BM], gs[KEY_TILES][BM];
+        SPAN_PRODUCTS();
+        UNROLL for (int k = 0; k < KEY_TILES; ++k) UNROLL for (int t = 0; t < BM; ++t) {
+            const keys_t x = live[k][t] ? tile_mask(&p, &r[t], j0[k], Sk, s[k][t])
+                                        : (keys_t)(-INFINITY);
+            pr[k][t] = tile_weights(x, lse[t]);
+            gs[k][t] = tile_grad(&p, s[k][t], pr[k][t], dp[k][t], delta[t]);
         }
+        UNROLL for (int k = 0; k < KEY_TILES; ++k) {
+            if (j0[k] >= Sk) continue;
 #if BIAS_STORES
-        UNROLL for (int t = 0; t < BM; ++t) {
-            if (i0 + t < Sq)
-                BIAS_PUT_TILE(b, h, hk, split, i0 + t, j0, BIAS_TERM(pr[t], dp[t], delta[t]));
-        }
+            UNROLL for (int t = 0; t < BM; ++t) {
+                if (i0 + t < Sq)
+                    BIAS_PUT_TILE(b, h, hk, split, i0 + t, j0[k],
+                                  BIAS_TERM(pr[k][t], dp[k][t], delta[t]));
+            }
 #elif DBIAS_MODE == 2
-        keys_t rows_sum = 0.0f; /* n2 = 1: the block's rows, one element */
-        UNROLL for (int t = 0; t < BM; ++t) {
-            const keys_t term = BIAS_TERM(pr[t], dp[t], delta[t]);
-            if (n2 > 1 && live[t]) BIAS_PUT_TILE(b, h, hk, split, i0 + t, j0, term);
-            rows_sum += term;
-        }
-        if (n2 == 1) BIAS_PUT_TILE(b, h, hk, split, 0, j0, rows_sum);
+            keys_t rows_sum = 0.0f; /* n2 = 1: the block's rows, one element */
+            UNROLL for (int t = 0; t < BM; ++t) {
+                const keys_t term = BIAS_TERM(pr[k][t], dp[k][t], delta[t]);
+                if (n2 > 1 && live[k][t]) BIAS_PUT_TILE(b, h, hk, split, i0 + t, j0[k], term);
+                rows_sum += term;
+            }
+            if (n2 == 1) BIAS_PUT_TILE(b, h, hk, split, 0, j0[k], rows_sum);
 #endif
-        for (int e = 0; e < VALUE_DIM; ++e) {
-            keys_t acc = gv[e];
-            UNROLL for (int t = 0; t < BM; ++t) acc = fma((keys_t)dos[t][e], pr[t], acc);
-            gv[e] = acc;
         }
-        for (int d = 0; d < HEAD_DIM; ++d) {
-            keys_t acc = gk[d];
-            UNROLL for (int t = 0; t < BM; ++t) acc = fma((keys_t)qs[t][d], gs[t], acc);
-            gk[d] = acc;
-        }
+        SPAN_UPDATE(gv, dos, pr, VALUE_DIM);
+        SPAN_UPDATE(gk, qs, gs, HEAD_DIM);
     }
 
     /* lane e of each vector is key j0 + e */
-    float lanes[VEC];
-    for (int d = 0; d < HEAD_DIM; ++d) {
-        STORE_KEYS(gk[d], 0, lanes);
-        PUT_KEY_GRADS(DK_T, dk, d, d);
-    }
-    for (int c = 0; c < VALUE_DIM; ++c) {
-        STORE_KEYS(gv[c], 0, lanes);
-        PUT_KEY_GRADS(DV_T, dv, c, HEAD_DIM + c);
+    UNROLL for (int k = 0; k < KEY_TILES; ++k) {
+        float lanes[VEC];
+        for (int d = 0; d < HEAD_DIM; ++d) {
+            STORE_KEYS(gk[k][d], 0, lanes);
+            PUT_KEY_GRADS(DK_T, dk, j0[k], d, d);
+        }
+        for (int c = 0; c < VALUE_DIM; ++c) {
+            STORE_KEYS(gv[k][c], 0, lanes);
+            PUT_KEY_GRADS(DV_T, dv, j0[k], c, HEAD_DIM + c);
+        }
     }
 }
 

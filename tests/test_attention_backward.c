@@ -1300,6 +1300,32 @@ static void keys_pass_plans_bias(test_ctx *t) {
     clattn_tuning_override("attention", NULL);
 }
 
+/* The lanes keys pass over several key tiles a work-item: BWD_KEY_TILES where no dbias is asked,
+ * else one (planned); and run, the count hooked so that dbias takes them too, 3 tiles of 4 keys
+ * over 19 keys (5 tiles: the last work-item's third is past the keys) with dbias stored (a dense
+ * bias) and added into replicas (a key bias, its rows split 2 ways). */
+static void keys_pass_over_several_key_tiles(test_ctx *t) {
+    static const int64_t dims[7] = {2, 2, 1, 7, 19, 16, 16}, key_bias[4] = {2, 1, 1, 19};
+    clattn__backward_plan plain = {0}, biased = {0};
+    CHECK_OK(t, clattn_tuning_override("attention", "BWD_TILES=0,LANES=4,BWD_KEY_TILES=3"));
+    CHECK_OK(t, plan_for(t, dims, NULL, NULL, &plain));
+    CHECK_OK(t, plan_for(t, dims, NULL, key_bias, &biased));
+    CHECK(t, plain.key_tiles == 3 && biased.key_tiles == 1,
+          "BWD_KEY_TILES=3: %d key tiles a work-item, %d with dbias; not 3 and 1", plain.key_tiles,
+          biased.key_tiles);
+    clattn__hook_set(CLATTN__HOOK_KEY_TILES, 3);
+    static const int biases[2] = {BIAS_FULL, BIAS_KEYS};
+    for (int i = 0; i < 2 && !skipped_under_uninit_checker(t); ++i) {
+        clattn__hook_set(CLATTN__HOOK_ROW_SPLITS, i ? 2 : -1);
+        bw_spec s = spec(2, 2, 1, 7, 19, 16);
+        s.bias = biases[i], s.causal = 1;
+        check_spec(t, &s, i ? "3 key tiles, a key bias, 2 row splits" : "3 key tiles, dense bias");
+    }
+    clattn__hook_set(CLATTN__HOOK_ROW_SPLITS, -1);
+    clattn__hook_set(CLATTN__HOOK_KEY_TILES, -1);
+    clattn_tuning_override("attention", NULL);
+}
+
 /* One random case of the fused backward (random_cases): its shape, dtype, layout, mask parts
  * and launch from `rng`; the lengths into klen and qlen; the launch's override into params. */
 static bw_spec random_spec(uint64_t *rng, bool large, int32_t klen[2], int32_t qlen[2],
@@ -1805,6 +1831,7 @@ static const test_case cases[] = {
     {"gradients_of_biases", gradients_of_biases},
     {"gradients_of_storage_and_layouts", gradients_of_storage_and_layouts},
     {"gradients_of_other_launches", gradients_of_other_launches},
+    {"keys_pass_over_several_key_tiles", keys_pass_over_several_key_tiles},
     {"gradients_with_split_keys", gradients_with_split_keys},
     {"gradients_with_64_bit_indices", gradients_with_64_bit_indices},
     {"a_key_bias_past_2_31_pairs", a_key_bias_past_2_31_pairs},

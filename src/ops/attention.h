@@ -90,13 +90,15 @@ typedef struct clattn__attention_grads {
 
 /* The fused backward's launch for clattn_attention_backward's arguments (tests): whether it
  * takes the tiles kernels, their group and slices a key or query, the queries pass's key splits
- * and its groups' order (clattn__attention_order), the keys pass's row splits, and how it puts
+ * and its groups' order (clattn__attention_order), the keys pass's row splits and (lanes) key
+ * tiles a work-item, and how it puts
  * dbias (may be NULL) together: cl/attention_backward.cl's DBIAS_MODE and the f32 replicas of
  * dbias it takes. Checks and plans as the call does; enqueues nothing. */
 typedef struct clattn__backward_plan {
     bool tiled;
     int group, slices, splits, order, row_splits;
     int bias_mode, bias_replicas;
+    int key_tiles; /* the lanes keys pass's tiles a work-item */
 } clattn__backward_plan;
 int clattn__attention_backward_plan(const clattn_tensor *q, const clattn_tensor *k,
                                     const clattn_tensor *v, const clattn_tensor *out,

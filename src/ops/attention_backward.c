@@ -38,6 +38,7 @@ typedef struct backward_launch {
     int slices, block, group_max;   /* the tiles kernels' */
     int splits, chunk;              /* the keys in `splits` chunks of `chunk` (1: unsplit) */
     int row_splits;                 /* the keys pass's runs of row blocks (1: unsplit) */
+    int key_tiles;                  /* lanes: the key tiles of a keys work-item (KEY_TILES) */
     int bias_mode;                  /* cl/attention_backward.cl's DBIAS_MODE */
     int bias_replicas, bias_splits; /* DBIAS_MODE 2: dbias's f32 replicas, of them per row split */
     int order;                      /* the queries tiles' groups' order (cl/mask.cl's unit_place;
@@ -173,10 +174,15 @@ static void pick_splits(backward_launch *l, const clattn__attention_tuning *t, c
     l->splits = (int)((Sk + chunk - 1) / chunk);
 }
 
-/* The keys pass has a group (tiles: per group / slices keys; lanes: a work-item per tile of
- * keys) per key tile of each (batch, kv head), each walking the rows of the kv head's query
- * heads: with fewer than SPLIT_TARGET such groups per compute unit (few keys against many
- * queries, as in cross-attention to a short text, or many query heads a kv head), the rows are
+/* The keys pass's units of one (batch, kv head): a group per key group (tiles kernels), a
+ * work-item per key_tiles tiles of keys (lanes kernels). */
+static size_t key_spans(const backward_launch *l) {
+    return (l->tiles + (size_t)l->key_tiles - 1) / (size_t)l->key_tiles;
+}
+
+/* The keys pass has its units (key_spans) per (batch, kv head), each walking the rows of the kv
+ * head's query heads: with fewer than SPLIT_TARGET such units per compute unit (few keys against
+ * many queries, as in cross-attention to a short text, or many query heads a kv head), the rows are
  * cut into runs of whole blocks (tiles: `block` rows; lanes: BM), at least BWD_SPLIT_MIN
  * (0: SPLIT_MIN) rows each but the last (a forced split: at least one block each), and a merge
  * sums the partial dK and dV. A launch whose dbias has rows that a kv head's query heads share does
@@ -187,7 +193,7 @@ static bool bias_rows_shared_by_heads(const backward_args *a) {
 }
 static void pick_row_splits(backward_launch *l, const clattn__attention_tuning *t,
                             cl_device_id device, const backward_args *a) {
-    const int64_t groups = a->k->shape[0] * a->k->shape[1] * (int64_t)l->tiles;
+    const int64_t groups = a->k->shape[0] * a->k->shape[1] * (int64_t)key_spans(l);
     const int64_t heads = a->q->shape[1] / a->k->shape[1], Sq = a->q->shape[2];
     const int64_t block = l->tiled ? l->block : l->bm;
     const int64_t runs = heads * ((Sq + block - 1) / block); /* row blocks a group walks */
@@ -283,7 +289,7 @@ static void backward_options(const backward_args *a, const backward_launch *l, b
              "-cl-std=CL1.2 -DQ_T=%s -DK_T=%s -DV_T=%s -DO_T=%s -DDO_T=%s -DDQ_T=%s -DDK_T=%s "
              "-DDV_T=%s -DDB_T=%s -DHAS_DBIAS=%d -DHEAD_DIM=%lld -DVALUE_DIM=%lld -DVEC=%ld "
              "-DBM=%ld -DSPLIT=%d -DIDX=%s -DTILED=%d -DSLICES=%d -DBLK=%d -DGROUP_MAX=%d "
-             "-DROW_SPLIT=%d -DDBIAS_MODE=%d -DMERGE_LANES=%d",
+             "-DROW_SPLIT=%d -DDBIAS_MODE=%d -DMERGE_LANES=%d -DKEY_TILES=%d",
              clattn_dtype_name(a->q->dtype), clattn_dtype_name(a->k->dtype),
              clattn_dtype_name(a->v->dtype), clattn_dtype_name(a->out->dtype),
              clattn_dtype_name(a->dout->dtype), clattn_dtype_name(a->dq->dtype),
@@ -291,7 +297,7 @@ static void backward_options(const backward_args *a, const backward_launch *l, b
              clattn_dtype_name(a->dbias ? a->dbias->dtype : CLATTN_F32), a->dbias != NULL,
              (long long)a->q->shape[3], (long long)a->v->shape[3], l->lanes, l->bm, l->splits > 1,
              wide ? "ulong" : "uint", l->tiled, l->slices, l->block, l->group_max,
-             l->row_splits > 1, l->bias_mode, bias_merge_lanes(l));
+             l->row_splits > 1, l->bias_mode, bias_merge_lanes(l), l->key_tiles);
     clattn__mask_options(&a->mask, options, size);
 }
 
@@ -376,17 +382,28 @@ static int plan_tiles(const clattn__call *call, const clattn__attention_tuning *
     return CLATTN_SUCCESS;
 }
 
+/* The lanes keys pass's key tiles a work-item: BWD_KEY_TILES, but one where dbias is asked (its
+ * puts ran slower over two: the bias row's keys pass took 92-124 ms against 82 on PoCL), or
+ * the hooked count. */
+static int pick_key_tiles(const clattn__attention_tuning *t, const backward_args *a) {
+    const int forced = clattn__hook_value(CLATTN__HOOK_KEY_TILES);
+    if (forced > 0) return forced;
+    return a->dbias ? 1 : (int)t->BWD_KEY_TILES;
+}
+
 static int plan_launch(const clattn__call *call, const backward_args *a, backward_launch *l) {
     clattn__attention_tuning t;
     *l = (backward_launch){0};
     int status = clattn__attention_tuning_get(call->device, a->q->dtype, &t);
     if (status != CLATTN_SUCCESS) return status;
     l->bm = t.BM;
+    l->key_tiles = 1;
     l->rows = (size_t)(a->q->shape[0] * a->q->shape[1] * a->q->shape[2]);
     if (t.BWD_TILES) status = plan_tiles(call, &t, a, l);
     if (status != CLATTN_SUCCESS || l->tiled) return status;
     l->lanes = clattn__head_lanes((cl_uint)t.LANES, a->q->shape[3], a->v->shape[3]);
     l->group = t.GROUP;
+    l->key_tiles = pick_key_tiles(&t, a);
     plan_blocks(l, &t, call->device, a);
     return CLATTN_SUCCESS;
 }
@@ -509,11 +526,11 @@ static int run_tiles(const backward_step *s, cl_kernel kernel, const clattn_tens
 }
 
 /* The units of either family's passes (lanes: work-items; tiles: groups): the keys pass's, one
- * per key tile of each (batch, kv head) and row split; the queries pass's, one per query block
- * of each (batch, query head) and key split. */
+ * per key span (key_spans) of each (batch, kv head) and row split; the queries pass's, one per
+ * query block of each (batch, query head) and key split. */
 static size_t keys_units(const backward_step *s) {
     const int64_t *k = s->a->k->shape;
-    return (size_t)(k[0] * k[1]) * s->l->tiles * (size_t)s->l->row_splits;
+    return (size_t)(k[0] * k[1]) * key_spans(s->l) * (size_t)s->l->row_splits;
 }
 static size_t queries_units(const backward_step *s) {
     const int64_t *q = s->a->q->shape;
@@ -778,7 +795,8 @@ int clattn__attention_backward_plan(const clattn_tensor *q, const clattn_tensor 
     size_t bytes = 0;
     const int status = plan_only(&a, queue, &l, &bytes);
     if (status == CLATTN_SUCCESS)
-        *plan = (clattn__backward_plan){l.tiled, (int)l.group, l.slices,    l.splits,
-                                        l.order, l.row_splits, l.bias_mode, l.bias_replicas};
+        *plan = (clattn__backward_plan){l.tiled,     (int)l.group,    l.slices,
+                                        l.splits,    l.order,         l.row_splits,
+                                        l.bias_mode, l.bias_replicas, l.key_tiles};
     return status;
 }

@@ -19,6 +19,7 @@ typedef enum clattn__hook {
     CLATTN__HOOK_MATRIX_EMULATION,  /* 1-5: every device probes that tile unit, emulated */
     CLATTN__HOOK_GRID_GROUPS,       /* > 0: the copies' work-groups along grid dims 1 and 2 */
     CLATTN__HOOK_ROW_SPLITS,        /* > 0: split the backward keys pass's rows that many ways */
+    CLATTN__HOOK_KEY_TILES,         /* > 0: the backward lanes keys pass's tiles a work-item */
     CLATTN__HOOKS
 } clattn__hook;
 int clattn__hook_value(clattn__hook hook);

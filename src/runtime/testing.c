@@ -10,8 +10,8 @@
 #include <stdio.h>
 #include <string.h>
 
-static atomic_int hooks[CLATTN__HOOKS] = {-1, -1, -1, -1, -1, -1, -1, -1};
-_Static_assert(CLATTN__HOOKS == 8, "a -1 above for every hook");
+static atomic_int hooks[CLATTN__HOOKS] = {-1, -1, -1, -1, -1, -1, -1, -1, -1};
+_Static_assert(CLATTN__HOOKS == 9, "a -1 above for every hook");
 static _Atomic uint64_t narrow_index_limit = (uint64_t)1 << 31;
 static atomic_int countdown[CLATTN__FAULT_SITES];
 

@@ -100,9 +100,11 @@
  * and allow it, else their greatest common divisor), the other side staged BWD_BLOCK rows at a time
  * (halved until the local memory holds it); SPLIT_TARGET and SPLIT_MIN split the queries pass's
  * keys and the keys pass's query rows in either family, a row split keeping at least
- * BWD_SPLIT_MIN rows (0: SPLIT_MIN). Default: PoCL on AVX-512: blocks at 16 lanes (the
- * tiles variant's one query per work-item ran far slower there), clattn-bench --op
- * attention_causal. */
+ * BWD_SPLIT_MIN rows (0: SPLIT_MIN); a lanes keys work-item takes BWD_KEY_TILES tiles of LANES
+ * keys (one where dbias is asked), so that each q and dO element it loads feeds that many (2 on
+ * PoCL: its keys pass 51 ms against 69 at B=4 H=8 S=1024 D=64; 4 was slower). Default: PoCL on
+ * AVX-512: blocks at 16 lanes (the tiles variant's one query per work-item ran far slower there),
+ * clattn-bench --op attention_causal. */
 #define CLATTN__TUNING_ATTENTION(X)                                                                \
     X(PREFILL, 0, 0, 6, HOST)                                                                      \
     X(DECODE, 0, 0, 4, HOST)                                                                       \
@@ -128,7 +130,8 @@
     X(BWD_GROUP, 128, 1, 1024, HOST)                                                               \
     X(BWD_BLOCK, 16, 1, 64, HOST)                                                                  \
     X(BWD_SLICE, 32, 1, 256, HOST)                                                                 \
-    X(BWD_SPLIT_MIN, 0, 0, 1 << 20, HOST)
+    X(BWD_SPLIT_MIN, 0, 0, 1 << 20, HOST)                                                          \
+    X(BWD_KEY_TILES, 2, 1, 4, HOST)
 
 /* Linear attention. LANES: head-dim vector width (narrowed at launch to divide the head dims);
  * ROWS: state rows per linear_states work-item, BM: queries per linear_outputs work-item, and
