@@ -21,10 +21,11 @@
  *                     longer rows are always split. With ALIGNED (K and V rows start
  *                     VEC-aligned) every K and V access is one aligned vector load.
  *   attention_lanes   the CPU variant: keys along the vector lanes. One work-item (groups of
- *                     one) per BM queries of one (batch, query head) against tiles of VEC keys:
- *                     a score tile is BM vectors of VEC keys, built by broadcasting q[t][d] and
- *                     loading the VEC keys' d-th components as one vector from K packed
- *                     d-major by attention_pack_keys, so no score ends in a horizontal sum;
+ *                     one) per BM queries of one (batch, query head) against tiles of VEC keys,
+ *                     LANE_TILES of them a step: a score tile is BM vectors of VEC keys, built
+ *                     by broadcasting q[t][d] and loading the VEC keys' d-th components as one
+ *                     vector from K packed d-major by attention_pack_keys, so no score ends in
+ *                     a horizontal sum;
  *                     p.v broadcasts p[t][j] against V row j as vectors. Every multiply is a
  *                     full-width vector FMA, and the masks, the exponentials and the rescale
  *                     work on whole vectors of keys.
@@ -546,12 +547,20 @@ inline floatV lanes_mask(const mask_params *p, const mask_row *r, int j0, int Sk
 /* Loops over the block's rows and lane vectors are UNROLLed (common.cl), so that the score tile
  * and the accumulators live in registers. */
 
-/* acc[t] += pr[t][jj] * V row j0 + jj over the tile's rows below hi, PV_CHUNK lane vectors at a
+/* The key tiles a step of attention_lanes takes (LANE_TILES tiles of VEC keys, a tuning
+ * parameter): each q element it broadcasts feeds that many FMAs, and a row's maximum and rescale
+ * come once a step. */
+#ifndef LANE_TILES
+#define LANE_TILES 2
+#endif
+#define SPAN (LANE_TILES * VEC)
+
+/* acc[t] += pr[t][jj] * V row j0 + jj over the step's rows below hi, PV_CHUNK lane vectors at a
  * time; LOAD_LANES(at, cc) loads lane vector c0 + cc of the row at `at`, and a row t takes key
  * jj only where TAKES holds. */
 #define PV_TILE(LOAD_LANES, TAKES)                                                                 \
     UNROLL for (int c0 = 0; c0 < V_LANES; c0 += PV_CHUNK) {                                       \
-        for (int jj = 0; jj < VEC && j0 + jj < hi; ++jj) {                                         \
+        for (int jj = 0; jj < SPAN && j0 + jj < hi; ++jj) {                                        \
             const IDX at = AT(v, b, hk, j0 + jj, 0);                                              \
             floatV vv[PV_CHUNK];                                                                   \
             UNROLL for (int cc = 0; cc < PV_CHUNK; ++cc) {                                         \
@@ -605,39 +614,53 @@ attention_lanes(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k), TENSOR_PARAMS(V_T,
         nan_seen[t] = 0;
     }
 
-    for (int j0 = lo / VEC * VEC; j0 < hi; j0 += VEC) {
-        /* the raw scores: BM x VEC dots as BM x HEAD_DIM vector FMAs */
-        __global const float *tile = kp + (IDX)j0 * HEAD_DIM;
-        floatV s[BM], s_odd[BM]; /* even and odd d: twice the independent FMA chains */
-        UNROLL for (int t = 0; t < BM; ++t) s[t] = s_odd[t] = 0.0f;
-        for (int d = 0; d < HEAD_DIM; d += 2) {
-            const floatV k_even = CAT(vload, VEC)(d, tile), k_odd = CAT(vload, VEC)(d + 1, tile);
+    for (int j0 = lo / VEC * VEC; j0 < hi; j0 += SPAN) {
+        /* the raw scores: BM x SPAN dots as LANE_TILES x BM x HEAD_DIM vector FMAs; a tile at or
+         * past hi reads the first again (its scores are masked) */
+        __global const float *tile[LANE_TILES];
+        UNROLL for (int u = 0; u < LANE_TILES; ++u) {
+            tile[u] = kp + (IDX)(j0 + u * VEC < hi ? j0 + u * VEC : j0) * HEAD_DIM;
+        }
+        floatV s[LANE_TILES][BM];
+        UNROLL for (int u = 0; u < LANE_TILES; ++u) UNROLL for (int t = 0; t < BM; ++t) {
+            s[u][t] = 0.0f;
+        }
+        for (int d = 0; d < HEAD_DIM; ++d) {
+            floatV kd[LANE_TILES];
+            UNROLL for (int u = 0; u < LANE_TILES; ++u) kd[u] = CAT(vload, VEC)(d, tile[u]);
             UNROLL for (int t = 0; t < BM; ++t) {
-                s[t] = fma((floatV)qs[t][d], k_even, s[t]);
-                s_odd[t] = fma((floatV)qs[t][d + 1], k_odd, s_odd[t]);
+                const floatV qd = (floatV)qs[t][d];
+                UNROLL for (int u = 0; u < LANE_TILES; ++u) s[u][t] = fma(qd, kd[u], s[u][t]);
             }
         }
-        UNROLL for (int t = 0; t < BM; ++t) s[t] += s_odd[t];
         /* masked, and the online softmax: a rescale only when a row's maximum grows */
-        float pr[BM][VEC];
-        bool dense = true; /* every row sees every key of the tile */
+        float pr[BM][SPAN];
+        bool dense = true; /* every row sees every key of the step below hi */
         UNROLL for (int t = 0; t < BM; ++t) {
-            floatV x = (floatV)(-INFINITY);
-            if (j0 < r[t].hi && j0 + VEC > r[t].lo) x = lanes_mask(&p, &r[t], j0, Sk, s[t]);
-            dense = dense && all(x != (floatV)(-INFINITY));
-            nan_seen[t] |= any(isnan(x));
-            const float m_new = fmax(m[t], hmax(x));
-            if (m_new > m[t]) {
-                const float keep = exp(m[t] - m_new);
+            floatV x[LANE_TILES];
+            float top = m[t];
+            UNROLL for (int u = 0; u < LANE_TILES; ++u) {
+                const int ju = j0 + u * VEC;
+                x[u] = (floatV)(-INFINITY);
+                if (ju < r[t].hi && ju + VEC > r[t].lo) x[u] = lanes_mask(&p, &r[t], ju, Sk, s[u][t]);
+                dense = dense && (ju >= hi || all(x[u] != (floatV)(-INFINITY)));
+                nan_seen[t] |= any(isnan(x[u]));
+                top = fmax(top, hmax(x[u]));
+            }
+            if (top > m[t]) {
+                const float keep = exp(m[t] - top);
                 l[t] *= keep;
                 UNROLL for (int c = 0; c < V_LANES; ++c) acc[t][c] *= keep;
-                m[t] = m_new;
+                m[t] = top;
             }
-            const floatV e = select(exp(x - m_new), (floatV)0.0f, x == (floatV)(-INFINITY));
-            l[t] += hsum(e);
-            CAT(vstore, VEC)(e, 0, pr[t]);
+            UNROLL for (int u = 0; u < LANE_TILES; ++u) {
+                const floatV e =
+                    select(exp(x[u] - top), (floatV)0.0f, x[u] == (floatV)(-INFINITY));
+                l[t] += hsum(e);
+                CAT(vstore, VEC)(e, u, pr[t]);
+            }
         }
-        /* acc += p v. A tile some row cannot see all of skips that row's zero weights, so that
+        /* acc += p v. A step some row cannot see all of skips that row's zero weights, so that
          * whatever an invisible V row holds (NaN, Inf) never reaches acc */
         if (dense && v_s3 == 1) {
             PV_TILE(CAT(CAT(load, VEC), CAT(_, V_T))(v, at + (IDX)((c0 + cc) * VEC)), true)

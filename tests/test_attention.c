@@ -858,6 +858,30 @@ static void hidden_keys_inside_the_span_change_nothing(test_ctx *t) {
                                     "f16 NaN/Inf in hidden keys inside the span");
 }
 
+/* attention_lanes with other steps than the table's LANE_TILES: one tile of 16 keys a step, and
+ * three of 4 keys over 37 (10 tiles: the last step's second and third tiles past the keys),
+ * under bottom-right causal, a short batch's key length and lse; and the three under a causal
+ * mask, keys 6.. holding NaN and Inf: rows 4..7 see all of a step's first tile and not all of its
+ * second, so the step is not dense and rows 4 and 5 skip their zero weights. */
+static void lanes_steps_of_other_tiles(test_ctx *t) {
+    static const char *const rows[] = {"LANE_TILES=1", "LANE_TILES=3,LANES=4"};
+    static const int32_t klen[2] = {37, 6};
+    at_spec s = base(2, 2, 1, 11, 37, 16);
+    s.causal = 1, s.bottom_right = 1, s.klen = klen, s.lse = 1;
+    at_data d = {0};
+    const bool ready = variant_runs(3) && prepare(t, &s, &d);
+    for (size_t i = 0; ready && i < sizeof rows / sizeof rows[0] && !t->failed; ++i) {
+        CHECK_OK(t, clattn_tuning_override("attention", rows[i]));
+        check_variant(t, &s, &d, 3 /* lanes */, rows[i]);
+        if (i == 0) continue;
+        at_spec future = base(1, 2, 2, 17, 17, 16);
+        future.causal = 1;
+        same_rows_after_variant(t, &future, poison_future, 6, 3, rows[i]);
+    }
+    clattn_tuning_override("attention", NULL);
+    free_data(&d);
+}
+
 /* An Inf value of a key every row sees makes that column Inf and leaves the others as they were:
  * attention_mma adds it apart from its products, which take it as 0 (attention_tiles beside it,
  * as the variants that skip zero weights one by one), in 16 bits and in f32. */
@@ -1302,6 +1326,7 @@ static const test_case cases[] = {
     {"gqa_and_mqa", gqa_and_mqa},
     {"masks", masks},
     {"blocks_of_other_shapes", blocks_of_other_shapes},
+    {"lanes_steps_of_other_tiles", lanes_steps_of_other_tiles},
     {"storage_and_layouts", storage_and_layouts},
     {"matrix_unit_cases_in_16_bits", matrix_unit_cases_in_16_bits},
     {"matrix_unit_cases_in_f32", matrix_unit_cases_in_f32},

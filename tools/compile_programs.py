@@ -132,7 +132,8 @@ def programs(folder):
 # smallest and largest values (the compilers differ between sizes in registers and spills, whose
 # worst case the largest shows), not every value the tests happened to use.
 SIZES = tuple("-D%s=" % name for name in ("HEAD_DIM", "VALUE_DIM", "BM", "BN", "TK", "ROWS",
-                                            "BR", "BC", "BQ", "TS", "STEP_TOKENS", "STEP_HEADS"))
+                                            "BR", "BC", "BQ", "TS", "STEP_TOKENS", "STEP_HEADS",
+                                            "LANE_TILES", "KEY_TILES"))
 
 
 def cover(options_of):

@@ -61,15 +61,18 @@
  * local-memory emulation, correct and slow; 6, prefill only, attention_units, the same on the
  * subgroup tile of whichever mechanism the probes found (AMD's, Intel's; without one, NVIDIA's
  * emulated); other dtypes and head dims take 1); LANES: head-dim vector width
- * (lanes: the keys a tile, blocks when under 4); GROUP: blocks', tiles' and micro's group size
- * (micro: at most); TK: the largest key tile (halved to fit); SPLIT_TARGET, SPLIT_MIN: a launch
- * with fewer groups than SPLIT_TARGET per compute unit splits the keys into chunks of at least
- * SPLIT_MIN; BM, BN: the blocks' queries per work-item and keys per tile; MQ, MK: micro's queries
- * and keys per work-item; UNITS 1: prefill with f16 or bf16 q, k, v takes attention_mma (NVIDIA's
- * unit) or attention_units (another's) wherever clattn_matrix_units found a unit for their
- * dtype, whatever PREFILL says (0: only PREFILL=5 or 6); UNIT_F32 1: so does f32 prefill, on
- * attention_mma's 3xTF32 products, where the probes found NVIDIA's tf32 unit (about f32's
- * accuracy, as PyTorch's f32 SDPA on those GPUs; 0: f32 stays on the FMA units); UNIT_KEYS:
+ * (lanes: the keys a tile, blocks when under 4); LANE_TILES: lanes' key tiles a step (each q
+ * element it broadcasts feeds that many FMAs, and a row rescales once a step; a step past the
+ * keys re-reads its first tile for the rest: 2 on PoCL, B=4 H=8 S=1024 f32 D=64 and D=128 8-15%
+ * faster than 1, 4 a little faster again at D=64 and not at D=128); GROUP: blocks', tiles' and
+ * micro's group size (micro: at most); TK: the largest key tile (halved to fit); SPLIT_TARGET,
+ * SPLIT_MIN: a launch with fewer groups than SPLIT_TARGET per compute unit splits the keys into
+ * chunks of at least SPLIT_MIN; BM, BN: the blocks' queries per work-item and keys per tile; MQ,
+ * MK: micro's queries and keys per work-item; UNITS 1: prefill with f16 or bf16 q, k, v takes
+ * attention_mma (NVIDIA's unit) or attention_units (another's) wherever clattn_matrix_units found a
+ * unit for their dtype, whatever PREFILL says (0: only PREFILL=5 or 6); UNIT_F32 1: so does f32
+ * prefill, on attention_mma's 3xTF32 products, where the probes found NVIDIA's tf32 unit (about
+ * f32's accuracy, as PyTorch's f32 SDPA on those GPUs; 0: f32 stays on the FMA units); UNIT_KEYS:
  * attention_mma's and attention_units' keys a tile (rounded down to a multiple of 16, then lowered
  * by 16 until its tiles fit the local memory); UNIT_QUERIES: attention_mma's queries a warp (16 or
  * 32, rounded down; 32 reads each K and V fragment once for two m-tiles of products, the same bits;
@@ -109,6 +112,7 @@
     X(PREFILL, 0, 0, 6, HOST)                                                                      \
     X(DECODE, 0, 0, 4, HOST)                                                                       \
     X(LANES, 16, 1, 16, VEC)                                                                       \
+    X(LANE_TILES, 2, 1, 4, LANE_TILES)                                                             \
     X(GROUP, 16, 1, 1024, HOST)                                                                    \
     X(TK, 32, 1, 32, TK)                                                                           \
     X(SPLIT_TARGET, 8, 1, 1024, HOST)                                                              \
