@@ -160,7 +160,7 @@ small_groups_left_out+='|attention_backward.gradients|attention_backward.invisib
 small_groups_left_out+='|attention_backward.caller|attention_backward.tiles_kernels_give'
 small_groups_left_out+='|attention_backward.tiles_kernels_with_split_rows'
 small_groups_left_out+='|attention_backward.composed|attention_backward.linear'
-small_groups_left_out+='|attention_backward.keys_pass_over'
+small_groups_left_out+='|attention_backward.lanes_kernels_over'
 lane pocl-basic plain 1200 "$gpu_rows_selector" "${basic[@]}"
 lane pocl-small-groups plain 1200 "!$small_groups_left_out" \
   "${pthread[@]}" CLATTN_FUZZ_N=8 CLATTN_MAX_WORK_GROUP=16 CLATTN_TEST_SMALL=1

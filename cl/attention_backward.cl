@@ -171,28 +171,37 @@ inline keys_t tile_grad(const mask_params *p, keys_t x, keys_t pr, keys_t dp, fl
             dos[t][e] = (live) ? CAT(load_, DO_T)(dout, AT(dout, b, h, i, e)) : 0.0f;              \
     } while (0)
 
-/* The BM rows' scores s[t] and dP[t] against one packed tile (kt, vt): both sums in one loop
- * over the dims they share, then the longer one's rest, so that each step has 2 BM independent
- * FMAs (a loop of the BM scores alone waits on the FMA's latency: PoCL's code for BM = 4 issued
- * one FMA a cycle where the core takes two). Each sum's order is the same as alone. */
+/* The BM rows' scores s[k][t] and dP[k][t] against n packed tiles (kt[k], vt[k]): both sums in
+ * one loop over the dims they share, then the longer one's rest, so that each step has 2 BM n
+ * independent FMAs (a loop of one tile's BM scores alone waits on the FMA's latency: PoCL's code
+ * for BM = 4 issued one FMA a cycle where the core takes two), and each q and dO element
+ * broadcast feeds n of them. Each sum's order is the same as alone. */
 #define COMMON_DIM (HEAD_DIM < VALUE_DIM ? HEAD_DIM : VALUE_DIM)
-#define TILE_PRODUCTS(kt, vt)                                                                      \
+#define SPAN_PRODUCTS(n)                                                                           \
     do {                                                                                           \
-        UNROLL for (int t = 0; t < BM; ++t) s[t] = dp[t] = 0.0f;                                   \
+        UNROLL for (int k = 0; k < (n); ++k) UNROLL for (int t = 0; t < BM; ++t)                   \
+            s[k][t] = dp[k][t] = 0.0f;                                                             \
         for (int d = 0; d < COMMON_DIM; ++d) {                                                     \
-            const keys_t kd = LOAD_KEYS(d, kt), vd = LOAD_KEYS(d, vt);                             \
-            UNROLL for (int t = 0; t < BM; ++t) {                                                  \
-                s[t] = fma((keys_t)qs[t][d], kd, s[t]);                                            \
-                dp[t] = fma((keys_t)dos[t][d], vd, dp[t]);                                         \
+            UNROLL for (int k = 0; k < (n); ++k) {                                                 \
+                const keys_t kd = LOAD_KEYS(d, kt[k]), vd = LOAD_KEYS(d, vt[k]);                   \
+                UNROLL for (int t = 0; t < BM; ++t) {                                              \
+                    s[k][t] = fma((keys_t)qs[t][d], kd, s[k][t]);                                  \
+                    dp[k][t] = fma((keys_t)dos[t][d], vd, dp[k][t]);                               \
+                }                                                                                  \
             }                                                                                      \
         }                                                                                          \
         for (int d = COMMON_DIM; d < HEAD_DIM; ++d) {                                              \
-            const keys_t kd = LOAD_KEYS(d, kt);                                                    \
-            UNROLL for (int t = 0; t < BM; ++t) s[t] = fma((keys_t)qs[t][d], kd, s[t]);            \
+            UNROLL for (int k = 0; k < (n); ++k) {                                                 \
+                const keys_t kd = LOAD_KEYS(d, kt[k]);                                             \
+                UNROLL for (int t = 0; t < BM; ++t) s[k][t] = fma((keys_t)qs[t][d], kd, s[k][t]);  \
+            }                                                                                      \
         }                                                                                          \
         for (int e = COMMON_DIM; e < VALUE_DIM; ++e) {                                             \
-            const keys_t ve = LOAD_KEYS(e, vt);                                                    \
-            UNROLL for (int t = 0; t < BM; ++t) dp[t] = fma((keys_t)dos[t][e], ve, dp[t]);         \
+            UNROLL for (int k = 0; k < (n); ++k) {                                                 \
+                const keys_t ve = LOAD_KEYS(e, vt[k]);                                             \
+                UNROLL for (int t = 0; t < BM; ++t)                                                \
+                    dp[k][t] = fma((keys_t)dos[t][e], ve, dp[k][t]);                               \
+            }                                                                                      \
         }                                                                                          \
     } while (0)
 
@@ -372,35 +381,6 @@ inline int bias_replica(int n0, int n1, int Hkv, int splits, int b, int hk, int 
 #define KEY_TILES 2
 #endif
 
-/* The BM rows' scores s[k][t] and dP[k][t] against the work-item's tiles, as TILE_PRODUCTS. */
-#define SPAN_PRODUCTS()                                                                            \
-    do {                                                                                           \
-        UNROLL for (int k = 0; k < KEY_TILES; ++k) UNROLL for (int t = 0; t < BM; ++t)             \
-            s[k][t] = dp[k][t] = 0.0f;                                                             \
-        for (int d = 0; d < COMMON_DIM; ++d) {                                                     \
-            UNROLL for (int k = 0; k < KEY_TILES; ++k) {                                           \
-                const keys_t kd = LOAD_KEYS(d, kt[k]), vd = LOAD_KEYS(d, vt[k]);                   \
-                UNROLL for (int t = 0; t < BM; ++t) {                                              \
-                    s[k][t] = fma((keys_t)qs[t][d], kd, s[k][t]);                                  \
-                    dp[k][t] = fma((keys_t)dos[t][d], vd, dp[k][t]);                               \
-                }                                                                                  \
-            }                                                                                      \
-        }                                                                                          \
-        for (int d = COMMON_DIM; d < HEAD_DIM; ++d) {                                              \
-            UNROLL for (int k = 0; k < KEY_TILES; ++k) {                                           \
-                const keys_t kd = LOAD_KEYS(d, kt[k]);                                             \
-                UNROLL for (int t = 0; t < BM; ++t) s[k][t] = fma((keys_t)qs[t][d], kd, s[k][t]);  \
-            }                                                                                      \
-        }                                                                                          \
-        for (int e = COMMON_DIM; e < VALUE_DIM; ++e) {                                             \
-            UNROLL for (int k = 0; k < KEY_TILES; ++k) {                                           \
-                const keys_t ve = LOAD_KEYS(e, vt[k]);                                             \
-                UNROLL for (int t = 0; t < BM; ++t)                                                \
-                    dp[k][t] = fma((keys_t)dos[t][e], ve, dp[k][t]);                               \
-            }                                                                                      \
-        }                                                                                          \
-    } while (0)
-
 /* acc[k][c] += sum over the BM rows of rows[t][c] w[k][t], c < n, for every tile k. */
 #define SPAN_UPDATE(acc, rows, w, n)                                                               \
     for (int c = 0; c < (n); ++c) {                                                                \
@@ -467,7 +447,7 @@ __kernel void backward_keys(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(DO_T, dout), OU
         float qs[BM][HEAD_DIM], dos[BM][VALUE_DIM];
         UNROLL for (int t = 0; t < BM; ++t) LOAD_QUERY_ROWS(t, i0 + t, row_live[t]);
         keys_t s[KEY_TILES][BM], dp[KEY_TILES][BM], pr[KEY_TILES][BM], gs[KEY_TILES][BM];
-        SPAN_PRODUCTS();
+        SPAN_PRODUCTS(KEY_TILES);
         UNROLL for (int k = 0; k < KEY_TILES; ++k) UNROLL for (int t = 0; t < BM; ++t) {
             const keys_t x = live[k][t] ? tile_mask(&p, &r[t], j0[k], Sk, s[k][t])
                                         : (keys_t)(-INFINITY);
@@ -524,6 +504,12 @@ __kernel void backward_keys(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(DO_T, dout), OU
         }                                                                                          \
     } while (0)
 
+/* The queries pass's key tiles a step (the forward's LANE_TILES, from its tuning row): each q
+ * and dO element it broadcasts feeds that many tiles' FMAs. */
+#ifndef LANE_TILES
+#define LANE_TILES 2
+#endif
+
 __kernel void backward_queries(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
                                TENSOR_PARAMS(DO_T, dout), OUT_PARAMS(DQ_T, dq),
                                __global const float *stats, __global const float *packed,
@@ -560,26 +546,36 @@ __kernel void backward_queries(TENSOR_PARAMS(Q_T, q), TENSOR_PARAMS(K_T, k),
         UNROLL for (int c = 0; c < LANES(HEAD_DIM); ++c) g[t][c] = 0.0f;
     }
 
-    for (int j0 = lo / VEC * VEC; j0 < hi; j0 += VEC) {
-        keys_t s[BM], dp[BM];
-        TILE_PRODUCTS(kp + (IDX)(j0 / VEC) * K_TILE, vp + (IDX)(j0 / VEC) * V_TILE);
-        float gs[BM][VEC];
-        bool dense = true; /* every row sees every key of the tile */
-        UNROLL for (int t = 0; t < BM; ++t) {
-            keys_t x = (keys_t)(-INFINITY);
-            if (live[t] && j0 < r[t].hi && j0 + VEC > r[t].lo)
-                x = tile_mask(&p, &r[t], j0, Sk, s[t]);
-            dense = dense && ALL_KEYS(x != (keys_t)(-INFINITY));
-            STORE_KEYS(tile_grad(&p, s[t], tile_weights(x, lse[t]), dp[t], delta[t]), 0, gs[t]);
+    /* LANE_TILES tiles a step; a tile at or past hi reads the step's first again (its scores
+     * are masked, its keys never added) */
+    for (int j0 = lo / VEC * VEC; j0 < hi; j0 += LANE_TILES * VEC) {
+        __global const float *kt[LANE_TILES], *vt[LANE_TILES];
+        UNROLL for (int k = 0; k < LANE_TILES; ++k) {
+            const IDX tile = (IDX)((j0 + k * VEC < hi ? j0 + k * VEC : j0) / VEC);
+            kt[k] = kp + tile * K_TILE, vt[k] = vp + tile * V_TILE;
         }
-        /* dQ += dS K. A tile some row cannot see all of skips the zero weights, so that
-         * whatever an invisible K row holds never reaches dQ; a dense tile (inside Sk: most of
+        keys_t s[LANE_TILES][BM], dp[LANE_TILES][BM];
+        SPAN_PRODUCTS(LANE_TILES);
+        float gs[BM][LANE_TILES * VEC];
+        bool dense = true; /* every row sees every key of the step below hi */
+        UNROLL for (int t = 0; t < BM; ++t) UNROLL for (int k = 0; k < LANE_TILES; ++k) {
+            const int jk = j0 + k * VEC;
+            keys_t x = (keys_t)(-INFINITY);
+            if (live[t] && jk < r[t].hi && jk + VEC > r[t].lo)
+                x = tile_mask(&p, &r[t], jk, Sk, s[k][t]);
+            dense = dense && (jk >= hi || ALL_KEYS(x != (keys_t)(-INFINITY)));
+            STORE_KEYS(tile_grad(&p, s[k][t], tile_weights(x, lse[t]), dp[k][t], delta[t]), k,
+                       gs[t]);
+        }
+        /* dQ += dS K. A step some row cannot see all of skips the zero weights, so that
+         * whatever an invisible K row holds never reaches dQ; a dense step (inside Sk: most of
          * them) takes every weight untested, which leaves the loop FMAs and their loads (the
          * test in it took two thirds of its instructions). */
         if (dense) {
-            for (int jj = 0; jj < VEC; ++jj) ADD_KEY_ROW(jj, true);
+            for (int jj = 0; jj < LANE_TILES * VEC && j0 + jj < hi; ++jj) ADD_KEY_ROW(jj, true);
         } else {
-            for (int jj = 0; jj < VEC && j0 + jj < hi; ++jj) ADD_KEY_ROW(jj, gs[t][jj] != 0.0f);
+            for (int jj = 0; jj < LANE_TILES * VEC && j0 + jj < hi; ++jj)
+                ADD_KEY_ROW(jj, gs[t][jj] != 0.0f);
         }
     }
 

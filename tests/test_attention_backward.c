@@ -1300,29 +1300,56 @@ static void keys_pass_plans_bias(test_ctx *t) {
     clattn_tuning_override("attention", NULL);
 }
 
-/* The lanes keys pass over several key tiles a work-item: BWD_KEY_TILES where no dbias is asked,
- * else one (planned); and run, the count hooked so that dbias takes them too, 3 tiles of 4 keys
- * over 19 keys (5 tiles: the last work-item's third is past the keys) with dbias stored (a dense
- * bias) and added into replicas (a key bias, its rows split 2 ways). */
-static void keys_pass_over_several_key_tiles(test_ctx *t) {
+/* Causal over 17 queries and keys, a key bias and its gradient (added into replicas, the rows
+ * split 2 ways), key 6 hidden from every query (the keep mask) and holding garbage: with 3 tiles
+ * of 4 keys a step, rows 4..7 see all of the first tile and not all of the second, so the step is
+ * not dense and the queries pass skips key 6's zero weights (the gradients keep their bits); and
+ * the reference's gradients. */
+static void hidden_key_inside_a_step(test_ctx *t) {
+    bw_spec s = spec(1, 1, 1, 17, 17, 16);
+    s.causal = 1, s.keep = 1, s.bias = BIAS_KEYS;
+    bw_case c;
+    bw_grads clean = {0}, dirty = {0};
+    if (prepare_case(t, &s, &c)) {
+        for (int64_t i = 0; i < s.Sq * s.Sk; ++i) c.keep[i] = i % s.Sk != 6;
+        CHECK(t, test_write(t, c.keep_t.buffer, c.keep, (size_t)(s.Sq * s.Sk)),
+              "could not upload the keep mask");
+        CHECK_OK(t, run_backward(t, &c, NULL, &clean, NULL));
+        fill_row(c.k + 6 * s.D, s.D, 0);
+        fill_row(c.v + 6 * s.Dv, s.Dv, 2);
+        CHECK_OK(t, run_backward(t, &c, NULL, &dirty, NULL));
+        CHECK(t, same_grads(&c, &clean, &dirty), "garbage in key 6 changed a gradient");
+        check_against_reference(t, &c, &clean, "key 6 hidden, a key bias");
+    }
+    free_grads(&clean), free_grads(&dirty);
+    free_case(&c);
+}
+
+/* The lanes kernels over several key tiles: the keys pass's tiles a work-item, BWD_KEY_TILES
+ * where no dbias is asked, else one (planned); and run, the count hooked so that dbias takes
+ * them too (3 tiles of 4 keys: over 19 keys, 5 tiles, the last work-item's third is past the
+ * keys), with dbias stored (a dense bias) and as hidden_key_inside_a_step has it, the queries
+ * pass 3 tiles a step (LANE_TILES) beside them. */
+static void lanes_kernels_over_several_key_tiles(test_ctx *t) {
     static const int64_t dims[7] = {2, 2, 1, 7, 19, 16, 16}, key_bias[4] = {2, 1, 1, 19};
     clattn__backward_plan plain = {0}, biased = {0};
-    CHECK_OK(t, clattn_tuning_override("attention", "BWD_TILES=0,LANES=4,BWD_KEY_TILES=3"));
+    CHECK_OK(
+        t, clattn_tuning_override("attention", "BWD_TILES=0,LANES=4,BWD_KEY_TILES=3,LANE_TILES=3"));
     CHECK_OK(t, plan_for(t, dims, NULL, NULL, &plain));
     CHECK_OK(t, plan_for(t, dims, NULL, key_bias, &biased));
     CHECK(t, plain.key_tiles == 3 && biased.key_tiles == 1,
           "BWD_KEY_TILES=3: %d key tiles a work-item, %d with dbias; not 3 and 1", plain.key_tiles,
           biased.key_tiles);
-    clattn__hook_set(CLATTN__HOOK_KEY_TILES, 3);
-    static const int biases[2] = {BIAS_FULL, BIAS_KEYS};
-    for (int i = 0; i < 2 && !skipped_under_uninit_checker(t); ++i) {
-        clattn__hook_set(CLATTN__HOOK_ROW_SPLITS, i ? 2 : -1);
+    if (!skipped_under_uninit_checker(t)) {
+        clattn__hook_set(CLATTN__HOOK_KEY_TILES, 3);
         bw_spec s = spec(2, 2, 1, 7, 19, 16);
-        s.bias = biases[i], s.causal = 1;
-        check_spec(t, &s, i ? "3 key tiles, a key bias, 2 row splits" : "3 key tiles, dense bias");
+        s.bias = BIAS_FULL, s.causal = 1;
+        check_spec(t, &s, "3 key tiles, a dense bias");
+        clattn__hook_set(CLATTN__HOOK_ROW_SPLITS, 2);
+        hidden_key_inside_a_step(t);
+        clattn__hook_set(CLATTN__HOOK_ROW_SPLITS, -1);
+        clattn__hook_set(CLATTN__HOOK_KEY_TILES, -1);
     }
-    clattn__hook_set(CLATTN__HOOK_ROW_SPLITS, -1);
-    clattn__hook_set(CLATTN__HOOK_KEY_TILES, -1);
     clattn_tuning_override("attention", NULL);
 }
 
@@ -1831,7 +1858,7 @@ static const test_case cases[] = {
     {"gradients_of_biases", gradients_of_biases},
     {"gradients_of_storage_and_layouts", gradients_of_storage_and_layouts},
     {"gradients_of_other_launches", gradients_of_other_launches},
-    {"keys_pass_over_several_key_tiles", keys_pass_over_several_key_tiles},
+    {"lanes_kernels_over_several_key_tiles", lanes_kernels_over_several_key_tiles},
     {"gradients_with_split_keys", gradients_with_split_keys},
     {"gradients_with_64_bit_indices", gradients_with_64_bit_indices},
     {"a_key_bias_past_2_31_pairs", a_key_bias_past_2_31_pairs},

@@ -39,6 +39,7 @@ typedef struct backward_launch {
     int splits, chunk;              /* the keys in `splits` chunks of `chunk` (1: unsplit) */
     int row_splits;                 /* the keys pass's runs of row blocks (1: unsplit) */
     int key_tiles;                  /* lanes: the key tiles of a keys work-item (KEY_TILES) */
+    int lane_tiles;                 /* lanes: the queries pass's key tiles a step (LANE_TILES) */
     int bias_mode;                  /* cl/attention_backward.cl's DBIAS_MODE */
     int bias_replicas, bias_splits; /* DBIAS_MODE 2: dbias's f32 replicas, of them per row split */
     int order;                      /* the queries tiles' groups' order (cl/mask.cl's unit_place;
@@ -289,7 +290,7 @@ static void backward_options(const backward_args *a, const backward_launch *l, b
              "-cl-std=CL1.2 -DQ_T=%s -DK_T=%s -DV_T=%s -DO_T=%s -DDO_T=%s -DDQ_T=%s -DDK_T=%s "
              "-DDV_T=%s -DDB_T=%s -DHAS_DBIAS=%d -DHEAD_DIM=%lld -DVALUE_DIM=%lld -DVEC=%ld "
              "-DBM=%ld -DSPLIT=%d -DIDX=%s -DTILED=%d -DSLICES=%d -DBLK=%d -DGROUP_MAX=%d "
-             "-DROW_SPLIT=%d -DDBIAS_MODE=%d -DMERGE_LANES=%d -DKEY_TILES=%d",
+             "-DROW_SPLIT=%d -DDBIAS_MODE=%d -DMERGE_LANES=%d -DKEY_TILES=%d -DLANE_TILES=%d",
              clattn_dtype_name(a->q->dtype), clattn_dtype_name(a->k->dtype),
              clattn_dtype_name(a->v->dtype), clattn_dtype_name(a->out->dtype),
              clattn_dtype_name(a->dout->dtype), clattn_dtype_name(a->dq->dtype),
@@ -297,7 +298,7 @@ static void backward_options(const backward_args *a, const backward_launch *l, b
              clattn_dtype_name(a->dbias ? a->dbias->dtype : CLATTN_F32), a->dbias != NULL,
              (long long)a->q->shape[3], (long long)a->v->shape[3], l->lanes, l->bm, l->splits > 1,
              wide ? "ulong" : "uint", l->tiled, l->slices, l->block, l->group_max,
-             l->row_splits > 1, l->bias_mode, bias_merge_lanes(l), l->key_tiles);
+             l->row_splits > 1, l->bias_mode, bias_merge_lanes(l), l->key_tiles, l->lane_tiles);
     clattn__mask_options(&a->mask, options, size);
 }
 
@@ -397,13 +398,14 @@ static int plan_launch(const clattn__call *call, const backward_args *a, backwar
     int status = clattn__attention_tuning_get(call->device, a->q->dtype, &t);
     if (status != CLATTN_SUCCESS) return status;
     l->bm = t.BM;
-    l->key_tiles = 1;
+    l->key_tiles = l->lane_tiles = 1;
     l->rows = (size_t)(a->q->shape[0] * a->q->shape[1] * a->q->shape[2]);
     if (t.BWD_TILES) status = plan_tiles(call, &t, a, l);
     if (status != CLATTN_SUCCESS || l->tiled) return status;
     l->lanes = clattn__head_lanes((cl_uint)t.LANES, a->q->shape[3], a->v->shape[3]);
     l->group = t.GROUP;
     l->key_tiles = pick_key_tiles(&t, a);
+    l->lane_tiles = (int)t.LANE_TILES;
     plan_blocks(l, &t, call->device, a);
     return CLATTN_SUCCESS;
 }

@@ -61,10 +61,11 @@
  * local-memory emulation, correct and slow; 6, prefill only, attention_units, the same on the
  * subgroup tile of whichever mechanism the probes found (AMD's, Intel's; without one, NVIDIA's
  * emulated); other dtypes and head dims take 1); LANES: head-dim vector width
- * (lanes: the keys a tile, blocks when under 4); LANE_TILES: lanes' key tiles a step (each q
- * element it broadcasts feeds that many FMAs, and a row rescales once a step; a step past the
- * keys re-reads its first tile for the rest: 2 on PoCL, B=4 H=8 S=1024 f32 D=64 and D=128 8-15%
- * faster than 1, 4 a little faster again at D=64 and not at D=128); GROUP: blocks', tiles' and
+ * (lanes: the keys a tile, blocks when under 4); LANE_TILES: lanes' key tiles a step, and the
+ * backward queries pass's (each q element it broadcasts feeds that many FMAs, and a row rescales
+ * once a step; a step past the keys re-reads its first tile for the rest: 2 on PoCL, B=4 H=8
+ * S=1024 f32 D=64 and D=128 8-15% faster than 1, 4 a little faster again at D=64 and not at
+ * D=128; the queries pass about 10%); GROUP: blocks', tiles' and
  * micro's group size (micro: at most); TK: the largest key tile (halved to fit); SPLIT_TARGET,
  * SPLIT_MIN: a launch with fewer groups than SPLIT_TARGET per compute unit splits the keys into
  * chunks of at least SPLIT_MIN; BM, BN: the blocks' queries per work-item and keys per tile; MQ,
