@@ -42,12 +42,12 @@ static void typed_rows_and_build_options(test_ctx *t) {
           "typed PREFILL %ld LANES %ld BN %ld against %ld %ld %ld", a.PREFILL, a.LANES, a.BN,
           values[0], values[2], values[8]);
     a.LANES = 8, a.TK = 16, a.BM = 2, a.BN = 32, a.GROUP = 77, a.MQ = 8, a.MK = 1;
-    a.UNITS = 0, a.UNIT_KEYS = 48, a.UNIT_QUERIES = 16;
+    a.UNITS = 0, a.UNIT_KEYS = 48, a.UNIT_QUERIES = 16, a.LANE_TILES = 3;
     char options[256] = "-cl-std=CL1.2";
     clattn__attention_tuning_options(&a, options, sizeof options);
     CHECK(t,
           strcmp(options, "-cl-std=CL1.2 -DVEC=8 -DTK=16 -DBM=2 -DBN=32 -DMQ=8 -DMK=1 -DMMA_KT=48 "
-                          "-DMMA_WQ=16") == 0,
+                          "-DMMA_WQ=16 -DLANE_TILES=3") == 0,
           "attention's build options: \"%s\"", options);
     clattn__copy_tuning c = {.VEC = 4, .RUN = 9, .GROUP = 3};
     options[0] = '\0';

@@ -113,7 +113,6 @@
     X(PREFILL, 0, 0, 6, HOST)                                                                      \
     X(DECODE, 0, 0, 4, HOST)                                                                       \
     X(LANES, 16, 1, 16, VEC)                                                                       \
-    X(LANE_TILES, 2, 1, 4, LANE_TILES)                                                             \
     X(GROUP, 16, 1, 1024, HOST)                                                                    \
     X(TK, 32, 1, 32, TK)                                                                           \
     X(SPLIT_TARGET, 8, 1, 1024, HOST)                                                              \
@@ -136,7 +135,8 @@
     X(BWD_BLOCK, 16, 1, 64, HOST)                                                                  \
     X(BWD_SLICE, 32, 1, 256, HOST)                                                                 \
     X(BWD_SPLIT_MIN, 0, 0, 1 << 20, HOST)                                                          \
-    X(BWD_KEY_TILES, 2, 1, 4, HOST)
+    X(BWD_KEY_TILES, 2, 1, 4, HOST)                                                                \
+    X(LANE_TILES, 2, 1, 4, LANE_TILES)
 
 /* Linear attention. LANES: head-dim vector width (narrowed at launch to divide the head dims);
  * ROWS: state rows per linear_states work-item, BM: queries per linear_outputs work-item, and
